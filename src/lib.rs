@@ -1,0 +1,5 @@
+//! ksched: a Kubernetes operator that manages scheduler profiles as custom resources, and the
+//! scheduler those profiles run.
+
+pub mod api;
+pub mod config;

@@ -65,8 +65,13 @@ impl ExtensionPoint {
 pub enum PluginAvailability {
     /// Built: implements these extension points.
     Built(Vec<ExtensionPoint>),
-    /// A plugin upstream (or a seed) has, that ksched will build later; `reason` says when/why.
-    NotBuiltYet { reason: String },
+    /// A plugin upstream (or a seed) has, that ksched will build later: its args decode and its
+    /// extension points are known (so configurations naming it validate and expand), but the
+    /// scheduler cannot run it yet; `reason` says why / when.
+    NotBuiltYet {
+        extension_points: Vec<ExtensionPoint>,
+        reason: String,
+    },
     /// No plugin of that name exists.
     Unknown,
 }

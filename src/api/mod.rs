@@ -1,1 +1,36 @@
+//! Custom resource types: `SchedulerProfile` and `LeafClusterPolicy` (`ksched.io/v1alpha1`), and a
+//! schema-compatible copy of scheduler-plugins' `PodGroup` (`scheduling.x-k8s.io/v1alpha1`).
+
+pub mod leaf_cluster_policy;
+pub mod pod_group;
 pub mod scheduler_profile;
+mod schema;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub use leaf_cluster_policy::{LeafClusterPolicy, LeafClusterPolicySpec, LeafClusterPolicyStatus};
+pub use pod_group::{PodGroup, PodGroupSpec, PodGroupStatus};
+pub use scheduler_profile::{SchedulerProfile, SchedulerProfileSpec, SchedulerProfileStatus};
+
+/// API group of ksched's own resources.
+pub const GROUP: &str = "ksched.io";
+
+/// Every CRD ksched installs, in a stable order (the order `ksched crds` prints them).
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        SchedulerProfile::crd(),
+        LeafClusterPolicy::crd(),
+        PodGroup::crd(),
+    ]
+}
+
+/// The CRDs as one multi-document YAML stream, as `ksched crds` prints it and `crds/` holds it.
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}

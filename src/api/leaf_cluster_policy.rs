@@ -1,0 +1,184 @@
+//! `LeafClusterPolicy`: which virtual nodes stand for leaf (member) clusters, the taint that keeps
+//! them opt-in, and which profiles may place which pods on them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Label (and taint key) Kosmos puts on the virtual nodes of leaf clusters.
+pub const KOSMOS_NODE_KEY: &str = "kosmos.io/node";
+
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "ksched.io",
+    version = "v1alpha1",
+    kind = "LeafClusterPolicy",
+    plural = "leafclusterpolicies",
+    shortname = "lcp",
+    category = "ksched",
+    status = "LeafClusterPolicyStatus",
+    derive = "PartialEq",
+    doc = "Leaf-cluster nodes: their taint, and which scheduler profiles may place pods on them.",
+    printcolumn(
+        name = "LEAF-NODES",
+        type_ = "integer",
+        json_path = ".status.leafNodes"
+    ),
+    printcolumn(
+        name = "TAINTED",
+        type_ = "integer",
+        json_path = ".status.taintedNodes"
+    ),
+    printcolumn(name = "MODE", type_ = "string", json_path = ".spec.placement.mode"),
+    printcolumn(name = "PROFILES", type_ = "string", json_path = ".status.profiles"),
+    printcolumn(
+        name = "READY",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "MESSAGE",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LeafClusterPolicySpec {
+    /// Which nodes are virtual nodes standing for leaf clusters (default `kosmos.io/node=true`).
+    #[serde(default = "default_leaf_node_selector")]
+    pub leaf_node_selector: LabelSelector,
+
+    /// The taint kept on every leaf node (default `kosmos.io/node=true:NoSchedule`).
+    #[serde(default)]
+    pub taint: LeafTaint,
+
+    /// Keep `taint` on exactly the matching nodes (add, and remove when they stop matching).
+    #[serde(default = "default_true")]
+    pub manage_taint: bool,
+
+    /// SchedulerProfiles that may place pods on these leaf nodes; `["*"]` means all.
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("!self.exists(p, p == '*') || self.size() == 1").message("profiles: '*' already means every profile; list either '*' alone or profile names"))]
+    #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q == p))").message("profiles lists the same profile more than once: remove the duplicate"))]
+    pub profiles: Vec<String>,
+
+    /// Which pods go where.
+    #[serde(default)]
+    pub placement: Placement,
+
+    /// How volumes of pods placed on leaf nodes are provisioned.
+    #[serde(default)]
+    pub volumes: Volumes,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_leaf_node_selector() -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(
+            KOSMOS_NODE_KEY.to_string(),
+            "true".to_string(),
+        )])),
+        match_expressions: None,
+    }
+}
+
+/// A node taint (no `timeAdded`: the policy keeps it, it does not evict).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+pub struct LeafTaint {
+    #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')").message("taint.key must be a qualified name such as kosmos.io/node (an optional DNS prefix and '/', then letters, digits, '-', '_' or '.')"))]
+    #[schemars(length(min = 1, max = 316))]
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 63))]
+    pub value: String,
+    #[x_kube(validation = Rule::new("self in ['NoSchedule', 'PreferNoSchedule', 'NoExecute']").message("taint.effect must be one of NoSchedule, PreferNoSchedule or NoExecute (case matters)"))]
+    pub effect: String,
+}
+
+impl Default for LeafTaint {
+    fn default() -> Self {
+        Self {
+            key: KOSMOS_NODE_KEY.to_string(),
+            value: "true".to_string(),
+            effect: "NoSchedule".to_string(),
+        }
+    }
+}
+
+/// Placement of the selected pods between host and leaf nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.weight) || self.mode == 'PreferHost' || self.mode == 'PreferLeaf'").message("placement.weight only applies to mode PreferHost or PreferLeaf: remove weight or change the mode"))]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    #[serde(default)]
+    pub mode: PlacementMode,
+    /// Score weight of the preference (1-100), PreferHost/PreferLeaf only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("placement.weight must be between 1 and 100"))]
+    pub weight: Option<i32>,
+    /// Namespaces whose pods this placement applies to (unset: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Pods this placement applies to (unset: all). Pods outside the selectors stay on host nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum PlacementMode {
+    /// Host and leaf nodes alike.
+    #[default]
+    Mix,
+    HostOnly,
+    LeafOnly,
+    PreferHost,
+    PreferLeaf,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+pub struct Volumes {
+    #[serde(default)]
+    pub mode: VolumeMode,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum VolumeMode {
+    /// On a leaf node the leaf cluster provisions the volume; host-side binding is skipped.
+    #[default]
+    LeafProvisioned,
+    /// Volumes bind on the host side as for any node.
+    Default,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeafClusterPolicyStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Nodes matching leafNodeSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_nodes: Option<i32>,
+    /// Matching nodes that carry the policy's taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tainted_nodes: Option<i32>,
+    /// Profiles resolved from spec.profiles (`*` expanded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<String>,
+}

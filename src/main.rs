@@ -18,7 +18,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print the CustomResourceDefinitions ksched installs, as YAML.
-    Crds,
+    Crds {
+        /// Write one file per CRD into this directory instead of printing.
+        #[arg(long)]
+        output_dir: Option<std::path::PathBuf>,
+    },
     /// Print the version.
     Version,
 }
@@ -26,7 +30,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds => match ksched::api::crds_yaml() {
+        Command::Crds { output_dir } => crds(output_dir.as_deref()),
+        Command::Version => {
+            println!("ksched {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn crds(output_dir: Option<&std::path::Path>) -> ExitCode {
+    let Some(dir) = output_dir else {
+        return match ksched::api::crds_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
                 ExitCode::SUCCESS
@@ -35,10 +49,22 @@ fn main() -> ExitCode {
                 eprintln!("error: cannot serialize the CRDs: {err}");
                 ExitCode::FAILURE
             }
-        },
-        Command::Version => {
-            println!("ksched {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
+        };
+    };
+    let files = match ksched::api::crd_files() {
+        Ok(files) => files,
+        Err(err) => {
+            eprintln!("error: cannot serialize the CRDs: {err}");
+            return ExitCode::FAILURE;
         }
+    };
+    for (name, yaml) in files {
+        let path = dir.join(name);
+        if let Err(err) = std::fs::write(&path, yaml) {
+            eprintln!("error: writing {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {}", path.display());
     }
+    ExitCode::SUCCESS
 }

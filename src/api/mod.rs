@@ -25,12 +25,23 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-/// The CRDs as one multi-document YAML stream, as `ksched crds` prints it and `crds/` holds it.
+/// Each CRD as (file name, YAML), as `make crds` writes them into `crds/`.
+pub fn crd_files() -> Result<Vec<(String, String)>, serde_saphyr::SerializeError> {
+    crds()
+        .into_iter()
+        .map(|crd| {
+            let file = format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("crd"));
+            Ok((file, serde_saphyr::to_string(&crd)?))
+        })
+        .collect()
+}
+
+/// The CRDs as one multi-document YAML stream, as `ksched crds` prints it.
 pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::new();
-    for crd in crds() {
+    for (_, yaml) in crd_files()? {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&crd)?);
+        out.push_str(&yaml);
     }
     Ok(out)
 }

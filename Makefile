@@ -1,0 +1,42 @@
+# The one place the Kubernetes version is pinned (k8s-openapi's feature in Cargo.toml must match).
+K8S_VERSION ?= 1.36.3
+
+SHELL := /bin/bash
+CACHE_HOME := $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(HOME)/.cache)
+KSCHED_TESTENV_BIN := $(CACHE_HOME)/ksched/testenv/$(K8S_VERSION)/bin
+export KSCHED_TESTENV_BIN
+export K8S_VERSION
+
+.PHONY: all build test testenv crds lint demo check-no-leftovers
+
+all: build
+
+build:
+	cargo build --all-targets
+
+## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok (cached)
+testenv:
+	hack/testenv/build.sh >/dev/null
+
+## crds: regenerate crds/*.yaml from the Rust types
+crds:
+	cargo run --quiet -- crds --output-dir crds
+
+## lint: formatting and clippy, warnings are errors
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+## test: lint, unit and e2e tests against the real control plane; then no process may be left over
+test: testenv lint
+	cargo test --no-fail-fast
+	$(MAKE) --no-print-directory check-no-leftovers
+
+check-no-leftovers:
+	@left=$$(pgrep -af '$(KSCHED_TESTENV_BIN)/' || true); \
+	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
+	echo "no control-plane process left running"
+
+## demo: a local control plane with kwok nodes; DEMO_KEEP=1 keeps it running
+demo: testenv
+	cargo run --quiet --example demo

@@ -1,0 +1,152 @@
+//! Child processes of the test control plane: started from one keeper thread that lives as long as
+//! the test binary (PR_SET_PDEATHSIG fires when the *thread* that forked a child dies, so children
+//! must not be started from short-lived test threads), logged to files, and stopped at exit.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Pids and the directory to clean up at exit.
+static CLEANUP: Mutex<Cleanup> = Mutex::new(Cleanup { pids: Vec::new(), dir: None });
+
+struct Cleanup {
+    pids: Vec<(String, i32)>,
+    dir: Option<PathBuf>,
+}
+
+pub struct ProcessGroup {
+    dir: PathBuf,
+    children: Vec<(String, Child)>,
+}
+
+impl ProcessGroup {
+    /// Runs `start` on a new thread that then parks forever, holding the children; returns what
+    /// `start` returned. Registers the exit hook that stops every child.
+    pub fn start_on_keeper_thread<T, F>(start: F) -> Result<T, String>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut ProcessGroup) -> Result<T, String> + Send + 'static,
+    {
+        register_exit_hook();
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("testenv-keeper".into())
+            .spawn(move || {
+                let result = ProcessGroup::new().and_then(|mut group| {
+                    let out = start(&mut group);
+                    // Keep the group (and its children's handles) alive for the binary's lifetime.
+                    std::mem::forget(group);
+                    out
+                });
+                let _ = tx.send(result);
+                loop {
+                    std::thread::park();
+                }
+            })
+            .map_err(|e| format!("spawning the keeper thread: {e}"))?;
+        rx.recv().map_err(|e| format!("keeper thread died: {e}"))?
+    }
+
+    fn new() -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("ksched-testenv-")
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?
+            .keep();
+        lock().dir = Some(dir.clone());
+        Ok(Self { dir, children: Vec::new() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Starts `cmd` with stdout and stderr to `<dir>/<name>.log`.
+    pub fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<(), String> {
+        let log_path = self.dir.join(format!("{name}.log"));
+        let log = File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let log2 = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| format!("starting {name}: {e}"))?;
+        lock().pids.push((name.to_string(), child.id() as i32));
+        self.children.push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// An error with the log tail when a child has exited.
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(format!("{name} exited ({status}):\n{}", tail.join("\n")));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Cleanup> {
+    CLEANUP.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn register_exit_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe {
+            libc::atexit(stop_all);
+        }
+    });
+}
+
+/// Stops children newest first: SIGTERM, up to 5 s grace, then SIGKILL; removes the directory
+/// unless KSCHED_KEEP_TESTENV is set.
+extern "C" fn stop_all() {
+    let mut cleanup = lock();
+    let pids: Vec<(String, i32)> = cleanup.pids.drain(..).rev().collect();
+    for (_, pid) in &pids {
+        // SAFETY: signalling our own children.
+        unsafe {
+            libc::kill(*pid, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut remaining: Vec<i32> = pids.iter().map(|(_, p)| *p).collect();
+    while !remaining.is_empty() && Instant::now() < deadline {
+        remaining.retain(|pid| {
+            let mut status = 0;
+            // SAFETY: reaping our own child.
+            let r = unsafe { libc::waitpid(*pid, &mut status, libc::WNOHANG) };
+            r == 0
+        });
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for pid in remaining {
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+        }
+    }
+    if let Some(dir) = cleanup.dir.take()
+        && std::env::var_os("KSCHED_KEEP_TESTENV").is_none()
+    {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

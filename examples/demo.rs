@@ -17,7 +17,13 @@ fn main() {
             std::process::exit(1);
         }
     }
-    let (ok, _, err) = cp.kubectl_run(&["wait", "--for=condition=Ready", "--timeout=60s", "node", "--all"]);
+    let (ok, _, err) = cp.kubectl_run(&[
+        "wait",
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "node",
+        "--all",
+    ]);
     if !ok {
         eprintln!("nodes did not become Ready: {err}");
         std::process::exit(1);
@@ -25,7 +31,11 @@ fn main() {
     let (_, out, _) = cp.kubectl_run(&["get", "nodes,crds"]);
     println!("{out}");
     if std::env::var_os("DEMO_KEEP").is_some() {
-        println!("The control plane keeps running. In another shell:\n\n  export KUBECONFIG={}\n  {}/kubectl get nodes\n\nPress Ctrl-C to stop it.", cp.kubeconfig.display(), cp.bin_dir.display());
+        println!(
+            "The control plane keeps running. In another shell:\n\n  export KUBECONFIG={}\n  {}/kubectl get nodes\n\nPress Ctrl-C to stop it.",
+            cp.kubeconfig.display(),
+            cp.bin_dir.display()
+        );
         loop {
             std::thread::park();
         }

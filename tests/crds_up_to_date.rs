@@ -10,7 +10,10 @@ fn committed_crds_match_the_types() {
     for (name, yaml) in files {
         let committed = std::fs::read_to_string(dir.join(&name))
             .unwrap_or_else(|e| panic!("crds/{name} missing ({e}): run `make crds`"));
-        assert!(committed == yaml, "crds/{name} differs from the types: run `make crds` and commit the result");
+        assert!(
+            committed == yaml,
+            "crds/{name} differs from the types: run `make crds` and commit the result"
+        );
     }
     let mut present: Vec<String> = std::fs::read_dir(&dir)
         .expect("read crds/")
@@ -20,5 +23,8 @@ fn committed_crds_match_the_types() {
         .collect();
     present.sort();
     expected_names.sort();
-    assert_eq!(present, expected_names, "crds/ holds files the types do not generate: run `make crds`");
+    assert_eq!(
+        present, expected_names,
+        "crds/ holds files the types do not generate: run `make crds`"
+    );
 }

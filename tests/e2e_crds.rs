@@ -13,15 +13,32 @@ fn cp() -> &'static support::ControlPlane {
 fn crds_are_installed_and_established() {
     let (ok, out, err) = cp().kubectl_run(&["get", "crds", "-o", "name"]);
     assert!(ok, "{err}");
-    for name in ["schedulerprofiles.ksched.io", "leafclusterpolicies.ksched.io", "podgroups.scheduling.x-k8s.io"] {
+    for name in [
+        "schedulerprofiles.ksched.io",
+        "leafclusterpolicies.ksched.io",
+        "podgroups.scheduling.x-k8s.io",
+    ] {
         assert!(out.contains(name), "{name} not installed: {out}");
     }
-    let (ok, out, err) = cp().kubectl_run(&["api-resources", "--api-group=ksched.io", "-o", "wide"]);
+    let (ok, out, err) =
+        cp().kubectl_run(&["api-resources", "--api-group=ksched.io", "-o", "wide"]);
     assert!(ok, "{err}");
-    assert!(out.contains("schedulerprofiles") && out.contains(" sp "), "short name sp missing:\n{out}");
-    assert!(out.contains("leafclusterpolicies") && out.contains(" lcp "), "short name lcp missing:\n{out}");
-    let sp_line = out.lines().find(|l| l.starts_with("schedulerprofiles")).unwrap_or_default();
-    assert!(sp_line.contains("false"), "SchedulerProfile must be cluster-scoped: {sp_line}");
+    assert!(
+        out.contains("schedulerprofiles") && out.contains(" sp "),
+        "short name sp missing:\n{out}"
+    );
+    assert!(
+        out.contains("leafclusterpolicies") && out.contains(" lcp "),
+        "short name lcp missing:\n{out}"
+    );
+    let sp_line = out
+        .lines()
+        .find(|l| l.starts_with("schedulerprofiles"))
+        .unwrap_or_default();
+    assert!(
+        sp_line.contains("false"),
+        "SchedulerProfile must be cluster-scoped: {sp_line}"
+    );
 }
 
 #[test]
@@ -33,7 +50,10 @@ fn every_sample_is_accepted() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 5, "expected the samples of DESIGN.md, found {files:?}");
+    assert!(
+        files.len() >= 5,
+        "expected the samples of DESIGN.md, found {files:?}"
+    );
     for file in files {
         let path = support::path_str(&file);
         let (ok, out, err) = cp().kubectl_run(&["apply", "--dry-run=server", "-f", path]);
@@ -143,7 +163,13 @@ fn invalid_resources_are_rejected_with_our_messages() {
 }
 
 fn header_columns(table: &str) -> Vec<String> {
-    table.lines().next().unwrap_or_default().split_whitespace().map(str::to_string).collect()
+    table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -153,24 +179,58 @@ fn kubectl_get_schedulerprofiles_prints_the_declared_columns() {
     let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], doc);
     assert!(ok, "{err}");
     let status = r#"{"status":{"ready":"1/1","replicas":1,"readyReplicas":1,"leader":"ksched-columns-sp-0","pendingPods":3,"configHash":"abc123","conditions":[{"type":"Ready","status":"True","reason":"Running","message":"scheduler is running","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
-    let (ok, _, err) =
-        cp.kubectl_run(&["patch", "schedulerprofile", "columns-sp", "--subresource=status", "--type=merge", "-p", status]);
+    let (ok, _, err) = cp.kubectl_run(&[
+        "patch",
+        "schedulerprofile",
+        "columns-sp",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ]);
     assert!(ok, "{err}");
 
     let (ok, out, err) = cp.kubectl_run(&["get", "schedulerprofiles", "columns-sp"]);
     assert!(ok, "{err}");
-    assert_eq!(header_columns(&out), ["NAME", "MODE", "READY", "LEADER", "PENDING", "STATUS", "AGE"], "{out}");
-    let row: Vec<&str> = out.lines().nth(1).unwrap_or_default().split_whitespace().collect();
-    assert_eq!(&row[..6], ["columns-sp", "Embedded", "1/1", "ksched-columns-sp-0", "3", "Running"], "{out}");
+    assert_eq!(
+        header_columns(&out),
+        [
+            "NAME", "MODE", "READY", "LEADER", "PENDING", "STATUS", "AGE"
+        ],
+        "{out}"
+    );
+    let row: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..6],
+        [
+            "columns-sp",
+            "Embedded",
+            "1/1",
+            "ksched-columns-sp-0",
+            "3",
+            "Running"
+        ],
+        "{out}"
+    );
 
     let (ok, out, err) = cp.kubectl_run(&["get", "sp", "columns-sp", "-o", "wide"]);
     assert!(ok, "{err}");
     assert_eq!(
         header_columns(&out),
-        ["NAME", "MODE", "READY", "LEADER", "PENDING", "STATUS", "AGE", "CONFIG", "MESSAGE"],
+        [
+            "NAME", "MODE", "READY", "LEADER", "PENDING", "STATUS", "AGE", "CONFIG", "MESSAGE"
+        ],
         "{out}"
     );
-    assert!(out.contains("abc123") && out.contains("scheduler is running"), "{out}");
+    assert!(
+        out.contains("abc123") && out.contains("scheduler is running"),
+        "{out}"
+    );
     let (ok, _, err) = cp.kubectl_run(&["delete", "sp", "columns-sp"]);
     assert!(ok, "{err}");
 }
@@ -182,20 +242,40 @@ fn kubectl_get_leafclusterpolicies_wide_prints_the_declared_columns() {
     let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], doc);
     assert!(ok, "{err}");
     let status = r#"{"status":{"leafNodes":2,"taintedNodes":2,"profiles":["hybrid"],"conditions":[{"type":"Ready","status":"True","reason":"Reconciled","message":"2 leaf nodes tainted","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
-    let (ok, _, err) =
-        cp.kubectl_run(&["patch", "lcp", "columns-lcp", "--subresource=status", "--type=merge", "-p", status]);
+    let (ok, _, err) = cp.kubectl_run(&[
+        "patch",
+        "lcp",
+        "columns-lcp",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ]);
     assert!(ok, "{err}");
 
     let (ok, out, err) = cp.kubectl_run(&["get", "lcp", "columns-lcp", "-o", "wide"]);
     assert!(ok, "{err}");
     assert_eq!(
         header_columns(&out),
-        ["NAME", "LEAF-NODES", "TAINTED", "MODE", "PROFILES", "READY", "AGE", "MESSAGE"],
+        [
+            "NAME",
+            "LEAF-NODES",
+            "TAINTED",
+            "MODE",
+            "PROFILES",
+            "READY",
+            "AGE",
+            "MESSAGE"
+        ],
         "{out}"
     );
     let row = out.lines().nth(1).unwrap_or_default();
     let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(&cells[..4], ["columns-lcp", "2", "2", "PreferHost"], "{out}");
+    assert_eq!(
+        &cells[..4],
+        ["columns-lcp", "2", "2", "PreferHost"],
+        "{out}"
+    );
     assert!(cells[4].contains("hybrid") && cells[5] == "True", "{out}");
     assert!(row.contains("2 leaf nodes tainted"), "{out}");
 
@@ -220,10 +300,25 @@ async fn podgroup_manifests_from_scheduler_plugins_apply_unchanged() {
     let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], &doc);
     assert!(ok, "{err}");
     let api: kube::Api<ksched::api::PodGroup> = kube::Api::namespaced(client, &ns);
-    let pg = api.get("nginx").await.expect("get PodGroup through the typed API");
+    let pg = api
+        .get("nginx")
+        .await
+        .expect("get PodGroup through the typed API");
     assert_eq!(pg.spec.min_member, Some(3));
     assert_eq!(pg.spec.schedule_timeout_seconds, Some(10));
     let (ok, out, err) = cp.kubectl_run(&["get", "pg", "-n", &ns]);
     assert!(ok, "{err}");
-    assert_eq!(header_columns(&out), ["NAME", "PHASE", "MINMEMBER", "RUNNING", "SUCCEEDED", "FAILED", "AGE"], "{out}");
+    assert_eq!(
+        header_columns(&out),
+        [
+            "NAME",
+            "PHASE",
+            "MINMEMBER",
+            "RUNNING",
+            "SUCCEEDED",
+            "FAILED",
+            "AGE"
+        ],
+        "{out}"
+    );
 }

@@ -1,5 +1,7 @@
 //! `LeafClusterPolicy`: which virtual nodes stand for leaf (member) clusters, the taint that keeps
 //! them opt-in, and which profiles may place which pods on them.
+// kube's printcolumn(...) repeats `type_ = ...` per column, which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
 

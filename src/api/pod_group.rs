@@ -1,5 +1,7 @@
 //! `PodGroup` (`scheduling.x-k8s.io/v1alpha1`): a schema-compatible copy of scheduler-plugins'
 //! gang-scheduling resource, so existing PodGroup manifests apply unchanged.
+// kube's printcolumn(...) repeats `type_ = ...` per column, which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
 

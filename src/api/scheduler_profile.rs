@@ -1,4 +1,6 @@
 //! `SchedulerProfile`: one scheduler profile, rendered by the operator into a running scheduler.
+// kube's printcolumn(...) repeats `type_ = ...` per column, which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
 

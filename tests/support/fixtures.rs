@@ -3,7 +3,10 @@
 /// A node kwok manages (annotation `kwok.x-k8s.io/node=fake`): kept Ready, its pods marked Running.
 /// `labels` are added to the usual kubernetes.io/hostname, os and arch labels.
 pub fn kwok_node(name: &str, cpu: &str, memory: &str, labels: &[(&str, &str)]) -> String {
-    let extra: String = labels.iter().map(|(k, v)| format!("    {k}: \"{v}\"\n")).collect();
+    let extra: String = labels
+        .iter()
+        .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
+        .collect();
     format!(
         r#"apiVersion: v1
 kind: Node

@@ -33,9 +33,18 @@ pub struct Components {
 }
 
 impl Components {
-    pub const API_ONLY: Components = Components { controller_manager: false, kwok: false };
-    pub const WITH_KWOK: Components = Components { controller_manager: false, kwok: true };
-    pub const FULL: Components = Components { controller_manager: true, kwok: true };
+    pub const API_ONLY: Components = Components {
+        controller_manager: false,
+        kwok: false,
+    };
+    pub const WITH_KWOK: Components = Components {
+        controller_manager: false,
+        kwok: true,
+    };
+    pub const FULL: Components = Components {
+        controller_manager: true,
+        kwok: true,
+    };
 }
 
 /// A running control plane.
@@ -55,9 +64,11 @@ static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
 /// The test binary's control plane, started on first use with `components`.
 pub fn control_plane(components: Components) -> &'static ControlPlane {
-    let cp = CONTROL_PLANE.get_or_init(|| match ProcessGroup::start_on_keeper_thread(move |procs| start(components, procs)) {
-        Ok(cp) => cp,
-        Err(err) => panic!("starting the test control plane failed: {err}"),
+    let cp = CONTROL_PLANE.get_or_init(|| {
+        match ProcessGroup::start_on_keeper_thread(move |procs| start(components, procs)) {
+            Ok(cp) => cp,
+            Err(err) => panic!("starting the test control plane failed: {err}"),
+        }
     });
     assert_eq!(
         cp.components, components,
@@ -73,10 +84,11 @@ impl ControlPlane {
             Ok(k) => k,
             Err(err) => panic!("reading {}: {err}", self.kubeconfig.display()),
         };
-        let config = match Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await {
-            Ok(c) => c,
-            Err(err) => panic!("kubeconfig {}: {err}", self.kubeconfig.display()),
-        };
+        let config =
+            match Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await {
+                Ok(c) => c,
+                Err(err) => panic!("kubeconfig {}: {err}", self.kubeconfig.display()),
+            };
         match Client::try_from(config) {
             Ok(c) => c,
             Err(err) => panic!("client: {err}"),
@@ -87,16 +99,24 @@ impl ControlPlane {
     /// even when no kube-controller-manager runs) and returns its name.
     pub async fn namespace(&self, client: &Client, prefix: &str) -> String {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!("{prefix}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst));
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {"ksched.io/test": "true"}}
         }))
         .expect("static namespace literal");
-        namespaces.create(&PostParams::default(), &ns).await.expect("create test namespace");
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create test namespace");
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
         let sa: ServiceAccount =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).expect("static literal");
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}}))
+                .expect("static literal");
         match accounts.create(&PostParams::default(), &sa).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -108,7 +128,8 @@ impl ControlPlane {
     /// The built kubectl, pointed at this control plane.
     pub fn kubectl(&self) -> Command {
         let mut cmd = Command::new(self.bin_dir.join("kubectl"));
-        cmd.env("KUBECONFIG", &self.kubeconfig).env_remove("KUBERNETES_SERVICE_HOST");
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST");
         cmd
     }
 
@@ -135,7 +156,9 @@ impl ControlPlane {
             .spawn()
             .expect("spawn kubectl");
         if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(input.as_bytes()).expect("write kubectl stdin");
+            stdin
+                .write_all(input.as_bytes())
+                .expect("write kubectl stdin");
         }
         let out = child.wait_with_output().expect("wait for kubectl");
         (
@@ -181,7 +204,11 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
     let bin_dir = testenv_bin_dir();
     for name in ["etcd", "kube-apiserver", "kubectl"] {
         if !bin_dir.join(name).exists() {
-            return Err(format!("{} not found in {}: run `make testenv`", name, bin_dir.display()));
+            return Err(format!(
+                "{} not found in {}: run `make testenv`",
+                name,
+                bin_dir.display()
+            ));
         }
     }
     let dir = procs.dir().to_path_buf();
@@ -218,7 +245,10 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
             &format!("--tls-private-key-file={}", pki.serving_key.display()),
             &format!("--client-ca-file={}", pki.ca_cert.display()),
             &format!("--service-account-key-file={}", pki.sa_public.display()),
-            &format!("--service-account-signing-key-file={}", pki.sa_private.display()),
+            &format!(
+                "--service-account-signing-key-file={}",
+                pki.sa_private.display()
+            ),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
@@ -230,8 +260,15 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
     )?;
 
     let kubeconfig = dir.join("kubeconfig");
-    pki.write_kubeconfig(&kubeconfig, &server).map_err(|e| format!("writing kubeconfig: {e}"))?;
-    let cp = ControlPlane { dir: dir.clone(), kubeconfig, server, bin_dir, components };
+    pki.write_kubeconfig(&kubeconfig, &server)
+        .map_err(|e| format!("writing kubeconfig: {e}"))?;
+    let cp = ControlPlane {
+        dir: dir.clone(),
+        kubeconfig,
+        server,
+        bin_dir,
+        components,
+    };
     wait_ready(&cp, procs)?;
 
     if components.controller_manager {
@@ -289,7 +326,10 @@ fn wait_ready(cp: &ControlPlane, procs: &mut ProcessGroup) -> Result<(), String>
         }
         procs.check_alive()?;
         if Instant::now() > deadline {
-            return Err(format!("kube-apiserver not ready after 90s; logs in {}", cp.dir.display()));
+            return Err(format!(
+                "kube-apiserver not ready after 90s; logs in {}",
+                cp.dir.display()
+            ));
         }
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -301,8 +341,13 @@ fn install_crds(cp: &ControlPlane) -> Result<(), String> {
     if !ok {
         return Err(format!("installing crds/: {err}"));
     }
-    let (ok, _, err) =
-        cp.kubectl_run(&["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
+    let (ok, _, err) = cp.kubectl_run(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd",
+        "--all",
+    ]);
     if !ok {
         return Err(format!("waiting for CRDs to be established: {err}"));
     }

@@ -29,9 +29,15 @@ impl Pki {
 
         let ca_key = KeyPair::generate().map_err(err)?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-        ca_params.distinguished_name.push(DnType::CommonName, "ksched-test-ca");
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "ksched-test-ca");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
         let issuer = Issuer::new(ca_params, ca_key);
 
@@ -43,16 +49,26 @@ impl Pki {
             "kubernetes.default.svc".to_string(),
         ])
         .map_err(err)?;
-        serving.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse().map_err(|e| format!("{e}"))?));
-        serving.subject_alt_names.push(SanType::IpAddress("10.0.0.1".parse().map_err(|e| format!("{e}"))?));
-        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        serving.subject_alt_names.push(SanType::IpAddress(
+            "127.0.0.1".parse().map_err(|e| format!("{e}"))?,
+        ));
+        serving.subject_alt_names.push(SanType::IpAddress(
+            "10.0.0.1".parse().map_err(|e| format!("{e}"))?,
+        ));
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_cert = serving.signed_by(&serving_key, &issuer).map_err(err)?;
 
         let admin_key = KeyPair::generate().map_err(err)?;
         let mut admin = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-        admin.distinguished_name.push(DnType::CommonName, "ksched-test-admin");
-        admin.distinguished_name.push(DnType::OrganizationName, "system:masters");
+        admin
+            .distinguished_name
+            .push(DnType::CommonName, "ksched-test-admin");
+        admin
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
         admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let admin_cert = admin.signed_by(&admin_key, &issuer).map_err(err)?;
 

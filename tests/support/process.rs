@@ -11,7 +11,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Pids and the directory to clean up at exit.
-static CLEANUP: Mutex<Cleanup> = Mutex::new(Cleanup { pids: Vec::new(), dir: None });
+static CLEANUP: Mutex<Cleanup> = Mutex::new(Cleanup {
+    pids: Vec::new(),
+    dir: None,
+});
 
 struct Cleanup {
     pids: Vec<(String, i32)>,
@@ -58,7 +61,10 @@ impl ProcessGroup {
             .map_err(|e| format!("temp dir: {e}"))?
             .keep();
         lock().dir = Some(dir.clone());
-        Ok(Self { dir, children: Vec::new() })
+        Ok(Self {
+            dir,
+            children: Vec::new(),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -69,7 +75,9 @@ impl ProcessGroup {
     pub fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<(), String> {
         let log_path = self.dir.join(format!("{name}.log"));
         let log = File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-        let log2 = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| format!("{}: {e}", log_path.display()))?;
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
@@ -90,7 +98,8 @@ impl ProcessGroup {
     pub fn check_alive(&mut self) -> Result<(), String> {
         for (name, child) in &mut self.children {
             if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+                let log = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+                    .unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(30).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
                 return Err(format!("{name} exited ({status}):\n{}", tail.join("\n")));
@@ -101,7 +110,9 @@ impl ProcessGroup {
 }
 
 fn lock() -> std::sync::MutexGuard<'static, Cleanup> {
-    CLEANUP.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    CLEANUP
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn register_exit_hook() {

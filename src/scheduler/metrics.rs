@@ -1,0 +1,168 @@
+//! Prometheus metrics under upstream kube-scheduler's names, so existing dashboards and alerts work.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    /// `scheduled`, `unschedulable` or `error`.
+    pub result: String,
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// `active`, `backoff`, `unschedulable` or `gated`.
+    pub queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExtensionPointLabels {
+    pub extension_point: String,
+    pub status: String,
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaderLabels {
+    pub name: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // upstream: exponential buckets from 1ms, factor 2, 15 buckets.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+fn extension_point_histogram() -> Histogram {
+    // upstream: exponential buckets from 0.1ms, factor 2, 12 buckets.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 12))
+}
+
+/// Every metric the scheduler exports.
+pub struct Metrics {
+    pub registry: Registry,
+    pub schedule_attempts: Family<AttemptLabels, Counter>,
+    pub scheduling_attempt_duration: Family<AttemptLabels, Histogram, fn() -> Histogram>,
+    pub pending_pods: Family<QueueLabels, Gauge>,
+    pub extension_point_duration: Family<ExtensionPointLabels, Histogram, fn() -> Histogram>,
+    pub leader_election_master_status: Family<LeaderLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let schedule_attempts = Family::<AttemptLabels, Counter>::default();
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result.",
+            schedule_attempts.clone(),
+        );
+        let scheduling_attempt_duration =
+            Family::<AttemptLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            scheduling_attempt_duration.clone(),
+        );
+        let pending_pods = Family::<QueueLabels, Gauge>::default();
+        registry.register(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type.",
+            pending_pods.clone(),
+        );
+        let extension_point_duration =
+            Family::<ExtensionPointLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                extension_point_histogram,
+            );
+        registry.register(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            extension_point_duration.clone(),
+        );
+        let leader_election_master_status =
+            Family::<LeaderLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
+            leader_election_master_status.clone(),
+        );
+        Self {
+            registry,
+            schedule_attempts,
+            scheduling_attempt_duration,
+            pending_pods,
+            extension_point_duration,
+            leader_election_master_status,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_upstream_metric_names() {
+        let m = Metrics::new();
+        m.schedule_attempts
+            .get_or_create(&AttemptLabels {
+                result: "scheduled".into(),
+                profile: "p".into(),
+            })
+            .inc();
+        m.pending_pods
+            .get_or_create(&QueueLabels {
+                queue: "active".into(),
+            })
+            .set(2);
+        m.leader_election_master_status
+            .get_or_create(&LeaderLabels {
+                name: "ksched-p".into(),
+            })
+            .set(1.0);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"scheduler_schedule_attempts_total{result="scheduled",profile="p"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"scheduler_pending_pods{queue="active"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"leader_election_master_status{name="ksched-p"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("scheduler_scheduling_attempt_duration_seconds"),
+            "{text}"
+        );
+        assert!(
+            text.contains("scheduler_framework_extension_point_duration_seconds"),
+            "{text}"
+        );
+    }
+}

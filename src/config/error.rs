@@ -12,7 +12,10 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { path: path.into(), reason: reason.into() }
+        Self {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 
     /// The same error under a parent path (`args` + `bindTimeoutSeconds` -> `args.bindTimeoutSeconds`).
@@ -33,8 +36,13 @@ pub fn join_path(parent: &str, child: &str) -> String {
 }
 
 impl fmt::Display for FieldError {
+    /// `path: reason`; just `reason` for errors about the whole file (empty path).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.reason)
+        if self.path.is_empty() {
+            f.write_str(&self.reason)
+        } else {
+            write!(f, "{}: {}", self.path, self.reason)
+        }
     }
 }
 

@@ -1,7 +1,169 @@
 //! `KubeSchedulerConfiguration`: types, versions (v1beta1..v1 read, v1 written), defaults, validation.
+//!
+//! [`load`] turns any bytes into a validated [`Config`] (or field errors saying what to change);
+//! [`to_v1_yaml`] writes a `Config` back as normalized v1; [`validate_file_output`] is
+//! `ksched config validate FILE`. Upstream reference: Kubernetes v1.36.3
+//! (`pkg/scheduler/apis/config/{v1,validation}`, `pkg/scheduler/framework/runtime/framework.go`).
 
 pub mod catalog;
+mod convert;
+mod decode;
+pub mod defaults;
+pub mod duration;
+mod effective;
 pub mod error;
+mod output;
+pub mod types;
+mod validation;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
 
 pub use catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
+pub use duration::GoDuration;
 pub use error::FieldError;
+pub use output::{profile_plugin_config, profile_plugins, to_v1_yaml, validate_file_output};
+pub use types::{
+    ApiVersion, ClientConnection, Config, EffectivePlugin, EffectiveProfile,
+    KubeSchedulerConfiguration, KubeSchedulerProfile, LeaderElection, Plugin, PluginConfig,
+    PluginSet, Plugins,
+};
+
+use effective::Availability;
+
+/// A loaded configuration and what the user should know about it (deprecated versions, converted
+/// plugins, settings that have no effect).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<String>,
+}
+
+/// Everything wrong with a configuration, one error per line when displayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", display_lines(.errors))]
+pub struct ConfigErrors {
+    pub errors: Vec<FieldError>,
+    /// Warnings found before the errors stopped loading (printed alongside them).
+    pub warnings: Vec<String>,
+}
+
+fn display_lines(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl ConfigErrors {
+    pub fn new(errors: Vec<FieldError>) -> Self {
+        ConfigErrors {
+            errors,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// Loads a `KubeSchedulerConfiguration` (YAML or JSON, v1 or v1beta1..v1beta3) from any bytes:
+/// decodes strictly, converts older versions to v1, fills upstream 1.36's defaults, merges and
+/// expands each profile's plugins using `catalog`, decodes every plugin's args, and validates.
+pub fn load(bytes: &[u8], catalog: &dyn PluginCatalog) -> Result<Loaded, ConfigErrors> {
+    let mut decoded = decode::decode(bytes).map_err(ConfigErrors::new)?;
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    convert::convert(&mut decoded, catalog, &mut errors, &mut warnings);
+    let mut doc = decoded.doc;
+    defaults::default_profiles(&mut doc);
+
+    let default_plugins = defaults::default_plugins(catalog);
+    let mut avail = Availability::new(catalog);
+    let profiles: Vec<EffectiveProfile> = doc
+        .profiles
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            effective::resolve_profile(
+                i,
+                p,
+                &default_plugins,
+                &mut avail,
+                &mut errors,
+                &mut warnings,
+            )
+        })
+        .collect();
+
+    let enable_profiling = doc.enable_profiling.unwrap_or(true);
+    let config = Config {
+        parallelism: doc.parallelism.unwrap_or(defaults::DEFAULT_PARALLELISM),
+        leader_election: defaults::leader_election(&doc.leader_election),
+        client_connection: defaults::client_connection(&doc.client_connection),
+        enable_profiling,
+        enable_contention_profiling: doc.enable_contention_profiling.unwrap_or(enable_profiling),
+        percentage_of_nodes_to_score: doc
+            .percentage_of_nodes_to_score
+            .unwrap_or(defaults::DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE),
+        pod_initial_backoff_seconds: doc
+            .pod_initial_backoff_seconds
+            .unwrap_or(defaults::DEFAULT_POD_INITIAL_BACKOFF_SECONDS),
+        pod_max_backoff_seconds: doc
+            .pod_max_backoff_seconds
+            .unwrap_or(defaults::DEFAULT_POD_MAX_BACKOFF_SECONDS),
+        profiles,
+        extenders: doc.extenders,
+        delay_cache_until_active: doc.delay_cache_until_active.unwrap_or(false),
+    };
+    validation::validate(&config, &mut errors);
+    warn_not_built(&config, &mut avail, &mut warnings);
+
+    let mut seen = std::collections::BTreeSet::new();
+    warnings.retain(|w| seen.insert(w.clone()));
+    if errors.is_empty() {
+        tracing::debug!(
+            profiles = config.profiles.len(),
+            warnings = warnings.len(),
+            "loaded scheduler configuration"
+        );
+        Ok(Loaded { config, warnings })
+    } else {
+        Err(ConfigErrors { errors, warnings })
+    }
+}
+
+/// Loads a document built in code (the operator's renderer) exactly as if it had been read from a file.
+pub fn load_document(
+    doc: &KubeSchedulerConfiguration,
+    catalog: &dyn PluginCatalog,
+) -> Result<Loaded, ConfigErrors> {
+    let bytes = serde_json::to_vec(doc).map_err(|e| {
+        ConfigErrors::new(vec![FieldError::new(
+            "",
+            format!("cannot serialize the configuration: {e}"),
+        )])
+    })?;
+    load(&bytes, catalog)
+}
+
+/// One warning per plugin that is enabled but not built yet, naming the profiles.
+fn warn_not_built(config: &Config, avail: &mut Availability<'_>, warnings: &mut Vec<String>) {
+    let mut by_plugin: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for profile in &config.profiles {
+        for name in profile.plugin_args.keys() {
+            by_plugin
+                .entry(name)
+                .or_default()
+                .push(&profile.scheduler_name);
+        }
+    }
+    for (name, profiles) in by_plugin {
+        if let PluginAvailability::NotBuiltYet { reason, .. } = avail.get(name) {
+            warnings.push(format!(
+                "plugin {name} (enabled in profile {}) is not built into this ksched yet: {reason}",
+                profiles.join(", ")
+            ));
+        }
+    }
+}

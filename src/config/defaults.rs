@@ -1,0 +1,283 @@
+//! Defaults as upstream 1.36's `SetDefaults_KubeSchedulerConfiguration`, the default plugin set of
+//! `pkg/scheduler/apis/config/v1/default_plugins.go` (tag v1.36.3, default feature gates) and its
+//! `mergePlugins` rules.
+
+use super::catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
+use super::duration::GoDuration;
+use super::types::{
+    ALL_PLUGINS, ClientConnection, ClientConnectionConfiguration, DEFAULT_SCHEDULER_NAME,
+    KubeSchedulerConfiguration, KubeSchedulerProfile, LeaderElection, LeaderElectionConfiguration,
+    Plugin, PluginSet, Plugins,
+};
+
+pub const DEFAULT_PARALLELISM: i32 = 16;
+/// `config.DefaultPercentageOfNodesToScore`: 0 means adaptive.
+pub const DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE: i32 = 0;
+pub const DEFAULT_POD_INITIAL_BACKOFF_SECONDS: i64 = 1;
+pub const DEFAULT_POD_MAX_BACKOFF_SECONDS: i64 = 10;
+pub const DEFAULT_LEASE_DURATION: GoDuration = GoDuration::from_secs(15);
+pub const DEFAULT_RENEW_DEADLINE: GoDuration = GoDuration::from_secs(10);
+pub const DEFAULT_RETRY_PERIOD: GoDuration = GoDuration::from_secs(2);
+pub const DEFAULT_RESOURCE_LOCK: &str = "leases";
+pub const DEFAULT_RESOURCE_NAME: &str = "kube-scheduler";
+pub const DEFAULT_RESOURCE_NAMESPACE: &str = "kube-system";
+pub const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub const DEFAULT_QPS: f32 = 50.0;
+pub const DEFAULT_BURST: i32 = 100;
+
+/// Upstream 1.36's default plugins, all in `multiPoint`, in order, with their weights (weights are
+/// used at score only). With 1.36's default feature gates: DynamicResourceAllocation (GA, locked on)
+/// inserts DynamicResources (weight 2) before DefaultPreemption; NodeDeclaredFeatures (beta, on)
+/// appends NodeDeclaredFeatures; GangScheduling and TopologyAwareWorkloadScheduling are alpha, off.
+pub const DEFAULT_MULTI_POINT: [(&str, Option<i32>); 20] = [
+    ("SchedulingGates", None),
+    ("PrioritySort", None),
+    ("NodeUnschedulable", None),
+    ("NodeName", None),
+    ("TaintToleration", Some(3)),
+    ("NodeAffinity", Some(2)),
+    ("NodePorts", None),
+    ("NodeResourcesFit", Some(1)),
+    ("VolumeRestrictions", None),
+    ("NodeVolumeLimits", None),
+    ("VolumeBinding", None),
+    ("VolumeZone", None),
+    ("PodTopologySpread", Some(2)),
+    ("InterPodAffinity", Some(2)),
+    ("DynamicResources", Some(2)),
+    ("DefaultPreemption", None),
+    ("NodeResourcesBalancedAllocation", Some(1)),
+    ("ImageLocality", Some(1)),
+    ("DefaultBinder", None),
+    ("NodeDeclaredFeatures", None),
+];
+
+/// The default `plugins` of a profile (`getDefaultPlugins`), leaving out plugins the catalog does
+/// not know at all (logged: a registry should at least list upstream's defaults as not built yet).
+pub fn default_plugins(catalog: &dyn PluginCatalog) -> Plugins {
+    let mut plugins = Plugins::default();
+    for (name, weight) in DEFAULT_MULTI_POINT {
+        if matches!(catalog.availability(name), PluginAvailability::Unknown) {
+            tracing::warn!(
+                plugin = name,
+                "default plugin unknown to the plugin catalog; left out of the defaults"
+            );
+            continue;
+        }
+        plugins.multi_point.enabled.push(Plugin {
+            name: name.to_string(),
+            weight,
+        });
+    }
+    plugins
+}
+
+/// `mergePluginSet`: the user's `disabled` removes defaults (`"*"` all of them); a default the user
+/// enables again keeps its place and takes the user's entry (weight); other user plugins are appended.
+pub fn merge_plugin_set(defaults: &PluginSet, custom: &PluginSet) -> PluginSet {
+    let mut disabled: Vec<Plugin> = custom
+        .disabled
+        .iter()
+        .map(|p| Plugin::named(p.name.clone()))
+        .collect();
+    disabled.extend(
+        defaults
+            .disabled
+            .iter()
+            .map(|p| Plugin::named(p.name.clone())),
+    );
+    let is_disabled = |name: &str| disabled.iter().any(|p| p.name == name);
+    let mut replaced = vec![false; custom.enabled.len()];
+    let mut enabled = Vec::new();
+    if !is_disabled(ALL_PLUGINS) {
+        for default in &defaults.enabled {
+            if is_disabled(&default.name) {
+                continue;
+            }
+            // Like upstream's map from name to entry, the last user entry of a name wins.
+            match custom.enabled.iter().rposition(|p| p.name == default.name) {
+                Some(index) => {
+                    replaced[index] = true;
+                    enabled.push(custom.enabled[index].clone());
+                }
+                None => enabled.push(default.clone()),
+            }
+        }
+    }
+    enabled.extend(
+        custom
+            .enabled
+            .iter()
+            .zip(&replaced)
+            .filter(|(_, replaced)| !**replaced)
+            .map(|(p, _)| p.clone()),
+    );
+    PluginSet { enabled, disabled }
+}
+
+/// `mergePlugins` for every extension point and `multiPoint`.
+pub fn merge_plugins(defaults: &Plugins, custom: Option<&Plugins>) -> Plugins {
+    let Some(custom) = custom else {
+        return defaults.clone();
+    };
+    let mut merged = Plugins {
+        multi_point: merge_plugin_set(&defaults.multi_point, &custom.multi_point),
+        placement_generate: merge_plugin_set(
+            &defaults.placement_generate,
+            &custom.placement_generate,
+        ),
+        placement_score: merge_plugin_set(&defaults.placement_score, &custom.placement_score),
+        ..Plugins::default()
+    };
+    for point in ExtensionPoint::ALL {
+        *merged.get_mut(point) = merge_plugin_set(defaults.get(point), custom.get(point));
+    }
+    merged
+}
+
+/// When there is no profile, one; a single profile without a name is `default-scheduler`.
+pub fn default_profiles(doc: &mut KubeSchedulerConfiguration) {
+    if doc.profiles.is_empty() {
+        doc.profiles.push(KubeSchedulerProfile::default());
+    }
+    if doc.profiles.len() == 1 && doc.profiles[0].scheduler_name.is_none() {
+        doc.profiles[0].scheduler_name = Some(DEFAULT_SCHEDULER_NAME.to_string());
+    }
+}
+
+fn non_empty(s: &Option<String>, default: &str) -> String {
+    match s {
+        Some(s) if !s.is_empty() => s.clone(),
+        _ => default.to_string(),
+    }
+}
+
+fn non_zero(d: Option<GoDuration>, default: GoDuration) -> GoDuration {
+    match d {
+        Some(d) if !d.is_zero() => d,
+        _ => default,
+    }
+}
+
+/// Leader election with upstream's defaults (an empty or zero value takes the default, as in Go).
+pub fn leader_election(le: &LeaderElectionConfiguration) -> LeaderElection {
+    LeaderElection {
+        leader_elect: le.leader_elect.unwrap_or(true),
+        lease_duration: non_zero(le.lease_duration, DEFAULT_LEASE_DURATION),
+        renew_deadline: non_zero(le.renew_deadline, DEFAULT_RENEW_DEADLINE),
+        retry_period: non_zero(le.retry_period, DEFAULT_RETRY_PERIOD),
+        resource_lock: non_empty(&le.resource_lock, DEFAULT_RESOURCE_LOCK),
+        resource_name: non_empty(&le.resource_name, DEFAULT_RESOURCE_NAME),
+        resource_namespace: non_empty(&le.resource_namespace, DEFAULT_RESOURCE_NAMESPACE),
+    }
+}
+
+/// Client connection with the scheduler's own defaults (QPS 50, burst 100, protobuf).
+pub fn client_connection(cc: &ClientConnectionConfiguration) -> ClientConnection {
+    ClientConnection {
+        kubeconfig: cc.kubeconfig.clone().unwrap_or_default(),
+        accept_content_types: cc.accept_content_types.clone().unwrap_or_default(),
+        content_type: non_empty(&cc.content_type, DEFAULT_CONTENT_TYPE),
+        qps: match cc.qps {
+            Some(q) if q != 0.0 => q,
+            _ => DEFAULT_QPS,
+        },
+        burst: match cc.burst {
+            Some(b) if b != 0 => b,
+            _ => DEFAULT_BURST,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(set: &PluginSet) -> Vec<(&str, Option<i32>)> {
+        set.enabled
+            .iter()
+            .map(|p| (p.name.as_str(), p.weight))
+            .collect()
+    }
+
+    fn set(enabled: &[(&str, Option<i32>)], disabled: &[&str]) -> PluginSet {
+        PluginSet {
+            enabled: enabled
+                .iter()
+                .map(|(n, w)| Plugin {
+                    name: n.to_string(),
+                    weight: *w,
+                })
+                .collect(),
+            disabled: disabled.iter().map(|n| Plugin::named(*n)).collect(),
+        }
+    }
+
+    #[test]
+    fn merge_disabled_removes_defaults() {
+        let defaults = set(&[("A", None), ("B", None), ("C", None)], &[]);
+        let merged = merge_plugin_set(&defaults, &set(&[], &["B"]));
+        assert_eq!(names(&merged), vec![("A", None), ("C", None)]);
+        assert_eq!(merged.disabled, vec![Plugin::named("B")]);
+    }
+
+    #[test]
+    fn merge_star_disables_all_defaults() {
+        let defaults = set(&[("A", None), ("B", None)], &[]);
+        let merged = merge_plugin_set(&defaults, &set(&[("X", Some(2))], &["*"]));
+        assert_eq!(names(&merged), vec![("X", Some(2))]);
+    }
+
+    #[test]
+    fn merge_reenabled_default_keeps_place_and_takes_weight() {
+        let defaults = set(&[("A", Some(1)), ("B", Some(1)), ("C", Some(1))], &[]);
+        let merged = merge_plugin_set(&defaults, &set(&[("Custom", None), ("B", Some(5))], &[]));
+        assert_eq!(
+            names(&merged),
+            vec![
+                ("A", Some(1)),
+                ("B", Some(5)),
+                ("C", Some(1)),
+                ("Custom", None)
+            ]
+        );
+    }
+
+    #[test]
+    fn merge_custom_plugins_appended_in_order() {
+        let defaults = set(&[("A", None)], &[]);
+        let merged = merge_plugin_set(&defaults, &set(&[("Y", None), ("X", None)], &[]));
+        assert_eq!(names(&merged), vec![("A", None), ("Y", None), ("X", None)]);
+    }
+
+    #[test]
+    fn defaults_like_upstream() {
+        let le = leader_election(&LeaderElectionConfiguration::default());
+        assert_eq!(
+            le,
+            LeaderElection {
+                leader_elect: true,
+                lease_duration: GoDuration::from_secs(15),
+                renew_deadline: GoDuration::from_secs(10),
+                retry_period: GoDuration::from_secs(2),
+                resource_lock: "leases".to_string(),
+                resource_name: "kube-scheduler".to_string(),
+                resource_namespace: "kube-system".to_string(),
+            }
+        );
+        let cc = client_connection(&ClientConnectionConfiguration {
+            qps: Some(0.0),
+            ..Default::default()
+        });
+        assert_eq!(cc.qps, 50.0);
+        assert_eq!(cc.burst, 100);
+        assert_eq!(cc.content_type, "application/vnd.kubernetes.protobuf");
+        let mut doc = KubeSchedulerConfiguration::default();
+        default_profiles(&mut doc);
+        assert_eq!(doc.profiles.len(), 1);
+        assert_eq!(
+            doc.profiles[0].scheduler_name.as_deref(),
+            Some("default-scheduler")
+        );
+    }
+}

@@ -1161,3 +1161,13 @@ fn duplicate_keys_are_errors() {
     let errs = errors(&v1("parallelism: 1\nparallelism: 2\n"));
     assert!(errs[0].reason.contains("not valid YAML"), "{errs:?}");
 }
+
+#[test]
+fn deep_nesting_is_a_clean_error() {
+    for open in ["[", "{a: ", "- "] {
+        let deep = format!("a: {}", open.repeat(100_000));
+        assert!(load(deep.as_bytes(), &TestCatalog).is_err());
+    }
+    let deep_json = format!("{{\"a\": {}", "[".repeat(100_000));
+    assert!(load(deep_json.as_bytes(), &TestCatalog).is_err());
+}

@@ -176,14 +176,13 @@ fn check_user_plugins(
 }
 
 /// `expandMultiPointPlugins`: the plugins at each extension point, in upstream's order.
+/// Problems (unknown plugins, misfits, duplicates) were reported by `check_user_plugins`; here
+/// they are skipped.
 fn expand(
-    base: &str,
     merged: &Plugins,
     avail: &mut Availability<'_>,
-    errors: &mut Vec<FieldError>,
 ) -> BTreeMap<ExtensionPoint, Vec<EffectivePlugin>> {
     let mut out = BTreeMap::new();
-    let mut multi_point_duplicates = BTreeSet::new();
     for point in ExtensionPoint::ALL {
         let specific = merged.get(point);
         // The plugins enabled at this point itself (duplicates and misfits were reported already).
@@ -214,13 +213,7 @@ fn expand(
                     continue;
                 }
                 if from_multi_point.contains(&name) {
-                    if multi_point_duplicates.insert(name.to_string()) {
-                        errors.push(FieldError::new(
-                            format!("{base}.plugins.multiPoint"),
-                            format!("plugin {name} is enabled twice in multiPoint: list it once"),
-                        ));
-                    }
-                    continue;
+                    continue; // listed twice: reported with the user's entry
                 }
                 from_multi_point.push(name);
             }
@@ -282,7 +275,7 @@ pub(crate) fn resolve_profile(
         check_user_plugins(&base, plugins, avail, errors, warnings);
     }
     let merged = merge_plugins(defaults, profile.plugins.as_ref());
-    let plugins = expand(&base, &merged, avail, errors);
+    let plugins = expand(&merged, avail);
     let scheduler_name = profile.scheduler_name.clone().unwrap_or_default();
 
     let queue_sort = &plugins[&ExtensionPoint::QueueSort];

@@ -125,6 +125,12 @@ fn assert_error(yaml: &str, path: &str, needle: &str) {
     );
 }
 
+fn v1beta3(body: &str) -> String {
+    format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: KubeSchedulerConfiguration\n{body}"
+    )
+}
+
 fn v1(body: &str) -> String {
     format!("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{body}")
 }
@@ -574,8 +580,8 @@ fn rule_plugin_enabled_once_per_point() {
         &v1(
             "profiles:\n- plugins:\n    multiPoint:\n      enabled: [{name: NetworkTraffic}, {name: NetworkTraffic}]\n",
         ),
-        "profiles[0].plugins.multiPoint",
-        "enabled twice in multiPoint",
+        "profiles[0].plugins.multiPoint.enabled[1]",
+        "enabled twice at multiPoint",
     );
 }
 
@@ -781,6 +787,24 @@ fn v1beta1_scoring_plugins_convert_to_node_resources_fit() {
         "profiles[0].plugins.score.enabled[1]",
         "cannot be enabled together with NodeResourcesMostAllocated",
     );
+}
+
+#[test]
+fn v1beta3_multi_point_and_pre_enqueue_convert() {
+    let l = ok(&v1beta3(
+        "profiles:\n- schedulerName: a\n  plugins:\n    multiPoint:\n      enabled: [{name: LeafNodeDistribution, weight: 3}]\n    preEnqueue:\n      disabled: [{name: SchedulingGates}]\n",
+    ));
+    let p = &l.config.profiles[0];
+    assert_eq!(weights(p).last(), Some(&("LeafNodeDistribution", 3)));
+    assert_eq!(
+        names(p, P::PreEnqueue),
+        ["DynamicResources", "DefaultPreemption"]
+    );
+    assert!(has_warning(
+        &l,
+        "apiVersion kubescheduler.config.k8s.io/v1beta3 is deprecated"
+    ));
+    assert_round_trip(&l.config);
 }
 
 #[test]
@@ -1024,8 +1048,6 @@ fn round_trips() {
 #[test]
 fn load_document_matches_load() {
     let doc = KubeSchedulerConfiguration {
-        api_version: Some("kubescheduler.config.k8s.io/v1".to_string()),
-        kind: Some("KubeSchedulerConfiguration".to_string()),
         profiles: vec![KubeSchedulerProfile {
             scheduler_name: Some("p".to_string()),
             plugins: Some(Plugins {
@@ -1037,7 +1059,7 @@ fn load_document_matches_load() {
             }),
             ..KubeSchedulerProfile::default()
         }],
-        ..KubeSchedulerConfiguration::default()
+        ..KubeSchedulerConfiguration::v1()
     };
     let from_doc = load_document(&doc, &TestCatalog).map(|l| l.config);
     let from_yaml = load_str(&v1(

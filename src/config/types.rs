@@ -109,6 +109,17 @@ pub struct KubeSchedulerConfiguration {
     pub delay_cache_until_active: Option<bool>,
 }
 
+impl KubeSchedulerConfiguration {
+    /// An empty `kubescheduler.config.k8s.io/v1` document: apiVersion and kind set, nothing else.
+    pub fn v1() -> Self {
+        KubeSchedulerConfiguration {
+            api_version: Some(API_VERSION_V1.to_string()),
+            kind: Some(KIND.to_string()),
+            ..Self::default()
+        }
+    }
+}
+
 /// component-base `LeaderElectionConfiguration` (v1alpha1) as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -1040,9 +1040,23 @@ fn round_trips() {
         v1(
             "profiles:\n- schedulerName: a\n  percentageOfNodesToScore: 10\n  plugins:\n    multiPoint:\n      enabled: [{name: LeafNodeTaintToleration, weight: 2}]\n      disabled: [{name: TaintToleration}]\n- schedulerName: b\n",
         ),
+        v1(
+            "clientConnection:\n  kubeconfig: \"a: b #c\"\n  contentType: \"true\"\n  acceptContentTypes: \"0x10\"\nleaderElection:\n  resourceName: \"*\"\n  resourceNamespace: \"null\"\nprofiles:\n- schedulerName: \"123\"\n  plugins:\n    score:\n      enabled: [{name: NetworkTraffic}]\n  pluginConfig:\n  - name: NetworkTraffic\n    args: {ip: \"~\", deviceName: \"- x\", nested: {list: [\"yes\", 1.5, null, {k: \"\\n\"}]}}\n",
+        ),
     ] {
-        assert_round_trip(&ok(&yaml).config);
+        let config = ok(&yaml).config;
+        assert_round_trip(&config);
+        for p in &config.profiles {
+            assert!(p.plugin_args.values().all(|a| a.is_null() || a.is_object()));
+        }
     }
+    let tricky = ok(&v1(
+        "profiles:\n- plugins:\n    score:\n      enabled: [{name: NetworkTraffic}]\n  pluginConfig:\n  - name: NetworkTraffic\n    args: {ip: \"~\"}\n",
+    ));
+    assert_eq!(
+        tricky.config.profiles[0].args("NetworkTraffic"),
+        Some(&json!({"ip": "~"}))
+    );
 }
 
 #[test]

@@ -107,7 +107,7 @@ const INVALID: &[(&str, &str, &str)] = &[
     (
         "unknown mode",
         "kind: SchedulerProfile\nmetadata: {name: bad-mode}\nspec: {mode: Sideways}",
-        "supported values: \"Deployment\", \"Embedded\"",
+        "spec.mode: Unsupported value: \"Sideways\": supported values: ",
     ),
     (
         "misspelled taint effect",
@@ -142,7 +142,7 @@ const INVALID: &[(&str, &str, &str)] = &[
     (
         "unknown placement mode",
         "kind: LeafClusterPolicy\nmetadata: {name: bad-placement}\nspec: {profiles: [a], placement: {mode: Anywhere}}",
-        "supported values: \"Mix\", \"HostOnly\", \"LeafOnly\", \"PreferHost\", \"PreferLeaf\"",
+        "spec.placement.mode: Unsupported value: \"Anywhere\": supported values: ",
     ),
 ];
 

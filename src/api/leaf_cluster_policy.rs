@@ -67,7 +67,7 @@ pub struct LeafClusterPolicySpec {
     pub manage_taint: bool,
 
     /// SchedulerProfiles that may place pods on these leaf nodes; `["*"]` means all.
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(schema_with = "super::schema::name_list")]
     #[x_kube(validation = Rule::new("!self.exists(p, p == '*') || self.size() == 1").message("profiles: '*' already means every profile; list either '*' alone or profile names"))]
     #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q == p))").message("profiles lists the same profile more than once: remove the duplicate"))]
     pub profiles: Vec<String>,

@@ -63,7 +63,7 @@ pub struct SchedulerProfileSpec {
 
     /// Arguments per plugin, as in a KubeSchedulerConfiguration profile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new("self.all(c, self.exists_one(d, d.name == c.name))").message("pluginConfig lists the same plugin more than once: merge the args into a single entry per plugin"))]
     pub plugin_config: Vec<PluginConfig>,
 
@@ -202,7 +202,7 @@ pub struct PluginSet {
 /// One plugin, by its upstream name; `weight` only matters at score.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 pub struct Plugin {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 128))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
@@ -212,7 +212,7 @@ pub struct Plugin {
 /// Args of one plugin, as `profiles[].pluginConfig[]`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 pub struct PluginConfig {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 128))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::preserve_unknown_object")]

@@ -17,3 +17,13 @@ pub fn go_duration(_: &mut SchemaGenerator) -> Schema {
         "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$",
     })
 }
+
+/// A short list of object names (DNS subdomains), bounded so CEL rules over it stay cheap.
+pub fn name_list(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 32,
+        "items": {"type": "string", "minLength": 1, "maxLength": 253},
+    })
+}

@@ -3,4 +3,6 @@
 
 pub mod api;
 pub mod config;
+pub mod framework;
+pub mod quantity;
 pub mod scheduler;

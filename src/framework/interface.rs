@@ -1,0 +1,635 @@
+//! The extension-point traits, `Status` and `Code`, and `CycleState` — modeled on upstream's
+//! `pkg/scheduler/framework/interface.go`.
+//!
+//! A plugin is one value implementing [`Plugin`]; it announces the extension points it implements
+//! through the `as_*` accessors (returning `Some(self)`), so one instance serves all of them.
+//! Scheduling-cycle extension points (PreEnqueue .. Permit) are synchronous and are called from
+//! worker threads; Filter and Score are called concurrently for many nodes, so plugins are
+//! `Send + Sync` and keep per-cycle data in the [`CycleState`], not in themselves.
+//! PreBind, Bind and PostBind are `async` (they may do API calls through the [`ApiHandle`]).
+//!
+//! [`ApiHandle`]: super::registry::ApiHandle
+
+use std::any::Any;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::types::{NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
+
+/// The highest score a Score plugin may return after NormalizeScore.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// The lowest score a Score plugin may return after NormalizeScore.
+pub const MIN_NODE_SCORE: i64 = 0;
+/// The longest a Permit plugin may make a pod wait (upstream's `maxTimeout`).
+pub const MAX_PERMIT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The outcome class of running a plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Code {
+    /// The plugin ran correctly and found the pod schedulable (or did its job).
+    #[default]
+    Success,
+    /// An internal error: the scheduling attempt fails, the pod is retried with backoff.
+    Error,
+    /// The pod does not fit, but preemption might help.
+    Unschedulable,
+    /// The pod does not fit and preemption would not help.
+    UnschedulableAndUnresolvable,
+    /// Permit: the pod waits.
+    Wait,
+    /// PreFilter/PreScore: the plugin has nothing to do for this pod; its coupled
+    /// Filter/Score is skipped. Bind: this plugin does not bind this pod.
+    Skip,
+    /// The pod waits for something outside the scheduler (like Unschedulable, but only the
+    /// plugin's own events requeue it).
+    Pending,
+}
+
+impl Code {
+    /// Upstream's `Code.String()`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Success => "Success",
+            Code::Error => "Error",
+            Code::Unschedulable => "Unschedulable",
+            Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
+            Code::Wait => "Wait",
+            Code::Skip => "Skip",
+            Code::Pending => "Pending",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The result of running a plugin: a code, human-readable reasons and the plugin that produced it.
+/// A success status allocates nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Status {
+    code: Code,
+    reasons: Vec<String>,
+    plugin: Option<Arc<str>>,
+}
+
+impl Status {
+    pub const fn success() -> Self {
+        Status {
+            code: Code::Success,
+            reasons: Vec::new(),
+            plugin: None,
+        }
+    }
+
+    /// A status with `code` and one reason (no reason when `reason` is empty).
+    pub fn new(code: Code, reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        let reasons = if reason.is_empty() {
+            Vec::new()
+        } else {
+            vec![reason]
+        };
+        Status {
+            code,
+            reasons,
+            plugin: None,
+        }
+    }
+
+    pub fn with_reasons(code: Code, reasons: Vec<String>) -> Self {
+        Status {
+            code,
+            reasons,
+            plugin: None,
+        }
+    }
+
+    pub fn code_only(code: Code) -> Self {
+        Status {
+            code,
+            reasons: Vec::new(),
+            plugin: None,
+        }
+    }
+
+    pub fn error(message: impl Into<String>) -> Self {
+        Status::new(Code::Error, message)
+    }
+
+    pub fn unschedulable(reason: impl Into<String>) -> Self {
+        Status::new(Code::Unschedulable, reason)
+    }
+
+    pub fn unresolvable(reason: impl Into<String>) -> Self {
+        Status::new(Code::UnschedulableAndUnresolvable, reason)
+    }
+
+    pub fn skip() -> Self {
+        Status::code_only(Code::Skip)
+    }
+
+    pub fn code(&self) -> Code {
+        self.code
+    }
+
+    pub fn reasons(&self) -> &[String] {
+        &self.reasons
+    }
+
+    /// The reasons joined with `", "` (upstream's `Message()`).
+    pub fn message(&self) -> String {
+        self.reasons.join(", ")
+    }
+
+    /// The plugin that returned this status, when the runtime recorded it.
+    pub fn plugin(&self) -> Option<&str> {
+        self.plugin.as_deref()
+    }
+
+    pub fn with_plugin(mut self, plugin: impl Into<Arc<str>>) -> Self {
+        self.plugin = Some(plugin.into());
+        self
+    }
+
+    pub fn set_plugin(&mut self, plugin: impl Into<Arc<str>>) {
+        self.plugin = Some(plugin.into());
+    }
+
+    pub fn append_reason(&mut self, reason: impl Into<String>) {
+        self.reasons.push(reason.into());
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.code == Code::Success
+    }
+
+    pub fn is_wait(&self) -> bool {
+        self.code == Code::Wait
+    }
+
+    pub fn is_skip(&self) -> bool {
+        self.code == Code::Skip
+    }
+
+    /// Unschedulable, UnschedulableAndUnresolvable or Pending (upstream's `IsRejected`).
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self.code,
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable | Code::Pending
+        )
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.reasons.is_empty() {
+            f.write_str(self.code.as_str())
+        } else {
+            f.write_str(&self.message())
+        }
+    }
+}
+
+/// Per-pod, per-cycle data shared between a pod's extension points.
+///
+/// Plugins store their data under a key (by convention `"PreFilter" + plugin name`). Values are
+/// `Arc`s, so cloning a `CycleState` (for preemption's what-if simulation, or for nominated pods)
+/// is cheap; a plugin that must change a value after cloning uses [`CycleState::get_mut`], which
+/// copies it first when it is shared (copy-on-write), so clones never see each other's changes.
+#[derive(Clone, Default)]
+pub struct CycleState {
+    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    skip_filter_plugins: BTreeSet<Arc<str>>,
+    skip_score_plugins: BTreeSet<Arc<str>>,
+    num_all_nodes: usize,
+}
+
+impl fmt::Debug for CycleState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut keys: Vec<&&str> = self.data.keys().collect();
+        keys.sort();
+        f.debug_struct("CycleState")
+            .field("keys", &keys)
+            .field("skip_filter_plugins", &self.skip_filter_plugins)
+            .field("skip_score_plugins", &self.skip_score_plugins)
+            .field("num_all_nodes", &self.num_all_nodes)
+            .finish()
+    }
+}
+
+impl CycleState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores `value` under `key`, replacing what was there.
+    pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
+        self.data.insert(key, Arc::new(value));
+    }
+
+    /// The value under `key`, if there is one of type `T`.
+    pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
+        self.data.get(key).and_then(|v| v.downcast_ref::<T>())
+    }
+
+    /// Mutable access to the value under `key`; copies it first when a clone of this state shares it.
+    pub fn get_mut<T: Any + Send + Sync + Clone>(&mut self, key: &'static str) -> Option<&mut T> {
+        let entry = self.data.get_mut(key)?;
+        if !entry.is::<T>() {
+            return None;
+        }
+        if Arc::get_mut(entry).is_none() {
+            let copy: T = entry.downcast_ref::<T>()?.clone();
+            *entry = Arc::new(copy);
+        }
+        Arc::get_mut(entry)?.downcast_mut::<T>()
+    }
+
+    pub fn delete(&mut self, key: &'static str) {
+        self.data.remove(key);
+    }
+
+    /// Plugins whose PreFilter returned Skip: their Filter (and PreFilter extensions) do not run.
+    pub fn skip_filter_plugins(&self) -> &BTreeSet<Arc<str>> {
+        &self.skip_filter_plugins
+    }
+
+    pub fn set_skip_filter_plugins(&mut self, plugins: BTreeSet<Arc<str>>) {
+        self.skip_filter_plugins = plugins;
+    }
+
+    /// Plugins whose PreScore returned Skip: their Score does not run.
+    pub fn skip_score_plugins(&self) -> &BTreeSet<Arc<str>> {
+        &self.skip_score_plugins
+    }
+
+    pub fn set_skip_score_plugins(&mut self, plugins: BTreeSet<Arc<str>>) {
+        self.skip_score_plugins = plugins;
+    }
+
+    /// The number of nodes in the snapshot this cycle runs against (set by the runtime before
+    /// PreFilter; upstream plugins read it from the snapshot lister).
+    pub fn num_all_nodes(&self) -> usize {
+        self.num_all_nodes
+    }
+
+    pub fn set_num_all_nodes(&mut self, n: usize) {
+        self.num_all_nodes = n;
+    }
+}
+
+/// The node names a PreFilter plugin restricts the pod to; `None` (no result) means all nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PreFilterResult {
+    /// `None`: all nodes are eligible.
+    pub node_names: Option<BTreeSet<String>>,
+}
+
+impl PreFilterResult {
+    pub fn all_nodes() -> Self {
+        PreFilterResult { node_names: None }
+    }
+
+    pub fn nodes(names: impl IntoIterator<Item = String>) -> Self {
+        PreFilterResult {
+            node_names: Some(names.into_iter().collect()),
+        }
+    }
+
+    pub fn is_all_nodes(&self) -> bool {
+        self.node_names.is_none()
+    }
+
+    /// The intersection of two results (upstream's `Merge`).
+    pub fn merge(self, other: PreFilterResult) -> PreFilterResult {
+        match (self.node_names, other.node_names) {
+            (None, n) | (n, None) => PreFilterResult { node_names: n },
+            (Some(a), Some(b)) => PreFilterResult {
+                node_names: Some(a.intersection(&b).cloned().collect()),
+            },
+        }
+    }
+}
+
+/// How a PostFilter result changes the pod's nominated node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NominatingMode {
+    /// Leave `.status.nominatedNodeName` as it is.
+    #[default]
+    Noop,
+    /// Set it to [`NominatingInfo::nominated_node_name`] (empty clears it).
+    Override,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NominatingInfo {
+    pub nominated_node_name: String,
+    pub mode: NominatingMode,
+}
+
+/// What a PostFilter plugin (preemption) decided.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PostFilterResult {
+    pub nominating_info: NominatingInfo,
+}
+
+impl PostFilterResult {
+    pub fn nominate(node: impl Into<String>) -> Self {
+        PostFilterResult {
+            nominating_info: NominatingInfo {
+                nominated_node_name: node.into(),
+                mode: NominatingMode::Override,
+            },
+        }
+    }
+}
+
+/// One node's score from one plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeScore {
+    pub name: Arc<str>,
+    pub score: i64,
+}
+
+/// Why nodes were rejected: an explicit status per node, and one status for every node not listed
+/// (those a PreFilter result excluded, or all of them when PreFilter rejected the pod).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeToStatus {
+    statuses: HashMap<String, Status>,
+    absent_nodes_status: Status,
+}
+
+impl Default for NodeToStatus {
+    fn default() -> Self {
+        // Upstream's NewDefaultNodeToStatus: absent nodes are UnschedulableAndUnresolvable.
+        NodeToStatus {
+            statuses: HashMap::new(),
+            absent_nodes_status: Status::code_only(Code::UnschedulableAndUnresolvable),
+        }
+    }
+}
+
+impl NodeToStatus {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn set(&mut self, node: impl Into<String>, status: Status) {
+        self.statuses.insert(node.into(), status);
+    }
+
+    /// The status of `node`: its explicit status, else the absent-nodes status.
+    pub fn get(&self, node: &str) -> &Status {
+        self.statuses.get(node).unwrap_or(&self.absent_nodes_status)
+    }
+
+    /// The number of nodes with an explicit status.
+    pub fn len(&self) -> usize {
+        self.statuses.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.statuses.is_empty()
+    }
+
+    pub fn explicit(&self) -> impl Iterator<Item = (&String, &Status)> {
+        self.statuses.iter()
+    }
+
+    pub fn absent_nodes_status(&self) -> &Status {
+        &self.absent_nodes_status
+    }
+
+    pub fn set_absent_nodes_status(&mut self, status: Status) {
+        self.absent_nodes_status = status;
+    }
+}
+
+/// The root interface of every plugin.
+///
+/// A plugin implements the extension-point traits it supports and returns `Some(self)` from the
+/// matching `as_*` accessors; the runtime checks them against the profile's configuration.
+pub trait Plugin: Send + Sync + 'static {
+    fn name(&self) -> &str;
+
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        None
+    }
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        None
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        None
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        None
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        None
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        None
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        None
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        None
+    }
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        None
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        None
+    }
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        None
+    }
+    fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        None
+    }
+}
+
+/// Called before a pod enters the active queue; a non-success status keeps it out
+/// (SchedulingGates).
+pub trait PreEnqueuePlugin: Plugin {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// Orders the scheduling queue. Only one QueueSort plugin may be enabled.
+pub trait QueueSortPlugin: Plugin {
+    /// Whether `a` should be scheduled before `b`.
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
+}
+
+/// Computes per-pod state before filtering; may restrict the candidate nodes.
+pub trait PreFilterPlugin: Plugin {
+    /// Returns an optional node restriction and a status. `Skip` means this plugin's Filter (and
+    /// its PreFilter extensions) are skipped for this pod.
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status);
+
+    /// AddPod/RemovePod, used to evaluate the pod with other pods added/removed (nominated pods,
+    /// preemption victims). `None` when the plugin's PreFilter state does not depend on other pods.
+    fn pre_filter_extensions(&self) -> Option<&dyn PreFilterExtensions> {
+        None
+    }
+}
+
+/// Keeps a PreFilter plugin's state in step with pods added to or removed from a node.
+pub trait PreFilterExtensions: Send + Sync {
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+}
+
+/// Decides whether the pod can run on one node. Called concurrently for many nodes.
+pub trait FilterPlugin: Plugin {
+    /// Success, Unschedulable, UnschedulableAndUnresolvable (or Error).
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Runs when no node fits (preemption).
+pub trait PostFilterPlugin: Plugin {
+    fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status);
+}
+
+/// Computes per-pod state before scoring, given the feasible nodes. `Skip` skips the plugin's Score.
+pub trait PreScorePlugin: Plugin {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Status;
+}
+
+/// Ranks feasible nodes. Called concurrently for many nodes.
+pub trait ScorePlugin: Plugin {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// Whether [`ScorePlugin::normalize_score`] does anything (upstream's `ScoreExtensions() != nil`).
+    fn has_normalize_score(&self) -> bool {
+        false
+    }
+
+    /// Rescales all nodes' scores into `0..=MAX_NODE_SCORE`.
+    fn normalize_score(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _scores: &mut [NodeScore],
+    ) -> Status {
+        Status::success()
+    }
+}
+
+/// Reserves (and releases) resources for the pod on the chosen node, in the scheduling cycle.
+pub trait ReservePlugin: Plugin {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node_name: &str) -> Status;
+    /// Must be idempotent and must not fail.
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node_name: &str);
+}
+
+/// Approves, rejects or delays (Wait, with a timeout) the binding of the pod.
+pub trait PermitPlugin: Plugin {
+    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node_name: &str) -> (Status, Duration);
+}
+
+/// Runs before binding (volume binding and the like); may do API calls.
+#[async_trait]
+pub trait PreBindPlugin: Plugin {
+    async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node_name: &str) -> Status;
+}
+
+/// Binds the pod to the node. `Skip` passes the pod on to the next Bind plugin.
+#[async_trait]
+pub trait BindPlugin: Plugin {
+    async fn bind(&self, state: &CycleState, pod: &PodInfo, node_name: &str) -> Status;
+}
+
+/// Informational, after a successful bind.
+#[async_trait]
+pub trait PostBindPlugin: Plugin {
+    async fn post_bind(&self, state: &CycleState, pod: &PodInfo, node_name: &str);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_basics() {
+        let s = Status::success();
+        assert!(s.is_success());
+        assert_eq!(s.message(), "");
+        let s = Status::with_reasons(Code::Unschedulable, vec!["a".into(), "b".into()])
+            .with_plugin("P");
+        assert!(s.is_rejected());
+        assert_eq!(s.message(), "a, b");
+        assert_eq!(s.plugin(), Some("P"));
+        assert!(Status::code_only(Code::Pending).is_rejected());
+        assert!(!Status::error("x").is_rejected());
+        assert!(Status::new(Code::Error, "").reasons().is_empty());
+    }
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Counter(u32);
+
+    #[test]
+    fn cycle_state_copy_on_write() {
+        let mut a = CycleState::new();
+        a.write("k", Counter(1));
+        let mut b = a.clone();
+        if let Some(c) = b.get_mut::<Counter>("k") {
+            c.0 = 2;
+        }
+        assert_eq!(a.read::<Counter>("k"), Some(&Counter(1)));
+        assert_eq!(b.read::<Counter>("k"), Some(&Counter(2)));
+        // Wrong type: nothing.
+        assert!(a.read::<u32>("k").is_none());
+        assert!(a.get_mut::<u32>("k").is_none());
+        a.delete("k");
+        assert!(a.read::<Counter>("k").is_none());
+    }
+
+    #[test]
+    fn pre_filter_result_merge() {
+        let all = PreFilterResult::all_nodes();
+        let ab = PreFilterResult::nodes(["a".to_string(), "b".to_string()]);
+        let bc = PreFilterResult::nodes(["b".to_string(), "c".to_string()]);
+        assert_eq!(all.clone().merge(all.clone()), all);
+        assert_eq!(all.clone().merge(ab.clone()), ab);
+        assert_eq!(ab.merge(bc), PreFilterResult::nodes(["b".to_string()]));
+    }
+}

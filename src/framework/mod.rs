@@ -1,0 +1,43 @@
+//! The embedded scheduling framework core — pure: data in, data out; no I/O, no `kube::Client`.
+//!
+//! - [`interface`]: extension-point traits, [`interface::Status`] and [`interface::Code`],
+//!   [`interface::CycleState`].
+//! - [`types`]: [`types::PodInfo`], [`types::NodeInfo`], [`types::Resource`] arithmetic and the
+//!   incrementally updated [`types::Snapshot`].
+//! - [`registry`]: plugin name -> factory(args, [`registry::Handle`]); the [`registry::ApiHandle`]
+//!   trait the scheduler implements for the few API calls plugins make; implements the
+//!   configuration's `PluginCatalog`.
+//! - [`args`]: strict args decoding (unknown fields are errors with their path), defaults,
+//!   validation.
+//! - [`runtime`]: [`runtime::Framework`] — one profile's plugins run per extension point with
+//!   upstream's semantics.
+//! - [`schedule`]: the pure find-nodes-that-fit / prioritize / select-host pipeline and
+//!   [`schedule::FitError`] with upstream's message.
+//! - [`waiting_pods`]: pods waiting at Permit.
+//! - [`plugins`]: the in-tree plugins, one module each.
+//!
+//! A typical scheduling cycle, as `scheduler/` drives it:
+//!
+//! ```text
+//! let fwk = Framework::new(&profile_spec, &Registry::in_tree(), handle)?;
+//! let mut state = CycleState::new();
+//! match algorithm.schedule_pod(&fwk, &mut state, &pod_info, &snapshot) {
+//!     Ok(r) => { assume; fwk.run_reserve_plugins_reserve(..); fwk.run_permit_plugins(..);
+//!                (binding cycle, async) fwk.wait_on_permit(..).await; run_pre_bind_plugins;
+//!                run_bind_plugins; run_post_bind_plugins }
+//!     Err(ScheduleError::Fit(mut e)) => { fwk.run_post_filter_plugins(..);
+//!                e.set_post_filter_message(..); report e.to_string() }
+//!     Err(other) => { retry with backoff }
+//! }
+//! ```
+
+pub mod args;
+pub mod interface;
+pub mod plugins;
+pub mod registry;
+pub mod runtime;
+pub mod schedule;
+#[cfg(test)]
+pub mod testing;
+pub mod types;
+pub mod waiting_pods;

@@ -1,0 +1,74 @@
+//! DefaultBinder: binds the pod through the API handle (the `pods/binding` subresource).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{BindPlugin, CycleState, Plugin, Status};
+use crate::framework::registry::{ApiHandle, PluginRegistration};
+use crate::framework::types::PodInfo;
+
+pub struct DefaultBinder {
+    api: Arc<dyn ApiHandle>,
+}
+
+impl DefaultBinder {
+    pub fn new(api: Arc<dyn ApiHandle>) -> DefaultBinder {
+        DefaultBinder { api }
+    }
+}
+
+impl Plugin for DefaultBinder {
+    fn name(&self) -> &str {
+        names::DEFAULT_BINDER
+    }
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl BindPlugin for DefaultBinder {
+    async fn bind(&self, _state: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
+        tracing::debug!(pod = %pod.key(), node = node_name, "binding pod");
+        match self.api.bind(pod, node_name).await {
+            Ok(()) => Status::success(),
+            Err(e) => Status::error(e.to_string()),
+        }
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(&[ExtensionPoint::Bind], no_args, |_, handle| {
+        Ok(Arc::new(DefaultBinder::new(handle.api.clone())))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::interface::Code;
+    use crate::framework::registry::{ApiError, RecordingApi};
+    use crate::framework::testing::PodBuilder;
+
+    #[tokio::test]
+    async fn binds_through_the_api() {
+        let api = Arc::new(RecordingApi::default());
+        let b = DefaultBinder::new(api.clone());
+        let pod = PodBuilder::new("p").info();
+        let s = b.bind(&CycleState::new(), &pod, "n1").await;
+        assert!(s.is_success());
+        assert_eq!(
+            api.bindings.lock().clone(),
+            vec![("default/p".to_string(), "n1".to_string())]
+        );
+
+        *api.fail_bind.lock() = Some(ApiError::Conflict("pod already bound".into()));
+        let s = b.bind(&CycleState::new(), &pod, "n1").await;
+        assert_eq!(s.code(), Code::Error);
+        assert_eq!(s.message(), "conflict: pod already bound");
+    }
+}

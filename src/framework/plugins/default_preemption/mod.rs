@@ -1,0 +1,84 @@
+//! DefaultPreemption — built in the issue "affinity, topology spread, volumes and preemption"; for
+//! now its args.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::FieldError;
+use crate::framework::args::{PluginArgs, invalid};
+
+/// Upstream's `DefaultPreemptionArgs`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct DefaultPreemptionArgs {
+    pub min_candidate_nodes_percentage: Option<i32>,
+    pub min_candidate_nodes_absolute: Option<i32>,
+}
+
+impl PluginArgs for DefaultPreemptionArgs {
+    const KIND: &'static str = "DefaultPreemptionArgs";
+
+    fn set_defaults(&mut self) {
+        self.min_candidate_nodes_percentage.get_or_insert(10);
+        self.min_candidate_nodes_absolute.get_or_insert(100);
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        let p = self.min_candidate_nodes_percentage.unwrap_or(10);
+        let a = self.min_candidate_nodes_absolute.unwrap_or(100);
+        let mut errs = Vec::new();
+        if !(0..=100).contains(&p) {
+            errs.push(invalid(
+                "minCandidateNodesPercentage",
+                p,
+                "not in valid range [0, 100]",
+            ));
+        }
+        if a < 0 {
+            errs.push(invalid(
+                "minCandidateNodesAbsolute",
+                a,
+                "not in valid range [0, inf)",
+            ));
+        }
+        if p == 0 && a == 0 {
+            errs.push(invalid(
+                "minCandidateNodesPercentage",
+                p,
+                "cannot be zero at the same time as minCandidateNodesAbsolute",
+            ));
+            errs.push(invalid(
+                "minCandidateNodesAbsolute",
+                a,
+                "cannot be zero at the same time as minCandidateNodesPercentage",
+            ));
+        }
+        errs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::args::decode;
+    use serde_json::json;
+
+    #[test]
+    fn args() {
+        assert_eq!(
+            decode::<DefaultPreemptionArgs>(None),
+            Ok(json!({"minCandidateNodesPercentage": 10, "minCandidateNodesAbsolute": 100}))
+        );
+        assert_eq!(
+            decode::<DefaultPreemptionArgs>(Some(&json!({"minCandidateNodesPercentage": 0}))),
+            Ok(json!({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 100}))
+        );
+        let e = decode::<DefaultPreemptionArgs>(Some(
+            &json!({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 0}),
+        ))
+        .unwrap_err();
+        assert_eq!(e.len(), 2);
+        let e = decode::<DefaultPreemptionArgs>(Some(&json!({"minCandidateNodesPercentage": 101})))
+            .unwrap_err();
+        assert_eq!(e[0].path, "minCandidateNodesPercentage");
+    }
+}

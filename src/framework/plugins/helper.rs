@@ -1,0 +1,299 @@
+//! Helpers shared by several plugins: taint/toleration matching, node selector matching, score
+//! normalization.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+
+use crate::framework::interface::{MAX_NODE_SCORE, NodeScore};
+
+/// Whether `t` tolerates `taint` (upstream's `Toleration.ToleratesTaint`; the alpha Gt/Lt
+/// operators are off, as in upstream's default).
+pub fn toleration_tolerates_taint(t: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = t.effect.as_deref()
+        && !effect.is_empty()
+        && effect != taint.effect
+    {
+        return false;
+    }
+    if let Some(key) = t.key.as_deref()
+        && !key.is_empty()
+        && key != taint.key
+    {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+pub fn tolerations_tolerate_taint(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations
+        .iter()
+        .any(|t| toleration_tolerates_taint(t, taint))
+}
+
+/// The first taint (passing `filter`) that no toleration tolerates.
+pub fn find_matching_untolerated_taint<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+    filter: impl Fn(&Taint) -> bool,
+) -> Option<&'a Taint> {
+    taints
+        .iter()
+        .filter(|t| filter(t))
+        .find(|t| !tolerations_tolerate_taint(tolerations, t))
+}
+
+/// Upstream's `DefaultNormalizeScore`: scales scores so the highest becomes `max_priority`
+/// (reversed: `max_priority - score`). All zero stays zero (or all `max_priority` when reversed).
+pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [NodeScore]) {
+    let max_count = scores.iter().map(|s| s.score).max().unwrap_or(0);
+    if max_count == 0 {
+        if reverse {
+            for s in scores.iter_mut() {
+                s.score = max_priority;
+            }
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let mut v = max_priority * s.score / max_count;
+        if reverse {
+            v = max_priority - v;
+        }
+        s.score = v;
+    }
+}
+
+/// `DefaultNormalizeScore` with `MAX_NODE_SCORE`.
+pub fn normalize_to_max(reverse: bool, scores: &mut [NodeScore]) {
+    default_normalize_score(MAX_NODE_SCORE, reverse, scores)
+}
+
+/// Node selector term matching for node affinity (upstream's `nodeaffinity` helper): a term
+/// matches when all its expressions and fields match; an empty term matches nothing.
+pub fn node_selector_term_matches(
+    term: &NodeSelectorTerm,
+    labels: Option<&BTreeMap<String, String>>,
+    node_name: &str,
+) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+    let fields = term.match_fields.as_deref().unwrap_or(&[]);
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    exprs.iter().all(|r| requirement_matches(r, labels))
+        && fields
+            .iter()
+            .all(|r| field_requirement_matches(r, node_name))
+}
+
+/// Whether any term matches (terms are ORed).
+pub fn node_selector_terms_match(
+    terms: &[NodeSelectorTerm],
+    labels: Option<&BTreeMap<String, String>>,
+    node_name: &str,
+) -> bool {
+    terms
+        .iter()
+        .any(|t| node_selector_term_matches(t, labels, node_name))
+}
+
+fn requirement_matches(
+    r: &NodeSelectorRequirement,
+    labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let value = labels.and_then(|l| l.get(&r.key));
+    let values = r.values.as_deref().unwrap_or(&[]);
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            // Exactly one integer value; the label must parse as an integer too.
+            let [bound] = values else { return false };
+            let (Ok(bound), Some(Ok(v))) = (bound.parse::<i64>(), value.map(|v| v.parse::<i64>()))
+            else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// `matchFields` supports only `metadata.name` with In/NotIn.
+fn field_requirement_matches(r: &NodeSelectorRequirement, node_name: &str) -> bool {
+    if r.key != "metadata.name" {
+        return false;
+    }
+    let values = r.values.as_deref().unwrap_or(&[]);
+    match r.operator.as_str() {
+        "In" => values.len() == 1 && values[0] == node_name,
+        "NotIn" => values.len() == 1 && values[0] != node_name,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::term;
+    use std::sync::Arc;
+
+    fn taint(k: &str, v: &str, e: &str) -> Taint {
+        Taint {
+            key: k.into(),
+            value: (!v.is_empty()).then(|| v.into()),
+            effect: e.into(),
+            time_added: None,
+        }
+    }
+
+    fn tol(k: &str, op: &str, v: &str, e: &str) -> Toleration {
+        Toleration {
+            key: (!k.is_empty()).then(|| k.into()),
+            operator: (!op.is_empty()).then(|| op.into()),
+            value: (!v.is_empty()).then(|| v.into()),
+            effect: (!e.is_empty()).then(|| e.into()),
+            toleration_seconds: None,
+        }
+    }
+
+    #[test]
+    fn tolerates() {
+        let t = taint("foo", "bar", "NoSchedule");
+        let cases = [
+            (
+                "equal key value effect",
+                tol("foo", "Equal", "bar", "NoSchedule"),
+                true,
+            ),
+            (
+                "empty operator means Equal",
+                tol("foo", "", "bar", "NoSchedule"),
+                true,
+            ),
+            (
+                "value differs",
+                tol("foo", "Equal", "baz", "NoSchedule"),
+                false,
+            ),
+            (
+                "exists on key",
+                tol("foo", "Exists", "", "NoSchedule"),
+                true,
+            ),
+            (
+                "empty effect matches all effects",
+                tol("foo", "Exists", "", ""),
+                true,
+            ),
+            (
+                "effect differs",
+                tol("foo", "Exists", "", "NoExecute"),
+                false,
+            ),
+            (
+                "empty key + exists tolerates everything",
+                tol("", "Exists", "", ""),
+                true,
+            ),
+            ("key differs", tol("other", "Exists", "", ""), false),
+            ("unknown operator", tol("foo", "Gt", "1", ""), false),
+        ];
+        for (name, tl, want) in cases {
+            assert_eq!(toleration_tolerates_taint(&tl, &t), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn selector_terms() {
+        let labels: BTreeMap<String, String> = [
+            ("zone".to_string(), "a".to_string()),
+            ("cores".to_string(), "8".to_string()),
+        ]
+        .into();
+        let l = Some(&labels);
+        let cases: Vec<(&str, NodeSelectorTerm, bool)> = vec![
+            ("In", term(&[("zone", "In", &["a", "b"])], &[]), true),
+            ("In miss", term(&[("zone", "In", &["b"])], &[]), false),
+            ("NotIn", term(&[("zone", "NotIn", &["b"])], &[]), true),
+            (
+                "NotIn absent key",
+                term(&[("rack", "NotIn", &["b"])], &[]),
+                true,
+            ),
+            ("Exists", term(&[("zone", "Exists", &[])], &[]), true),
+            (
+                "DoesNotExist",
+                term(&[("zone", "DoesNotExist", &[])], &[]),
+                false,
+            ),
+            ("Gt", term(&[("cores", "Gt", &["4"])], &[]), true),
+            ("Gt equal", term(&[("cores", "Gt", &["8"])], &[]), false),
+            ("Lt", term(&[("cores", "Lt", &["16"])], &[]), true),
+            (
+                "Gt non-integer label",
+                term(&[("zone", "Gt", &["1"])], &[]),
+                false,
+            ),
+            (
+                "all expressions ANDed",
+                term(&[("zone", "In", &["a"]), ("cores", "Lt", &["2"])], &[]),
+                false,
+            ),
+            (
+                "matchFields name",
+                term(&[], &[("metadata.name", "In", &["n1"])]),
+                true,
+            ),
+            (
+                "matchFields other name",
+                term(&[], &[("metadata.name", "In", &["n2"])]),
+                false,
+            ),
+            (
+                "matchFields NotIn",
+                term(&[], &[("metadata.name", "NotIn", &["n2"])]),
+                true,
+            ),
+            ("empty term matches nothing", term(&[], &[]), false),
+        ];
+        for (name, t, want) in cases {
+            assert_eq!(node_selector_term_matches(&t, l, "n1"), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn normalize() {
+        let mk = |v: &[i64]| -> Vec<NodeScore> {
+            v.iter()
+                .map(|s| NodeScore {
+                    name: Arc::from("n"),
+                    score: *s,
+                })
+                .collect()
+        };
+        let mut s = mk(&[1, 2, 4]);
+        default_normalize_score(100, false, &mut s);
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), [25, 50, 100]);
+        let mut s = mk(&[1, 2, 4]);
+        default_normalize_score(100, true, &mut s);
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), [75, 50, 0]);
+        let mut s = mk(&[0, 0]);
+        default_normalize_score(100, true, &mut s);
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), [100, 100]);
+        let mut s = mk(&[0, 0]);
+        default_normalize_score(100, false, &mut s);
+        assert_eq!(s.iter().map(|x| x.score).collect::<Vec<_>>(), [0, 0]);
+    }
+}

@@ -1,0 +1,140 @@
+//! The in-tree plugins, one module each (args, logic and table tests together), and their
+//! registration.
+
+pub mod coscheduling;
+pub mod default_binder;
+pub mod default_preemption;
+pub mod helper;
+pub mod inter_pod_affinity;
+pub mod leaf;
+pub mod names;
+pub mod network_traffic;
+pub mod node_name;
+pub mod node_unschedulable;
+pub mod pod_topology_spread;
+pub mod priority_sort;
+pub mod scheduling_gates;
+pub mod taint_toleration;
+pub mod volume_binding;
+
+use crate::config::ExtensionPoint::{self, *};
+use crate::framework::args::{decode, no_args};
+use crate::framework::registry::{PluginRegistration, Registry};
+
+const LATER_ISSUE: &str = "built in the issue 'affinity, topology spread, volumes and preemption'";
+
+/// Registers every in-tree plugin (built or not yet) into `r`.
+pub fn register_in_tree(r: &mut Registry) {
+    let built: Vec<(&str, PluginRegistration)> = vec![
+        (names::PRIORITY_SORT, priority_sort::registration()),
+        (names::SCHEDULING_GATES, scheduling_gates::registration()),
+        (names::NODE_NAME, node_name::registration()),
+        (
+            names::NODE_UNSCHEDULABLE,
+            node_unschedulable::registration(),
+        ),
+        (names::DEFAULT_BINDER, default_binder::registration()),
+        (names::TAINT_TOLERATION, taint_toleration::registration()),
+    ];
+    for (name, reg) in built {
+        if let Err(e) = r.register(name, reg) {
+            tracing::error!(error = %e, "registering in-tree plugin");
+        }
+    }
+
+    let later = "built in a later issue";
+    let not_built: Vec<(&str, &[ExtensionPoint], &str, super::registry::ArgsDecoder)> = vec![
+        (
+            names::INTER_POD_AFFINITY,
+            &[PreFilter, Filter, PreScore, Score],
+            LATER_ISSUE,
+            arc(decode::<inter_pod_affinity::InterPodAffinityArgs>),
+        ),
+        (
+            names::POD_TOPOLOGY_SPREAD,
+            &[PreFilter, Filter, PreScore, Score],
+            LATER_ISSUE,
+            arc(decode::<pod_topology_spread::PodTopologySpreadArgs>),
+        ),
+        (
+            names::VOLUME_BINDING,
+            &[PreFilter, Filter, Reserve, PreBind, PreScore, Score],
+            LATER_ISSUE,
+            arc(decode::<volume_binding::VolumeBindingArgs>),
+        ),
+        (
+            names::VOLUME_RESTRICTIONS,
+            &[PreFilter, Filter],
+            LATER_ISSUE,
+            arc(no_args),
+        ),
+        (
+            names::VOLUME_ZONE,
+            &[PreFilter, Filter],
+            LATER_ISSUE,
+            arc(no_args),
+        ),
+        (
+            names::NODE_VOLUME_LIMITS,
+            &[PreFilter, Filter],
+            LATER_ISSUE,
+            arc(no_args),
+        ),
+        (
+            names::DEFAULT_PREEMPTION,
+            &[PostFilter],
+            LATER_ISSUE,
+            arc(decode::<default_preemption::DefaultPreemptionArgs>),
+        ),
+        (
+            names::DYNAMIC_RESOURCES,
+            &[
+                PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score, Reserve, PreBind,
+            ],
+            "DynamicResources is not supported yet by ksched; disable it",
+            arc(no_args),
+        ),
+        (
+            names::LEAF_NODE_TAINT_TOLERATION,
+            &[Filter, PreScore, Score],
+            later,
+            arc(no_args),
+        ),
+        (
+            names::LEAF_NODE_VOLUME_BINDING,
+            &[PreFilter, Filter, Reserve, PreBind],
+            later,
+            arc(decode::<leaf::LeafNodeVolumeBindingArgs>),
+        ),
+        (
+            names::LEAF_NODE_DISTRIBUTION,
+            &[Filter, Score],
+            later,
+            arc(no_args),
+        ),
+        (
+            names::COSCHEDULING,
+            &[QueueSort, PreFilter, PostFilter, Reserve, Permit],
+            later,
+            arc(decode::<coscheduling::CoschedulingArgs>),
+        ),
+        (
+            names::NETWORK_TRAFFIC,
+            &[Score],
+            later,
+            arc(decode::<network_traffic::NetworkTrafficArgs>),
+        ),
+    ];
+    for (name, eps, reason, dec) in not_built {
+        let d = dec.clone();
+        if let Err(e) = r.register_not_built(name, eps, reason, move |a| d(a)) {
+            tracing::error!(error = %e, "registering in-tree plugin");
+        }
+    }
+}
+
+fn arc(
+    f: fn(Option<&serde_json::Value>) -> Result<serde_json::Value, Vec<crate::config::FieldError>>,
+) -> super::registry::ArgsDecoder {
+    std::sync::Arc::new(f)
+}

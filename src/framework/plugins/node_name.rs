@@ -1,0 +1,82 @@
+//! NodeName: a pod with `spec.nodeName` set fits only that node.
+
+use std::sync::Arc;
+
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{CycleState, FilterPlugin, Plugin, Status};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::{NodeInfo, PodInfo};
+
+pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
+
+#[derive(Debug, Default)]
+pub struct NodeName;
+
+impl Plugin for NodeName {
+    fn name(&self) -> &str {
+        names::NODE_NAME
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+/// Whether the pod may run on `node` as far as `spec.nodeName` is concerned.
+pub fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {
+    let want = pod.node_name();
+    want.is_empty() || want == node.name()
+}
+
+impl FilterPlugin for NodeName {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if fits(pod, node) {
+            Status::success()
+        } else {
+            Status::unresolvable(ERR_REASON)
+        }
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(&[ExtensionPoint::Filter], no_args, |_, _| {
+        Ok(Arc::new(NodeName))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::interface::Code;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn filter() {
+        let node = NodeBuilder::new("foo").info(vec![]);
+        let cases = [
+            (
+                "no host specified",
+                PodBuilder::new("p").info(),
+                Code::Success,
+            ),
+            (
+                "host matches",
+                PodBuilder::new("p").node("foo").info(),
+                Code::Success,
+            ),
+            (
+                "host doesn't match",
+                PodBuilder::new("p").node("bar").info(),
+                Code::UnschedulableAndUnresolvable,
+            ),
+        ];
+        for (name, pod, want) in cases {
+            let s = NodeName.filter(&CycleState::new(), &pod, &node);
+            assert_eq!(s.code(), want, "{name}");
+            if want != Code::Success {
+                assert_eq!(s.message(), ERR_REASON);
+            }
+        }
+    }
+}

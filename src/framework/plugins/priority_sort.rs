@@ -1,0 +1,61 @@
+//! PrioritySort: the queue orders pods by priority (higher first), then by queue timestamp.
+
+use std::sync::Arc;
+
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{Plugin, QueueSortPlugin};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::QueuedPodInfo;
+
+#[derive(Debug, Default)]
+pub struct PrioritySort;
+
+impl Plugin for PrioritySort {
+    fn name(&self) -> &str {
+        names::PRIORITY_SORT
+    }
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        Some(self)
+    }
+}
+
+impl QueueSortPlugin for PrioritySort {
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        let (p1, p2) = (a.pod_info.priority(), b.pod_info.priority());
+        p1 > p2 || (p1 == p2 && a.timestamp < b.timestamp)
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(&[ExtensionPoint::QueueSort], no_args, |_, _| {
+        Ok(Arc::new(PrioritySort))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::PodBuilder;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn less() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let q = |prio: i32, t: Instant| {
+            QueuedPodInfo::new(PodBuilder::new("p").priority(prio).arc_info(), t)
+        };
+        let cases = [
+            ("higher priority first", q(100, t1), q(10, t0), true),
+            ("lower priority later", q(10, t0), q(100, t1), false),
+            ("same priority: earlier first", q(10, t0), q(10, t1), true),
+            ("same priority: later second", q(10, t1), q(10, t0), false),
+            ("equal is not less", q(10, t0), q(10, t0), false),
+        ];
+        for (name, a, b, want) in cases {
+            assert_eq!(PrioritySort.less(&a, &b), want, "{name}");
+        }
+    }
+}

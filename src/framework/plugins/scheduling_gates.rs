@@ -1,0 +1,66 @@
+//! SchedulingGates: a pod with `spec.schedulingGates` stays out of the active queue.
+
+use std::sync::Arc;
+
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{Plugin, PreEnqueuePlugin, Status};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::PodInfo;
+
+#[derive(Debug, Default)]
+pub struct SchedulingGates;
+
+impl Plugin for SchedulingGates {
+    fn name(&self) -> &str {
+        names::SCHEDULING_GATES
+    }
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+}
+
+impl PreEnqueuePlugin for SchedulingGates {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        let gates = pod
+            .spec()
+            .and_then(|s| s.scheduling_gates.as_deref())
+            .unwrap_or(&[]);
+        if gates.is_empty() {
+            return Status::success();
+        }
+        let names: Vec<&str> = gates.iter().map(|g| g.name.as_str()).collect();
+        Status::unresolvable(format!(
+            "waiting for scheduling gates: [{}]",
+            names.join(" ")
+        ))
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(&[ExtensionPoint::PreEnqueue], no_args, |_, _| {
+        Ok(Arc::new(SchedulingGates))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::interface::Code;
+    use crate::framework::testing::PodBuilder;
+
+    #[test]
+    fn pre_enqueue() {
+        let s = SchedulingGates.pre_enqueue(&PodBuilder::new("p").info());
+        assert!(s.is_success());
+        let s = SchedulingGates.pre_enqueue(
+            &PodBuilder::new("p")
+                .scheduling_gate("foo")
+                .scheduling_gate("bar")
+                .info(),
+        );
+        assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+        assert_eq!(s.message(), "waiting for scheduling gates: [foo bar]");
+    }
+}

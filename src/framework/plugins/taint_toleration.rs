@@ -1,0 +1,297 @@
+//! TaintToleration: Filter rejects nodes with a NoSchedule/NoExecute taint the pod does not
+//! tolerate; Score prefers nodes with fewer intolerable PreferNoSchedule taints.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+
+use super::helper::{
+    find_matching_untolerated_taint, normalize_to_max, tolerations_tolerate_taint,
+};
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{
+    CycleState, FilterPlugin, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+
+const PRE_SCORE_STATE_KEY: &str = "PreScoreTaintToleration";
+
+#[derive(Debug, Default)]
+pub struct TaintToleration;
+
+/// The tolerations that matter for PreferNoSchedule taints.
+#[derive(Debug, Clone)]
+struct PreScoreState {
+    tolerations_prefer_no_schedule: Vec<Toleration>,
+}
+
+fn prefer_no_schedule_tolerations(tolerations: &[Toleration]) -> Vec<Toleration> {
+    tolerations
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.effect.as_deref(),
+                None | Some("") | Some("PreferNoSchedule")
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+fn count_intolerable_prefer_no_schedule(taints: &[Taint], tolerations: &[Toleration]) -> i64 {
+    taints
+        .iter()
+        .filter(|t| t.effect == "PreferNoSchedule" && !tolerations_tolerate_taint(tolerations, t))
+        .count() as i64
+}
+
+/// The Filter reason for an untolerated taint, as upstream prints it.
+pub fn untolerated_taint_reason(t: &Taint) -> String {
+    format!(
+        "node(s) had untolerated taint {{{}: {}}}",
+        t.key,
+        t.value.as_deref().unwrap_or("")
+    )
+}
+
+impl Plugin for TaintToleration {
+    fn name(&self) -> &str {
+        names::TAINT_TOLERATION
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl FilterPlugin for TaintToleration {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if node.node().is_none() {
+            return Status::error("invalid nodeInfo");
+        }
+        let untolerated = find_matching_untolerated_taint(node.taints(), pod.tolerations(), |t| {
+            t.effect == "NoSchedule" || t.effect == "NoExecute"
+        });
+        match untolerated {
+            None => Status::success(),
+            Some(t) => Status::unresolvable(untolerated_taint_reason(t)),
+        }
+    }
+}
+
+impl PreScorePlugin for TaintToleration {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> Status {
+        state.write(
+            PRE_SCORE_STATE_KEY,
+            PreScoreState {
+                tolerations_prefer_no_schedule: prefer_no_schedule_tolerations(pod.tolerations()),
+            },
+        );
+        Status::success()
+    }
+}
+
+impl ScorePlugin for TaintToleration {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let count = match state.read::<PreScoreState>(PRE_SCORE_STATE_KEY) {
+            Some(s) => count_intolerable_prefer_no_schedule(
+                node.taints(),
+                &s.tolerations_prefer_no_schedule,
+            ),
+            // PreScore disabled: compute here.
+            None => count_intolerable_prefer_no_schedule(
+                node.taints(),
+                &prefer_no_schedule_tolerations(pod.tolerations()),
+            ),
+        };
+        Ok(count)
+    }
+
+    fn has_normalize_score(&self) -> bool {
+        true
+    }
+
+    fn normalize_score(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        scores: &mut [NodeScore],
+    ) -> Status {
+        normalize_to_max(true, scores);
+        Status::success()
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        &[
+            ExtensionPoint::Filter,
+            ExtensionPoint::PreScore,
+            ExtensionPoint::Score,
+        ],
+        no_args,
+        |_, _| Ok(Arc::new(TaintToleration)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::interface::Code;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn filter() {
+        let cases = [
+            (
+                "no taints",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n"),
+                Code::Success,
+                "",
+            ),
+            (
+                "untolerated NoSchedule taint",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "NoSchedule"),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {dedicated: user1}",
+            ),
+            (
+                "control-plane taint without value",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint(
+                    "node-role.kubernetes.io/control-plane",
+                    "",
+                    "NoSchedule",
+                ),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }",
+            ),
+            (
+                "tolerated by equal toleration",
+                PodBuilder::new("p").toleration("dedicated", "Equal", "user1", "NoSchedule"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "NoSchedule"),
+                Code::Success,
+                "",
+            ),
+            (
+                "toleration value differs",
+                PodBuilder::new("p").toleration("dedicated", "Equal", "user2", "NoSchedule"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "NoSchedule"),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {dedicated: user1}",
+            ),
+            (
+                "exists toleration with empty effect tolerates NoExecute",
+                PodBuilder::new("p").toleration("foo", "Exists", "", ""),
+                NodeBuilder::new("n").taint("foo", "bar", "NoExecute"),
+                Code::Success,
+                "",
+            ),
+            (
+                "PreferNoSchedule taints never filter",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint("foo", "bar", "PreferNoSchedule"),
+                Code::Success,
+                "",
+            ),
+            (
+                "first untolerated taint is reported",
+                PodBuilder::new("p").toleration("a", "Exists", "", ""),
+                NodeBuilder::new("n")
+                    .taint("a", "1", "NoSchedule")
+                    .taint("b", "2", "NoExecute")
+                    .taint("c", "3", "NoSchedule"),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {b: 2}",
+            ),
+            (
+                "leaf-node taint (Kosmos) is untolerated by default",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint("kosmos.io/node", "true", "NoSchedule"),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {kosmos.io/node: true}",
+            ),
+        ];
+        for (name, pod, node, code, msg) in cases {
+            let s = TaintToleration.filter(&CycleState::new(), &pod.info(), &node.info(vec![]));
+            assert_eq!((s.code(), s.message().as_str()), (code, msg), "{name}");
+        }
+    }
+
+    #[test]
+    fn score_prefers_fewer_intolerable_prefer_no_schedule_taints() {
+        let pod = PodBuilder::new("p")
+            .toleration("foo", "Equal", "bar", "PreferNoSchedule")
+            .info();
+        let nodes = [
+            NodeBuilder::new("n1")
+                .taint("foo", "bar", "PreferNoSchedule")
+                .info(vec![]),
+            NodeBuilder::new("n2")
+                .taint("foo", "blah", "PreferNoSchedule")
+                .info(vec![]),
+            NodeBuilder::new("n3")
+                .taint("foo", "blah", "PreferNoSchedule")
+                .taint("x", "y", "PreferNoSchedule")
+                .taint("z", "w", "NoSchedule")
+                .info(vec![]),
+        ];
+        let mut state = CycleState::new();
+        let snapshot = Snapshot::new();
+        assert!(
+            TaintToleration
+                .pre_score(&mut state, &pod, &snapshot, &[])
+                .is_success()
+        );
+        let mut scores: Vec<NodeScore> = nodes
+            .iter()
+            .map(|n| NodeScore {
+                name: n.name_arc().clone(),
+                score: TaintToleration.score(&state, &pod, n).expect("score"),
+            })
+            .collect();
+        assert_eq!(
+            scores.iter().map(|s| s.score).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        TaintToleration.normalize_score(&state, &pod, &mut scores);
+        assert_eq!(
+            scores.iter().map(|s| s.score).collect::<Vec<_>>(),
+            [100, 50, 0]
+        );
+
+        // Without PreScore the same counts come out.
+        let fresh = CycleState::new();
+        assert_eq!(TaintToleration.score(&fresh, &pod, &nodes[2]), Ok(2));
+    }
+
+    #[test]
+    fn toleration_with_other_effect_does_not_count_for_scoring() {
+        let pod = PodBuilder::new("p")
+            .toleration("foo", "Equal", "bar", "NoSchedule")
+            .info();
+        let node = NodeBuilder::new("n1")
+            .taint("foo", "bar", "PreferNoSchedule")
+            .info(vec![]);
+        assert_eq!(
+            TaintToleration.score(&CycleState::new(), &pod, &node),
+            Ok(1)
+        );
+    }
+}

@@ -1,0 +1,416 @@
+//! Plugin name -> factory, and the [`Handle`] plugins receive.
+//!
+//! Every plugin registers its name, the extension points it implements, a strict args decoder and
+//! a factory. [`Registry::in_tree`] holds every plugin ksched ships (and, as `NotBuiltYet`, the
+//! upstream/seed plugins a later issue builds, so configurations naming them validate). A user's own
+//! binary adds out-of-tree plugins with [`Registry::register`] — the Rust form of `app.WithPlugin`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::PodCondition;
+use parking_lot::RwLock;
+use serde_json::Value;
+
+use super::interface::{NominatingInfo, Plugin};
+use super::types::{PodInfo, Snapshot};
+use super::waiting_pods::WaitingPods;
+use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
+
+/// Why an API action failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The few API actions plugins need. `scheduler/` implements it with kube; tests use an in-memory
+/// recorder.
+#[async_trait]
+pub trait ApiHandle: Send + Sync {
+    /// Binds the pod to the node (the `pods/binding` subresource).
+    async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError>;
+
+    /// Patches the pod's status: a condition and/or the nominated node name.
+    async fn patch_pod_status(
+        &self,
+        pod: &PodInfo,
+        condition: Option<PodCondition>,
+        nominating: Option<NominatingInfo>,
+    ) -> Result<(), ApiError>;
+
+    /// Deletes a pod (preemption victims).
+    async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError>;
+}
+
+/// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
+pub trait PodNominator: Send + Sync {
+    fn nominated_pods_for_node(&self, node_name: &str) -> Vec<Arc<PodInfo>>;
+}
+
+/// The latest snapshot, shared between the scheduler (which publishes it each cycle) and plugins
+/// that need it outside the calls that receive it directly.
+#[derive(Debug, Default)]
+pub struct SharedSnapshot {
+    inner: RwLock<Arc<Snapshot>>,
+}
+
+impl SharedSnapshot {
+    pub fn new(snapshot: Snapshot) -> SharedSnapshot {
+        SharedSnapshot {
+            inner: RwLock::new(Arc::new(snapshot)),
+        }
+    }
+
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.inner.read().clone()
+    }
+
+    pub fn store(&self, snapshot: Arc<Snapshot>) {
+        *self.inner.write() = snapshot;
+    }
+
+    /// Updates the snapshot in place when nobody else holds it (no copy), else on a copy, and
+    /// publishes the result.
+    pub fn update<R>(&self, f: impl FnOnce(&mut Snapshot) -> R) -> R {
+        let mut guard = self.inner.write();
+        f(Arc::make_mut(&mut guard))
+    }
+}
+
+/// What a plugin gets from the framework: the API, the waiting pods, the snapshot, nominated pods.
+#[derive(Clone)]
+pub struct Handle {
+    pub api: Arc<dyn ApiHandle>,
+    pub waiting_pods: Arc<WaitingPods>,
+    pub snapshot: Arc<SharedSnapshot>,
+    pub nominator: Option<Arc<dyn PodNominator>>,
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("waiting_pods", &self.waiting_pods.len())
+            .finish()
+    }
+}
+
+impl Handle {
+    pub fn new(api: Arc<dyn ApiHandle>) -> Handle {
+        Handle {
+            api,
+            waiting_pods: Arc::new(WaitingPods::new()),
+            snapshot: Arc::new(SharedSnapshot::default()),
+            nominator: None,
+        }
+    }
+
+    pub fn with_nominator(mut self, nominator: Arc<dyn PodNominator>) -> Handle {
+        self.nominator = Some(nominator);
+        self
+    }
+}
+
+/// Decodes, defaults and validates a plugin's args (see [`super::args`]).
+pub type ArgsDecoder = Arc<dyn Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync>;
+
+/// Builds a plugin instance from its normalized args.
+pub type PluginFactory =
+    Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
+
+/// What a built plugin registers.
+#[derive(Clone)]
+pub struct PluginRegistration {
+    pub extension_points: Vec<ExtensionPoint>,
+    pub decode_args: ArgsDecoder,
+    pub factory: PluginFactory,
+}
+
+impl PluginRegistration {
+    pub fn new(
+        extension_points: &[ExtensionPoint],
+        decode_args: impl Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync + 'static,
+        factory: impl Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync + 'static,
+    ) -> PluginRegistration {
+        PluginRegistration {
+            extension_points: extension_points.to_vec(),
+            decode_args: Arc::new(decode_args),
+            factory: Arc::new(factory),
+        }
+    }
+}
+
+/// A registry entry.
+#[derive(Clone)]
+pub enum RegistryEntry {
+    Built(PluginRegistration),
+    /// Known (args decode, extension points known) but not runnable yet.
+    NotBuiltYet {
+        extension_points: Vec<ExtensionPoint>,
+        reason: String,
+        decode_args: ArgsDecoder,
+    },
+}
+
+impl RegistryEntry {
+    pub fn extension_points(&self) -> &[ExtensionPoint] {
+        match self {
+            RegistryEntry::Built(r) => &r.extension_points,
+            RegistryEntry::NotBuiltYet {
+                extension_points, ..
+            } => extension_points,
+        }
+    }
+
+    fn decoder(&self) -> &ArgsDecoder {
+        match self {
+            RegistryEntry::Built(r) => &r.decode_args,
+            RegistryEntry::NotBuiltYet { decode_args, .. } => decode_args,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("a plugin named {0:?} already exists in the registry")]
+    Duplicate(String),
+}
+
+/// Plugin name -> entry.
+#[derive(Clone, Default)]
+pub struct Registry {
+    entries: BTreeMap<String, RegistryEntry>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.entries.keys()).finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Every plugin ksched ships, plus the not-yet-built upstream and seed plugins.
+    pub fn in_tree() -> Registry {
+        let mut r = Registry::new();
+        super::plugins::register_in_tree(&mut r);
+        r
+    }
+
+    /// Adds a built plugin (in-tree or out-of-tree); names are unique.
+    pub fn register(
+        &mut self,
+        name: impl Into<String>,
+        registration: PluginRegistration,
+    ) -> Result<(), RegistryError> {
+        self.insert(name.into(), RegistryEntry::Built(registration))
+    }
+
+    /// Adds a plugin that is known but not built yet.
+    pub fn register_not_built(
+        &mut self,
+        name: impl Into<String>,
+        extension_points: &[ExtensionPoint],
+        reason: impl Into<String>,
+        decode_args: impl Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync + 'static,
+    ) -> Result<(), RegistryError> {
+        self.insert(
+            name.into(),
+            RegistryEntry::NotBuiltYet {
+                extension_points: extension_points.to_vec(),
+                reason: reason.into(),
+                decode_args: Arc::new(decode_args),
+            },
+        )
+    }
+
+    fn insert(&mut self, name: String, entry: RegistryEntry) -> Result<(), RegistryError> {
+        if self.entries.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        self.entries.insert(name, entry);
+        Ok(())
+    }
+
+    /// Replaces or removes nothing: merges `other`'s entries, failing on a duplicate name.
+    pub fn merge(&mut self, other: Registry) -> Result<(), RegistryError> {
+        for (name, entry) in other.entries {
+            self.insert(name, entry)?;
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&RegistryEntry> {
+        self.entries.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+}
+
+impl PluginCatalog for Registry {
+    fn plugin_names(&self) -> Vec<String> {
+        // Every name a configuration may use (BTreeMap keys: sorted).
+        self.entries.keys().cloned().collect()
+    }
+
+    fn availability(&self, name: &str) -> PluginAvailability {
+        match self.entries.get(name) {
+            Some(RegistryEntry::Built(r)) => PluginAvailability::Built(r.extension_points.clone()),
+            Some(RegistryEntry::NotBuiltYet {
+                extension_points,
+                reason,
+                ..
+            }) => PluginAvailability::NotBuiltYet {
+                extension_points: extension_points.clone(),
+                reason: reason.clone(),
+            },
+            None => PluginAvailability::Unknown,
+        }
+    }
+
+    fn decode_args(&self, name: &str, args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
+        match self.entries.get(name) {
+            Some(e) => (e.decoder())(args),
+            None => Err(vec![FieldError::new(
+                "",
+                format!("Invalid value: {name:?}: unknown plugin"),
+            )]),
+        }
+    }
+}
+
+/// A recorded status patch: pod key, condition, nominating info.
+pub type RecordedStatusPatch = (String, Option<PodCondition>, Option<NominatingInfo>);
+
+/// An [`ApiHandle`] that records calls in memory (tests, `simulate`).
+#[derive(Debug, Default)]
+pub struct RecordingApi {
+    pub bindings: parking_lot::Mutex<Vec<(String, String)>>,
+    pub status_patches: parking_lot::Mutex<Vec<RecordedStatusPatch>>,
+    pub deletions: parking_lot::Mutex<Vec<String>>,
+    /// When set, `bind` fails with this error.
+    pub fail_bind: parking_lot::Mutex<Option<ApiError>>,
+}
+
+#[async_trait]
+impl ApiHandle for RecordingApi {
+    async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError> {
+        if let Some(e) = self.fail_bind.lock().clone() {
+            return Err(e);
+        }
+        self.bindings
+            .lock()
+            .push((pod.key(), node_name.to_string()));
+        Ok(())
+    }
+
+    async fn patch_pod_status(
+        &self,
+        pod: &PodInfo,
+        condition: Option<PodCondition>,
+        nominating: Option<NominatingInfo>,
+    ) -> Result<(), ApiError> {
+        self.status_patches
+            .lock()
+            .push((pod.key(), condition, nominating));
+        Ok(())
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str, _uid: &str) -> Result<(), ApiError> {
+        self.deletions.lock().push(format!("{namespace}/{name}"));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::plugins::names;
+    use serde_json::json;
+
+    #[test]
+    fn in_tree_catalog() {
+        let r = Registry::in_tree();
+        let names_list = r.plugin_names();
+        let mut sorted = names_list.clone();
+        sorted.sort();
+        assert_eq!(names_list, sorted);
+        for n in [
+            names::PRIORITY_SORT,
+            names::NODE_NAME,
+            names::DEFAULT_BINDER,
+            names::TAINT_TOLERATION,
+        ] {
+            assert!(
+                matches!(r.availability(n), PluginAvailability::Built(_)),
+                "{n}"
+            );
+        }
+        match r.availability(names::INTER_POD_AFFINITY) {
+            PluginAvailability::NotBuiltYet {
+                reason,
+                extension_points,
+            } => {
+                assert_eq!(
+                    reason,
+                    "built in the issue 'affinity, topology spread, volumes and preemption'"
+                );
+                assert!(extension_points.contains(&ExtensionPoint::Filter));
+            }
+            other => panic!("{other:?}"),
+        }
+        match r.availability(names::DYNAMIC_RESOURCES) {
+            PluginAvailability::NotBuiltYet { reason, .. } => {
+                assert_eq!(
+                    reason,
+                    "DynamicResources is not supported yet by ksched; disable it"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.availability("NoSuchPlugin"), PluginAvailability::Unknown);
+        assert!(r.decode_args("NoSuchPlugin", None).is_err());
+        assert_eq!(r.decode_args(names::NODE_NAME, None), Ok(Value::Null));
+        assert!(
+            r.decode_args(names::NODE_NAME, Some(&json!({"x": 1})))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn register_out_of_tree_and_duplicates() {
+        struct Mine;
+        impl Plugin for Mine {
+            fn name(&self) -> &str {
+                "Mine"
+            }
+        }
+        let mut r = Registry::in_tree();
+        let reg = PluginRegistration::new(
+            &[ExtensionPoint::Filter],
+            crate::framework::args::no_args,
+            |_, _| Ok(Arc::new(Mine) as Arc<dyn Plugin>),
+        );
+        assert!(r.register("Mine", reg.clone()).is_ok());
+        assert_eq!(
+            r.register("Mine", reg),
+            Err(RegistryError::Duplicate("Mine".into()))
+        );
+        assert_eq!(
+            r.availability("Mine"),
+            PluginAvailability::Built(vec![ExtensionPoint::Filter])
+        );
+    }
+}

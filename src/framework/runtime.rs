@@ -1,0 +1,1253 @@
+//! Runs one profile's plugins at each extension point with upstream's semantics
+//! (`pkg/scheduler/framework/runtime/framework.go`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rayon::prelude::*;
+use serde_json::Value;
+
+use super::interface::{
+    Code, CycleState, MAX_NODE_SCORE, MAX_PERMIT_TIMEOUT, MIN_NODE_SCORE, NodeScore, NodeToStatus,
+    Plugin, PostFilterResult, PreFilterResult, Status,
+};
+use super::registry::{Handle, Registry, RegistryEntry};
+use super::types::{NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
+use super::waiting_pods::{WaitingPod, WaitingPods};
+use crate::config::{ExtensionPoint, PluginCatalog};
+
+/// One profile as the framework needs it: enabled plugins per extension point (name, weight) and
+/// each plugin's normalized args. The configuration's effective profile converts into this.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProfileSpec {
+    pub scheduler_name: String,
+    pub plugins: BTreeMap<ExtensionPoint, Vec<(String, i32)>>,
+    pub args: BTreeMap<String, Value>,
+    pub percentage_of_nodes_to_score: Option<i32>,
+}
+
+/// Why a profile's framework cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameworkError {
+    #[error("profile {profile:?}: plugin {plugin:?} does not exist")]
+    UnknownPlugin { profile: String, plugin: String },
+    #[error("profile {profile:?}: plugin {plugin:?} cannot run: {reason}")]
+    NotBuiltYet {
+        profile: String,
+        plugin: String,
+        reason: String,
+    },
+    #[error("profile {profile:?}: plugin {plugin:?} does not extend {extension_point}")]
+    DoesNotExtend {
+        profile: String,
+        plugin: String,
+        extension_point: String,
+    },
+    #[error("profile {profile:?}: plugin {plugin:?} already registered as {extension_point}")]
+    Duplicate {
+        profile: String,
+        plugin: String,
+        extension_point: String,
+    },
+    #[error("profile {profile:?}: initializing plugin {plugin:?}: {message}")]
+    Factory {
+        profile: String,
+        plugin: String,
+        message: String,
+    },
+    #[error("profile {profile:?}: {message}")]
+    Invalid { profile: String, message: String },
+}
+
+#[derive(Clone)]
+struct Entry {
+    name: Arc<str>,
+    plugin: Arc<dyn Plugin>,
+}
+
+/// A plugin's score on one node, after normalizing and weighting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginScore {
+    pub plugin: Arc<str>,
+    pub score: i64,
+}
+
+/// All plugins' scores for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePluginScores {
+    pub name: Arc<str>,
+    pub scores: Vec<PluginScore>,
+    pub total_score: i64,
+}
+
+/// The plugins of one profile, instantiated once each, per extension point.
+pub struct Framework {
+    profile_name: String,
+    handle: Handle,
+    percentage_of_nodes_to_score: Option<i32>,
+    instances: BTreeMap<String, Arc<dyn Plugin>>,
+    points: HashMap<ExtensionPoint, Vec<Entry>>,
+    score_weights: Vec<i64>,
+}
+
+impl std::fmt::Debug for Framework {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Framework")
+            .field("profile", &self.profile_name)
+            .field("plugins", &self.list_plugins())
+            .finish()
+    }
+}
+
+fn extends(p: &dyn Plugin, ep: ExtensionPoint) -> bool {
+    match ep {
+        ExtensionPoint::PreEnqueue => p.as_pre_enqueue().is_some(),
+        ExtensionPoint::QueueSort => p.as_queue_sort().is_some(),
+        ExtensionPoint::PreFilter => p.as_pre_filter().is_some(),
+        ExtensionPoint::Filter => p.as_filter().is_some(),
+        ExtensionPoint::PostFilter => p.as_post_filter().is_some(),
+        ExtensionPoint::PreScore => p.as_pre_score().is_some(),
+        ExtensionPoint::Score => p.as_score().is_some(),
+        ExtensionPoint::Reserve => p.as_reserve().is_some(),
+        ExtensionPoint::Permit => p.as_permit().is_some(),
+        ExtensionPoint::PreBind => p.as_pre_bind().is_some(),
+        ExtensionPoint::Bind => p.as_bind().is_some(),
+        ExtensionPoint::PostBind => p.as_post_bind().is_some(),
+    }
+}
+
+impl Framework {
+    /// Instantiates every enabled plugin once (shared across the extension points it appears at)
+    /// and checks the profile as upstream's `NewFramework` does: exactly one QueueSort plugin, at
+    /// least one Bind plugin, each plugin implements the points it is enabled at, no duplicates.
+    pub fn new(
+        spec: &ProfileSpec,
+        registry: &Registry,
+        handle: Handle,
+    ) -> Result<Framework, FrameworkError> {
+        let profile = spec.scheduler_name.clone();
+        let mut instances: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
+        let mut points: HashMap<ExtensionPoint, Vec<Entry>> = HashMap::new();
+        let mut score_weights = Vec::new();
+        for ep in ExtensionPoint::ALL {
+            let enabled = spec.plugins.get(&ep).map(Vec::as_slice).unwrap_or(&[]);
+            let mut seen = BTreeSet::new();
+            let mut list = Vec::with_capacity(enabled.len());
+            for (name, weight) in enabled {
+                if !seen.insert(name.as_str()) {
+                    return Err(FrameworkError::Duplicate {
+                        profile,
+                        plugin: name.clone(),
+                        extension_point: ep.field_name().to_string(),
+                    });
+                }
+                let plugin = match instances.get(name) {
+                    Some(p) => p.clone(),
+                    None => {
+                        let p =
+                            instantiate(&profile, name, spec.args.get(name), registry, &handle)?;
+                        instances.insert(name.clone(), p.clone());
+                        p
+                    }
+                };
+                let declared = registry
+                    .get(name)
+                    .is_some_and(|e| e.extension_points().contains(&ep));
+                if !declared || !extends(plugin.as_ref(), ep) {
+                    return Err(FrameworkError::DoesNotExtend {
+                        profile,
+                        plugin: name.clone(),
+                        extension_point: ep.field_name().to_string(),
+                    });
+                }
+                if ep == ExtensionPoint::Score {
+                    let w = if *weight == 0 { 1 } else { i64::from(*weight) };
+                    if w < 0 {
+                        return Err(FrameworkError::Invalid {
+                            profile,
+                            message: format!("score plugin {name:?} has a negative weight {w}"),
+                        });
+                    }
+                    score_weights.push(w);
+                }
+                list.push(Entry {
+                    name: Arc::from(name.as_str()),
+                    plugin,
+                });
+            }
+            points.insert(ep, list);
+        }
+        let n_sort = points.get(&ExtensionPoint::QueueSort).map_or(0, Vec::len);
+        if n_sort == 0 {
+            return Err(FrameworkError::Invalid {
+                profile,
+                message: "no queue sort plugin is enabled".into(),
+            });
+        }
+        if n_sort > 1 {
+            return Err(FrameworkError::Invalid {
+                profile,
+                message: "only one queue sort plugin can be enabled".into(),
+            });
+        }
+        if points.get(&ExtensionPoint::Bind).is_none_or(Vec::is_empty) {
+            return Err(FrameworkError::Invalid {
+                profile,
+                message: "at least one bind plugin is needed".into(),
+            });
+        }
+        // The total score must fit in an i64 (upstream checks weight * MaxNodeScore overflow).
+        let total: i128 = score_weights
+            .iter()
+            .map(|w| i128::from(*w) * i128::from(MAX_NODE_SCORE))
+            .sum();
+        if total > i128::from(i64::MAX) {
+            return Err(FrameworkError::Invalid {
+                profile,
+                message: "total score of Score plugins could overflow".into(),
+            });
+        }
+        Ok(Framework {
+            profile_name: profile,
+            handle,
+            percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
+            instances,
+            points,
+            score_weights,
+        })
+    }
+
+    pub fn profile_name(&self) -> &str {
+        &self.profile_name
+    }
+
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    pub fn waiting_pods(&self) -> &Arc<WaitingPods> {
+        &self.handle.waiting_pods
+    }
+
+    pub fn percentage_of_nodes_to_score(&self) -> Option<i32> {
+        self.percentage_of_nodes_to_score
+    }
+
+    /// The plugin instance named `name`, if enabled anywhere in this profile.
+    pub fn plugin(&self, name: &str) -> Option<&Arc<dyn Plugin>> {
+        self.instances.get(name)
+    }
+
+    fn at(&self, ep: ExtensionPoint) -> &[Entry] {
+        self.points.get(&ep).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    pub fn has_filter_plugins(&self) -> bool {
+        !self.at(ExtensionPoint::Filter).is_empty()
+    }
+
+    pub fn has_post_filter_plugins(&self) -> bool {
+        !self.at(ExtensionPoint::PostFilter).is_empty()
+    }
+
+    pub fn has_score_plugins(&self) -> bool {
+        !self.at(ExtensionPoint::Score).is_empty()
+    }
+
+    /// The enabled plugins per extension point with their weights (score weights as used).
+    pub fn list_plugins(&self) -> BTreeMap<ExtensionPoint, Vec<(String, i32)>> {
+        let mut out = BTreeMap::new();
+        for ep in ExtensionPoint::ALL {
+            let list: Vec<(String, i32)> = self
+                .at(ep)
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let w = if ep == ExtensionPoint::Score {
+                        self.score_weights[i] as i32
+                    } else {
+                        0
+                    };
+                    (e.name.to_string(), w)
+                })
+                .collect();
+            if !list.is_empty() {
+                out.insert(ep, list);
+            }
+        }
+        out
+    }
+
+    // ----- scheduling cycle -----
+
+    /// PreEnqueue: the first non-success keeps the pod out of the active queue.
+    pub fn run_pre_enqueue_plugins(&self, pod: &PodInfo) -> Status {
+        for e in self.at(ExtensionPoint::PreEnqueue) {
+            let Some(p) = e.plugin.as_pre_enqueue() else {
+                continue;
+            };
+            let s = p.pre_enqueue(pod);
+            if !s.is_success() {
+                if s.is_rejected() {
+                    return s.with_plugin(e.name.clone());
+                }
+                return Status::error(format!(
+                    "running PreEnqueue plugin {:?}: {}",
+                    e.name,
+                    s.message()
+                ))
+                .with_plugin(e.name.clone());
+            }
+        }
+        Status::success()
+    }
+
+    /// QueueSort: whether `a` goes before `b`.
+    pub fn queue_sort_less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        match self
+            .at(ExtensionPoint::QueueSort)
+            .first()
+            .and_then(|e| e.plugin.as_queue_sort())
+        {
+            Some(p) => p.less(a, b),
+            None => a.timestamp < b.timestamp,
+        }
+    }
+
+    pub fn queue_sort_plugin_name(&self) -> Option<&str> {
+        self.at(ExtensionPoint::QueueSort).first().map(|e| &*e.name)
+    }
+
+    /// PreFilter: results are intersected; `Skip` skips the plugin's Filter for this pod;
+    /// UnschedulableAndUnresolvable stops at once, Unschedulable runs the rest first.
+    /// Returns the merged result, the status and the plugins that narrowed the node set.
+    pub fn run_pre_filter_plugins(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status, BTreeSet<String>) {
+        let mut skip: BTreeSet<Arc<str>> = BTreeSet::new();
+        let mut result: Option<PreFilterResult> = None;
+        let mut plugins_with_nodes: BTreeSet<String> = BTreeSet::new();
+        let mut return_status = Status::success();
+        for e in self.at(ExtensionPoint::PreFilter) {
+            let Some(p) = e.plugin.as_pre_filter() else {
+                continue;
+            };
+            let (r, s) = p.pre_filter(state, pod, snapshot);
+            if s.is_skip() {
+                skip.insert(e.name.clone());
+                continue;
+            }
+            if !s.is_success() {
+                let s = s.with_plugin(e.name.clone());
+                match s.code() {
+                    Code::UnschedulableAndUnresolvable => {
+                        state.set_skip_filter_plugins(skip);
+                        return (None, s, BTreeSet::new());
+                    }
+                    Code::Unschedulable => {
+                        return_status = s;
+                        continue;
+                    }
+                    _ => {
+                        state.set_skip_filter_plugins(skip);
+                        let msg = format!("running PreFilter plugin {:?}: {}", e.name, s.message());
+                        return (
+                            None,
+                            Status::error(msg).with_plugin(e.name.clone()),
+                            BTreeSet::new(),
+                        );
+                    }
+                }
+            }
+            let r = r.unwrap_or_default();
+            if !r.is_all_nodes() {
+                plugins_with_nodes.insert(e.name.to_string());
+            }
+            let merged = match result.take() {
+                Some(prev) => prev.merge(r),
+                None => r,
+            };
+            if merged.node_names.as_ref().is_some_and(BTreeSet::is_empty) {
+                let list: Vec<&str> = plugins_with_nodes.iter().map(String::as_str).collect();
+                let msg = if list.len() == 1 {
+                    format!("node(s) didn't satisfy plugin {}", list[0])
+                } else {
+                    format!(
+                        "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                        list.join(" ")
+                    )
+                };
+                state.set_skip_filter_plugins(skip);
+                return (Some(merged), Status::unresolvable(msg), plugins_with_nodes);
+            }
+            result = Some(merged);
+        }
+        state.set_skip_filter_plugins(skip);
+        (result, return_status, plugins_with_nodes)
+    }
+
+    /// PreFilter extensions' AddPod, for plugins not skipped.
+    pub fn run_pre_filter_extension_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for e in self.at(ExtensionPoint::PreFilter) {
+            if state.skip_filter_plugins().contains(&e.name) {
+                continue;
+            }
+            let Some(ext) = e
+                .plugin
+                .as_pre_filter()
+                .and_then(|p| p.pre_filter_extensions())
+            else {
+                continue;
+            };
+            let s = ext.add_pod(state, pod_to_schedule, pod_to_add, node);
+            if !s.is_success() {
+                return Status::error(format!(
+                    "running AddPod on PreFilter plugin {:?}: {}",
+                    e.name,
+                    s.message()
+                ));
+            }
+        }
+        Status::success()
+    }
+
+    /// PreFilter extensions' RemovePod, for plugins not skipped.
+    pub fn run_pre_filter_extension_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for e in self.at(ExtensionPoint::PreFilter) {
+            if state.skip_filter_plugins().contains(&e.name) {
+                continue;
+            }
+            let Some(ext) = e
+                .plugin
+                .as_pre_filter()
+                .and_then(|p| p.pre_filter_extensions())
+            else {
+                continue;
+            };
+            let s = ext.remove_pod(state, pod_to_schedule, pod_to_remove, node);
+            if !s.is_success() {
+                return Status::error(format!(
+                    "running RemovePod on PreFilter plugin {:?}: {}",
+                    e.name,
+                    s.message()
+                ));
+            }
+        }
+        Status::success()
+    }
+
+    /// Filter on one node: plugins in order, stopping at the first non-success (which carries the
+    /// plugin's name). Plugins skipped at PreFilter do not run.
+    pub fn run_filter_plugins(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let skip = state.skip_filter_plugins();
+        for e in self.at(ExtensionPoint::Filter) {
+            if !skip.is_empty() && skip.contains(&e.name) {
+                continue;
+            }
+            let Some(p) = e.plugin.as_filter() else {
+                continue;
+            };
+            let s = p.filter(state, pod, node);
+            if !s.is_success() {
+                if !s.is_rejected() {
+                    let msg = format!("running {:?} filter plugin: {}", e.name, s.message());
+                    return Status::error(msg).with_plugin(e.name.clone());
+                }
+                return s.with_plugin(e.name.clone());
+            }
+        }
+        Status::success()
+    }
+
+    /// Filter with the pods nominated to this node at equal or higher priority counted as running
+    /// (first pass), and, if that passes, without them (second pass) — upstream's
+    /// `RunFilterPluginsWithNominatedPods`. Without a nominator this is `run_filter_plugins`.
+    pub fn run_filter_plugins_with_nominated_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        let nominated = match &self.handle.nominator {
+            Some(n) => n.nominated_pods_for_node(node.name()),
+            None => Vec::new(),
+        };
+        let to_add: Vec<&Arc<PodInfo>> = nominated
+            .iter()
+            .filter(|p| p.priority() >= pod.priority() && p.uid() != pod.uid())
+            .collect();
+        if to_add.is_empty() {
+            return self.run_filter_plugins(state, pod, node);
+        }
+        let mut state_out = state.clone();
+        let mut node_out = node.clone();
+        for p in to_add {
+            node_out.add_pod(p.clone());
+            let s = self.run_pre_filter_extension_add_pod(&mut state_out, pod, p, &node_out);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        let s = self.run_filter_plugins(&state_out, pod, &node_out);
+        if !s.is_success() {
+            return s;
+        }
+        self.run_filter_plugins(state, pod, node)
+    }
+
+    /// PostFilter: stops at the first Success, UnschedulableAndUnresolvable or Error; otherwise
+    /// returns Unschedulable with every plugin's reasons and the last meaningful result.
+    pub fn run_post_filter_plugins(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        let mut result = None;
+        let mut reasons = Vec::new();
+        let mut rejector: Option<Arc<str>> = None;
+        for e in self.at(ExtensionPoint::PostFilter) {
+            let Some(p) = e.plugin.as_post_filter() else {
+                continue;
+            };
+            let (r, s) = p.post_filter(state, pod, snapshot, filtered);
+            if s.is_success() {
+                return (r, s);
+            }
+            if s.code() == Code::UnschedulableAndUnresolvable {
+                return (r, s.with_plugin(e.name.clone()));
+            }
+            if !s.is_rejected() {
+                return (None, Status::error(s.message()).with_plugin(e.name.clone()));
+            }
+            if let Some(r) = r
+                && r.nominating_info.mode != super::interface::NominatingMode::Noop
+            {
+                result = Some(r);
+            }
+            reasons.extend(s.reasons().iter().cloned());
+            if rejector.is_none() {
+                rejector = Some(e.name.clone());
+            }
+        }
+        let mut s = Status::with_reasons(Code::Unschedulable, reasons);
+        if let Some(r) = rejector {
+            s.set_plugin(r);
+        }
+        (result, s)
+    }
+
+    /// PreScore: `Skip` skips the plugin's Score for this pod; any other non-success is an error.
+    pub fn run_pre_score_plugins(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Status {
+        let mut skip = BTreeSet::new();
+        for e in self.at(ExtensionPoint::PreScore) {
+            let Some(p) = e.plugin.as_pre_score() else {
+                continue;
+            };
+            let s = p.pre_score(state, pod, snapshot, nodes);
+            if s.is_skip() {
+                skip.insert(e.name.clone());
+                continue;
+            }
+            if !s.is_success() {
+                state.set_skip_score_plugins(skip);
+                return Status::error(format!(
+                    "running PreScore plugin {:?}: {}",
+                    e.name,
+                    s.message()
+                ));
+            }
+        }
+        state.set_skip_score_plugins(skip);
+        Status::success()
+    }
+
+    /// Score every node with every (non-skipped) plugin, normalize per plugin, check the range
+    /// `0..=100`, weight and sum. Nodes are scored in parallel.
+    pub fn run_score_plugins(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<NodePluginScores>, Status> {
+        let skip = state.skip_score_plugins();
+        let plugins: Vec<(usize, &Entry)> = self
+            .at(ExtensionPoint::Score)
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !skip.contains(&e.name))
+            .collect();
+        // scores[plugin][node]
+        let score_node = |node: &Arc<NodeInfo>| -> Result<Vec<i64>, Status> {
+            let mut out = Vec::with_capacity(plugins.len());
+            for (_, e) in &plugins {
+                let Some(p) = e.plugin.as_score() else {
+                    out.push(0);
+                    continue;
+                };
+                match p.score(state, pod, node) {
+                    Ok(v) => out.push(v),
+                    Err(s) => {
+                        return Err(Status::error(format!(
+                            "running Score plugins: plugin {:?} failed with: {}",
+                            e.name,
+                            s.message()
+                        )));
+                    }
+                }
+            }
+            Ok(out)
+        };
+        let per_node: Vec<Vec<i64>> = if nodes.len() >= PARALLEL_THRESHOLD {
+            nodes.par_iter().map(score_node).collect::<Result<_, _>>()?
+        } else {
+            nodes.iter().map(score_node).collect::<Result<_, _>>()?
+        };
+        let mut per_plugin: Vec<Vec<NodeScore>> = plugins
+            .iter()
+            .enumerate()
+            .map(|(pi, _)| {
+                nodes
+                    .iter()
+                    .zip(&per_node)
+                    .map(|(n, s)| NodeScore {
+                        name: n.name_arc().clone(),
+                        score: s[pi],
+                    })
+                    .collect()
+            })
+            .collect();
+        for ((_, e), list) in plugins.iter().zip(per_plugin.iter_mut()) {
+            let Some(p) = e.plugin.as_score() else {
+                continue;
+            };
+            if !p.has_normalize_score() {
+                continue;
+            }
+            let s = p.normalize_score(state, pod, list);
+            if !s.is_success() {
+                return Err(Status::error(format!(
+                    "running Normalize on Score plugins: plugin {:?} failed with: {}",
+                    e.name,
+                    s.message()
+                )));
+            }
+        }
+        let mut out = Vec::with_capacity(nodes.len());
+        for (ni, node) in nodes.iter().enumerate() {
+            let mut scores = Vec::with_capacity(plugins.len());
+            let mut total = 0i64;
+            for (pi, (wi, e)) in plugins.iter().enumerate() {
+                let score = per_plugin[pi][ni].score;
+                if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
+                    return Err(Status::error(format!(
+                        "applying score defaultWeights on Score plugins: plugin {:?} returns an invalid score {score}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
+                        e.name
+                    )));
+                }
+                let weighted = score * self.score_weights[*wi];
+                total += weighted;
+                scores.push(PluginScore {
+                    plugin: e.name.clone(),
+                    score: weighted,
+                });
+            }
+            out.push(NodePluginScores {
+                name: node.name_arc().clone(),
+                scores,
+                total_score: total,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reserve in order; on a failure the caller runs [`Framework::run_reserve_plugins_unreserve`].
+    pub fn run_reserve_plugins_reserve(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node_name: &str,
+    ) -> Status {
+        for e in self.at(ExtensionPoint::Reserve) {
+            let Some(p) = e.plugin.as_reserve() else {
+                continue;
+            };
+            let s = p.reserve(state, pod, node_name);
+            if !s.is_success() {
+                if s.is_rejected() {
+                    return s.with_plugin(e.name.clone());
+                }
+                return Status::error(format!(
+                    "running Reserve plugin {:?}: {}",
+                    e.name,
+                    s.message()
+                ))
+                .with_plugin(e.name.clone());
+            }
+        }
+        Status::success()
+    }
+
+    /// Unreserve in reverse order.
+    pub fn run_reserve_plugins_unreserve(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node_name: &str,
+    ) {
+        for e in self.at(ExtensionPoint::Reserve).iter().rev() {
+            if let Some(p) = e.plugin.as_reserve() {
+                p.unreserve(state, pod, node_name);
+            }
+        }
+    }
+
+    /// Permit: a rejection stops at once; `Wait` from any plugin registers the pod as waiting (each
+    /// plugin's timeout capped at 15 minutes) and returns Wait.
+    pub fn run_permit_plugins(
+        &self,
+        state: &mut CycleState,
+        pod: &Arc<PodInfo>,
+        node_name: &str,
+    ) -> Status {
+        let mut waits: HashMap<String, Duration> = HashMap::new();
+        for e in self.at(ExtensionPoint::Permit) {
+            let Some(p) = e.plugin.as_permit() else {
+                continue;
+            };
+            let (s, timeout) = p.permit(state, pod, node_name);
+            if s.is_success() {
+                continue;
+            }
+            if s.is_rejected() {
+                return s.with_plugin(e.name.clone());
+            }
+            if s.is_wait() {
+                waits.insert(e.name.to_string(), timeout.min(MAX_PERMIT_TIMEOUT));
+                continue;
+            }
+            return Status::error(format!(
+                "running Permit plugin {:?}: {}",
+                e.name,
+                s.message()
+            ))
+            .with_plugin(e.name.clone());
+        }
+        if !waits.is_empty() {
+            self.handle
+                .waiting_pods
+                .add(Arc::new(WaitingPod::new(pod.clone(), waits)));
+            return Status::new(
+                Code::Wait,
+                format!(
+                    "one or more plugins asked to wait and no plugin rejected pod {:?}",
+                    pod.name()
+                ),
+            );
+        }
+        Status::success()
+    }
+
+    /// Whether the pod waits at Permit.
+    pub fn will_wait_on_permit(&self, pod: &PodInfo) -> bool {
+        self.handle.waiting_pods.get(pod.uid()).is_some()
+    }
+
+    /// Waits until a waiting pod is allowed or rejected (or times out); success when it was not
+    /// waiting. The pod leaves the waiting map.
+    pub async fn wait_on_permit(&self, pod: &PodInfo) -> Status {
+        let Some(wp) = self.handle.waiting_pods.get(pod.uid()) else {
+            return Status::success();
+        };
+        let s = wp.wait().await;
+        self.handle.waiting_pods.remove(pod.uid());
+        if s.is_success() || s.is_rejected() {
+            return s;
+        }
+        let mut out = Status::error(format!("waiting on permit for pod: {}", s.message()));
+        if let Some(p) = s.plugin() {
+            out.set_plugin(p);
+        }
+        out
+    }
+
+    /// PreBind in order; the first failure stops.
+    pub async fn run_pre_bind_plugins(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node_name: &str,
+    ) -> Status {
+        for e in self.at(ExtensionPoint::PreBind) {
+            let Some(p) = e.plugin.as_pre_bind() else {
+                continue;
+            };
+            let s = p.pre_bind(state, pod, node_name).await;
+            if !s.is_success() {
+                if s.is_rejected() {
+                    return s.with_plugin(e.name.clone());
+                }
+                return Status::error(format!(
+                    "running PreBind plugin {:?}: {}",
+                    e.name,
+                    s.message()
+                ));
+            }
+        }
+        Status::success()
+    }
+
+    /// Bind: the first plugin that does not return Skip decides.
+    pub async fn run_bind_plugins(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node_name: &str,
+    ) -> Status {
+        let mut last = Status::skip();
+        for e in self.at(ExtensionPoint::Bind) {
+            let Some(p) = e.plugin.as_bind() else {
+                continue;
+            };
+            let s = p.bind(state, pod, node_name).await;
+            if s.is_skip() {
+                last = s;
+                continue;
+            }
+            if !s.is_success() {
+                if s.is_rejected() {
+                    return s.with_plugin(e.name.clone());
+                }
+                return Status::error(format!("running Bind plugin {:?}: {}", e.name, s.message()));
+            }
+            return s;
+        }
+        last
+    }
+
+    /// PostBind (informational).
+    pub async fn run_post_bind_plugins(&self, state: &CycleState, pod: &PodInfo, node_name: &str) {
+        for e in self.at(ExtensionPoint::PostBind) {
+            if let Some(p) = e.plugin.as_post_bind() {
+                p.post_bind(state, pod, node_name).await;
+            }
+        }
+    }
+}
+
+/// Below this many nodes, Filter/Score run on the calling thread (parallelism costs more).
+pub(crate) const PARALLEL_THRESHOLD: usize = 64;
+
+fn instantiate(
+    profile: &str,
+    name: &str,
+    args: Option<&Value>,
+    registry: &Registry,
+    handle: &Handle,
+) -> Result<Arc<dyn Plugin>, FrameworkError> {
+    let reg = match registry.get(name) {
+        None => {
+            return Err(FrameworkError::UnknownPlugin {
+                profile: profile.into(),
+                plugin: name.into(),
+            });
+        }
+        Some(RegistryEntry::NotBuiltYet { reason, .. }) => {
+            return Err(FrameworkError::NotBuiltYet {
+                profile: profile.into(),
+                plugin: name.into(),
+                reason: reason.clone(),
+            });
+        }
+        Some(RegistryEntry::Built(reg)) => reg,
+    };
+    // Args from the configuration are already normalized; without them, decode the defaults.
+    let args = match args {
+        Some(a) => a.clone(),
+        None => registry
+            .decode_args(name, None)
+            .map_err(|errs| FrameworkError::Factory {
+                profile: profile.into(),
+                plugin: name.into(),
+                message: errs
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            })?,
+    };
+    (reg.factory)(&args, handle).map_err(|message| FrameworkError::Factory {
+        profile: profile.into(),
+        plugin: name.into(),
+        message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::framework::testing::{
+        Fake, NodeBuilder, PodBuilder, handle, profile, registry_with, snapshot_of,
+    };
+    use ExtensionPoint::*;
+
+    fn log() -> Arc<Mutex<Vec<String>>> {
+        Arc::new(Mutex::new(Vec::new()))
+    }
+
+    #[test]
+    fn new_checks_the_profile() {
+        let l = log();
+        let (reg, calls) = registry_with(vec![Fake::new("A", &l)]);
+        let (h, _) = handle();
+        // One instance shared by every extension point it is enabled at.
+        let spec = profile(&[(PreFilter, &["A"]), (Filter, &["A"]), (Score, &["A"])]);
+        let fwk = Framework::new(&spec, &reg, h.clone()).expect("framework");
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        assert_eq!(fwk.list_plugins()[&Score], vec![("A".to_string(), 1)]);
+
+        let err = |spec: &ProfileSpec| {
+            Framework::new(spec, &reg, h.clone())
+                .expect_err("must fail")
+                .to_string()
+        };
+        assert_eq!(
+            err(&profile(&[(Filter, &["Nope"])])),
+            "profile \"test\": plugin \"Nope\" does not exist"
+        );
+        assert_eq!(
+            err(&profile(&[(Filter, &["InterPodAffinity"])])),
+            "profile \"test\": plugin \"InterPodAffinity\" cannot run: built in the issue 'affinity, topology spread, volumes and preemption'"
+        );
+        assert_eq!(
+            err(&profile(&[(Score, &["NodeName"])])),
+            "profile \"test\": plugin \"NodeName\" does not extend score"
+        );
+        assert_eq!(
+            err(&profile(&[(Filter, &["A", "A"])])),
+            "profile \"test\": plugin \"A\" already registered as filter"
+        );
+        let mut no_sort = profile(&[]);
+        no_sort.plugins.remove(&QueueSort);
+        assert_eq!(
+            err(&no_sort),
+            "profile \"test\": no queue sort plugin is enabled"
+        );
+        let two_sorts = profile(&[(QueueSort, &["PrioritySort", "A"])]);
+        assert_eq!(
+            err(&two_sorts),
+            "profile \"test\": only one queue sort plugin can be enabled"
+        );
+        let mut no_bind = profile(&[]);
+        no_bind.plugins.remove(&Bind);
+        assert_eq!(
+            err(&no_bind),
+            "profile \"test\": at least one bind plugin is needed"
+        );
+    }
+
+    fn fwk_with(fakes: Vec<Fake>, points: &[(ExtensionPoint, &[&str])]) -> Framework {
+        let (reg, _) = registry_with(fakes);
+        let (h, _) = handle();
+        Framework::new(&profile(points), &reg, h).expect("framework")
+    }
+
+    #[test]
+    fn pre_filter_results_intersect_and_skip() {
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.pre_filter = Some((Some(vec!["n1".into(), "n2".into()]), Code::Success));
+        let mut b = Fake::new("B", &l);
+        b.pre_filter = Some((Some(vec!["n2".into(), "n3".into()]), Code::Success));
+        let mut c = Fake::new("C", &l);
+        c.pre_filter = Some((None, Code::Skip));
+        let fwk = fwk_with(vec![a, b, c], &[(PreFilter, &["A", "B", "C"])]);
+        let mut state = CycleState::new();
+        let pod = PodBuilder::new("p").info();
+        let (r, s, with_nodes) = fwk.run_pre_filter_plugins(&mut state, &pod, &snapshot_of(&[]));
+        assert!(s.is_success());
+        assert_eq!(r, Some(PreFilterResult::nodes(["n2".to_string()])));
+        assert_eq!(with_nodes.into_iter().collect::<Vec<_>>(), ["A", "B"]);
+        assert!(state.skip_filter_plugins().contains("C"));
+    }
+
+    #[test]
+    fn pre_filter_disjoint_results_are_unresolvable() {
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.pre_filter = Some((Some(vec!["n1".into()]), Code::Success));
+        let mut b = Fake::new("B", &l);
+        b.pre_filter = Some((Some(vec!["n2".into()]), Code::Success));
+        let fwk = fwk_with(vec![a, b], &[(PreFilter, &["A", "B"])]);
+        let (_, s, _) = fwk.run_pre_filter_plugins(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &snapshot_of(&[]),
+        );
+        assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "node(s) didn't satisfy plugin(s) [A B] simultaneously"
+        );
+
+        let mut a = Fake::new("A", &l);
+        a.pre_filter = Some((Some(vec![]), Code::Success));
+        let fwk = fwk_with(vec![a], &[(PreFilter, &["A"])]);
+        let (_, s, _) = fwk.run_pre_filter_plugins(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &snapshot_of(&[]),
+        );
+        assert_eq!(s.message(), "node(s) didn't satisfy plugin A");
+    }
+
+    #[test]
+    fn pre_filter_unschedulable_runs_the_rest_unresolvable_stops() {
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.pre_filter = Some((None, Code::Unschedulable));
+        let b = Fake::new("B", &l);
+        let fwk = fwk_with(vec![a, b], &[(PreFilter, &["A", "B"])]);
+        let (_, s, _) = fwk.run_pre_filter_plugins(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &snapshot_of(&[]),
+        );
+        assert_eq!((s.code(), s.plugin()), (Code::Unschedulable, Some("A")));
+        assert_eq!(l.lock().clone(), ["A.PreFilter", "B.PreFilter"]);
+
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.pre_filter = Some((None, Code::UnschedulableAndUnresolvable));
+        let b = Fake::new("B", &l);
+        let fwk = fwk_with(vec![a, b], &[(PreFilter, &["A", "B"])]);
+        let (_, s, _) = fwk.run_pre_filter_plugins(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &snapshot_of(&[]),
+        );
+        assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+        assert_eq!(l.lock().clone(), ["A.PreFilter"]);
+    }
+
+    #[test]
+    fn filter_stops_at_first_failure_and_skips() {
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.filter
+            .insert("n1".into(), (Code::Unschedulable, "A says no".into()));
+        let mut b = Fake::new("B", &l);
+        b.filter
+            .insert("n1".into(), (Code::Unschedulable, "B says no".into()));
+        b.filter.insert("n2".into(), (Code::Error, "boom".into()));
+        let fwk = fwk_with(vec![a, b], &[(Filter, &["A", "B"])]);
+        let pod = PodBuilder::new("p").info();
+        let n1 = NodeBuilder::new("n1").info(vec![]);
+        let n2 = NodeBuilder::new("n2").info(vec![]);
+        let mut state = CycleState::new();
+        let s = fwk.run_filter_plugins(&state, &pod, &n1);
+        assert_eq!(
+            (s.message(), s.plugin()),
+            ("A says no".to_string(), Some("A"))
+        );
+        let s = fwk.run_filter_plugins(&state, &pod, &n2);
+        assert_eq!(s.code(), Code::Error);
+        assert_eq!(s.message(), "running \"B\" filter plugin: boom");
+        state.set_skip_filter_plugins([Arc::from("A")].into());
+        let s = fwk.run_filter_plugins(&state, &pod, &n1);
+        assert_eq!(s.plugin(), Some("B"));
+    }
+
+    #[test]
+    fn score_normalize_weight_and_range() {
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.score = [("n1".to_string(), 10), ("n2".to_string(), 20)].into();
+        a.normalize_factor = Some(2);
+        let mut b = Fake::new("B", &l);
+        b.score = [("n1".to_string(), 5)].into();
+        let (reg, _) = registry_with(vec![a, b]);
+        let (h, _) = handle();
+        let mut spec = profile(&[]);
+        spec.plugins
+            .insert(Score, vec![("A".into(), 3), ("B".into(), 0)]);
+        let fwk = Framework::new(&spec, &reg, h).expect("framework");
+        let snap = snapshot_of(&["n1", "n2"]);
+        let pod = PodBuilder::new("p").info();
+        let scores = fwk
+            .run_score_plugins(&CycleState::new(), &pod, snap.nodes())
+            .expect("scores");
+        let totals: Vec<(String, i64)> = scores
+            .iter()
+            .map(|s| (s.name.to_string(), s.total_score))
+            .collect();
+        // n1: 10*2*3 + 5*1 = 65; n2: 20*2*3 + 0 = 120
+        assert_eq!(totals, [("n1".to_string(), 65), ("n2".to_string(), 120)]);
+
+        let mut state = CycleState::new();
+        state.set_skip_score_plugins([Arc::from("A")].into());
+        let scores = fwk
+            .run_score_plugins(&state, &pod, snap.nodes())
+            .expect("scores");
+        assert_eq!(scores[0].scores.len(), 1);
+
+        let mut c = Fake::new("C", &l);
+        c.score = [("n1".to_string(), 101)].into();
+        let fwk = fwk_with(vec![c], &[(Score, &["C"])]);
+        let e = fwk
+            .run_score_plugins(&CycleState::new(), &pod, snap.nodes())
+            .expect_err("out of range");
+        assert!(
+            e.message().contains("returns an invalid score 101"),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[test]
+    fn reserve_then_unreserve_in_reverse() {
+        let l = log();
+        let a = Fake::new("A", &l);
+        let mut b = Fake::new("B", &l);
+        b.reserve = Some(Code::Unschedulable);
+        let c = Fake::new("C", &l);
+        let fwk = fwk_with(vec![a, b, c], &[(Reserve, &["A", "B", "C"])]);
+        let pod = PodBuilder::new("p").info();
+        let mut state = CycleState::new();
+        let s = fwk.run_reserve_plugins_reserve(&mut state, &pod, "n1");
+        assert_eq!((s.code(), s.plugin()), (Code::Unschedulable, Some("B")));
+        fwk.run_reserve_plugins_unreserve(&mut state, &pod, "n1");
+        assert_eq!(
+            l.lock().clone(),
+            [
+                "A.Reserve",
+                "B.Reserve",
+                "C.Unreserve",
+                "B.Unreserve",
+                "A.Unreserve"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn permit_wait_allow_and_reject() {
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.permit = Some((Code::Wait, Duration::from_secs(60)));
+        let mut b = Fake::new("B", &l);
+        b.permit = Some((Code::Wait, Duration::from_secs(3600)));
+        let fwk = fwk_with(vec![a, b], &[(Permit, &["A", "B"])]);
+        let pod = PodBuilder::new("p").arc_info();
+        let s = fwk.run_permit_plugins(&mut CycleState::new(), &pod, "n1");
+        assert_eq!(s.code(), Code::Wait);
+        assert!(fwk.will_wait_on_permit(&pod));
+        let wp = fwk.waiting_pods().get("p").expect("waiting");
+        wp.allow("A");
+        wp.allow("B");
+        assert!(fwk.wait_on_permit(&pod).await.is_success());
+        assert!(!fwk.will_wait_on_permit(&pod));
+
+        let s = fwk.run_permit_plugins(&mut CycleState::new(), &pod, "n1");
+        assert_eq!(s.code(), Code::Wait);
+        fwk.waiting_pods()
+            .get("p")
+            .expect("waiting")
+            .reject("A", "gang incomplete");
+        let s = fwk.wait_on_permit(&pod).await;
+        assert_eq!(
+            (s.code(), s.message(), s.plugin()),
+            (Code::Unschedulable, "gang incomplete".into(), Some("A"))
+        );
+
+        let mut c = Fake::new("C", &l);
+        c.permit = Some((Code::Unschedulable, Duration::ZERO));
+        let fwk = fwk_with(vec![c], &[(Permit, &["C"])]);
+        let s = fwk.run_permit_plugins(&mut CycleState::new(), &pod, "n1");
+        assert_eq!((s.code(), s.plugin()), (Code::Unschedulable, Some("C")));
+    }
+
+    #[tokio::test]
+    async fn bind_first_non_skip_wins() {
+        let l = log();
+        let a = Fake::new("A", &l); // Skip
+        let mut b = Fake::new("B", &l);
+        b.bind = Some(Code::Success);
+        let c = Fake::new("C", &l);
+        let (reg, _) = registry_with(vec![a, b, c]);
+        let (h, api) = handle();
+        let mut spec = profile(&[(PreBind, &["A"]), (PostBind, &["C"])]);
+        spec.plugins.insert(
+            Bind,
+            vec![
+                ("A".into(), 0),
+                ("B".into(), 0),
+                ("DefaultBinder".into(), 0),
+            ],
+        );
+        let fwk = Framework::new(&spec, &reg, h).expect("framework");
+        let pod = PodBuilder::new("p").info();
+        let state = CycleState::new();
+        assert!(
+            fwk.run_pre_bind_plugins(&state, &pod, "n1")
+                .await
+                .is_success()
+        );
+        assert!(fwk.run_bind_plugins(&state, &pod, "n1").await.is_success());
+        fwk.run_post_bind_plugins(&state, &pod, "n1").await;
+        assert_eq!(
+            l.lock().clone(),
+            ["A.PreBind", "A.Bind", "B.Bind", "C.PostBind"]
+        );
+        assert!(
+            api.bindings.lock().is_empty(),
+            "DefaultBinder must not run after B bound"
+        );
+    }
+
+    #[test]
+    fn pre_enqueue_and_queue_sort() {
+        let (reg, _) = registry_with(vec![]);
+        let (h, _) = handle();
+        let fwk = Framework::new(&profile(&[(PreEnqueue, &["SchedulingGates"])]), &reg, h)
+            .expect("framework");
+        let gated = PodBuilder::new("p").scheduling_gate("g").info();
+        let s = fwk.run_pre_enqueue_plugins(&gated);
+        assert_eq!(s.plugin(), Some("SchedulingGates"));
+        assert!(
+            fwk.run_pre_enqueue_plugins(&PodBuilder::new("q").info())
+                .is_success()
+        );
+        let now = std::time::Instant::now();
+        let hi = QueuedPodInfo::new(PodBuilder::new("a").priority(10).arc_info(), now);
+        let lo = QueuedPodInfo::new(PodBuilder::new("b").priority(1).arc_info(), now);
+        assert!(fwk.queue_sort_less(&hi, &lo));
+        assert_eq!(fwk.queue_sort_plugin_name(), Some("PrioritySort"));
+    }
+}

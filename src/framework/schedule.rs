@@ -1,0 +1,690 @@
+//! The pure "find nodes that fit, prioritize, select host" pipeline of upstream's
+//! `schedule_one.go`, and [`FitError`] with upstream's exact message.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::interface::{Code, CycleState, NodeToStatus, Status};
+use super::runtime::{Framework, NodePluginScores, PARALLEL_THRESHOLD};
+use super::types::{NodeInfo, PodInfo, Snapshot};
+
+/// Upstream's `minFeasibleNodesToFind`.
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// Upstream's `minFeasibleNodesPercentageToFind`.
+pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i32 = 5;
+
+/// Why no node fits: per-node statuses and the plugins that rejected the pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diagnosis {
+    pub node_to_status: NodeToStatus,
+    /// Plugins that returned Unschedulable or UnschedulableAndUnresolvable (their cluster events
+    /// requeue the pod).
+    pub unschedulable_plugins: BTreeSet<String>,
+    /// Plugins that returned Pending.
+    pub pending_plugins: BTreeSet<String>,
+    /// The PreFilter rejection message, when PreFilter rejected the pod.
+    pub pre_filter_msg: String,
+    /// The PostFilter (preemption) message.
+    pub post_filter_msg: String,
+}
+
+impl Diagnosis {
+    /// Records a rejecting status's plugin (upstream's `AddPluginStatus`).
+    pub fn add_plugin_status(&mut self, s: &Status) {
+        let Some(p) = s.plugin() else { return };
+        if s.is_rejected() {
+            self.unschedulable_plugins.insert(p.to_string());
+        }
+        if s.code() == Code::Pending {
+            self.pending_plugins.insert(p.to_string());
+        }
+    }
+}
+
+/// No node fits the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FitError {
+    pub pod: String,
+    pub num_all_nodes: usize,
+    pub diagnosis: Diagnosis,
+}
+
+impl FitError {
+    /// Sets the message PostFilter (preemption) returned: it ends the rendered message.
+    pub fn set_post_filter_message(&mut self, msg: impl Into<String>) {
+        self.diagnosis.post_filter_msg = msg.into();
+    }
+}
+
+impl fmt::Display for FitError {
+    /// `0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {a: b}. preemption: ...`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0/{} nodes are available:", self.num_all_nodes)?;
+        let d = &self.diagnosis;
+        if !d.pre_filter_msg.is_empty() {
+            write!(f, " {}.", d.pre_filter_msg)?;
+        } else {
+            let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+            for (_, s) in d.node_to_status.explicit() {
+                for r in s.reasons() {
+                    *reasons.entry(r.as_str()).or_insert(0) += 1;
+                }
+            }
+            let explicit = d.node_to_status.len();
+            if explicit < self.num_all_nodes {
+                for r in d.node_to_status.absent_nodes_status().reasons() {
+                    *reasons.entry(r.as_str()).or_insert(0) += self.num_all_nodes - explicit;
+                }
+            }
+            let mut lines: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            // Go's sort.Strings: byte-wise ascending ("10 x" before "2 y").
+            lines.sort();
+            if !lines.is_empty() {
+                write!(f, " {}.", lines.join(", "))?;
+            }
+        }
+        if !d.post_filter_msg.is_empty() {
+            write!(f, " {}", d.post_filter_msg)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for FitError {}
+
+/// Why scheduling a pod failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// The snapshot has no nodes.
+    #[error("no nodes available to schedule pods")]
+    NoNodesAvailable,
+    /// No node fits.
+    #[error("{0}")]
+    Fit(Box<FitError>),
+    /// A plugin failed (code Error).
+    #[error("{}", .0.message())]
+    Internal(Status),
+}
+
+impl ScheduleError {
+    /// The status for the pod's condition and requeueing: Unschedulable for fit errors, Error else.
+    pub fn to_status(&self) -> Status {
+        match self {
+            ScheduleError::Fit(e) => Status::new(Code::Unschedulable, e.to_string()),
+            other => Status::error(other.to_string()),
+        }
+    }
+}
+
+/// Where the pod goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleResult {
+    pub suggested_host: String,
+    /// Nodes the filters ran on (feasible + rejected).
+    pub evaluated_nodes: usize,
+    pub feasible_nodes: usize,
+}
+
+/// The scheduler-wide state of the algorithm: the rotating start index (so every node gets its turn
+/// when only a percentage of nodes is searched) and the global `percentageOfNodesToScore`.
+#[derive(Debug, Clone, Default)]
+pub struct Algorithm {
+    next_start_node_index: usize,
+    /// The configuration's top-level `percentageOfNodesToScore` (0: adaptive).
+    pub percentage_of_nodes_to_score: i32,
+}
+
+impl Algorithm {
+    pub fn new(percentage_of_nodes_to_score: i32) -> Algorithm {
+        Algorithm {
+            next_start_node_index: 0,
+            percentage_of_nodes_to_score,
+        }
+    }
+
+    pub fn next_start_node_index(&self) -> usize {
+        self.next_start_node_index
+    }
+
+    /// Upstream's `numFeasibleNodesToFind`.
+    pub fn num_feasible_nodes_to_find(
+        &self,
+        profile_percentage: Option<i32>,
+        num_all_nodes: usize,
+    ) -> usize {
+        if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
+            return num_all_nodes;
+        }
+        let mut percentage = profile_percentage.unwrap_or(self.percentage_of_nodes_to_score);
+        if percentage == 0 {
+            let n = i32::try_from(num_all_nodes).unwrap_or(i32::MAX);
+            percentage = (50 - n / 125).max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+        }
+        let num = (num_all_nodes as u128 * percentage.max(0) as u128 / 100) as usize;
+        num.max(MIN_FEASIBLE_NODES_TO_FIND)
+    }
+
+    /// Runs PreFilter, Filter (from the rotating start, in parallel, until enough nodes fit),
+    /// PreScore and Score, and selects the host among the best-scored nodes at random.
+    pub fn schedule_pod(
+        &mut self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Result<ScheduleResult, ScheduleError> {
+        if snapshot.num_nodes() == 0 {
+            return Err(ScheduleError::NoNodesAvailable);
+        }
+        state.set_num_all_nodes(snapshot.num_nodes());
+        let (feasible, diagnosis) = self.find_nodes_that_fit_pod(fwk, state, pod, snapshot)?;
+        if feasible.is_empty() {
+            return Err(ScheduleError::Fit(Box::new(FitError {
+                pod: pod.key(),
+                num_all_nodes: snapshot.num_nodes(),
+                diagnosis,
+            })));
+        }
+        let evaluated = feasible.len() + diagnosis.node_to_status.len();
+        if feasible.len() == 1 {
+            return Ok(ScheduleResult {
+                suggested_host: feasible[0].name().to_string(),
+                evaluated_nodes: evaluated,
+                feasible_nodes: 1,
+            });
+        }
+        let scores = prioritize_nodes(fwk, state, pod, snapshot, &feasible)?;
+        let host = select_host(&scores)
+            .ok_or_else(|| ScheduleError::Internal(Status::error("empty priority list")))?;
+        Ok(ScheduleResult {
+            suggested_host: host,
+            evaluated_nodes: evaluated,
+            feasible_nodes: feasible.len(),
+        })
+    }
+
+    /// PreFilter then Filter; upstream's `findNodesThatFitPod`.
+    pub fn find_nodes_that_fit_pod(
+        &mut self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Result<(Vec<Arc<NodeInfo>>, Diagnosis), ScheduleError> {
+        let mut diagnosis = Diagnosis::default();
+        let all_nodes = snapshot.nodes();
+        let (pre_res, s, unscheduled_plugins) = fwk.run_pre_filter_plugins(state, pod, snapshot);
+        diagnosis.unschedulable_plugins = unscheduled_plugins.clone();
+        if !s.is_success() {
+            if !s.is_rejected() {
+                return Err(ScheduleError::Internal(s));
+            }
+            diagnosis.pre_filter_msg = s.message();
+            diagnosis.add_plugin_status(&s);
+            diagnosis.node_to_status.set_absent_nodes_status(s);
+            return Ok((Vec::new(), diagnosis));
+        }
+
+        // A nominated node (from an earlier preemption) is tried first.
+        let nominated = pod.nominated_node_name();
+        if !nominated.is_empty()
+            && let Some(node) = snapshot.get(nominated)
+        {
+            let feasible = self.find_nodes_that_pass_filters(
+                fwk,
+                state,
+                pod,
+                &mut diagnosis,
+                std::slice::from_ref(node),
+                false,
+            )?;
+            if !feasible.is_empty() {
+                return Ok((feasible, diagnosis));
+            }
+        }
+
+        let restricted: Vec<Arc<NodeInfo>>;
+        let nodes: &[Arc<NodeInfo>] = match pre_res.as_ref().and_then(|r| r.node_names.as_ref()) {
+            None => all_nodes,
+            Some(names) => {
+                restricted = names
+                    .iter()
+                    .filter_map(|n| snapshot.get(n).cloned())
+                    .collect();
+                let list: Vec<&str> = unscheduled_plugins.iter().map(String::as_str).collect();
+                diagnosis
+                    .node_to_status
+                    .set_absent_nodes_status(Status::unresolvable(format!(
+                        "node(s) didn't satisfy plugin(s) [{}]",
+                        list.join(" ")
+                    )));
+                &restricted
+            }
+        };
+        let feasible =
+            self.find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, nodes, true);
+        // Always advance the start index, also on error, so every node gets searched in turn.
+        let processed = feasible.as_ref().map_or(0, Vec::len) + diagnosis.node_to_status.len();
+        self.next_start_node_index =
+            (self.next_start_node_index + processed) % all_nodes.len().max(1);
+        Ok((feasible?, diagnosis))
+    }
+
+    /// Filters `nodes` starting at the rotating index until enough feasible nodes are found.
+    /// Nodes are checked in parallel, chunk by chunk, and results are consumed in rotation order,
+    /// so the outcome equals a sequential scan.
+    fn find_nodes_that_pass_filters(
+        &self,
+        fwk: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        diagnosis: &mut Diagnosis,
+        nodes: &[Arc<NodeInfo>],
+        rotate: bool,
+    ) -> Result<Vec<Arc<NodeInfo>>, ScheduleError> {
+        let n = nodes.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut to_find = self.num_feasible_nodes_to_find(fwk.percentage_of_nodes_to_score(), n);
+        if !fwk.has_score_plugins() {
+            to_find = 1;
+        }
+        let start = if rotate {
+            self.next_start_node_index % n
+        } else {
+            0
+        };
+        if !fwk.has_filter_plugins() {
+            return Ok((0..to_find.min(n))
+                .map(|i| nodes[(start + i) % n].clone())
+                .collect());
+        }
+        let mut feasible: Vec<Arc<NodeInfo>> = Vec::with_capacity(to_find.min(n));
+        let mut next = 0usize;
+        while next < n && feasible.len() < to_find {
+            let remaining = to_find - feasible.len();
+            let chunk = if n >= PARALLEL_THRESHOLD {
+                remaining.clamp(PARALLEL_THRESHOLD, 1024)
+            } else {
+                n
+            };
+            let end = (next + chunk).min(n);
+            let check = |i: usize| -> Status {
+                let node = &nodes[(start + i) % n];
+                fwk.run_filter_plugins_with_nominated_pods(state, pod, node)
+            };
+            let statuses: Vec<Status> = if end - next >= PARALLEL_THRESHOLD {
+                (next..end).into_par_iter().map(check).collect()
+            } else {
+                (next..end).map(check).collect()
+            };
+            for (offset, s) in statuses.into_iter().enumerate() {
+                let node = &nodes[(start + next + offset) % n];
+                if s.is_success() {
+                    feasible.push(node.clone());
+                    if feasible.len() >= to_find {
+                        break;
+                    }
+                } else if s.code() == Code::Error {
+                    return Err(ScheduleError::Internal(s));
+                } else {
+                    diagnosis.add_plugin_status(&s);
+                    diagnosis.node_to_status.set(node.name(), s);
+                }
+            }
+            next = end;
+        }
+        Ok(feasible)
+    }
+}
+
+/// PreScore and Score over the feasible nodes (all score 1 without Score plugins).
+pub fn prioritize_nodes(
+    fwk: &Framework,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    nodes: &[Arc<NodeInfo>],
+) -> Result<Vec<NodePluginScores>, ScheduleError> {
+    if !fwk.has_score_plugins() {
+        return Ok(nodes
+            .iter()
+            .map(|n| NodePluginScores {
+                name: n.name_arc().clone(),
+                scores: Vec::new(),
+                total_score: 1,
+            })
+            .collect());
+    }
+    let s = fwk.run_pre_score_plugins(state, pod, snapshot, nodes);
+    if !s.is_success() {
+        return Err(ScheduleError::Internal(s));
+    }
+    fwk.run_score_plugins(state, pod, nodes)
+        .map_err(ScheduleError::Internal)
+}
+
+/// The highest-scored node; ties broken uniformly at random (reservoir sampling).
+pub fn select_host(scores: &[NodePluginScores]) -> Option<String> {
+    let first = scores.first()?;
+    let mut best = first.total_score;
+    let mut selected = &first.name;
+    let mut ties = 1u64;
+    for s in &scores[1..] {
+        if s.total_score > best {
+            best = s.total_score;
+            selected = &s.name;
+            ties = 1;
+        } else if s.total_score == best {
+            ties += 1;
+            if fastrand::u64(0..ties) == 0 {
+                selected = &s.name;
+            }
+        }
+    }
+    Some(selected.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ExtensionPoint::{self, *};
+    use crate::framework::runtime::ProfileSpec;
+    use crate::framework::testing::{
+        Fake, NodeBuilder, PodBuilder, handle, profile, registry_with, snapshot_of,
+    };
+    use parking_lot::Mutex;
+
+    fn fwk(fakes: Vec<Fake>, points: &[(ExtensionPoint, &[&str])]) -> Framework {
+        let (reg, _) = registry_with(fakes);
+        let (h, _) = handle();
+        Framework::new(&profile(points), &reg, h).expect("framework")
+    }
+
+    #[test]
+    fn num_feasible_nodes_to_find() {
+        let a = Algorithm::new(0);
+        let cases = [
+            (None, 10, 10),
+            (None, 99, 99),
+            (None, 100, 100),
+            (None, 1000, 420), // 50 - 1000/125 = 42%
+            (None, 5000, 500), // 50 - 40 = 10%
+            (None, 6000, 300), // 50 - 48 = 2% -> 5%
+            (Some(30), 1000, 300),
+            (Some(1), 1000, 100), // at least 100
+            (Some(100), 1000, 1000),
+        ];
+        for (pct, n, want) in cases {
+            assert_eq!(a.num_feasible_nodes_to_find(pct, n), want, "{pct:?} {n}");
+        }
+        assert_eq!(
+            Algorithm::new(20).num_feasible_nodes_to_find(None, 1000),
+            200
+        );
+    }
+
+    #[test]
+    fn fit_error_message_as_upstream() {
+        let mut d = Diagnosis::default();
+        d.node_to_status
+            .set("n1", Status::unschedulable("Insufficient cpu"));
+        d.node_to_status
+            .set("n2", Status::unschedulable("Insufficient cpu"));
+        for n in ["n3", "n4", "n5"] {
+            d.node_to_status.set(
+                n,
+                Status::unresolvable(
+                    "node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }",
+                ),
+            );
+        }
+        let mut e = FitError {
+            pod: "default/p".into(),
+            num_all_nodes: 5,
+            diagnosis: d,
+        };
+        assert_eq!(
+            e.to_string(),
+            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }."
+        );
+        e.set_post_filter_message(
+            "preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling.",
+        );
+        assert_eq!(
+            e.to_string(),
+            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }. preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
+        );
+    }
+
+    #[test]
+    fn fit_error_sorts_as_strings_and_counts_absent_nodes() {
+        let mut d = Diagnosis::default();
+        for i in 0..10 {
+            d.node_to_status.set(
+                format!("a{i}"),
+                Status::unschedulable("Insufficient memory"),
+            );
+        }
+        d.node_to_status.set(
+            "b",
+            Status::with_reasons(
+                Code::Unschedulable,
+                vec!["Insufficient cpu".into(), "Insufficient memory".into()],
+            ),
+        );
+        d.node_to_status
+            .set_absent_nodes_status(Status::unresolvable(
+                "node(s) didn't satisfy plugin(s) [NodeAffinity]",
+            ));
+        let e = FitError {
+            pod: "p".into(),
+            num_all_nodes: 13,
+            diagnosis: d,
+        };
+        // "11 ..." sorts before "1 ..." is false: byte order puts "1 " (space) before "11".
+        assert_eq!(
+            e.to_string(),
+            "0/13 nodes are available: 1 Insufficient cpu, 11 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+        );
+        let mut d = Diagnosis {
+            pre_filter_msg: "node(s) didn't satisfy plugin A".into(),
+            ..Default::default()
+        };
+        d.node_to_status
+            .set("x", Status::unschedulable("ignored when PreFilter failed"));
+        let e = FitError {
+            pod: "p".into(),
+            num_all_nodes: 3,
+            diagnosis: d,
+        };
+        assert_eq!(
+            e.to_string(),
+            "0/3 nodes are available: node(s) didn't satisfy plugin A."
+        );
+        assert_eq!(
+            ScheduleError::NoNodesAvailable.to_string(),
+            "no nodes available to schedule pods"
+        );
+    }
+
+    #[test]
+    fn schedule_pod_end_to_end_with_real_plugins() {
+        let nodes = vec![
+            Arc::new(
+                NodeBuilder::new("cp")
+                    .taint("node-role.kubernetes.io/control-plane", "", "NoSchedule")
+                    .build(),
+            ),
+            Arc::new(NodeBuilder::new("cordoned").unschedulable().build()),
+            Arc::new(NodeBuilder::new("ok").build()),
+        ];
+        let snap = Snapshot::from_objects(&nodes, &[]);
+        let (reg, _) = registry_with(vec![]);
+        let (h, _) = handle();
+        let spec = profile(&[(
+            Filter,
+            &["NodeUnschedulable", "NodeName", "TaintToleration"],
+        )]);
+        let fwk = Framework::new(&spec, &reg, h).expect("framework");
+        let mut alg = Algorithm::new(0);
+        let pod = PodBuilder::new("p").info();
+        let r = alg
+            .schedule_pod(&fwk, &mut CycleState::new(), &pod, &snap)
+            .expect("fits");
+        // No score plugins: the first feasible node is enough.
+        assert_eq!(r.suggested_host, "ok");
+        assert_eq!(r.feasible_nodes, 1);
+
+        let pinned = PodBuilder::new("q").node("cordoned").info();
+        let e = alg
+            .schedule_pod(&fwk, &mut CycleState::new(), &pinned, &snap)
+            .expect_err("no fit");
+        assert_eq!(
+            e.to_string(),
+            "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match the requested node name."
+        );
+        match e {
+            ScheduleError::Fit(f) => assert_eq!(
+                f.diagnosis
+                    .unschedulable_plugins
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+                ["NodeName", "NodeUnschedulable"]
+            ),
+            other => panic!("{other:?}"),
+        }
+        let empty = Snapshot::new();
+        assert_eq!(
+            alg.schedule_pod(&fwk, &mut CycleState::new(), &pod, &empty),
+            Err(ScheduleError::NoNodesAvailable)
+        );
+    }
+
+    #[test]
+    fn prefilter_restricts_nodes_and_absent_nodes_get_a_status() {
+        let l = Arc::new(Mutex::new(Vec::new()));
+        let mut a = Fake::new("A", &l);
+        a.pre_filter = Some((Some(vec!["n2".into(), "gone".into()]), Code::Success));
+        a.filter
+            .insert("n2".into(), (Code::Unschedulable, "n2 is full".into()));
+        let f = fwk(vec![a], &[(PreFilter, &["A"]), (Filter, &["A"])]);
+        let snap = snapshot_of(&["n1", "n2", "n3"]);
+        let e = Algorithm::new(0)
+            .schedule_pod(
+                &f,
+                &mut CycleState::new(),
+                &PodBuilder::new("p").info(),
+                &snap,
+            )
+            .expect_err("no fit");
+        assert_eq!(
+            e.to_string(),
+            "0/3 nodes are available: 1 n2 is full, 2 node(s) didn't satisfy plugin(s) [A]."
+        );
+    }
+
+    #[test]
+    fn scoring_picks_the_best_and_rotation_advances() {
+        let l = Arc::new(Mutex::new(Vec::new()));
+        let mut a = Fake::new("A", &l);
+        a.filter
+            .insert("n1".into(), (Code::Unschedulable, "no".into()));
+        a.score = [
+            ("n2".to_string(), 10),
+            ("n3".to_string(), 50),
+            ("n4".to_string(), 20),
+        ]
+        .into();
+        let f = fwk(vec![a], &[(Filter, &["A"]), (Score, &["A"])]);
+        let snap = snapshot_of(&["n1", "n2", "n3", "n4"]);
+        let mut alg = Algorithm::new(0);
+        let r = alg
+            .schedule_pod(
+                &f,
+                &mut CycleState::new(),
+                &PodBuilder::new("p").info(),
+                &snap,
+            )
+            .expect("fits");
+        assert_eq!(
+            r,
+            ScheduleResult {
+                suggested_host: "n3".into(),
+                evaluated_nodes: 4,
+                feasible_nodes: 3
+            }
+        );
+        // All 4 nodes processed: the start index wraps back to 0.
+        assert_eq!(alg.next_start_node_index(), 0);
+    }
+
+    #[test]
+    fn nominated_node_is_tried_first() {
+        let l = Arc::new(Mutex::new(Vec::new()));
+        let mut a = Fake::new("A", &l);
+        a.score = [("n1".to_string(), 100)].into();
+        let f = fwk(vec![a], &[(Filter, &["A"]), (Score, &["A"])]);
+        let snap = snapshot_of(&["n1", "n2", "n3"]);
+        let pod = PodBuilder::new("p").nominated_node("n3").info();
+        let r = Algorithm::new(0)
+            .schedule_pod(&f, &mut CycleState::new(), &pod, &snap)
+            .expect("fits");
+        assert_eq!(r.suggested_host, "n3");
+    }
+
+    #[test]
+    fn select_host_breaks_ties_at_random_among_the_best() {
+        let mk = |n: &str, s: i64| NodePluginScores {
+            name: Arc::from(n),
+            scores: vec![],
+            total_score: s,
+        };
+        let scores = vec![mk("a", 5), mk("b", 9), mk("c", 9), mk("d", 1)];
+        let mut seen = BTreeSet::new();
+        for _ in 0..200 {
+            seen.insert(select_host(&scores).expect("host"));
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(select_host(&[]), None);
+    }
+
+    #[test]
+    fn filters_in_parallel_equal_a_sequential_scan() {
+        // 300 nodes, every third infeasible; percentage 50 -> 150 nodes to find.
+        let l = Arc::new(Mutex::new(Vec::new()));
+        let mut a = Fake::new("A", &l);
+        let names: Vec<String> = (0..300).map(|i| format!("n{i:03}")).collect();
+        for (i, n) in names.iter().enumerate() {
+            if i % 3 == 0 {
+                a.filter
+                    .insert(n.clone(), (Code::Unschedulable, "no".into()));
+            }
+            a.score.insert(n.clone(), (i % 100) as i64);
+        }
+        let (reg, _) = registry_with(vec![a]);
+        let (h, _) = handle();
+        let mut spec: ProfileSpec = profile(&[(Filter, &["A"]), (Score, &["A"])]);
+        spec.percentage_of_nodes_to_score = Some(50);
+        let f = Framework::new(&spec, &reg, h).expect("framework");
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let snap = snapshot_of(&refs);
+        let mut alg = Algorithm::new(0);
+        let r = alg
+            .schedule_pod(
+                &f,
+                &mut CycleState::new(),
+                &PodBuilder::new("p").info(),
+                &snap,
+            )
+            .expect("fits");
+        assert_eq!(r.feasible_nodes, 150);
+        // Sequentially: 150 feasible need 225 nodes (n000..n224), 75 of them rejected.
+        assert_eq!(r.evaluated_nodes, 225);
+        assert_eq!(alg.next_start_node_index(), 225);
+    }
+}

@@ -1,0 +1,613 @@
+//! Small builders for Pods and Nodes shared by the framework's and plugins' unit tests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerImage, ContainerPort, Node, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, NodeStatus, Pod, PodAffinityTerm,
+    PodAntiAffinity, PodSchedulingGate, PodSpec, PreferredSchedulingTerm, ResourceRequirements,
+    Taint, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use super::types::{NodeInfo, PodInfo};
+
+fn quantities(list: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    list.iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+        .collect()
+}
+
+pub struct PodBuilder {
+    pod: Pod,
+}
+
+impl PodBuilder {
+    pub fn new(name: &str) -> PodBuilder {
+        PodBuilder {
+            pod: Pod {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some("default".to_string()),
+                    uid: Some(name.to_string()),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec::default()),
+                status: None,
+            },
+        }
+    }
+
+    fn spec(&mut self) -> &mut PodSpec {
+        self.pod.spec.get_or_insert_with(Default::default)
+    }
+
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.pod.metadata.uid = Some(uid.to_string());
+        self
+    }
+
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.pod.metadata.namespace = Some(ns.to_string());
+        self
+    }
+
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.pod
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    /// Adds a container requesting `requests` (an empty slice: no requests at all).
+    pub fn container(mut self, requests: &[(&str, &str)]) -> Self {
+        let n = self.spec().containers.len();
+        let resources = (!requests.is_empty()).then(|| ResourceRequirements {
+            requests: Some(quantities(requests)),
+            ..Default::default()
+        });
+        self.spec().containers.push(Container {
+            name: format!("c{n}"),
+            resources,
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn init_container(mut self, requests: &[(&str, &str)], restartable: bool) -> Self {
+        let inits = self.spec().init_containers.get_or_insert_with(Vec::new);
+        let n = inits.len();
+        inits.push(Container {
+            name: format!("i{n}"),
+            resources: Some(ResourceRequirements {
+                requests: Some(quantities(requests)),
+                ..Default::default()
+            }),
+            restart_policy: restartable.then(|| "Always".to_string()),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// Adds a container running `image`.
+    pub fn image(mut self, image: &str) -> Self {
+        let n = self.spec().containers.len();
+        self.spec().containers.push(Container {
+            name: format!("c{n}"),
+            image: Some(image.to_string()),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn overhead(mut self, list: &[(&str, &str)]) -> Self {
+        self.spec().overhead = Some(quantities(list));
+        self
+    }
+
+    pub fn pod_level_requests(mut self, list: &[(&str, &str)]) -> Self {
+        self.spec().resources = Some(ResourceRequirements {
+            requests: Some(quantities(list)),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// Adds a container with one TCP host port on all addresses.
+    pub fn host_port(self, port: i32) -> Self {
+        self.host_port_full("", "", port)
+    }
+
+    pub fn host_port_full(mut self, ip: &str, protocol: &str, port: i32) -> Self {
+        let n = self.spec().containers.len();
+        self.spec().containers.push(Container {
+            name: format!("c{n}"),
+            ports: Some(vec![ContainerPort {
+                container_port: port,
+                host_port: Some(port),
+                host_ip: (!ip.is_empty()).then(|| ip.to_string()),
+                protocol: (!protocol.is_empty()).then(|| protocol.to_string()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn node(mut self, node: &str) -> Self {
+        self.spec().node_name = Some(node.to_string());
+        self
+    }
+
+    pub fn priority(mut self, p: i32) -> Self {
+        self.spec().priority = Some(p);
+        self
+    }
+
+    pub fn scheduler_name(mut self, name: &str) -> Self {
+        self.spec().scheduler_name = Some(name.to_string());
+        self
+    }
+
+    pub fn nominated_node(mut self, node: &str) -> Self {
+        self.pod
+            .status
+            .get_or_insert_with(Default::default)
+            .nominated_node_name = Some(node.to_string());
+        self
+    }
+
+    pub fn toleration(mut self, key: &str, operator: &str, value: &str, effect: &str) -> Self {
+        let t = Toleration {
+            key: (!key.is_empty()).then(|| key.to_string()),
+            operator: (!operator.is_empty()).then(|| operator.to_string()),
+            value: (!value.is_empty()).then(|| value.to_string()),
+            effect: (!effect.is_empty()).then(|| effect.to_string()),
+            toleration_seconds: None,
+        };
+        self.spec().tolerations.get_or_insert_with(Vec::new).push(t);
+        self
+    }
+
+    pub fn node_selector(mut self, k: &str, v: &str) -> Self {
+        self.spec()
+            .node_selector
+            .get_or_insert_with(Default::default)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    fn node_affinity(&mut self) -> &mut NodeAffinity {
+        self.spec()
+            .affinity
+            .get_or_insert_with(Affinity::default)
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default)
+    }
+
+    /// Adds a required node selector term.
+    pub fn required_term(mut self, term: NodeSelectorTerm) -> Self {
+        self.node_affinity()
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(|| NodeSelector {
+                node_selector_terms: Vec::new(),
+            })
+            .node_selector_terms
+            .push(term);
+        self
+    }
+
+    pub fn preferred_term(mut self, weight: i32, preference: NodeSelectorTerm) -> Self {
+        self.node_affinity()
+            .preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PreferredSchedulingTerm { weight, preference });
+        self
+    }
+
+    pub fn pod_anti_affinity_required(mut self, key: &str, value: &str) -> Self {
+        let term = PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: Some([(key.to_string(), value.to_string())].into()),
+                ..Default::default()
+            }),
+            topology_key: "kubernetes.io/hostname".into(),
+            ..Default::default()
+        };
+        self.spec()
+            .affinity
+            .get_or_insert_with(Affinity::default)
+            .pod_anti_affinity = Some(PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![term]),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn scheduling_gate(mut self, name: &str) -> Self {
+        self.spec()
+            .scheduling_gates
+            .get_or_insert_with(Vec::new)
+            .push(PodSchedulingGate {
+                name: name.to_string(),
+            });
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        self.pod
+    }
+
+    pub fn info(self) -> PodInfo {
+        PodInfo::from_pod(self.pod)
+    }
+
+    pub fn arc_info(self) -> Arc<PodInfo> {
+        Arc::new(self.info())
+    }
+}
+
+/// A node selector term from `(key, operator, values)` expressions and `(field, operator, values)`
+/// field expressions.
+pub fn term(exprs: &[(&str, &str, &[&str])], fields: &[(&str, &str, &[&str])]) -> NodeSelectorTerm {
+    let req = |(k, op, vals): &(&str, &str, &[&str])| NodeSelectorRequirement {
+        key: k.to_string(),
+        operator: op.to_string(),
+        values: (!vals.is_empty()).then(|| vals.iter().map(|v| v.to_string()).collect()),
+    };
+    NodeSelectorTerm {
+        match_expressions: (!exprs.is_empty()).then(|| exprs.iter().map(req).collect()),
+        match_fields: (!fields.is_empty()).then(|| fields.iter().map(req).collect()),
+    }
+}
+
+pub struct NodeBuilder {
+    node: Node,
+}
+
+impl NodeBuilder {
+    pub fn new(name: &str) -> NodeBuilder {
+        NodeBuilder {
+            node: Node {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    labels: Some([("kubernetes.io/hostname".to_string(), name.to_string())].into()),
+                    ..Default::default()
+                },
+                spec: Some(NodeSpec::default()),
+                status: Some(NodeStatus::default()),
+            },
+        }
+    }
+
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.node
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    pub fn allocatable(mut self, list: &[(&str, &str)]) -> Self {
+        self.node
+            .status
+            .get_or_insert_with(Default::default)
+            .allocatable = Some(quantities(list));
+        self
+    }
+
+    pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
+        let t = Taint {
+            key: key.to_string(),
+            value: (!value.is_empty()).then(|| value.to_string()),
+            effect: effect.to_string(),
+            time_added: None,
+        };
+        self.node
+            .spec
+            .get_or_insert_with(Default::default)
+            .taints
+            .get_or_insert_with(Vec::new)
+            .push(t);
+        self
+    }
+
+    pub fn unschedulable(mut self) -> Self {
+        self.node
+            .spec
+            .get_or_insert_with(Default::default)
+            .unschedulable = Some(true);
+        self
+    }
+
+    pub fn image(mut self, names: &[&str], size: i64) -> Self {
+        self.node
+            .status
+            .get_or_insert_with(Default::default)
+            .images
+            .get_or_insert_with(Vec::new)
+            .push(ContainerImage {
+                names: Some(names.iter().map(|s| s.to_string()).collect()),
+                size_bytes: Some(size),
+            });
+        self
+    }
+
+    pub fn build(self) -> Node {
+        self.node
+    }
+
+    /// A NodeInfo for this node holding `pods`.
+    pub fn info(self, pods: Vec<Pod>) -> NodeInfo {
+        NodeInfo::with_node(
+            Arc::new(self.node),
+            pods.into_iter().map(|p| Arc::new(PodInfo::from_pod(p))),
+        )
+    }
+}
+
+// ----- a configurable fake plugin for runtime tests -----
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+
+use super::interface::{
+    BindPlugin, Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, PostBindPlugin,
+    PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin,
+    ReservePlugin, ScorePlugin, Status,
+};
+use super::registry::{Handle, PluginRegistration, RecordingApi, Registry};
+use super::types::{QueuedPodInfo, Snapshot};
+use crate::config::ExtensionPoint;
+
+/// A plugin whose behaviour at each point is set per test; every call is logged.
+#[derive(Default)]
+pub struct Fake {
+    pub name: String,
+    /// PreFilter: (result node names, code).
+    pub pre_filter: Option<(Option<Vec<String>>, Code)>,
+    /// Filter: node name -> (code, reason); absent nodes pass.
+    pub filter: HashMap<String, (Code, String)>,
+    pub pre_score: Option<Code>,
+    /// Score: node name -> score (absent: 0).
+    pub score: HashMap<String, i64>,
+    /// Normalize: multiply every score by this factor.
+    pub normalize_factor: Option<i64>,
+    pub reserve: Option<Code>,
+    pub permit: Option<(Code, Duration)>,
+    pub bind: Option<Code>,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Fake {
+    pub fn new(name: &str, log: &Arc<Mutex<Vec<String>>>) -> Fake {
+        Fake {
+            name: name.to_string(),
+            log: log.clone(),
+            ..Default::default()
+        }
+    }
+
+    fn record(&self, what: &str) {
+        self.log.lock().push(format!("{}.{what}", self.name));
+    }
+}
+
+impl Plugin for Fake {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        Some(self)
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        Some(self)
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        Some(self)
+    }
+    fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        Some(self)
+    }
+}
+
+impl QueueSortPlugin for Fake {
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        a.timestamp < b.timestamp
+    }
+}
+
+impl PreFilterPlugin for Fake {
+    fn pre_filter(
+        &self,
+        _s: &mut CycleState,
+        _p: &PodInfo,
+        _snap: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        self.record("PreFilter");
+        match &self.pre_filter {
+            None => (None, Status::success()),
+            Some((names, code)) => (
+                names
+                    .as_ref()
+                    .map(|n| PreFilterResult::nodes(n.iter().cloned())),
+                Status::new(
+                    *code,
+                    if *code == Code::Success || *code == Code::Skip {
+                        ""
+                    } else {
+                        "prefilter says no"
+                    },
+                ),
+            ),
+        }
+    }
+}
+
+impl FilterPlugin for Fake {
+    fn filter(&self, _s: &CycleState, _p: &PodInfo, node: &NodeInfo) -> Status {
+        match self.filter.get(node.name()) {
+            Some((code, reason)) => Status::new(*code, reason.clone()),
+            None => Status::success(),
+        }
+    }
+}
+
+impl PreScorePlugin for Fake {
+    fn pre_score(
+        &self,
+        _s: &mut CycleState,
+        _p: &PodInfo,
+        _snap: &Snapshot,
+        _n: &[Arc<NodeInfo>],
+    ) -> Status {
+        Status::code_only(self.pre_score.unwrap_or(Code::Success))
+    }
+}
+
+impl ScorePlugin for Fake {
+    fn score(&self, _s: &CycleState, _p: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(self.score.get(node.name()).copied().unwrap_or(0))
+    }
+    fn has_normalize_score(&self) -> bool {
+        self.normalize_factor.is_some()
+    }
+    fn normalize_score(&self, _s: &CycleState, _p: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        for s in scores {
+            s.score *= self.normalize_factor.unwrap_or(1);
+        }
+        Status::success()
+    }
+}
+
+impl ReservePlugin for Fake {
+    fn reserve(&self, _s: &mut CycleState, _p: &PodInfo, _n: &str) -> Status {
+        self.record("Reserve");
+        Status::new(self.reserve.unwrap_or(Code::Success), "reserve failed")
+    }
+    fn unreserve(&self, _s: &mut CycleState, _p: &PodInfo, _n: &str) {
+        self.record("Unreserve");
+    }
+}
+
+impl PermitPlugin for Fake {
+    fn permit(&self, _s: &mut CycleState, _p: &PodInfo, _n: &str) -> (Status, Duration) {
+        let (code, d) = self.permit.unwrap_or((Code::Success, Duration::ZERO));
+        (
+            Status::new(
+                code,
+                if code == Code::Unschedulable {
+                    "permit denied"
+                } else {
+                    ""
+                },
+            ),
+            d,
+        )
+    }
+}
+
+#[async_trait]
+impl PreBindPlugin for Fake {
+    async fn pre_bind(&self, _s: &CycleState, _p: &PodInfo, _n: &str) -> Status {
+        self.record("PreBind");
+        Status::success()
+    }
+}
+
+#[async_trait]
+impl BindPlugin for Fake {
+    async fn bind(&self, _s: &CycleState, _p: &PodInfo, _n: &str) -> Status {
+        self.record("Bind");
+        Status::code_only(self.bind.unwrap_or(Code::Skip))
+    }
+}
+
+#[async_trait]
+impl PostBindPlugin for Fake {
+    async fn post_bind(&self, _s: &CycleState, _p: &PodInfo, _n: &str) {
+        self.record("PostBind");
+    }
+}
+
+/// Registers `fakes` (all extension points) into a copy of the in-tree registry; counts factory
+/// calls in the returned counter.
+pub fn registry_with(fakes: Vec<Fake>) -> (Registry, Arc<AtomicUsize>) {
+    let mut r = Registry::in_tree();
+    let calls = Arc::new(AtomicUsize::new(0));
+    for f in fakes {
+        let name = f.name.clone();
+        let plugin: Arc<dyn Plugin> = Arc::new(f);
+        let c = calls.clone();
+        let reg =
+            PluginRegistration::new(&ExtensionPoint::ALL, super::args::no_args, move |_, _| {
+                c.fetch_add(1, Ordering::Relaxed);
+                Ok(plugin.clone())
+            });
+        if r.register(name, reg).is_err() {
+            panic!("duplicate fake");
+        }
+    }
+    (r, calls)
+}
+
+/// A test handle recording API calls.
+pub fn handle() -> (Handle, Arc<RecordingApi>) {
+    let api = Arc::new(RecordingApi::default());
+    (Handle::new(api.clone()), api)
+}
+
+/// A profile with the given plugins per extension point (weight 1 for score), plus PrioritySort
+/// and DefaultBinder so it is valid.
+pub fn profile(points: &[(ExtensionPoint, &[&str])]) -> super::runtime::ProfileSpec {
+    let mut spec = super::runtime::ProfileSpec {
+        scheduler_name: "test".into(),
+        ..Default::default()
+    };
+    spec.plugins
+        .insert(ExtensionPoint::QueueSort, vec![("PrioritySort".into(), 0)]);
+    spec.plugins
+        .insert(ExtensionPoint::Bind, vec![("DefaultBinder".into(), 0)]);
+    for (ep, names) in points {
+        let weight = if *ep == ExtensionPoint::Score { 1 } else { 0 };
+        spec.plugins
+            .insert(*ep, names.iter().map(|n| (n.to_string(), weight)).collect());
+    }
+    spec
+}
+
+/// A snapshot of plain nodes named `names`.
+pub fn snapshot_of(names: &[&str]) -> Snapshot {
+    let nodes: Vec<Arc<Node>> = names
+        .iter()
+        .map(|n| Arc::new(NodeBuilder::new(n).build()))
+        .collect();
+    Snapshot::from_objects(&nodes, &[])
+}

@@ -9,7 +9,9 @@ pub mod inter_pod_affinity;
 pub mod leaf;
 pub mod names;
 pub mod network_traffic;
+pub mod node_affinity;
 pub mod node_name;
+pub mod node_ports;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod priority_sort;
@@ -35,6 +37,8 @@ pub fn register_in_tree(r: &mut Registry) {
         ),
         (names::DEFAULT_BINDER, default_binder::registration()),
         (names::TAINT_TOLERATION, taint_toleration::registration()),
+        (names::NODE_AFFINITY, node_affinity::registration()),
+        (names::NODE_PORTS, node_ports::registration()),
     ];
     for (name, reg) in built {
         if let Err(e) = r.register(name, reg) {

@@ -1,0 +1,153 @@
+//! NodePorts: a pod's host ports must be free on the node (`0.0.0.0` conflicts with every address).
+
+use std::sync::Arc;
+
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::{HostPort, NodeInfo, PodInfo, Snapshot};
+
+pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested pod ports";
+
+#[derive(Debug, Default)]
+pub struct NodePorts;
+
+impl Plugin for NodePorts {
+    fn name(&self) -> &str {
+        names::NODE_PORTS
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+/// Whether all `wanted` ports are free on `node`.
+pub fn fits_ports(wanted: &[HostPort], node: &NodeInfo) -> bool {
+    wanted.iter().all(|p| !node.used_ports.check_conflict(p))
+}
+
+impl PreFilterPlugin for NodePorts {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        // The wanted ports are precomputed in PodInfo; nothing to do for pods without host ports.
+        if pod.host_ports.is_empty() {
+            return (None, Status::skip());
+        }
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for NodePorts {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if fits_ports(&pod.host_ports, node) {
+            Status::success()
+        } else {
+            Status::unschedulable(ERR_REASON)
+        }
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        &[ExtensionPoint::PreFilter, ExtensionPoint::Filter],
+        no_args,
+        |_, _| Ok(Arc::new(NodePorts)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::interface::Code;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn filter() {
+        let existing = |ip: &str, proto: &str, port: i32| {
+            PodBuilder::new("e")
+                .node("n")
+                .host_port_full(ip, proto, port)
+                .build()
+        };
+        let cases = [
+            ("no ports", PodBuilder::new("p"), vec![], Code::Success),
+            (
+                "other port",
+                PodBuilder::new("p").host_port(8080),
+                vec![existing("", "", 9090)],
+                Code::Success,
+            ),
+            (
+                "same port",
+                PodBuilder::new("p").host_port(8080),
+                vec![existing("", "", 8080)],
+                Code::Unschedulable,
+            ),
+            (
+                "same port, other protocol",
+                PodBuilder::new("p").host_port_full("", "UDP", 8080),
+                vec![existing("", "TCP", 8080)],
+                Code::Success,
+            ),
+            (
+                "same port, different specific IPs",
+                PodBuilder::new("p").host_port_full("127.0.0.1", "TCP", 8001),
+                vec![existing("127.0.0.2", "TCP", 8001)],
+                Code::Success,
+            ),
+            (
+                "0.0.0.0 wanted conflicts with a specific IP",
+                PodBuilder::new("p").host_port_full("0.0.0.0", "TCP", 8001),
+                vec![existing("127.0.0.1", "TCP", 8001)],
+                Code::Unschedulable,
+            ),
+            (
+                "specific IP wanted conflicts with 0.0.0.0 used",
+                PodBuilder::new("p").host_port_full("127.0.0.1", "TCP", 8001),
+                vec![existing("0.0.0.0", "TCP", 8001)],
+                Code::Unschedulable,
+            ),
+            (
+                "one of several ports conflicts",
+                PodBuilder::new("p").host_port(8001).host_port(8002),
+                vec![existing("", "", 8002)],
+                Code::Unschedulable,
+            ),
+        ];
+        for (name, pod, pods, want) in cases {
+            let node = NodeBuilder::new("n").info(pods);
+            let s = NodePorts.filter(&CycleState::new(), &pod.info(), &node);
+            assert_eq!(s.code(), want, "{name}");
+            if want != Code::Success {
+                assert_eq!(s.message(), ERR_REASON);
+            }
+        }
+    }
+
+    #[test]
+    fn pre_filter_skips_pods_without_host_ports() {
+        let (_, s) = NodePorts.pre_filter(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &Snapshot::new(),
+        );
+        assert!(s.is_skip());
+        let (_, s) = NodePorts.pre_filter(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").host_port(80).info(),
+            &Snapshot::new(),
+        );
+        assert!(s.is_success());
+    }
+}

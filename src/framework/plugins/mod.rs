@@ -12,6 +12,7 @@ pub mod network_traffic;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
+pub mod node_resources;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod priority_sort;
@@ -39,6 +40,14 @@ pub fn register_in_tree(r: &mut Registry) {
         (names::TAINT_TOLERATION, taint_toleration::registration()),
         (names::NODE_AFFINITY, node_affinity::registration()),
         (names::NODE_PORTS, node_ports::registration()),
+        (
+            names::NODE_RESOURCES_FIT,
+            node_resources::fit::registration(),
+        ),
+        (
+            names::NODE_RESOURCES_BALANCED_ALLOCATION,
+            node_resources::balanced_allocation::registration(),
+        ),
     ];
     for (name, reg) in built {
         if let Err(e) = r.register(name, reg) {

@@ -1,0 +1,112 @@
+//! NodeResourcesFit and NodeResourcesBalancedAllocation, and the resource-allocation scoring they
+//! share (upstream's `resource_allocation.go`).
+
+pub mod balanced_allocation;
+pub mod fit;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::FieldError;
+use crate::framework::args::invalid;
+use crate::framework::types::{
+    NodeInfo, PodInfo, RESOURCE_CPU, RESOURCE_EPHEMERAL_STORAGE, RESOURCE_MEMORY,
+    is_scalar_resource_name,
+};
+
+/// A resource and its weight in scoring (upstream's `ResourceSpec`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ResourceSpec {
+    pub name: String,
+    #[serde(default)]
+    pub weight: i64,
+}
+
+/// `cpu: 1, memory: 1`.
+pub fn default_resources() -> Vec<ResourceSpec> {
+    vec![
+        ResourceSpec {
+            name: RESOURCE_CPU.into(),
+            weight: 1,
+        },
+        ResourceSpec {
+            name: RESOURCE_MEMORY.into(),
+            weight: 1,
+        },
+    ]
+}
+
+/// Upstream's `validateResources`: weights in (0, 100].
+pub fn validate_resources(resources: &[ResourceSpec], path: &str) -> Vec<FieldError> {
+    resources
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.weight <= 0 || r.weight > 100)
+        .map(|(i, r)| {
+            invalid(
+                format!("{path}[{i}].weight"),
+                r.weight,
+                &format!("resource weight of {} not in valid range (0, 100]", r.name),
+            )
+        })
+        .collect()
+}
+
+/// The pod's request of each resource for scoring. With `use_requested` false, containers that
+/// request no cpu/memory count as 100m/200Mi (upstream's non-zero requests).
+pub fn pod_resource_requests(
+    pod: &PodInfo,
+    resources: &[ResourceSpec],
+    use_requested: bool,
+) -> Vec<i64> {
+    resources
+        .iter()
+        .map(|r| match r.name.as_str() {
+            RESOURCE_CPU if !use_requested => pod.non_zero_cpu,
+            RESOURCE_MEMORY if !use_requested => pod.non_zero_memory,
+            name => pod.requests.get(name),
+        })
+        .collect()
+}
+
+/// For each resource, (allocatable, requested including the pod) on `node`; (0, 0) means "skip
+/// this resource" (an extended resource the pod does not request, or the node does not have).
+pub fn allocatable_and_requested(
+    node: &NodeInfo,
+    resources: &[ResourceSpec],
+    pod_requests: &[i64],
+    use_requested: bool,
+) -> (Vec<i64>, Vec<i64>) {
+    let mut alloc = vec![0; resources.len()];
+    let mut req = vec![0; resources.len()];
+    let requested = if use_requested {
+        &node.requested
+    } else {
+        &node.non_zero_requested
+    };
+    for (i, r) in resources.iter().enumerate() {
+        let pod_req = pod_requests[i];
+        let name = r.name.as_str();
+        let (a, q) = if pod_req == 0 && is_scalar_resource_name(name) {
+            (0, 0)
+        } else {
+            match name {
+                RESOURCE_CPU => (node.allocatable.milli_cpu, requested.milli_cpu + pod_req),
+                RESOURCE_MEMORY => (node.allocatable.memory, requested.memory + pod_req),
+                RESOURCE_EPHEMERAL_STORAGE => (
+                    node.allocatable.ephemeral_storage,
+                    node.requested.ephemeral_storage + pod_req,
+                ),
+                _ => match node.allocatable.scalar_resources.get(name) {
+                    Some(a) => (*a, node.requested.get(name) + pod_req),
+                    None => (0, 0),
+                },
+            }
+        };
+        if a != 0 {
+            alloc[i] = a;
+            req[i] = q;
+        }
+    }
+    (alloc, req)
+}

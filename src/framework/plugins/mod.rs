@@ -5,6 +5,7 @@ pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod helper;
+pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod leaf;
 pub mod names;
@@ -48,6 +49,7 @@ pub fn register_in_tree(r: &mut Registry) {
             names::NODE_RESOURCES_BALANCED_ALLOCATION,
             node_resources::balanced_allocation::registration(),
         ),
+        (names::IMAGE_LOCALITY, image_locality::registration()),
     ];
     for (name, reg) in built {
         if let Err(e) = r.register(name, reg) {

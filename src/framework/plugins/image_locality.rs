@@ -1,0 +1,202 @@
+//! ImageLocality: prefers nodes that already have the pod's container images, weighting each image
+//! by its size and by how widely it is spread (so one node holding a common image does not win).
+
+use std::sync::Arc;
+
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{CycleState, MAX_NODE_SCORE, Plugin, ScorePlugin, Status};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::{ImageStateSummary, NodeInfo, PodInfo};
+
+const MB: i64 = 1024 * 1024;
+/// Below this, images are considered absent (upstream's `minThreshold`, 23 MB).
+pub const MIN_THRESHOLD: i64 = 23 * MB;
+/// Per container, sizes above this count as this (upstream's `maxContainerThreshold`, 1000 MB).
+pub const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
+
+#[derive(Debug, Default)]
+pub struct ImageLocality;
+
+/// `nginx` -> `nginx:latest`; names with a tag or digest are kept.
+pub fn normalized_image_name(name: &str) -> String {
+    let colon = name.rfind(':').map_or(-1, |i| i as i64);
+    let slash = name.rfind('/').map_or(-1, |i| i as i64);
+    if colon <= slash {
+        format!("{name}:latest")
+    } else {
+        name.to_string()
+    }
+}
+
+fn scaled_image_score(state: &ImageStateSummary, total_num_nodes: usize) -> i64 {
+    if total_num_nodes == 0 {
+        return 0;
+    }
+    let spread = state.num_nodes() as f64 / total_num_nodes as f64;
+    (state.size as f64 * spread) as i64
+}
+
+fn sum_image_scores(node: &NodeInfo, pod: &PodInfo, total_num_nodes: usize) -> i64 {
+    pod.images()
+        .filter_map(|img| node.image_states.get(&normalized_image_name(img)))
+        .map(|s| scaled_image_score(s, total_num_nodes))
+        .sum()
+}
+
+fn calculate_priority(sum_scores: i64, num_containers: usize) -> i64 {
+    let max_threshold = MAX_CONTAINER_THRESHOLD * num_containers as i64;
+    let s = if sum_scores < MIN_THRESHOLD {
+        MIN_THRESHOLD
+    } else if sum_scores > max_threshold {
+        max_threshold
+    } else {
+        sum_scores
+    };
+    MAX_NODE_SCORE * (s - MIN_THRESHOLD) / (max_threshold - MIN_THRESHOLD)
+}
+
+impl Plugin for ImageLocality {
+    fn name(&self) -> &str {
+        names::IMAGE_LOCALITY
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl ScorePlugin for ImageLocality {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let num_containers = pod.spec().map_or(0, |s| {
+            s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
+        });
+        let sum = sum_image_scores(node, pod, state.num_all_nodes());
+        Ok(calculate_priority(sum, num_containers))
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(&[ExtensionPoint::Score], no_args, |_, _| {
+        Ok(Arc::new(ImageLocality))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use crate::framework::types::Snapshot;
+
+    #[test]
+    fn image_names() {
+        assert_eq!(normalized_image_name("nginx"), "nginx:latest");
+        assert_eq!(normalized_image_name("nginx:1.25"), "nginx:1.25");
+        assert_eq!(
+            normalized_image_name("registry:5000/app"),
+            "registry:5000/app:latest"
+        );
+        assert_eq!(
+            normalized_image_name("gcr.io/a/b@sha256:abc"),
+            "gcr.io/a/b@sha256:abc"
+        );
+    }
+
+    fn scores(pod: &PodInfo, nodes: Vec<k8s_openapi::api::core::v1::Node>) -> Vec<i64> {
+        let nodes: Vec<_> = nodes.into_iter().map(Arc::new).collect();
+        let snap = Snapshot::from_objects(&nodes, &[]);
+        let mut state = CycleState::new();
+        state.set_num_all_nodes(snap.num_nodes());
+        snap.nodes()
+            .iter()
+            .map(|n| ImageLocality.score(&state, pod, n).expect("score"))
+            .collect()
+    }
+
+    #[test]
+    fn upstream_cases() {
+        // Upstream's test images: gcr.io/40 (40MB), gcr.io/300 (300MB), gcr.io/2000 (2000MB), gcr.io/10 (10MB).
+        let node_40_140_2000 = || {
+            NodeBuilder::new("machine1")
+                .image(&["gcr.io/40:latest", "gcr.io/40:v1"], 40 * MB)
+                .image(&["gcr.io/300:latest", "gcr.io/300:v1"], 300 * MB)
+                .image(&["gcr.io/2000:latest"], 2000 * MB)
+        };
+        let node_250_10 = || {
+            NodeBuilder::new("machine2")
+                .image(&["gcr.io/250:latest"], 250 * MB)
+                .image(&["gcr.io/10:latest", "gcr.io/10:v1"], 10 * MB)
+        };
+        // Pod with gcr.io/40 and gcr.io/250:
+        // machine1: 40MB * 1/2 = 20MB -> below min -> 0
+        // machine2: 250MB * 1/2 = 125MB -> 100 * (125 - 23) / (2000 - 23) = 5
+        let pod = PodBuilder::new("p")
+            .image("gcr.io/40")
+            .image("gcr.io/250")
+            .info();
+        assert_eq!(
+            scores(
+                &pod,
+                vec![node_40_140_2000().build(), node_250_10().build()]
+            ),
+            [0, 5]
+        );
+
+        // Pod with gcr.io/40 and gcr.io/10:
+        // machine1: 20MB -> 0; machine2: 10MB * 1/2 = 5MB -> 0
+        let pod = PodBuilder::new("p")
+            .image("gcr.io/40")
+            .image("gcr.io/10")
+            .info();
+        assert_eq!(
+            scores(
+                &pod,
+                vec![node_40_140_2000().build(), node_250_10().build()]
+            ),
+            [0, 0]
+        );
+
+        // Pod with gcr.io/2000 (one container): machine1 2000MB * 1/2 = 1000MB, capped at 1000MB -> 100.
+        let pod = PodBuilder::new("p").image("gcr.io/2000").info();
+        assert_eq!(
+            scores(
+                &pod,
+                vec![node_40_140_2000().build(), node_250_10().build()]
+            ),
+            [100, 0]
+        );
+
+        // Pod with gcr.io/2000 and gcr.io/10 (two containers):
+        // machine1: 1000MB -> 100 * (1000 - 23) / (2000 - 23) = 49
+        let pod = PodBuilder::new("p")
+            .image("gcr.io/2000")
+            .image("gcr.io/10")
+            .info();
+        assert_eq!(
+            scores(
+                &pod,
+                vec![node_40_140_2000().build(), node_250_10().build()]
+            ),
+            [49, 0]
+        );
+    }
+
+    #[test]
+    fn spread_counts_nodes_having_the_image() {
+        // The same 500MB image on both of two nodes: spread 1 -> 500MB -> 100*(500-23)/(1000-23) = 48.
+        let pod = PodBuilder::new("p").image("app:v1").info();
+        let n = |name: &str| NodeBuilder::new(name).image(&["app:v1"], 500 * MB).build();
+        assert_eq!(scores(&pod, vec![n("a"), n("b")]), [48, 48]);
+        // On one of two nodes only: 250MB -> 23.
+        assert_eq!(
+            scores(&pod, vec![n("a"), NodeBuilder::new("b").build()]),
+            [23, 0]
+        );
+    }
+
+    #[test]
+    fn no_containers_scores_zero() {
+        let pod = PodBuilder::new("p").info();
+        assert_eq!(scores(&pod, vec![NodeBuilder::new("a").build()]), [0]);
+    }
+}

@@ -4,5 +4,6 @@
 pub mod api;
 pub mod config;
 pub mod framework;
+pub mod operator;
 pub mod quantity;
 pub mod scheduler;

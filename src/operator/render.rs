@@ -1,0 +1,847 @@
+//! Pure rendering: a `SchedulerProfile` (and the `LeafClusterPolicy`s naming it) in, the Kubernetes
+//! objects that run its scheduler out. No I/O: the reconciler applies what this returns, and
+//! `ksched render` prints it.
+//!
+//! For profile `P` in operator namespace `NS`:
+//! - ConfigMap `NS/ksched-P` with `config.yaml`: a complete, validated, normalized
+//!   `kubescheduler.config.k8s.io/v1` configuration (leader election on Lease `NS/ksched-P`);
+//! - ServiceAccount `NS/ksched-P`;
+//! - ClusterRole and ClusterRoleBinding `ksched:P`, least privilege for the enabled plugins;
+//! - Role and RoleBinding `NS/ksched-P`: the profile's own Lease only;
+//! - RoleBinding `kube-system/ksched-P` to `extension-apiserver-authentication-reader`;
+//! - Lease `NS/ksched-P` (metadata only: labels and owner reference, so it goes with the profile;
+//!   the scheduler owns its spec);
+//! - Deployment `NS/ksched-P` and Service `NS/ksched-P-metrics` — in `Deployment` mode only. An
+//!   `Embedded` profile runs inside the operator process, so neither is rendered (the reconciler
+//!   removes them when a profile switches to `Embedded`).
+//!
+//! Namespaced objects carry an owner reference to the profile when it has a uid (a profile read
+//! from a file, as `ksched render` does, has none); the cluster-scoped ClusterRole and
+//! ClusterRoleBinding are removed by the profile's finalizer instead.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::api::scheduler_profile::ProfileMode;
+use crate::api::{LeafClusterPolicy, SchedulerProfile};
+use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfiguration};
+use crate::config::{
+    self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
+};
+
+/// Field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "ksched-operator";
+/// Pod-template annotation holding the sha256 of `config.yaml`: a config change rolls out.
+pub const CONFIG_HASH_ANNOTATION: &str = "ksched.io/config-hash";
+/// Key of the configuration in the ConfigMap.
+pub const CONFIG_KEY: &str = "config.yaml";
+/// Where the ConfigMap is mounted in the scheduler container.
+pub const CONFIG_DIR: &str = "/etc/ksched";
+/// The scheduler's HTTPS port (health, metrics), as kube-scheduler's.
+pub const SECURE_PORT: i32 = 10259;
+/// Name of the scheduler container.
+pub const CONTAINER_NAME: &str = "scheduler";
+/// Default operator namespace.
+pub const DEFAULT_NAMESPACE: &str = "ksched-system";
+/// Non-root uid/gid the scheduler runs as (distroless `nonroot`).
+pub const NONROOT_ID: i64 = 65532;
+
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// Value of `app.kubernetes.io/name`.
+pub const APP_NAME: &str = "ksched";
+/// Value of `app.kubernetes.io/managed-by` (also the label selector of the operator's watches).
+pub const MANAGED_BY: &str = "ksched-operator";
+
+/// Longest profile name whose rendered names are all valid (`ksched-<name>-metrics` must be a
+/// DNS-1035 label of at most 63 characters).
+pub const MAX_PROFILE_NAME: usize = 63 - "ksched--metrics".len();
+
+/// Plugins that read volumes (PV/PVC/StorageClass/CSI objects).
+const VOLUME_PLUGINS: [&str; 5] = [
+    "VolumeBinding",
+    "VolumeRestrictions",
+    "VolumeZone",
+    "NodeVolumeLimits",
+    "LeafNodeVolumeBinding",
+];
+/// Plugins that bind claims (PV claimRef, the PVC's selected-node annotation).
+const BINDING_VOLUME_PLUGINS: [&str; 2] = ["VolumeBinding", "LeafNodeVolumeBinding"];
+
+/// Where the rendered objects go and what they run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// The operator namespace: every namespaced object (but the kube-system RoleBinding) and the Lease.
+    pub namespace: String,
+    /// The scheduler image when the profile sets none: the operator's own image.
+    pub image: String,
+}
+
+/// `ksched-P`: ConfigMap, ServiceAccount, Deployment, Lease, Role, RoleBinding.
+pub fn object_name(profile: &str) -> String {
+    format!("ksched-{profile}")
+}
+
+/// `ksched:P`: ClusterRole and ClusterRoleBinding.
+pub fn cluster_object_name(profile: &str) -> String {
+    format!("ksched:{profile}")
+}
+
+/// `ksched-P-metrics`: the Service.
+pub fn service_name(profile: &str) -> String {
+    format!("ksched-{profile}-metrics")
+}
+
+/// Everything rendered for one profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub profile: String,
+    /// The normalized v1 configuration written into the ConfigMap.
+    pub config_yaml: String,
+    /// Hex sha256 of `config_yaml` (the pod-template annotation and `status.configHash`).
+    pub config_hash: String,
+    /// What the configuration loader warned about (deprecated or not-yet-built plugins ...).
+    pub warnings: Vec<String>,
+    /// Names of the LeafClusterPolicies that name this profile, sorted (`status.leafPolicies`).
+    pub leaf_policies: Vec<String>,
+    /// Plugins enabled at some extension point of the effective profile, sorted.
+    pub enabled_plugins: Vec<String>,
+    pub config_map: ConfigMap,
+    pub service_account: ServiceAccount,
+    pub cluster_role: ClusterRole,
+    pub cluster_role_binding: ClusterRoleBinding,
+    pub lease_role: Role,
+    pub lease_role_binding: RoleBinding,
+    pub auth_reader_binding: RoleBinding,
+    pub lease: Lease,
+    /// `None` in `Embedded` mode.
+    pub deployment: Option<Deployment>,
+    /// `None` in `Embedded` mode.
+    pub service: Option<Service>,
+}
+
+/// The profile's spec cannot be rendered: every problem, with paths naming the CRD fields
+/// (`spec.plugins.score.enabled[0].name`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct InvalidSpec {
+    pub errors: Vec<FieldError>,
+    pub warnings: Vec<String>,
+}
+
+/// Serializing rendered objects failed (a bug, not a user error).
+#[derive(Debug, thiserror::Error)]
+#[error("serializing {what} as YAML: {source}")]
+pub struct SerializeError {
+    what: String,
+    #[source]
+    source: serde_saphyr::SerializeError,
+}
+
+/// The policies (among `policies`) that name `profile`, directly or with `*`, sorted by name.
+pub fn policies_naming<'a>(
+    profile: &str,
+    policies: &'a [LeafClusterPolicy],
+) -> Vec<&'a LeafClusterPolicy> {
+    let mut out: Vec<&LeafClusterPolicy> = policies
+        .iter()
+        .filter(|p| p.spec.profiles.iter().any(|n| n == "*" || n == profile))
+        .collect();
+    out.sort_by_key(|p| p.name_any());
+    out
+}
+
+/// Renders `profile` (with the policies among `policies` that name it) into its objects, or says
+/// exactly which spec fields are wrong. Validation is `config::load`'s, the same as
+/// `ksched config validate`.
+pub fn render(
+    profile: &SchedulerProfile,
+    policies: &[LeafClusterPolicy],
+    opts: &RenderOptions,
+    catalog: &dyn PluginCatalog,
+) -> Result<Rendered, InvalidSpec> {
+    let name = profile.name_any();
+    let mut errors = validate_name(&name);
+    let doc = match config_document(profile, &opts.namespace) {
+        Ok(doc) => Some(doc),
+        Err(mut errs) => {
+            errors.append(&mut errs);
+            None
+        }
+    };
+    if !errors.is_empty() {
+        return Err(InvalidSpec {
+            errors,
+            warnings: Vec::new(),
+        });
+    }
+    let Some(doc) = doc else {
+        return Err(InvalidSpec {
+            errors: vec![FieldError::new("spec", "cannot be rendered")],
+            warnings: Vec::new(),
+        });
+    };
+    let loaded = config::load_document(&doc, catalog).map_err(|e| InvalidSpec {
+        errors: e.errors.into_iter().map(to_spec_error).collect(),
+        warnings: e.warnings,
+    })?;
+    let enabled_plugins: Vec<String> = loaded
+        .config
+        .profile(&name)
+        .map(|p| p.enabled_plugins().into_iter().map(String::from).collect())
+        .unwrap_or_default();
+    let config_yaml = config::to_v1_yaml(&loaded.config);
+    let config_hash = sha256_hex(&config_yaml);
+    let leaf_policies = policies_naming(&name, policies)
+        .into_iter()
+        .map(ResourceExt::name_any)
+        .collect();
+
+    let ns = opts.namespace.as_str();
+    let owner = owner_reference(profile);
+    let meta = |obj_name: String, namespace: Option<&str>| ObjectMeta {
+        name: Some(obj_name),
+        namespace: namespace.map(String::from),
+        labels: Some(labels(&name)),
+        owner_references: namespace.and(owner.clone()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    };
+    let obj = object_name(&name);
+    let sa_subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: obj.clone(),
+        namespace: Some(ns.to_string()),
+        api_group: None,
+    };
+
+    let config_map = ConfigMap {
+        metadata: meta(obj.clone(), Some(ns)),
+        data: Some(BTreeMap::from([(
+            CONFIG_KEY.to_string(),
+            config_yaml.clone(),
+        )])),
+        ..ConfigMap::default()
+    };
+    let service_account = ServiceAccount {
+        metadata: meta(obj.clone(), Some(ns)),
+        ..ServiceAccount::default()
+    };
+    let cluster_role = ClusterRole {
+        metadata: meta(cluster_object_name(&name), None),
+        rules: Some(cluster_rules(&enabled_plugins)),
+        ..ClusterRole::default()
+    };
+    let cluster_role_binding = ClusterRoleBinding {
+        metadata: meta(cluster_object_name(&name), None),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: cluster_object_name(&name),
+        },
+        subjects: Some(vec![sa_subject.clone()]),
+    };
+    let lease_role = Role {
+        metadata: meta(obj.clone(), Some(ns)),
+        rules: Some(lease_rules(&obj)),
+    };
+    let lease_role_binding = RoleBinding {
+        metadata: meta(obj.clone(), Some(ns)),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: obj.clone(),
+        },
+        subjects: Some(vec![sa_subject.clone()]),
+    };
+    let auth_reader_binding = RoleBinding {
+        metadata: meta(obj.clone(), Some("kube-system")),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "extension-apiserver-authentication-reader".into(),
+        },
+        subjects: Some(vec![sa_subject]),
+    };
+    let lease = Lease {
+        metadata: meta(obj.clone(), Some(ns)),
+        spec: None,
+    };
+    let (deployment, service) = match profile.spec.mode {
+        ProfileMode::Deployment => (
+            Some(deployment(
+                profile,
+                &name,
+                ns,
+                &opts.image,
+                &config_hash,
+                &meta,
+            )),
+            Some(Service {
+                metadata: meta(service_name(&name), Some(ns)),
+                spec: Some(ServiceSpec {
+                    selector: Some(selector_labels(&name)),
+                    ports: Some(vec![ServicePort {
+                        name: Some("https".into()),
+                        port: SECURE_PORT,
+                        target_port: Some(IntOrString::String("https".into())),
+                        protocol: Some("TCP".into()),
+                        ..ServicePort::default()
+                    }]),
+                    ..ServiceSpec::default()
+                }),
+                ..Service::default()
+            }),
+        ),
+        ProfileMode::Embedded => (None, None),
+    };
+
+    Ok(Rendered {
+        profile: name,
+        config_yaml,
+        config_hash,
+        warnings: loaded.warnings,
+        leaf_policies,
+        enabled_plugins,
+        config_map,
+        service_account,
+        cluster_role,
+        cluster_role_binding,
+        lease_role,
+        lease_role_binding,
+        auth_reader_binding,
+        lease,
+        deployment,
+        service,
+    })
+}
+
+/// The profile name must make valid object names and label values.
+fn validate_name(name: &str) -> Vec<FieldError> {
+    let dns1035 = !name.is_empty()
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let mut errors = Vec::new();
+    if !dns1035 {
+        errors.push(FieldError::new(
+            "metadata.name",
+            format!(
+                "Invalid value: {name:?}: a profile name must consist of lower case letters, digits and '-', start with a letter and end with a letter or digit (it names the Service ksched-<name>-metrics)"
+            ),
+        ));
+    }
+    if name.len() > MAX_PROFILE_NAME {
+        errors.push(FieldError::new(
+            "metadata.name",
+            format!(
+                "Too long: {name:?} has {} characters, at most {MAX_PROFILE_NAME} (ksched-<name>-metrics must fit a 63-character Service name and the name is a label value)",
+                name.len()
+            ),
+        ));
+    }
+    errors
+}
+
+/// The one-profile `KubeSchedulerConfiguration` document for `profile`, before loading.
+pub fn config_document(
+    profile: &SchedulerProfile,
+    namespace: &str,
+) -> Result<KubeSchedulerConfiguration, Vec<FieldError>> {
+    let name = profile.name_any();
+    let spec = &profile.spec;
+    let mut errors = Vec::new();
+    let mut duration = |field: &str, value: &str| match GoDuration::parse(value) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            errors.push(FieldError::new(
+                format!("spec.leaderElection.{field}"),
+                format!("Invalid value: {value:?}: {e}"),
+            ));
+            None
+        }
+    };
+    let le = &spec.leader_election;
+    let lease_duration = duration("leaseDuration", &le.lease_duration);
+    let renew_deadline = duration("renewDeadline", &le.renew_deadline);
+    let retry_period = duration("retryPeriod", &le.retry_period);
+
+    // The CRD's plugins and pluginConfig have exactly the upstream shape: carry them over as JSON so
+    // the loader sees what the user wrote.
+    let plugins = match spec.plugins.as_ref().map(serde_json::to_value).transpose() {
+        Ok(Some(value)) => match serde_json::from_value(value) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                errors.push(FieldError::new(
+                    "spec.plugins",
+                    format!("Invalid value: {e}"),
+                ));
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            errors.push(FieldError::new(
+                "spec.plugins",
+                format!("Invalid value: {e}"),
+            ));
+            None
+        }
+    };
+    let plugin_config = spec
+        .plugin_config
+        .iter()
+        .map(|pc| config::PluginConfig {
+            name: pc.name.clone(),
+            args: pc.args.clone(),
+        })
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(KubeSchedulerConfiguration {
+        leader_election: LeaderElectionConfiguration {
+            leader_elect: Some(true),
+            lease_duration,
+            renew_deadline,
+            retry_period,
+            resource_lock: Some("leases".into()),
+            resource_name: Some(object_name(&name)),
+            resource_namespace: Some(namespace.to_string()),
+        },
+        client_connection: ClientConnectionConfiguration {
+            qps: Some(spec.client_connection.qps as f32),
+            burst: Some(spec.client_connection.burst),
+            ..ClientConnectionConfiguration::default()
+        },
+        pod_initial_backoff_seconds: Some(spec.pod_initial_backoff_seconds),
+        pod_max_backoff_seconds: Some(spec.pod_max_backoff_seconds),
+        profiles: vec![KubeSchedulerProfile {
+            scheduler_name: Some(name),
+            percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
+            plugins,
+            plugin_config,
+        }],
+        ..KubeSchedulerConfiguration::v1()
+    })
+}
+
+/// A loader error path (`profiles[0].plugins.score...`, `leaderElection.leaseDuration`) as the CRD
+/// field it came from (`spec.plugins.score...`, `spec.leaderElection.leaseDuration`).
+pub fn to_spec_path(path: &str) -> String {
+    const PROFILE: &str = "profiles[0]";
+    if let Some(rest) = path.strip_prefix(PROFILE) {
+        if rest == ".schedulerName" {
+            return "metadata.name".into();
+        }
+        return match rest.strip_prefix('.') {
+            Some(field) => format!("spec.{field}"),
+            None => format!("spec{rest}"),
+        };
+    }
+    if path.is_empty() || path == "profiles" {
+        return "spec".into();
+    }
+    format!("spec.{path}")
+}
+
+fn to_spec_error(e: FieldError) -> FieldError {
+    FieldError {
+        path: to_spec_path(&e.path),
+        reason: e.reason,
+    }
+}
+
+/// Hex sha256.
+pub fn sha256_hex(data: &str) -> String {
+    Sha256::digest(data.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The labels of every rendered object.
+pub fn labels(profile: &str) -> BTreeMap<String, String> {
+    let mut l = selector_labels(profile);
+    l.insert(LABEL_MANAGED_BY.into(), MANAGED_BY.into());
+    l.insert(LABEL_COMPONENT.into(), "scheduler".into());
+    l
+}
+
+/// The labels selecting a profile's scheduler pods.
+pub fn selector_labels(profile: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_string(), APP_NAME.to_string()),
+        (LABEL_INSTANCE.to_string(), profile.to_string()),
+    ])
+}
+
+/// Owner reference to the profile (controller, blocking its deletion until GC ran), when it has a uid.
+pub fn owner_reference(profile: &SchedulerProfile) -> Option<OwnerReference> {
+    let uid = profile.meta().uid.clone()?;
+    Some(OwnerReference {
+        api_version: SchedulerProfile::api_version(&()).into_owned(),
+        kind: SchedulerProfile::kind(&()).into_owned(),
+        name: profile.name_any(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(strings(groups)),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        ..PolicyRule::default()
+    }
+}
+
+/// The ClusterRole rules a scheduler running `enabled` plugins needs, and no more.
+pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
+    let on = |name: &str| enabled.iter().any(|p| p.as_ref() == name);
+    let any = |names: &[&str]| names.iter().any(|n| on(n));
+    let read = ["get", "list", "watch"];
+    let preemption = on("DefaultPreemption");
+
+    let mut rules = Vec::new();
+    let mut pod_verbs = vec!["get", "list", "watch"];
+    if preemption {
+        pod_verbs.push("delete");
+    }
+    rules.push(rule(&[""], &["pods"], &pod_verbs));
+    rules.push(rule(&[""], &["pods/binding"], &["create"]));
+    rules.push(rule(&[""], &["pods/status"], &["patch", "update"]));
+    rules.push(rule(&[""], &["events"], &["create", "patch", "update"]));
+    rules.push(rule(
+        &["events.k8s.io"],
+        &["events"],
+        &["create", "patch", "update"],
+    ));
+    rules.push(rule(&[""], &["nodes"], &read));
+    if on("InterPodAffinity") {
+        rules.push(rule(&[""], &["namespaces"], &["list", "watch"]));
+    }
+    if any(&VOLUME_PLUGINS) {
+        if any(&BINDING_VOLUME_PLUGINS) {
+            rules.push(rule(
+                &[""],
+                &["persistentvolumeclaims", "persistentvolumes"],
+                &["get", "list", "watch", "patch", "update"],
+            ));
+        } else {
+            rules.push(rule(
+                &[""],
+                &["persistentvolumeclaims", "persistentvolumes"],
+                &read,
+            ));
+        }
+        rules.push(rule(
+            &["storage.k8s.io"],
+            &[
+                "csidrivers",
+                "csinodes",
+                "csistoragecapacities",
+                "storageclasses",
+                "volumeattachments",
+            ],
+            &read,
+        ));
+    }
+    if on("Coscheduling") {
+        rules.push(rule(&["scheduling.x-k8s.io"], &["podgroups"], &read));
+        rules.push(rule(
+            &["scheduling.x-k8s.io"],
+            &["podgroups/status"],
+            &["get", "patch", "update"],
+        ));
+    }
+    if preemption {
+        rules.push(rule(&["policy"], &["poddisruptionbudgets"], &read));
+    }
+    rules
+}
+
+/// The Role on the profile's own Lease: `create` (which cannot be limited by name) and get/update of
+/// that one Lease.
+pub fn lease_rules(lease: &str) -> Vec<PolicyRule> {
+    vec![
+        rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+        PolicyRule {
+            resource_names: Some(vec![lease.to_string()]),
+            ..rule(&["coordination.k8s.io"], &["leases"], &["get", "update"])
+        },
+    ]
+}
+
+fn deployment(
+    profile: &SchedulerProfile,
+    name: &str,
+    ns: &str,
+    image: &str,
+    config_hash: &str,
+    meta: &dyn Fn(String, Option<&str>) -> ObjectMeta,
+) -> Deployment {
+    let spec = &profile.spec;
+    let replicas = if spec.suspend { 0 } else { spec.replicas };
+    let obj = object_name(name);
+    let probe = |path: &str, period: i32, failures: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("https".into()),
+            scheme: Some("HTTPS".into()),
+            ..HTTPGetAction::default()
+        }),
+        initial_delay_seconds: Some(5),
+        period_seconds: Some(period),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    };
+    let field_env = |env: &str, path: &str| EnvVar {
+        name: env.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        value: None,
+    };
+    let container = Container {
+        name: CONTAINER_NAME.into(),
+        image: Some(spec.image.clone().unwrap_or_else(|| image.to_string())),
+        args: Some(vec![
+            "scheduler".into(),
+            "--config".into(),
+            format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+            format!("-v={}", spec.log_level),
+        ]),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("https".into()),
+            container_port: SECURE_PORT,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(probe("/livez", 10, 3)),
+        readiness_probe: Some(probe("/readyz", 5, 3)),
+        resources: spec.resources.clone(),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "config".into(),
+                mount_path: CONFIG_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "tmp".into(),
+                mount_path: "/tmp".into(),
+                ..VolumeMount::default()
+            },
+        ]),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            ..SecurityContext::default()
+        }),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    };
+    Deployment {
+        metadata: meta(obj.clone(), Some(ns)),
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(name)),
+                match_expressions: None,
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(name)),
+                    annotations: Some(BTreeMap::from([(
+                        CONFIG_HASH_ANNOTATION.to_string(),
+                        config_hash.to_string(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(obj.clone()),
+                    containers: vec![container],
+                    volumes: Some(vec![
+                        Volume {
+                            name: "config".into(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: obj,
+                                ..ConfigMapVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                        Volume {
+                            name: "tmp".into(),
+                            empty_dir: Some(EmptyDirVolumeSource::default()),
+                            ..Volume::default()
+                        },
+                    ]),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(NONROOT_ID),
+                        run_as_group: Some(NONROOT_ID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            localhost_profile: None,
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    node_selector: (!spec.node_selector.is_empty())
+                        .then(|| spec.node_selector.clone()),
+                    tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+                    affinity: spec.affinity.clone(),
+                    priority_class_name: spec.priority_class_name.clone(),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+impl Rendered {
+    /// Every object, in apply order (the ServiceAccount and RBAC before the Deployment that uses them).
+    pub fn objects(&self) -> Vec<RenderedObject<'_>> {
+        let mut out = vec![
+            RenderedObject::ConfigMap(&self.config_map),
+            RenderedObject::ServiceAccount(&self.service_account),
+            RenderedObject::ClusterRole(&self.cluster_role),
+            RenderedObject::ClusterRoleBinding(&self.cluster_role_binding),
+            RenderedObject::Role(&self.lease_role),
+            RenderedObject::RoleBinding(&self.lease_role_binding),
+            RenderedObject::RoleBinding(&self.auth_reader_binding),
+            RenderedObject::Lease(&self.lease),
+        ];
+        if let Some(d) = &self.deployment {
+            out.push(RenderedObject::Deployment(d));
+        }
+        if let Some(s) = &self.service {
+            out.push(RenderedObject::Service(s));
+        }
+        out
+    }
+
+    /// The objects as one multi-document YAML stream (`---` before each).
+    pub fn to_yaml(&self) -> Result<String, SerializeError> {
+        let mut out = String::new();
+        for obj in self.objects() {
+            out.push_str("---\n");
+            out.push_str(&obj.to_yaml()?);
+        }
+        Ok(out)
+    }
+}
+
+/// One rendered object, typed.
+#[derive(Debug, Clone, Copy)]
+pub enum RenderedObject<'a> {
+    ConfigMap(&'a ConfigMap),
+    ServiceAccount(&'a ServiceAccount),
+    ClusterRole(&'a ClusterRole),
+    ClusterRoleBinding(&'a ClusterRoleBinding),
+    Role(&'a Role),
+    RoleBinding(&'a RoleBinding),
+    Lease(&'a Lease),
+    Deployment(&'a Deployment),
+    Service(&'a Service),
+}
+
+impl RenderedObject<'_> {
+    /// `Kind namespace/name`, for logs and errors.
+    pub fn describe(&self) -> String {
+        fn d<K: Resource<DynamicType = ()>>(o: &K) -> String {
+            match o.meta().namespace.as_deref() {
+                Some(ns) => format!(
+                    "{} {ns}/{}",
+                    K::kind(&()),
+                    o.meta().name.as_deref().unwrap_or("")
+                ),
+                None => format!(
+                    "{} {}",
+                    K::kind(&()),
+                    o.meta().name.as_deref().unwrap_or("")
+                ),
+            }
+        }
+        match self {
+            RenderedObject::ConfigMap(o) => d(*o),
+            RenderedObject::ServiceAccount(o) => d(*o),
+            RenderedObject::ClusterRole(o) => d(*o),
+            RenderedObject::ClusterRoleBinding(o) => d(*o),
+            RenderedObject::Role(o) => d(*o),
+            RenderedObject::RoleBinding(o) => d(*o),
+            RenderedObject::Lease(o) => d(*o),
+            RenderedObject::Deployment(o) => d(*o),
+            RenderedObject::Service(o) => d(*o),
+        }
+    }
+
+    pub fn to_yaml(&self) -> Result<String, SerializeError> {
+        fn y<T: Serialize>(what: String, o: &T) -> Result<String, SerializeError> {
+            serde_saphyr::to_string(o).map_err(|source| SerializeError { what, source })
+        }
+        let what = self.describe();
+        match self {
+            RenderedObject::ConfigMap(o) => y(what, o),
+            RenderedObject::ServiceAccount(o) => y(what, o),
+            RenderedObject::ClusterRole(o) => y(what, o),
+            RenderedObject::ClusterRoleBinding(o) => y(what, o),
+            RenderedObject::Role(o) => y(what, o),
+            RenderedObject::RoleBinding(o) => y(what, o),
+            RenderedObject::Lease(o) => y(what, o),
+            RenderedObject::Deployment(o) => y(what, o),
+            RenderedObject::Service(o) => y(what, o),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "render_tests.rs"]
+mod tests;

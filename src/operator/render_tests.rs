@@ -1,0 +1,699 @@
+//! render.rs with plain values: the in-tree plugin registry, profiles built in code or read from
+//! manifests/samples/.
+
+use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::json;
+
+use super::*;
+use crate::api::SchedulerProfileSpec;
+use crate::api::leaf_cluster_policy::LeafClusterPolicySpec;
+use crate::framework::registry::Registry;
+
+fn opts() -> RenderOptions {
+    RenderOptions {
+        namespace: "ksched-system".into(),
+        image: "example.com/ksched:1.0".into(),
+    }
+}
+
+fn profile(name: &str, spec: serde_json::Value) -> SchedulerProfile {
+    let spec: SchedulerProfileSpec = match serde_json::from_value(spec) {
+        Ok(s) => s,
+        Err(e) => panic!("test spec: {e}"),
+    };
+    let mut p = SchedulerProfile::new(name, spec);
+    p.metadata.uid = Some("uid-1234".into());
+    p.metadata.generation = Some(1);
+    p
+}
+
+fn policy(name: &str, profiles: &[&str]) -> LeafClusterPolicy {
+    let spec: LeafClusterPolicySpec = match serde_json::from_value(json!({ "profiles": profiles }))
+    {
+        Ok(s) => s,
+        Err(e) => panic!("test policy: {e}"),
+    };
+    LeafClusterPolicy::new(name, spec)
+}
+
+fn ok(p: &SchedulerProfile) -> Rendered {
+    match render(p, &[], &opts(), &Registry::in_tree()) {
+        Ok(r) => r,
+        Err(e) => panic!("expected {} to render, got: {e}", p.name_any()),
+    }
+}
+
+fn invalid(p: &SchedulerProfile) -> Vec<FieldError> {
+    match render(p, &[], &opts(), &Registry::in_tree()) {
+        Ok(_) => panic!("expected {} to be invalid", p.name_any()),
+        Err(e) => e.errors,
+    }
+}
+
+fn loaded(r: &Rendered) -> config::Config {
+    match config::load(r.config_yaml.as_bytes(), &Registry::in_tree()) {
+        Ok(l) => l.config,
+        Err(e) => panic!("rendered config does not load:\n{e}\n{}", r.config_yaml),
+    }
+}
+
+fn deployment_of(r: &Rendered) -> &Deployment {
+    match &r.deployment {
+        Some(d) => d,
+        None => panic!("no Deployment rendered"),
+    }
+}
+
+fn pod_spec(r: &Rendered) -> &PodSpec {
+    deployment_of(r)
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .unwrap_or_else(|| panic!("no pod spec"))
+}
+
+fn has_rule(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        r.api_groups.iter().flatten().any(|g| g == group)
+            && r.resources.iter().flatten().any(|x| x == resource)
+            && r.verbs.iter().any(|v| v == verb)
+    })
+}
+
+#[test]
+fn names_labels_and_owner_references() {
+    let r = ok(&profile("plain", json!({})));
+    assert_eq!(r.config_map.metadata.name.as_deref(), Some("ksched-plain"));
+    assert_eq!(
+        r.service_account.metadata.name.as_deref(),
+        Some("ksched-plain")
+    );
+    assert_eq!(
+        r.cluster_role.metadata.name.as_deref(),
+        Some("ksched:plain")
+    );
+    assert_eq!(
+        r.cluster_role_binding.metadata.name.as_deref(),
+        Some("ksched:plain")
+    );
+    assert_eq!(r.lease_role.metadata.name.as_deref(), Some("ksched-plain"));
+    assert_eq!(
+        r.lease_role_binding.metadata.name.as_deref(),
+        Some("ksched-plain")
+    );
+    assert_eq!(r.lease.metadata.name.as_deref(), Some("ksched-plain"));
+    assert_eq!(
+        deployment_of(&r).metadata.name.as_deref(),
+        Some("ksched-plain")
+    );
+    assert_eq!(
+        r.service.as_ref().and_then(|s| s.metadata.name.as_deref()),
+        Some("ksched-plain-metrics")
+    );
+    assert_eq!(
+        r.auth_reader_binding.metadata.namespace.as_deref(),
+        Some("kube-system")
+    );
+    assert_eq!(
+        r.auth_reader_binding.role_ref.name,
+        "extension-apiserver-authentication-reader"
+    );
+
+    let objects = r.objects();
+    assert_eq!(objects.len(), 10);
+    for obj in &objects {
+        let meta = match obj {
+            RenderedObject::ConfigMap(o) => &o.metadata,
+            RenderedObject::ServiceAccount(o) => &o.metadata,
+            RenderedObject::ClusterRole(o) => &o.metadata,
+            RenderedObject::ClusterRoleBinding(o) => &o.metadata,
+            RenderedObject::Role(o) => &o.metadata,
+            RenderedObject::RoleBinding(o) => &o.metadata,
+            RenderedObject::Lease(o) => &o.metadata,
+            RenderedObject::Deployment(o) => &o.metadata,
+            RenderedObject::Service(o) => &o.metadata,
+        };
+        let labels = meta.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get(LABEL_NAME).map(String::as_str), Some("ksched"));
+        assert_eq!(
+            labels.get(LABEL_INSTANCE).map(String::as_str),
+            Some("plain")
+        );
+        assert_eq!(
+            labels.get(LABEL_MANAGED_BY).map(String::as_str),
+            Some("ksched-operator")
+        );
+        match &meta.namespace {
+            Some(ns) => {
+                if ns != "kube-system" {
+                    assert_eq!(ns, "ksched-system", "{}", obj.describe());
+                }
+                let owners = meta.owner_references.clone().unwrap_or_default();
+                assert_eq!(owners.len(), 1, "{}", obj.describe());
+                assert_eq!(owners[0].kind, "SchedulerProfile");
+                assert_eq!(owners[0].api_version, "ksched.io/v1alpha1");
+                assert_eq!(owners[0].name, "plain");
+                assert_eq!(owners[0].uid, "uid-1234");
+                assert_eq!(owners[0].controller, Some(true));
+            }
+            None => assert!(
+                meta.owner_references.is_none(),
+                "cluster-scoped {} must not carry owner references (the finalizer removes it)",
+                obj.describe()
+            ),
+        }
+    }
+}
+
+#[test]
+fn without_a_uid_there_are_no_owner_references() {
+    let mut p = profile("offline", json!({}));
+    p.metadata.uid = None;
+    let r = ok(&p);
+    assert!(r.config_map.metadata.owner_references.is_none());
+    assert!(deployment_of(&r).metadata.owner_references.is_none());
+}
+
+#[test]
+fn config_is_complete_valid_and_normalized() {
+    let p = profile(
+        "tuned",
+        json!({
+            "percentageOfNodesToScore": 40,
+            "clientConnection": {"qps": 20.0, "burst": 40},
+            "podInitialBackoffSeconds": 2,
+            "podMaxBackoffSeconds": 20,
+            "leaderElection": {"leaseDuration": "30s", "renewDeadline": "20s", "retryPeriod": "4s"},
+            "plugins": {"score": {"enabled": [{"name": "NodeResourcesFit", "weight": 5}]}},
+            "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}]
+        }),
+    );
+    let r = ok(&p);
+    let data = r.config_map.data.clone().unwrap_or_default();
+    assert_eq!(data.get(CONFIG_KEY), Some(&r.config_yaml));
+    let c = loaded(&r);
+    assert!(c.leader_election.leader_elect);
+    assert_eq!(c.leader_election.resource_lock, "leases");
+    assert_eq!(c.leader_election.resource_name, "ksched-tuned");
+    assert_eq!(c.leader_election.resource_namespace, "ksched-system");
+    assert_eq!(c.leader_election.lease_duration, GoDuration::from_secs(30));
+    assert_eq!(c.leader_election.renew_deadline, GoDuration::from_secs(20));
+    assert_eq!(c.leader_election.retry_period, GoDuration::from_secs(4));
+    assert_eq!(c.client_connection.qps, 20.0);
+    assert_eq!(c.client_connection.burst, 40);
+    assert_eq!(c.pod_initial_backoff_seconds, 2);
+    assert_eq!(c.pod_max_backoff_seconds, 20);
+    assert_eq!(c.profiles.len(), 1);
+    let prof = &c.profiles[0];
+    assert_eq!(prof.scheduler_name, "tuned");
+    assert_eq!(prof.percentage_of_nodes_to_score, Some(40));
+    let fit = prof
+        .at(config::ExtensionPoint::Score)
+        .iter()
+        .find(|p| p.name == "NodeResourcesFit")
+        .map(|p| p.weight);
+    assert_eq!(fit, Some(5));
+    assert_eq!(
+        prof.args("NodeResourcesFit")
+            .and_then(|a| a.pointer("/scoringStrategy/type"))
+            .and_then(|t| t.as_str()),
+        Some("MostAllocated")
+    );
+    // Normalized: what `ksched config validate` would print for it, byte for byte.
+    assert_eq!(config::to_v1_yaml(&c), r.config_yaml);
+    assert!(
+        r.config_yaml
+            .starts_with("apiVersion: kubescheduler.config.k8s.io/v1\n")
+    );
+}
+
+#[test]
+fn config_hash_is_sha256_of_the_config_and_on_the_pod_template() {
+    let r = ok(&profile("hashed", json!({})));
+    assert_eq!(r.config_hash, sha256_hex(&r.config_yaml));
+    assert_eq!(r.config_hash.len(), 64);
+    let annotations = deployment_of(&r)
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        annotations.get(CONFIG_HASH_ANNOTATION),
+        Some(&r.config_hash)
+    );
+
+    let changed = ok(&profile("hashed", json!({"podMaxBackoffSeconds": 30})));
+    assert_ne!(changed.config_hash, r.config_hash);
+    // Settings outside the configuration do not roll the pods.
+    let same = ok(&profile("hashed", json!({"replicas": 3, "logLevel": 4})));
+    assert_eq!(same.config_hash, r.config_hash);
+    assert_eq!(
+        sha256_hex("abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+}
+
+#[test]
+fn deployment_runs_the_scheduler_safely() {
+    let p = profile(
+        "dep",
+        json!({
+            "replicas": 2,
+            "logLevel": 4,
+            "resources": {"requests": {"cpu": "100m"}},
+            "nodeSelector": {"role": "control"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+            "priorityClassName": "system-cluster-critical"
+        }),
+    );
+    let r = ok(&p);
+    let d = deployment_of(&r);
+    let spec = d.spec.as_ref().unwrap_or_else(|| panic!("spec"));
+    assert_eq!(spec.replicas, Some(2));
+    let ru = spec
+        .strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+        .unwrap_or_else(|| panic!("rolling update"));
+    assert_eq!(ru.max_unavailable, Some(IntOrString::Int(0)));
+    assert_eq!(
+        spec.selector.match_labels,
+        Some(selector_labels("dep")),
+        "selector"
+    );
+    let pod = pod_spec(&r);
+    assert_eq!(pod.service_account_name.as_deref(), Some("ksched-dep"));
+    assert_eq!(
+        pod.node_selector,
+        Some(BTreeMap::from([("role".into(), "control".into())]))
+    );
+    assert_eq!(
+        pod.tolerations,
+        Some(vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Toleration::default()
+        }])
+    );
+    assert!(
+        pod.affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .is_some()
+    );
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    let psc = pod
+        .security_context
+        .as_ref()
+        .unwrap_or_else(|| panic!("pod sc"));
+    assert_eq!(psc.run_as_non_root, Some(true));
+    let c = &pod.containers[0];
+    assert_eq!(c.image.as_deref(), Some("example.com/ksched:1.0"));
+    assert_eq!(
+        c.args.clone().unwrap_or_default(),
+        vec!["scheduler", "--config", "/etc/ksched/config.yaml", "-v=4"]
+    );
+    assert_eq!(
+        c.termination_message_policy.as_deref(),
+        Some("FallbackToLogsOnError")
+    );
+    assert_eq!(
+        c.resources,
+        Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".into(), Quantity("100m".into()))])),
+            ..ResourceRequirements::default()
+        })
+    );
+    let sc = c.security_context.as_ref().unwrap_or_else(|| panic!("sc"));
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_string()])
+    );
+    for (probe, path) in [
+        (&c.liveness_probe, "/livez"),
+        (&c.readiness_probe, "/readyz"),
+    ] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .unwrap_or_else(|| panic!("{path} probe"));
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
+        assert_eq!(get.port, IntOrString::String("https".into()));
+    }
+    let port = c.ports.clone().unwrap_or_default();
+    assert_eq!(port[0].container_port, 10259);
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "config")
+        .unwrap_or_else(|| panic!("config mount"));
+    assert_eq!(mount.mount_path, "/etc/ksched");
+    let vol = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "config")
+        .and_then(|v| v.config_map.as_ref())
+        .unwrap_or_else(|| panic!("config volume"));
+    assert_eq!(vol.name, "ksched-dep");
+
+    let svc = r
+        .service
+        .as_ref()
+        .and_then(|s| s.spec.as_ref())
+        .unwrap_or_else(|| panic!("svc"));
+    assert_eq!(svc.selector, Some(selector_labels("dep")));
+    let ports = svc.ports.clone().unwrap_or_default();
+    assert_eq!(ports[0].port, 10259);
+    assert_eq!(ports[0].name.as_deref(), Some("https"));
+}
+
+#[test]
+fn image_from_the_spec_wins() {
+    let r = ok(&profile("img", json!({"image": "mine/ksched:dev"})));
+    assert_eq!(
+        pod_spec(&r).containers[0].image.as_deref(),
+        Some("mine/ksched:dev")
+    );
+}
+
+#[test]
+fn suspend_scales_to_zero_and_keeps_the_config() {
+    let running = ok(&profile("s", json!({"replicas": 3})));
+    let suspended = ok(&profile("s", json!({"replicas": 3, "suspend": true})));
+    let replicas = |r: &Rendered| deployment_of(r).spec.as_ref().and_then(|s| s.replicas);
+    assert_eq!(replicas(&running), Some(3));
+    assert_eq!(replicas(&suspended), Some(0));
+    assert_eq!(running.config_map, suspended.config_map);
+    assert_eq!(running.config_hash, suspended.config_hash);
+}
+
+#[test]
+fn embedded_renders_no_deployment_and_no_service() {
+    let r = ok(&profile("emb", json!({"mode": "Embedded"})));
+    assert!(r.deployment.is_none());
+    assert!(r.service.is_none());
+    assert_eq!(r.objects().len(), 8);
+    loaded(&r);
+}
+
+#[test]
+fn default_plugins_get_volume_preemption_and_namespace_permissions() {
+    let r = ok(&profile("full", json!({})));
+    let rules = r.cluster_role.rules.clone().unwrap_or_default();
+    for (group, resource, verb) in [
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "pods", "delete"),
+        ("", "pods/binding", "create"),
+        ("", "pods/status", "patch"),
+        ("", "pods/status", "update"),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
+        ("", "nodes", "watch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
+        ("", "persistentvolumes", "watch"),
+        ("", "persistentvolumeclaims", "patch"),
+        ("", "persistentvolumeclaims", "update"),
+        ("storage.k8s.io", "storageclasses", "watch"),
+        ("storage.k8s.io", "csinodes", "watch"),
+        ("storage.k8s.io", "csidrivers", "watch"),
+        ("storage.k8s.io", "csistoragecapacities", "watch"),
+        ("storage.k8s.io", "volumeattachments", "watch"),
+        ("policy", "poddisruptionbudgets", "watch"),
+    ] {
+        assert!(
+            has_rule(&rules, group, resource, verb),
+            "missing {verb} {group}/{resource} in {rules:#?}"
+        );
+    }
+    assert!(!has_rule(
+        &rules,
+        "scheduling.x-k8s.io",
+        "podgroups",
+        "watch"
+    ));
+    assert!(!has_rule(&rules, "", "namespaces", "get"));
+    assert!(!has_rule(&rules, "", "nodes", "update"));
+    assert!(!has_rule(&rules, "", "secrets", "get"));
+}
+
+#[test]
+fn a_minimal_profile_gets_only_the_core_permissions() {
+    let r = ok(&profile(
+        "minimal",
+        json!({"plugins": {"multiPoint": {
+            "enabled": [{"name": "PrioritySort"}, {"name": "NodeResourcesFit"}, {"name": "DefaultBinder"}],
+            "disabled": [{"name": "*"}]
+        }}}),
+    ));
+    assert_eq!(
+        r.enabled_plugins,
+        vec!["DefaultBinder", "NodeResourcesFit", "PrioritySort"]
+    );
+    let rules = r.cluster_role.rules.clone().unwrap_or_default();
+    assert_eq!(rules.len(), 6, "{rules:#?}");
+    assert!(has_rule(&rules, "", "pods/binding", "create"));
+    assert!(!has_rule(&rules, "", "pods", "delete"));
+    assert!(!has_rule(&rules, "", "namespaces", "list"));
+    assert!(!has_rule(&rules, "", "persistentvolumeclaims", "get"));
+    assert!(!has_rule(&rules, "storage.k8s.io", "storageclasses", "get"));
+    assert!(!has_rule(&rules, "policy", "poddisruptionbudgets", "get"));
+}
+
+#[test]
+fn rbac_follows_each_plugin() {
+    let rules = |plugins: &[&str]| cluster_rules(plugins);
+    let base = rules(&["PrioritySort", "DefaultBinder"]);
+    assert_eq!(base.len(), 6);
+    let cos = rules(&["Coscheduling"]);
+    assert!(has_rule(&cos, "scheduling.x-k8s.io", "podgroups", "watch"));
+    assert!(has_rule(
+        &cos,
+        "scheduling.x-k8s.io",
+        "podgroups/status",
+        "patch"
+    ));
+    for volume in ["VolumeRestrictions", "VolumeZone", "NodeVolumeLimits"] {
+        let r = rules(&[volume]);
+        assert!(
+            has_rule(&r, "", "persistentvolumeclaims", "watch"),
+            "{volume}"
+        );
+        assert!(
+            has_rule(&r, "storage.k8s.io", "csinodes", "list"),
+            "{volume}"
+        );
+        assert!(
+            !has_rule(&r, "", "persistentvolumeclaims", "update"),
+            "{volume}"
+        );
+    }
+    for binder in ["VolumeBinding", "LeafNodeVolumeBinding"] {
+        let r = rules(&[binder]);
+        assert!(
+            has_rule(&r, "", "persistentvolumeclaims", "update"),
+            "{binder}"
+        );
+        assert!(has_rule(&r, "", "persistentvolumes", "patch"), "{binder}");
+    }
+    let ipa = rules(&["InterPodAffinity"]);
+    assert!(has_rule(&ipa, "", "namespaces", "watch"));
+    let pre = rules(&["DefaultPreemption"]);
+    assert!(has_rule(&pre, "", "pods", "delete"));
+    assert!(has_rule(&pre, "policy", "poddisruptionbudgets", "list"));
+}
+
+#[test]
+fn lease_role_is_limited_to_the_profile_lease() {
+    let r = ok(&profile("le", json!({})));
+    let rules = r.lease_role.rules.clone().unwrap_or_default();
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].verbs, vec!["create"]);
+    assert_eq!(rules[0].resource_names, None);
+    assert_eq!(rules[1].verbs, vec!["get", "update"]);
+    assert_eq!(rules[1].resource_names, Some(vec!["ksched-le".to_string()]));
+    assert!(
+        rules
+            .iter()
+            .all(|r| r.api_groups == Some(vec!["coordination.k8s.io".into()]))
+    );
+    assert!(
+        rules
+            .iter()
+            .all(|r| r.resources == Some(vec!["leases".into()]))
+    );
+    let subjects = r.lease_role_binding.subjects.clone().unwrap_or_default();
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(subjects[0].name, "ksched-le");
+    assert_eq!(subjects[0].namespace.as_deref(), Some("ksched-system"));
+    assert_eq!(r.cluster_role_binding.role_ref.name, "ksched:le");
+}
+
+#[test]
+fn unknown_plugin_is_reported_at_the_spec_field() {
+    let errs = invalid(&profile(
+        "typo",
+        json!({"plugins": {"score": {"enabled": [{"name": "NodeResourcesFitt"}]}}}),
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.path.starts_with("spec.plugins.score.enabled[0]")
+                && e.reason.contains("NodeResourcesFitt")),
+        "{errs:?}"
+    );
+    assert!(errs.iter().all(|e| e.path.starts_with("spec")), "{errs:?}");
+}
+
+#[test]
+fn bad_plugin_args_are_reported_at_the_spec_field() {
+    let errs = invalid(&profile(
+        "badargs",
+        json!({"pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "Nope"}}}]}),
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.path.starts_with("spec.pluginConfig[0].args")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn bad_durations_and_names_are_reported() {
+    let errs = invalid(&profile(
+        "dur",
+        json!({"leaderElection": {"leaseDuration": "fifteen"}}),
+    ));
+    assert_eq!(
+        errs[0].path, "spec.leaderElection.leaseDuration",
+        "{errs:?}"
+    );
+    let errs = invalid(&profile("Upper_Case", json!({})));
+    assert_eq!(errs[0].path, "metadata.name");
+    let errs = invalid(&profile(&"a".repeat(MAX_PROFILE_NAME + 1), json!({})));
+    assert!(
+        errs.iter().any(|e| e.reason.starts_with("Too long")),
+        "{errs:?}"
+    );
+    ok(&profile(&"a".repeat(MAX_PROFILE_NAME), json!({})));
+}
+
+#[test]
+fn loader_paths_map_to_crd_fields() {
+    for (from, to) in [
+        (
+            "profiles[0].plugins.score.enabled[0].name",
+            "spec.plugins.score.enabled[0].name",
+        ),
+        (
+            "profiles[0].pluginConfig[1].args.x",
+            "spec.pluginConfig[1].args.x",
+        ),
+        (
+            "profiles[0].percentageOfNodesToScore",
+            "spec.percentageOfNodesToScore",
+        ),
+        ("profiles[0].schedulerName", "metadata.name"),
+        ("profiles[0]", "spec"),
+        (
+            "leaderElection.leaseDuration",
+            "spec.leaderElection.leaseDuration",
+        ),
+        ("clientConnection.qps", "spec.clientConnection.qps"),
+        ("podMaxBackoffSeconds", "spec.podMaxBackoffSeconds"),
+        ("", "spec"),
+    ] {
+        assert_eq!(to_spec_path(from), to, "{from}");
+    }
+}
+
+#[test]
+fn leaf_policies_naming_the_profile_are_recorded() {
+    let policies = vec![
+        policy("zeta", &["hybrid"]),
+        policy("all", &["*"]),
+        policy("other", &["gang"]),
+    ];
+    let p = profile("hybrid", json!({}));
+    let r = match render(&p, &policies, &opts(), &Registry::in_tree()) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(r.leaf_policies, vec!["all", "zeta"]);
+    let names: Vec<String> = policies_naming("gang", &policies)
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(names, vec!["all", "other"]);
+}
+
+#[test]
+fn every_sample_profile_renders() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/samples");
+    let mut rendered = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{e}")) {
+        let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+        if !text.contains("kind: SchedulerProfile") {
+            continue;
+        }
+        let p: SchedulerProfile =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let r = ok(&p);
+        loaded(&r);
+        rendered += 1;
+    }
+    assert!(rendered >= 4, "{rendered} sample profiles");
+}
+
+#[test]
+fn yaml_stream_has_every_object() {
+    let r = ok(&profile("stream", json!({})));
+    let yaml = match r.to_yaml() {
+        Ok(y) => y,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(yaml.matches("---\n").count(), 10);
+    for kind in [
+        "kind: ConfigMap",
+        "kind: ServiceAccount",
+        "kind: ClusterRole\n",
+        "kind: ClusterRoleBinding",
+        "kind: Role\n",
+        "kind: RoleBinding",
+        "kind: Lease",
+        "kind: Deployment",
+        "kind: Service\n",
+    ] {
+        assert!(yaml.contains(kind), "{kind} missing");
+    }
+    // Each document parses back (as what kubectl would read).
+    let docs: Vec<serde_json::Value> = yaml
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str(d).unwrap_or_else(|e| panic!("{e}:\n{d}")))
+        .collect();
+    assert_eq!(docs.len(), 10);
+    assert_eq!(
+        docs[0]
+            .pointer("/data/config.yaml")
+            .and_then(|v| v.as_str()),
+        Some(r.config_yaml.as_str())
+    );
+}

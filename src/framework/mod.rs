@@ -32,6 +32,8 @@
 //! ```
 
 pub mod args;
+#[cfg(test)]
+mod integration_tests;
 pub mod interface;
 pub mod plugins;
 pub mod registry;

@@ -27,6 +27,27 @@ pub struct ProfileSpec {
     pub percentage_of_nodes_to_score: Option<i32>,
 }
 
+impl From<&crate::config::EffectiveProfile> for ProfileSpec {
+    /// The configuration's effective profile, as the framework takes it.
+    fn from(p: &crate::config::EffectiveProfile) -> ProfileSpec {
+        ProfileSpec {
+            scheduler_name: p.scheduler_name.clone(),
+            plugins: p
+                .plugins
+                .iter()
+                .map(|(ep, list)| {
+                    (
+                        *ep,
+                        list.iter().map(|x| (x.name.clone(), x.weight)).collect(),
+                    )
+                })
+                .collect(),
+            args: p.plugin_args.clone(),
+            percentage_of_nodes_to_score: p.percentage_of_nodes_to_score,
+        }
+    }
+}
+
 /// Why a profile's framework cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameworkError {

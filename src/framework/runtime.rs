@@ -87,19 +87,47 @@ struct Entry {
     plugin: Arc<dyn Plugin>,
 }
 
-/// A plugin's score on one node, after normalizing and weighting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginScore {
-    pub plugin: Arc<str>,
-    pub score: i64,
+/// Every node's weighted score from every Score plugin, and the totals; one flat table (no
+/// allocation per node).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeScores {
+    /// The scored nodes, in the order given.
+    pub nodes: Vec<Arc<str>>,
+    /// The Score plugins that ran, in order.
+    pub plugins: Vec<Arc<str>>,
+    /// `weighted[node * plugins.len() + plugin]`: normalized score times weight.
+    weighted: Vec<i64>,
+    /// The sum per node.
+    pub totals: Vec<i64>,
 }
 
-/// All plugins' scores for one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodePluginScores {
-    pub name: Arc<str>,
-    pub scores: Vec<PluginScore>,
-    pub total_score: i64,
+impl NodeScores {
+    /// Every node with the same total (no Score plugins: upstream gives each node 1).
+    pub fn uniform(nodes: &[Arc<NodeInfo>], total: i64) -> NodeScores {
+        NodeScores {
+            nodes: nodes.iter().map(|n| n.name_arc().clone()).collect(),
+            plugins: Vec::new(),
+            weighted: Vec::new(),
+            totals: vec![total; nodes.len()],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// `(plugin, weighted score)` for node `i`.
+    pub fn plugin_scores(&self, i: usize) -> impl Iterator<Item = (&str, i64)> {
+        let k = self.plugins.len();
+        self.plugins
+            .iter()
+            .enumerate()
+            .map(move |(p, name)| (&**name, self.weighted[i * k + p]))
+    }
 }
 
 /// The plugins of one profile, instantiated once each, per extension point.
@@ -613,7 +641,7 @@ impl Framework {
         state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
-    ) -> Result<Vec<NodePluginScores>, Status> {
+    ) -> Result<NodeScores, Status> {
         let skip = state.skip_score_plugins();
         let plugins: Vec<(usize, &Entry)> = self
             .at(ExtensionPoint::Score)
@@ -621,54 +649,54 @@ impl Framework {
             .enumerate()
             .filter(|(_, e)| !skip.contains(&e.name))
             .collect();
-        // scores[plugin][node]
-        let score_node = |node: &Arc<NodeInfo>| -> Result<Vec<i64>, Status> {
-            let mut out = Vec::with_capacity(plugins.len());
-            for (_, e) in &plugins {
+        let k = plugins.len();
+        if k == 0 {
+            return Ok(NodeScores::uniform(nodes, 0));
+        }
+        // raw[node * k + plugin]
+        let mut raw = vec![0i64; nodes.len() * k];
+        let score_row = |(node, row): (&Arc<NodeInfo>, &mut [i64])| -> Result<(), Status> {
+            for ((_, e), slot) in plugins.iter().zip(row.iter_mut()) {
                 let Some(p) = e.plugin.as_score() else {
-                    out.push(0);
                     continue;
                 };
-                match p.score(state, pod, node) {
-                    Ok(v) => out.push(v),
-                    Err(s) => {
-                        return Err(Status::error(format!(
-                            "running Score plugins: plugin {:?} failed with: {}",
-                            e.name,
-                            s.message()
-                        )));
-                    }
-                }
+                *slot = p.score(state, pod, node).map_err(|s| {
+                    Status::error(format!(
+                        "running Score plugins: plugin {:?} failed with: {}",
+                        e.name,
+                        s.message()
+                    ))
+                })?;
             }
-            Ok(out)
+            Ok(())
         };
-        let per_node: Vec<Vec<i64>> = if nodes.len() >= PARALLEL_THRESHOLD {
-            nodes.par_iter().map(score_node).collect::<Result<_, _>>()?
+        if nodes.len() >= PARALLEL_THRESHOLD {
+            nodes
+                .par_iter()
+                .zip(raw.par_chunks_mut(k))
+                .try_for_each(score_row)?;
         } else {
-            nodes.iter().map(score_node).collect::<Result<_, _>>()?
-        };
-        let mut per_plugin: Vec<Vec<NodeScore>> = plugins
-            .iter()
-            .enumerate()
-            .map(|(pi, _)| {
-                nodes
-                    .iter()
-                    .zip(&per_node)
-                    .map(|(n, s)| NodeScore {
-                        name: n.name_arc().clone(),
-                        score: s[pi],
-                    })
-                    .collect()
-            })
-            .collect();
-        for ((_, e), list) in plugins.iter().zip(per_plugin.iter_mut()) {
+            nodes
+                .iter()
+                .zip(raw.chunks_mut(k))
+                .try_for_each(score_row)?;
+        }
+        for (pi, (_, e)) in plugins.iter().enumerate() {
             let Some(p) = e.plugin.as_score() else {
                 continue;
             };
             if !p.has_normalize_score() {
                 continue;
             }
-            let s = p.normalize_score(state, pod, list);
+            let mut list: Vec<NodeScore> = nodes
+                .iter()
+                .enumerate()
+                .map(|(ni, n)| NodeScore {
+                    name: n.name_arc().clone(),
+                    score: raw[ni * k + pi],
+                })
+                .collect();
+            let s = p.normalize_score(state, pod, &mut list);
             if !s.is_success() {
                 return Err(Status::error(format!(
                     "running Normalize on Score plugins: plugin {:?} failed with: {}",
@@ -676,13 +704,14 @@ impl Framework {
                     s.message()
                 )));
             }
+            for (ni, ns) in list.iter().enumerate() {
+                raw[ni * k + pi] = ns.score;
+            }
         }
-        let mut out = Vec::with_capacity(nodes.len());
-        for (ni, node) in nodes.iter().enumerate() {
-            let mut scores = Vec::with_capacity(plugins.len());
-            let mut total = 0i64;
+        let mut totals = vec![0i64; nodes.len()];
+        for (ni, total) in totals.iter_mut().enumerate() {
             for (pi, (wi, e)) in plugins.iter().enumerate() {
-                let score = per_plugin[pi][ni].score;
+                let score = raw[ni * k + pi];
                 if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
                     return Err(Status::error(format!(
                         "applying score defaultWeights on Score plugins: plugin {:?} returns an invalid score {score}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
@@ -690,19 +719,16 @@ impl Framework {
                     )));
                 }
                 let weighted = score * self.score_weights[*wi];
-                total += weighted;
-                scores.push(PluginScore {
-                    plugin: e.name.clone(),
-                    score: weighted,
-                });
+                raw[ni * k + pi] = weighted;
+                *total += weighted;
             }
-            out.push(NodePluginScores {
-                name: node.name_arc().clone(),
-                scores,
-                total_score: total,
-            });
         }
-        Ok(out)
+        Ok(NodeScores {
+            nodes: nodes.iter().map(|n| n.name_arc().clone()).collect(),
+            plugins: plugins.iter().map(|(_, e)| e.name.clone()).collect(),
+            weighted: raw,
+            totals,
+        })
     }
 
     /// Reserve in order; on a failure the caller runs [`Framework::run_reserve_plugins_unreserve`].
@@ -1125,19 +1151,20 @@ mod tests {
         let scores = fwk
             .run_score_plugins(&CycleState::new(), &pod, snap.nodes())
             .expect("scores");
-        let totals: Vec<(String, i64)> = scores
-            .iter()
-            .map(|s| (s.name.to_string(), s.total_score))
-            .collect();
         // n1: 10*2*3 + 5*1 = 65; n2: 20*2*3 + 0 = 120
-        assert_eq!(totals, [("n1".to_string(), 65), ("n2".to_string(), 120)]);
+        assert_eq!(scores.totals, [65, 120]);
+        assert_eq!(&*scores.nodes[1], "n2");
+        assert_eq!(
+            scores.plugin_scores(0).collect::<Vec<_>>(),
+            [("A", 60), ("B", 5)]
+        );
 
         let mut state = CycleState::new();
         state.set_skip_score_plugins([Arc::from("A")].into());
         let scores = fwk
             .run_score_plugins(&state, &pod, snap.nodes())
             .expect("scores");
-        assert_eq!(scores[0].scores.len(), 1);
+        assert_eq!(scores.plugin_scores(0).count(), 1);
 
         let mut c = Fake::new("C", &l);
         c.score = [("n1".to_string(), 101)].into();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::interface::{Code, CycleState, NodeToStatus, Status};
-use super::runtime::{Framework, NodePluginScores, PARALLEL_THRESHOLD};
+use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD};
 use super::types::{NodeInfo, PodInfo, Snapshot};
 
 /// Upstream's `minFeasibleNodesToFind`.
@@ -349,16 +349,9 @@ pub fn prioritize_nodes(
     pod: &PodInfo,
     snapshot: &Snapshot,
     nodes: &[Arc<NodeInfo>],
-) -> Result<Vec<NodePluginScores>, ScheduleError> {
+) -> Result<NodeScores, ScheduleError> {
     if !fwk.has_score_plugins() {
-        return Ok(nodes
-            .iter()
-            .map(|n| NodePluginScores {
-                name: n.name_arc().clone(),
-                scores: Vec::new(),
-                total_score: 1,
-            })
-            .collect());
+        return Ok(NodeScores::uniform(nodes, 1));
     }
     let s = fwk.run_pre_score_plugins(state, pod, snapshot, nodes);
     if !s.is_success() {
@@ -369,24 +362,25 @@ pub fn prioritize_nodes(
 }
 
 /// The highest-scored node; ties broken uniformly at random (reservoir sampling).
-pub fn select_host(scores: &[NodePluginScores]) -> Option<String> {
-    let first = scores.first()?;
-    let mut best = first.total_score;
-    let mut selected = &first.name;
-    let mut ties = 1u64;
-    for s in &scores[1..] {
-        if s.total_score > best {
-            best = s.total_score;
-            selected = &s.name;
-            ties = 1;
-        } else if s.total_score == best {
-            ties += 1;
-            if fastrand::u64(0..ties) == 0 {
-                selected = &s.name;
+pub fn select_host(scores: &NodeScores) -> Option<String> {
+    let mut best: Option<(i64, usize)> = None;
+    let mut ties = 0u64;
+    for (i, &total) in scores.totals.iter().enumerate() {
+        match best {
+            Some((b, _)) if total < b => {}
+            Some((b, _)) if total == b => {
+                ties += 1;
+                if fastrand::u64(0..ties) == 0 {
+                    best = Some((b, i));
+                }
+            }
+            _ => {
+                best = Some((total, i));
+                ties = 1;
             }
         }
     }
-    Some(selected.to_string())
+    best.map(|(_, i)| scores.nodes[i].to_string())
 }
 
 #[cfg(test)]
@@ -639,18 +633,15 @@ mod tests {
 
     #[test]
     fn select_host_breaks_ties_at_random_among_the_best() {
-        let mk = |n: &str, s: i64| NodePluginScores {
-            name: Arc::from(n),
-            scores: vec![],
-            total_score: s,
-        };
-        let scores = vec![mk("a", 5), mk("b", 9), mk("c", 9), mk("d", 1)];
+        let mut scores = NodeScores::default();
+        scores.nodes = ["a", "b", "c", "d"].into_iter().map(Arc::from).collect();
+        scores.totals = vec![5, 9, 9, 1];
         let mut seen = BTreeSet::new();
         for _ in 0..200 {
             seen.insert(select_host(&scores).expect("host"));
         }
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b", "c"]);
-        assert_eq!(select_host(&[]), None);
+        assert_eq!(select_host(&NodeScores::default()), None);
     }
 
     #[test]

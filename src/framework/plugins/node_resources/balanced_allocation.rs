@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ResourceSpec, allocatable_and_requested, default_resources, pod_resource_requests};
+use smallvec::SmallVec;
+
+use super::{
+    ResourceSpec, default_resources, for_each_allocatable_and_requested, pod_resource_requests,
+};
 use crate::config::{ExtensionPoint, FieldError};
 use crate::framework::args::{PluginArgs, decode, duplicate, invalid, typed};
 use crate::framework::interface::{
@@ -75,14 +79,8 @@ impl BalancedAllocation {
     }
 }
 
-/// Upstream's `balancedResourceScorer`.
-pub fn balanced_score(requested: &[i64], allocatable: &[i64]) -> i64 {
-    let fractions: Vec<f64> = requested
-        .iter()
-        .zip(allocatable)
-        .filter(|(_, a)| **a != 0)
-        .map(|(r, a)| (*r as f64 / *a as f64).min(1.0))
-        .collect();
+/// Upstream's `balancedResourceScorer` over usage fractions (each capped at 1).
+pub fn balanced_score_of_fractions(fractions: &[f64]) -> i64 {
     let std = match fractions.len() {
         0 | 1 => 0.0,
         2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
@@ -97,6 +95,17 @@ pub fn balanced_score(requested: &[i64], allocatable: &[i64]) -> i64 {
         }
     };
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
+/// The score from requested/allocatable pairs (resources with zero allocatable are left out).
+pub fn balanced_score(requested: &[i64], allocatable: &[i64]) -> i64 {
+    let fractions: SmallVec<[f64; 8]> = requested
+        .iter()
+        .zip(allocatable)
+        .filter(|(_, a)| **a != 0)
+        .map(|(r, a)| (*r as f64 / *a as f64).min(1.0))
+        .collect();
+    balanced_score_of_fractions(&fractions)
 }
 
 #[derive(Debug, Clone)]
@@ -144,8 +153,17 @@ impl ScorePlugin for BalancedAllocation {
                 &computed
             }
         };
-        let (alloc, req) = allocatable_and_requested(node, &self.resources, pod_requests, true);
-        Ok(balanced_score(&req, &alloc))
+        let mut fractions: SmallVec<[f64; 8]> = SmallVec::new();
+        for_each_allocatable_and_requested(
+            node,
+            &self.resources,
+            pod_requests,
+            true,
+            |_, alloc, req| {
+                fractions.push((req as f64 / alloc as f64).min(1.0));
+            },
+        );
+        Ok(balanced_score_of_fractions(&fractions))
     }
 }
 

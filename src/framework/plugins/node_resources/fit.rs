@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ResourceSpec, allocatable_and_requested, default_resources, pod_resource_requests,
+    ResourceSpec, default_resources, for_each_allocatable_and_requested, pod_resource_requests,
     validate_resources,
 };
 use crate::config::{ExtensionPoint, FieldError};
@@ -210,51 +210,43 @@ impl Fit {
         })
     }
 
-    fn score_requested(&self, requested: &[i64], allocatable: &[i64]) -> i64 {
+    /// The strategy's score of `node` for a pod requesting `pod_requests` (per resource).
+    fn score_node(&self, node: &NodeInfo, pod_requests: &[i64]) -> i64 {
         let mut node_score = 0i64;
         let mut weight_sum = 0i64;
-        match &self.strategy {
-            Strategy::Least | Strategy::Most => {
-                for i in 0..requested.len() {
-                    if allocatable[i] == 0 {
-                        continue;
+        for_each_allocatable_and_requested(
+            node,
+            &self.resources,
+            pod_requests,
+            false,
+            |i, alloc, req| {
+                let w = self.resources[i].weight;
+                let s = match &self.strategy {
+                    Strategy::Least => least_requested_score(req, alloc),
+                    Strategy::Most => most_requested_score(req, alloc),
+                    Strategy::Ratio(shape) => {
+                        let s = if req > alloc {
+                            broken_linear(shape, 100)
+                        } else {
+                            broken_linear(shape, req * 100 / alloc)
+                        };
+                        // RequestedToCapacityRatio counts only resources scoring above zero.
+                        if s <= 0 {
+                            return;
+                        }
+                        s
                     }
-                    let w = self.resources[i].weight;
-                    let s = match self.strategy {
-                        Strategy::Least => least_requested_score(requested[i], allocatable[i]),
-                        _ => most_requested_score(requested[i], allocatable[i]),
-                    };
-                    node_score += s * w;
-                    weight_sum += w;
-                }
-                if weight_sum == 0 {
-                    0
-                } else {
-                    node_score / weight_sum
-                }
-            }
-            Strategy::Ratio(shape) => {
-                for i in 0..requested.len() {
-                    if allocatable[i] == 0 {
-                        continue;
-                    }
-                    let w = self.resources[i].weight;
-                    let s = if requested[i] > allocatable[i] {
-                        broken_linear(shape, 100)
-                    } else {
-                        broken_linear(shape, requested[i] * 100 / allocatable[i])
-                    };
-                    if s > 0 {
-                        node_score += s * w;
-                        weight_sum += w;
-                    }
-                }
-                if weight_sum == 0 {
-                    0
-                } else {
-                    (node_score as f64 / weight_sum as f64).round() as i64
-                }
-            }
+                };
+                node_score += s * w;
+                weight_sum += w;
+            },
+        );
+        if weight_sum == 0 {
+            return 0;
+        }
+        match self.strategy {
+            Strategy::Ratio(_) => (node_score as f64 / weight_sum as f64).round() as i64,
+            _ => node_score / weight_sum,
         }
     }
 }
@@ -455,8 +447,7 @@ impl ScorePlugin for Fit {
                 &computed
             }
         };
-        let (alloc, req) = allocatable_and_requested(node, &self.resources, pod_requests, false);
-        Ok(self.score_requested(&req, &alloc))
+        Ok(self.score_node(node, pod_requests))
     }
 }
 

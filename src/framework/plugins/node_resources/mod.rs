@@ -69,44 +69,41 @@ pub fn pod_resource_requests(
         .collect()
 }
 
-/// For each resource, (allocatable, requested including the pod) on `node`; (0, 0) means "skip
-/// this resource" (an extended resource the pod does not request, or the node does not have).
-pub fn allocatable_and_requested(
+/// Calls `f(i, allocatable, requested)` for each resource `i` that counts on `node`: requested
+/// includes the pod. Skipped: an extended resource the pod does not request, or one the node does
+/// not have (upstream returns (0, 0) for those). Allocates nothing (scoring runs per node).
+pub fn for_each_allocatable_and_requested(
     node: &NodeInfo,
     resources: &[ResourceSpec],
     pod_requests: &[i64],
     use_requested: bool,
-) -> (Vec<i64>, Vec<i64>) {
-    let mut alloc = vec![0; resources.len()];
-    let mut req = vec![0; resources.len()];
+    mut f: impl FnMut(usize, i64, i64),
+) {
     let requested = if use_requested {
         &node.requested
     } else {
         &node.non_zero_requested
     };
     for (i, r) in resources.iter().enumerate() {
-        let pod_req = pod_requests[i];
+        let pod_req = pod_requests.get(i).copied().unwrap_or(0);
         let name = r.name.as_str();
-        let (a, q) = if pod_req == 0 && is_scalar_resource_name(name) {
-            (0, 0)
-        } else {
-            match name {
-                RESOURCE_CPU => (node.allocatable.milli_cpu, requested.milli_cpu + pod_req),
-                RESOURCE_MEMORY => (node.allocatable.memory, requested.memory + pod_req),
-                RESOURCE_EPHEMERAL_STORAGE => (
-                    node.allocatable.ephemeral_storage,
-                    node.requested.ephemeral_storage + pod_req,
-                ),
-                _ => match node.allocatable.scalar_resources.get(name) {
-                    Some(a) => (*a, node.requested.get(name) + pod_req),
-                    None => (0, 0),
-                },
-            }
+        if pod_req == 0 && is_scalar_resource_name(name) {
+            continue;
+        }
+        let (a, q) = match name {
+            RESOURCE_CPU => (node.allocatable.milli_cpu, requested.milli_cpu + pod_req),
+            RESOURCE_MEMORY => (node.allocatable.memory, requested.memory + pod_req),
+            RESOURCE_EPHEMERAL_STORAGE => (
+                node.allocatable.ephemeral_storage,
+                node.requested.ephemeral_storage + pod_req,
+            ),
+            _ => match node.allocatable.scalar_resources.get(name) {
+                Some(a) => (*a, node.requested.get(name) + pod_req),
+                None => (0, 0),
+            },
         };
         if a != 0 {
-            alloc[i] = a;
-            req[i] = q;
+            f(i, a, q);
         }
     }
-    (alloc, req)
 }

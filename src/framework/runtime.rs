@@ -1279,6 +1279,50 @@ mod tests {
         );
     }
 
+    struct Nominated(Vec<Arc<PodInfo>>);
+
+    impl crate::framework::registry::PodNominator for Nominated {
+        fn nominated_pods_for_node(&self, node_name: &str) -> Vec<Arc<PodInfo>> {
+            self.0
+                .iter()
+                .filter(|p| p.nominated_node_name() == node_name)
+                .cloned()
+                .collect()
+        }
+    }
+
+    #[test]
+    fn nominated_pods_of_equal_or_higher_priority_count_as_running() {
+        let (reg, _) = registry_with(vec![]);
+        let (h, _) = handle();
+        let preemptor = PodBuilder::new("preemptor")
+            .priority(100)
+            .nominated_node("n1")
+            .container(&[("cpu", "3")])
+            .arc_info();
+        let h = h.with_nominator(Arc::new(Nominated(vec![preemptor])));
+        let fwk = Framework::new(&profile(&[(Filter, &["NodeResourcesFit"])]), &reg, h)
+            .expect("framework");
+        let node = NodeBuilder::new("n1")
+            .allocatable(&[("cpu", "4"), ("memory", "1Gi"), ("pods", "10")])
+            .info(vec![]);
+        let state = CycleState::new();
+        let low = PodBuilder::new("low")
+            .priority(10)
+            .container(&[("cpu", "2")])
+            .info();
+        let s = fwk.run_filter_plugins_with_nominated_pods(&state, &low, &node);
+        assert_eq!(s.reasons(), ["Insufficient cpu"]);
+        let high = PodBuilder::new("high")
+            .priority(1000)
+            .container(&[("cpu", "2")])
+            .info();
+        assert!(
+            fwk.run_filter_plugins_with_nominated_pods(&state, &high, &node)
+                .is_success()
+        );
+    }
+
     #[test]
     fn pre_enqueue_and_queue_sort() {
         let (reg, _) = registry_with(vec![]);

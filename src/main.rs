@@ -23,6 +23,10 @@ enum Command {
         #[arg(long)]
         output_dir: Option<std::path::PathBuf>,
     },
+    /// Run the operator: reconcile SchedulerProfiles and LeafClusterPolicies.
+    Operator(ksched::operator::command::OperatorArgs),
+    /// Print the objects the operator renders for profiles (and policies) in files, or the errors.
+    Render(ksched::operator::command::RenderArgs),
     /// Print the version.
     Version,
 }
@@ -30,6 +34,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Operator(args) => ksched::operator::command::operator_main(args),
+        Command::Render(args) => ksched::operator::command::render_main(args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
         Command::Version => {
             println!("ksched {}", env!("CARGO_PKG_VERSION"));

@@ -1,5 +1,166 @@
 //! The operator: reconciles `SchedulerProfile`s into running schedulers (ConfigMap, RBAC, Lease,
-//! Deployment) and `LeafClusterPolicy`s into node taints. [`render`] is the pure part; the rest
-//! talks to the API server.
+//! Deployment or an embedded scheduler) and `LeafClusterPolicy`s into node taints, and warns about
+//! pods waiting for a scheduler that does not exist. [`render`] is the pure part; the rest talks to
+//! the API server with server-side apply (field manager [`render::FIELD_MANAGER`]).
+//!
+//! Run it with [`run`] (`ksched operator` does; tests do it in-process with an impersonating client).
 
+pub mod command;
+pub mod embedded;
+pub mod leaf_cluster_policy;
 pub mod render;
+pub mod render_cli;
+pub mod scheduler_profile;
+pub mod status;
+pub mod taints;
+pub mod unknown_scheduler;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::config::PluginCatalog;
+
+pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
+pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
+
+/// Finalizer of both kinds: removes what owner references cannot (ClusterRole/ClusterRoleBinding of
+/// a profile, the taints of a policy).
+pub const FINALIZER: &str = "ksched.io/cleanup";
+/// Scheduler names that are always served (besides every SchedulerProfile's name).
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+/// How the operator runs.
+#[derive(Clone)]
+pub struct OperatorOptions {
+    /// The operator namespace: rendered objects and Leases live here.
+    pub namespace: String,
+    /// The operator's own image: the default scheduler image of Deployment-mode profiles.
+    pub image: String,
+    /// Scheduler names served by something other than a profile (besides `default-scheduler`):
+    /// pods naming them get no `UnknownSchedulerName` warning.
+    pub known_schedulers: Vec<String>,
+    /// Which plugins exist (validation of every profile): `framework::registry::Registry::in_tree()`
+    /// or a registry with the user's own plugins.
+    pub catalog: Arc<dyn PluginCatalog + Send + Sync>,
+    /// Identity in events (`reportingInstance`): the pod name, or the host name.
+    pub instance: String,
+    /// How often a profile's status is refreshed without any change (Lease freshness, pending pods).
+    pub resync: Duration,
+}
+
+impl OperatorOptions {
+    pub fn new(
+        namespace: impl Into<String>,
+        image: impl Into<String>,
+        catalog: Arc<dyn PluginCatalog + Send + Sync>,
+    ) -> Self {
+        OperatorOptions {
+            namespace: namespace.into(),
+            image: image.into(),
+            known_schedulers: Vec::new(),
+            catalog,
+            instance: std::env::var("POD_NAME")
+                .or_else(|_| std::env::var("HOSTNAME"))
+                .unwrap_or_else(|_| "ksched-operator".into()),
+            resync: Duration::from_secs(15),
+        }
+    }
+
+    pub fn render_options(&self) -> RenderOptions {
+        RenderOptions {
+            namespace: self.namespace.clone(),
+            image: self.image.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for OperatorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorOptions")
+            .field("namespace", &self.namespace)
+            .field("image", &self.image)
+            .field("known_schedulers", &self.known_schedulers)
+            .field("instance", &self.instance)
+            .field("resync", &self.resync)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What can go wrong while reconciling.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("serializing {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("node {node}: still conflicting after {attempts} attempts to update its taints")]
+    NodeConflict { node: String, attempts: u32 },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Shared by the reconcilers.
+pub(crate) struct Context {
+    pub client: Client,
+    pub opts: OperatorOptions,
+    pub embedded: Arc<dyn EmbeddedSchedulers>,
+    pub recorder: Recorder,
+}
+
+/// A clonable shutdown signal for the controllers.
+pub(crate) type Shutdown = Shared<BoxFuture<'static, ()>>;
+
+/// Runs the operator until `shutdown` resolves: the SchedulerProfile and LeafClusterPolicy
+/// controllers and the unknown-schedulerName watcher. `client` carries the operator's identity
+/// (in a cluster, its ServiceAccount). Returns when all three have stopped.
+pub async fn run(
+    client: Client,
+    opts: OperatorOptions,
+    embedded: Arc<dyn EmbeddedSchedulers>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let shutdown: Shutdown = shutdown.boxed().shared();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(opts.instance.clone()),
+        },
+    );
+    let ctx = Arc::new(Context {
+        client,
+        opts,
+        embedded,
+        recorder,
+    });
+    tracing::info!(namespace = %ctx.opts.namespace, image = %ctx.opts.image, "operator starting");
+    futures::join!(
+        scheduler_profile::run(ctx.clone(), shutdown.clone()),
+        leaf_cluster_policy::run(ctx.clone(), shutdown.clone()),
+        unknown_scheduler::run(ctx.clone(), shutdown.clone()),
+    );
+    tracing::info!("operator stopped");
+    Ok(())
+}
+
+/// `true` for a 404 from the API server.
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// `true` for a 409 Conflict from the API server.
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}

@@ -1,0 +1,151 @@
+//! The `ksched operator` and `ksched render` commands (argument parsing and process set-up; the
+//! work is in [`super::run`] and [`super::render_cli`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use super::render::{DEFAULT_NAMESPACE, RenderOptions};
+use super::{NoEmbeddedSchedulers, OperatorOptions, render_cli};
+use crate::framework::registry::Registry;
+
+/// The scheduler image when neither `--image` nor `KSCHED_IMAGE` says: this build's own tag.
+pub const DEFAULT_IMAGE: &str = concat!("ksched:", env!("CARGO_PKG_VERSION"));
+
+/// `ksched operator`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OperatorArgs {
+    /// The operator namespace (rendered objects and Leases go here).
+    #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// Scheduler image for profiles that set none (the operator's own image).
+    #[arg(long, env = "KSCHED_IMAGE", default_value = DEFAULT_IMAGE)]
+    pub image: String,
+    /// Kubeconfig file; default: in-cluster config, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Another scheduler name that something besides ksched serves (repeatable): pods naming it
+    /// get no UnknownSchedulerName warning. `default-scheduler` is always known.
+    #[arg(long = "known-scheduler")]
+    pub known_schedulers: Vec<String>,
+}
+
+/// `ksched render`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RenderArgs {
+    /// A YAML file of SchedulerProfiles and LeafClusterPolicies (repeatable; `-` is stdin).
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// The operator namespace the objects are rendered for.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// Scheduler image for profiles that set none.
+    #[arg(long, env = "KSCHED_IMAGE", default_value = DEFAULT_IMAGE)]
+    pub image: String,
+}
+
+/// Runs `ksched render`.
+pub fn render_main(args: RenderArgs) -> ExitCode {
+    let opts = RenderOptions {
+        namespace: args.namespace,
+        image: args.image,
+    };
+    let out = render_cli::render_paths(&args.files, &opts, &Registry::in_tree());
+    print!("{}", out.stdout);
+    eprint!("{}", out.stderr);
+    if out.code == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs `ksched operator` until SIGINT or SIGTERM.
+pub fn operator_main(args: OperatorArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let client = match client(args.kubeconfig.as_deref()).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut opts =
+            OperatorOptions::new(args.namespace, args.image, Arc::new(Registry::in_tree()));
+        opts.known_schedulers = args.known_schedulers;
+        match super::run(
+            client,
+            opts,
+            Arc::new(NoEmbeddedSchedulers),
+            shutdown_signal(),
+        )
+        .await
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// A client from `kubeconfig`, or inferred (in-cluster, then the usual kubeconfig).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| format!("no cluster configuration: {e}"))?,
+    };
+    Client::try_from(config).map_err(|e| format!("creating the client: {e}"))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown requested");
+}

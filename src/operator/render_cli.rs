@@ -1,0 +1,223 @@
+//! `ksched render -f FILE...`: the operator's objects for the profiles in the files, with no cluster.
+
+use std::path::PathBuf;
+
+use kube::ResourceExt;
+
+use super::render::{self, RenderOptions};
+use crate::api::{LeafClusterPolicy, SchedulerProfile};
+use crate::config::PluginCatalog;
+
+/// What a run of `ksched render` printed, and its exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderOutput {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A file as read: its name (for messages) and its text.
+pub struct Input {
+    pub name: String,
+    pub text: String,
+}
+
+/// Reads `paths` (`-` is stdin) and renders them; an unreadable file is an error line.
+pub fn render_paths(
+    paths: &[PathBuf],
+    opts: &RenderOptions,
+    catalog: &dyn PluginCatalog,
+) -> RenderOutput {
+    let mut inputs = Vec::new();
+    let mut stderr = String::new();
+    for p in paths {
+        let read = if p.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin())
+        } else {
+            std::fs::read_to_string(p)
+        };
+        match read {
+            Ok(text) => inputs.push(Input {
+                name: p.display().to_string(),
+                text,
+            }),
+            Err(e) => stderr.push_str(&format!("error: {}: {e}\n", p.display())),
+        }
+    }
+    if !stderr.is_empty() {
+        return RenderOutput {
+            code: 1,
+            stdout: String::new(),
+            stderr,
+        };
+    }
+    render_inputs(&inputs, opts, catalog)
+}
+
+/// Renders every SchedulerProfile in `inputs` (multi-document YAML), with the LeafClusterPolicies in
+/// them: the objects as one YAML stream on stdout (exit 0), or `error: <path>: <reason>` lines on
+/// stderr (exit 1) and nothing on stdout. Warnings go to stderr as `warning: ...` either way.
+pub fn render_inputs(
+    inputs: &[Input],
+    opts: &RenderOptions,
+    catalog: &dyn PluginCatalog,
+) -> RenderOutput {
+    let mut profiles: Vec<(String, SchedulerProfile)> = Vec::new();
+    let mut policies: Vec<LeafClusterPolicy> = Vec::new();
+    let mut stderr = String::new();
+    let mut failed = false;
+    for input in inputs {
+        let docs: Vec<serde_json::Value> = match serde_saphyr::from_multiple(&input.text) {
+            Ok(d) => d,
+            Err(e) => {
+                stderr.push_str(&format!("error: {}: not YAML: {e}\n", input.name));
+                failed = true;
+                continue;
+            }
+        };
+        for (i, doc) in docs.into_iter().enumerate() {
+            if doc.is_null() {
+                continue;
+            }
+            let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+            let at = format!("{} (document {})", input.name, i + 1);
+            match kind {
+                "SchedulerProfile" => match serde_json::from_value::<SchedulerProfile>(doc) {
+                    Ok(p) => profiles.push((input.name.clone(), p)),
+                    Err(e) => {
+                        stderr
+                            .push_str(&format!("error: {at}: not a valid SchedulerProfile: {e}\n"));
+                        failed = true;
+                    }
+                },
+                "LeafClusterPolicy" => match serde_json::from_value::<LeafClusterPolicy>(doc) {
+                    Ok(p) => policies.push(p),
+                    Err(e) => {
+                        stderr.push_str(&format!(
+                            "error: {at}: not a valid LeafClusterPolicy: {e}\n"
+                        ));
+                        failed = true;
+                    }
+                },
+                other => {
+                    stderr.push_str(&format!(
+                        "error: {at}: kind {other:?} is not rendered: expected SchedulerProfile or LeafClusterPolicy\n"
+                    ));
+                    failed = true;
+                }
+            }
+        }
+    }
+    if profiles.is_empty() && !failed {
+        stderr.push_str("error: no SchedulerProfile in the input\n");
+        failed = true;
+    }
+    let mut stdout = String::new();
+    for (file, profile) in &profiles {
+        match render::render(profile, &policies, opts, catalog) {
+            Ok(r) => {
+                for w in &r.warnings {
+                    stderr.push_str(&format!("warning: {w}\n"));
+                }
+                match r.to_yaml() {
+                    Ok(y) => stdout.push_str(&y),
+                    Err(e) => {
+                        stderr.push_str(&format!("error: {e}\n"));
+                        failed = true;
+                    }
+                }
+            }
+            Err(invalid) => {
+                failed = true;
+                for w in &invalid.warnings {
+                    stderr.push_str(&format!("warning: {w}\n"));
+                }
+                stderr.push_str(&format!(
+                    "SchedulerProfile {:?} ({file}) is invalid:\n",
+                    profile.name_any()
+                ));
+                for e in &invalid.errors {
+                    stderr.push_str(&format!("error: {}: {}\n", e.path, e.reason));
+                }
+            }
+        }
+    }
+    if failed {
+        return RenderOutput {
+            code: 1,
+            stdout: String::new(),
+            stderr,
+        };
+    }
+    RenderOutput {
+        code: 0,
+        stdout,
+        stderr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::registry::Registry;
+
+    fn run(text: &str) -> RenderOutput {
+        render_inputs(
+            &[Input {
+                name: "in.yaml".into(),
+                text: text.into(),
+            }],
+            &RenderOptions {
+                namespace: "ops".into(),
+                image: "img:1".into(),
+            },
+            &Registry::in_tree(),
+        )
+    }
+
+    const PROFILE: &str =
+        "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata:\n  name: p\nspec: {}\n";
+
+    #[test]
+    fn renders_profiles_with_their_policies() {
+        let out = run(&format!(
+            "{PROFILE}---\napiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: leaves\nspec:\n  profiles: [p]\n"
+        ));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(out.stdout.matches("---\n").count(), 10);
+        assert!(out.stdout.contains("namespace: ops"));
+        assert!(out.stdout.contains("image: img:1"));
+        assert!(!out.stdout.contains("ownerReferences"), "no uid offline");
+    }
+
+    #[test]
+    fn invalid_profile_prints_errors_and_nothing_else() {
+        let out = run(
+            "kind: SchedulerProfile\nmetadata: {name: p}\nspec:\n  plugins:\n    filter:\n      enabled: [{name: NoSuchPlugin}]\n",
+        );
+        assert_eq!(out.code, 1);
+        assert!(out.stdout.is_empty());
+        assert!(
+            out.stderr
+                .lines()
+                .any(|l| l.starts_with("error: spec.plugins.filter.enabled[0]")
+                    && l.contains("NoSuchPlugin")),
+            "{}",
+            out.stderr
+        );
+    }
+
+    #[test]
+    fn other_kinds_and_garbage_are_errors() {
+        assert_eq!(run("kind: ConfigMap\nmetadata: {name: x}\n").code, 1);
+        assert_eq!(run(": : :\n  - [").code, 1);
+        assert_eq!(run("").code, 1);
+        let out = run("kind: SchedulerProfile\nmetadata: {name: p}\nspec: {replicas: many}\n");
+        assert_eq!(out.code, 1);
+        assert!(
+            out.stderr.contains("not a valid SchedulerProfile"),
+            "{}",
+            out.stderr
+        );
+    }
+}

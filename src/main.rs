@@ -23,6 +23,11 @@ enum Command {
         #[arg(long)]
         output_dir: Option<std::path::PathBuf>,
     },
+    /// Run the scheduler: `ksched scheduler --config FILE`.
+    Scheduler(ksched::scheduler::command::SchedulerArgs),
+    /// Work with KubeSchedulerConfiguration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Run the operator: reconcile SchedulerProfiles and LeafClusterPolicies.
     Operator(ksched::operator::command::OperatorArgs),
     /// Print the objects the operator renders for profiles (and policies) in files, or the errors.
@@ -31,9 +36,23 @@ enum Command {
     Version,
 }
 
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the normalized v1 configuration (defaults and effective plugins), or the errors.
+    Validate {
+        /// The KubeSchedulerConfiguration file.
+        file: std::path::PathBuf,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Scheduler(args) = &cli.command {
+        init_logging(ksched::scheduler::command::log_filter(args.verbosity));
+    }
     match cli.command {
+        Command::Scheduler(args) => ksched::scheduler::command::main(args),
+        Command::Config(ConfigCommand::Validate { file }) => validate_config(&file),
         Command::Operator(args) => ksched::operator::command::operator_main(args),
         Command::Render(args) => ksched::operator::command::render_main(args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
@@ -73,4 +92,32 @@ fn crds(output_dir: Option<&std::path::Path>) -> ExitCode {
         println!("wrote {}", path.display());
     }
     ExitCode::SUCCESS
+}
+
+fn init_logging(default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn validate_config(file: &std::path::Path) -> ExitCode {
+    let bytes = match std::fs::read(file) {
+        Ok(b) => b,
+        Err(err) => {
+            eprintln!("error: reading {}: {err}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let registry = ksched::framework::registry::Registry::in_tree();
+    let (code, stdout, stderr) = ksched::config::validate_file_output(&bytes, &registry);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    if code == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

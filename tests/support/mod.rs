@@ -6,8 +6,10 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod fixtures;
+pub mod https;
 pub mod pki;
 pub mod process;
+pub mod scheduler;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -252,6 +254,9 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
+            // New nodes would get node.kubernetes.io/not-ready:NoSchedule, which only the node
+            // lifecycle controller removes; kwok nodes are Ready at once, so skip that taint.
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--allow-privileged=true",
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
@@ -293,9 +298,14 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
         )?;
     }
     if components.kwok {
+        let workdir = dir.join("kwok");
+        std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
         procs.spawn(
             "kwok",
-            Command::new(cp.bin_dir.join("kwok")).args(kwok_args(&cp)),
+            // KWOK_WORKDIR keeps a developer's ~/.kwok/kwok.yaml out of the tests.
+            Command::new(cp.bin_dir.join("kwok"))
+                .env("KWOK_WORKDIR", &workdir)
+                .args(kwok_args(&cp)),
         )?;
     }
     install_crds(&cp)?;
@@ -307,6 +317,11 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
 fn kwok_args(cp: &ControlPlane) -> Vec<String> {
     vec![
         format!("--kubeconfig={}", cp.kubeconfig.display()),
+        // kwok has no built-in stages: node heartbeat, pod ready/complete/delete come from here.
+        format!(
+            "--config={}",
+            repo_root().join("hack/testenv/kwok-stages.yaml").display()
+        ),
         "--manage-all-nodes=false".into(),
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
         "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom".into(),

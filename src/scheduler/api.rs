@@ -1,0 +1,113 @@
+//! The framework's [`ApiHandle`] over a kube client: binding through the `pods/binding`
+//! subresource, pod status patches, and deleting preemption victims.
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::json;
+
+use crate::framework::interface::{NominatingInfo, NominatingMode};
+use crate::framework::registry::{ApiError, ApiHandle};
+use crate::framework::types::PodInfo;
+
+pub struct KubeApi {
+    client: Client,
+}
+
+impl KubeApi {
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+fn api_error(err: kube::Error) -> ApiError {
+    match err {
+        kube::Error::Api(status) if status.code == 404 => ApiError::NotFound(status.message),
+        kube::Error::Api(status) if status.code == 409 => ApiError::Conflict(status.message),
+        other => ApiError::Other(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl ApiHandle for KubeApi {
+    async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError> {
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(pod.name().to_string()),
+                namespace: Some(pod.namespace().to_string()),
+                uid: Some(pod.uid().to_string()),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                kind: Some("Node".into()),
+                name: Some(node_name.to_string()),
+                ..Default::default()
+            },
+        };
+        // The API answers a binding with a Status object, not a Pod.
+        self.pods(pod.namespace())
+            .create_subresource::<Binding, ApiStatus>(
+                "binding",
+                pod.name(),
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+            .map(|_| ())
+            .map_err(api_error)
+    }
+
+    async fn patch_pod_status(
+        &self,
+        pod: &PodInfo,
+        condition: Option<PodCondition>,
+        nominating: Option<NominatingInfo>,
+    ) -> Result<(), ApiError> {
+        let mut status = serde_json::Map::new();
+        if let Some(c) = condition {
+            status.insert("conditions".into(), json!([c]));
+        }
+        if let Some(n) = nominating
+            && n.mode == NominatingMode::Override
+        {
+            let node = if n.nominated_node_name.is_empty() {
+                json!(null)
+            } else {
+                json!(n.nominated_node_name)
+            };
+            status.insert("nominatedNodeName".into(), node);
+        }
+        if status.is_empty() {
+            return Ok(());
+        }
+        self.pods(pod.namespace())
+            .patch_status(
+                pod.name(),
+                &PatchParams::default(),
+                &Patch::Strategic(json!({ "status": status })),
+            )
+            .await
+            .map(|_| ())
+            .map_err(api_error)
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match self.pods(namespace).delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(err) => Err(api_error(err)),
+        }
+    }
+}

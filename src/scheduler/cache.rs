@@ -1,0 +1,379 @@
+//! The scheduler's view of the cluster: one `NodeInfo` per node with the pods assigned to it,
+//! including pods *assumed* on a node while their binding is in flight. The scheduling cycle takes
+//! an incrementally updated snapshot: only the NodeInfos that changed since the last cycle are
+//! handed over (an `Arc` each), nothing is copied wholesale.
+//!
+//! Assumed pods are confirmed when the informer sees the pod bound, forgotten when binding fails,
+//! and expire `assumed_ttl` after their binding finished if the informer never confirms them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use parking_lot::Mutex;
+use tracing::warn;
+
+use crate::framework::types::{ImageStates, NodeChange, NodeInfo, PodInfo, Snapshot};
+
+/// How long an assumed pod whose binding finished may wait for the informer to confirm it.
+pub const DEFAULT_ASSUMED_TTL: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CacheError {
+    #[error("pod {0} is already in the cache")]
+    AlreadyPresent(String),
+    #[error("pod {0} is not assumed")]
+    NotAssumed(String),
+}
+
+struct PodEntry {
+    info: Arc<PodInfo>,
+    node: String,
+    assumed: bool,
+    /// Set when binding finished: the assumed pod expires then, unless confirmed.
+    deadline: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Inner {
+    nodes: HashMap<String, Arc<NodeInfo>>,
+    /// Nodes changed since the last snapshot update.
+    dirty: HashSet<String>,
+    pods: HashMap<String, PodEntry>,
+    images: ImageStates,
+}
+
+pub struct Cache {
+    inner: Mutex<Inner>,
+    assumed_ttl: Duration,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Self::new(DEFAULT_ASSUMED_TTL)
+    }
+}
+
+impl Cache {
+    pub fn new(assumed_ttl: Duration) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            assumed_ttl,
+        }
+    }
+
+    pub fn add_node(&self, node: Arc<Node>) {
+        let mut inner = self.inner.lock();
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if let Some(old) = inner.nodes.get(&name).and_then(|n| n.node_arc().cloned()) {
+            inner.images.remove_node(&old);
+        }
+        let images = inner.images.add_node(&node);
+        let info = inner.node_mut(&name);
+        info.set_node(node);
+        info.set_image_states(images);
+    }
+
+    pub fn remove_node(&self, name: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.nodes.get(name).and_then(|n| n.node_arc().cloned()) {
+            inner.images.remove_node(&old);
+        }
+        let has_pods = inner.nodes.get(name).is_some_and(|n| !n.pods.is_empty());
+        if has_pods {
+            // Pods keep their accounting until they are deleted too; the node leaves the snapshot.
+            inner.node_mut(name).remove_node();
+        } else {
+            inner.nodes.remove(name);
+            inner.dirty.insert(name.to_string());
+        }
+    }
+
+    /// A pod the informer sees assigned to a node: confirms an assumed pod, else adds or updates it.
+    pub fn add_or_update_pod(&self, pod: Arc<Pod>) {
+        let info = Arc::new(PodInfo::new(pod));
+        let key = info.key();
+        let node = info.node_name().to_string();
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.pods.remove(&key) {
+            inner.remove_from_node(&old.node, &old.info);
+        }
+        inner.node_mut(&node).add_pod(info.clone());
+        inner.pods.insert(
+            key,
+            PodEntry {
+                info,
+                node,
+                assumed: false,
+                deadline: None,
+            },
+        );
+    }
+
+    /// A pod deleted, or finished (Succeeded/Failed): its resources are free.
+    pub fn remove_pod(&self, key: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.pods.remove(key) {
+            inner.remove_from_node(&old.node, &old.info);
+        }
+    }
+
+    /// Accounts `pod` (whose `spec.nodeName` is set to the chosen node) before it is bound.
+    pub fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), CacheError> {
+        let key = pod.key();
+        let mut inner = self.inner.lock();
+        if inner.pods.contains_key(&key) {
+            return Err(CacheError::AlreadyPresent(key));
+        }
+        let node = pod.node_name().to_string();
+        inner.node_mut(&node).add_pod(pod.clone());
+        inner.pods.insert(
+            key,
+            PodEntry {
+                info: pod,
+                node,
+                assumed: true,
+                deadline: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Binding went through: start the assumed pod's expiry clock.
+    pub fn finish_binding(&self, key: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(entry) = inner.pods.get_mut(key)
+            && entry.assumed
+        {
+            entry.deadline = Some(Instant::now() + self.assumed_ttl);
+        }
+    }
+
+    /// Binding failed or was rejected: drop the assumed pod.
+    pub fn forget_pod(&self, key: &str) -> Result<(), CacheError> {
+        let mut inner = self.inner.lock();
+        match inner.pods.get(key) {
+            Some(entry) if entry.assumed => {}
+            _ => return Err(CacheError::NotAssumed(key.to_string())),
+        }
+        if let Some(old) = inner.pods.remove(key) {
+            inner.remove_from_node(&old.node, &old.info);
+        }
+        Ok(())
+    }
+
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.inner.lock().pods.get(key).is_some_and(|e| e.assumed)
+    }
+
+    /// Drops assumed pods whose binding finished more than the TTL ago without confirmation.
+    pub fn cleanup_expired_assumed(&self, now: Instant) -> Vec<String> {
+        let mut inner = self.inner.lock();
+        let expired: Vec<String> = inner
+            .pods
+            .iter()
+            .filter(|(_, e)| e.assumed && e.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &expired {
+            warn!(pod = %key, "assumed pod expired: its binding was never confirmed");
+            if let Some(old) = inner.pods.remove(key) {
+                inner.remove_from_node(&old.node, &old.info);
+            }
+        }
+        expired
+    }
+
+    /// Hands the NodeInfos that changed since the last call to `snapshot`.
+    pub fn update_snapshot(&self, snapshot: &mut Snapshot) {
+        let mut inner = self.inner.lock();
+        if inner.dirty.is_empty() {
+            return;
+        }
+        let dirty: Vec<String> = inner.dirty.drain().collect();
+        let changes: Vec<NodeChange> = dirty
+            .into_iter()
+            .map(|name| match inner.nodes.get(&name) {
+                Some(info) if info.node().is_some() => NodeChange::Upsert(info.clone()),
+                _ => NodeChange::Remove(name),
+            })
+            .collect();
+        drop(inner);
+        snapshot.update_from(changes);
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.inner
+            .lock()
+            .nodes
+            .values()
+            .filter(|n| n.node().is_some())
+            .count()
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.inner.lock().pods.len()
+    }
+}
+
+impl Inner {
+    /// The node's NodeInfo for writing (copied first if a snapshot still holds it), marked dirty.
+    fn node_mut(&mut self, name: &str) -> &mut NodeInfo {
+        self.dirty.insert(name.to_string());
+        let entry = self
+            .nodes
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(NodeInfo::new()));
+        Arc::make_mut(entry)
+    }
+
+    fn remove_from_node(&mut self, node: &str, pod: &PodInfo) {
+        if !self.nodes.contains_key(node) {
+            return;
+        }
+        let info = self.node_mut(node);
+        if let Err(err) = info.remove_pod(pod) {
+            warn!(%err, "cache out of sync");
+        }
+        if info.node().is_none() && info.pods.is_empty() {
+            self.nodes.remove(node);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+
+    fn node(name: &str) -> Arc<Node> {
+        Arc::new(
+            NodeBuilder::new(name)
+                .allocatable(&[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")])
+                .build(),
+        )
+    }
+
+    fn assumed(name: &str, node: &str, cpu: &str) -> Arc<PodInfo> {
+        PodBuilder::new(name)
+            .container(&[("cpu", cpu)])
+            .node(node)
+            .arc_info()
+    }
+
+    fn requested_cpu(snapshot: &Snapshot, node: &str) -> i64 {
+        snapshot
+            .get(node)
+            .map(|n| n.requested.milli_cpu)
+            .unwrap_or(-1)
+    }
+
+    #[test]
+    fn snapshot_sees_nodes_and_assumed_pods_incrementally() {
+        let cache = Cache::default();
+        cache.add_node(node("n1"));
+        cache.add_node(node("n2"));
+        let mut snap = Snapshot::new();
+        cache.update_snapshot(&mut snap);
+        assert_eq!(snap.num_nodes(), 2);
+        let n2_before = snap.get("n2").cloned().expect("n2");
+
+        cache
+            .assume_pod(assumed("p", "n1", "500m"))
+            .expect("assume");
+        cache.update_snapshot(&mut snap);
+        assert_eq!(requested_cpu(&snap, "n1"), 500);
+        // n2 did not change: the snapshot still holds the very same NodeInfo.
+        assert!(Arc::ptr_eq(&n2_before, snap.get("n2").expect("n2")));
+    }
+
+    #[test]
+    fn forget_releases_an_assumed_pod_and_confirm_keeps_it() {
+        let cache = Cache::default();
+        cache.add_node(node("n1"));
+        cache.assume_pod(assumed("a", "n1", "1")).expect("assume a");
+        cache.assume_pod(assumed("b", "n1", "1")).expect("assume b");
+        assert_eq!(
+            cache.assume_pod(assumed("a", "n1", "1")),
+            Err(CacheError::AlreadyPresent("default/a".into()))
+        );
+        cache.forget_pod("default/a").expect("forget");
+        cache.add_or_update_pod(Arc::new(
+            PodBuilder::new("b")
+                .container(&[("cpu", "1")])
+                .node("n1")
+                .build(),
+        ));
+        assert!(!cache.is_assumed("default/b"), "the informer confirmed b");
+        assert_eq!(
+            cache.forget_pod("default/b"),
+            Err(CacheError::NotAssumed("default/b".into()))
+        );
+        let mut snap = Snapshot::new();
+        cache.update_snapshot(&mut snap);
+        assert_eq!(requested_cpu(&snap, "n1"), 1000);
+    }
+
+    #[test]
+    fn assumed_pods_expire_only_after_binding_finished_and_ttl() {
+        let cache = Cache::new(Duration::from_secs(30));
+        cache.add_node(node("n1"));
+        cache.assume_pod(assumed("p", "n1", "1")).expect("assume");
+        let now = Instant::now();
+        assert!(
+            cache
+                .cleanup_expired_assumed(now + Duration::from_secs(3600))
+                .is_empty(),
+            "binding still in flight"
+        );
+        cache.finish_binding("default/p");
+        assert!(cache.cleanup_expired_assumed(now).is_empty());
+        assert_eq!(
+            cache.cleanup_expired_assumed(now + Duration::from_secs(31)),
+            ["default/p"]
+        );
+        let mut snap = Snapshot::new();
+        cache.update_snapshot(&mut snap);
+        assert_eq!(requested_cpu(&snap, "n1"), 0);
+    }
+
+    #[test]
+    fn removed_node_leaves_the_snapshot() {
+        let cache = Cache::default();
+        cache.add_node(node("n1"));
+        cache.add_or_update_pod(Arc::new(PodBuilder::new("p").node("n1").build()));
+        let mut snap = Snapshot::new();
+        cache.update_snapshot(&mut snap);
+        cache.remove_node("n1");
+        cache.update_snapshot(&mut snap);
+        assert_eq!(snap.num_nodes(), 0);
+        cache.remove_pod("default/p");
+        assert_eq!(cache.pod_count(), 0);
+    }
+
+    #[test]
+    fn pods_moving_between_nodes_are_accounted_once() {
+        let cache = Cache::default();
+        cache.add_node(node("n1"));
+        cache.add_node(node("n2"));
+        cache.add_or_update_pod(Arc::new(
+            PodBuilder::new("p")
+                .container(&[("cpu", "1")])
+                .node("n1")
+                .build(),
+        ));
+        cache.add_or_update_pod(Arc::new(
+            PodBuilder::new("p")
+                .container(&[("cpu", "1")])
+                .node("n2")
+                .build(),
+        ));
+        let mut snap = Snapshot::new();
+        cache.update_snapshot(&mut snap);
+        assert_eq!(
+            (requested_cpu(&snap, "n1"), requested_cpu(&snap, "n2")),
+            (0, 1000)
+        );
+    }
+}

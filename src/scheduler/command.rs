@@ -1,0 +1,168 @@
+//! `ksched scheduler`: the flags kube-scheduler users know, then [`super::run`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use super::http::TlsFiles;
+use super::leader_election::default_identity;
+use super::run::{SchedulerOptions, run};
+use crate::config;
+use crate::framework::registry::Registry;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulerArgs {
+    /// The KubeSchedulerConfiguration file (v1, or v1beta1-3 converted).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Kubeconfig; overrides clientConnection.kubeconfig. In-cluster config when neither is set.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// HTTPS port for /healthz, /livez, /readyz, /metrics and /configz (0 disables it).
+    #[arg(long, default_value_t = 10259)]
+    pub secure_port: u16,
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Serving certificate; a self-signed one when absent.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Overrides leaderElection.leaderElect (`--leader-elect=false`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+    /// Log verbosity as kube-scheduler's -v (0-10); RUST_LOG overrides.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+}
+
+/// Log filter for a kube-scheduler style verbosity.
+pub fn log_filter(verbosity: u8) -> &'static str {
+    match verbosity {
+        0..=1 => "info,kube_runtime=warn",
+        2..=3 => "info",
+        4..=5 => "ksched=debug,info",
+        _ => "ksched=trace,debug",
+    }
+}
+
+pub fn main(args: SchedulerArgs) -> ExitCode {
+    let bytes = match std::fs::read(&args.config) {
+        Ok(b) => b,
+        Err(err) => {
+            eprintln!("error: reading {}: {err}", args.config.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let registry = Arc::new(Registry::in_tree());
+    let loaded = match config::load(&bytes, registry.as_ref()) {
+        Ok(l) => l,
+        Err(errors) => {
+            for e in &errors.errors {
+                eprintln!("error: {e}");
+            }
+            eprintln!(
+                "the configuration {} is invalid; `ksched config validate` shows the same errors",
+                args.config.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    let mut cfg = loaded.config;
+    if let Some(le) = args.leader_elect {
+        cfg.leader_election.leader_elect = le;
+    }
+    let configz = serde_saphyr::from_str::<serde_json::Value>(&config::to_v1_yaml(&cfg))
+        .map(|v| serde_json::json!({ "componentconfig": v }).to_string())
+        .unwrap_or_default();
+    let kubeconfig = args.kubeconfig.clone().or_else(|| {
+        (!cfg.client_connection.kubeconfig.is_empty())
+            .then(|| PathBuf::from(&cfg.client_connection.kubeconfig))
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: starting the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let client = match client(kubeconfig).await {
+            Ok(c) => c,
+            Err(err) => {
+                error!("{err}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            info!("received a termination signal; shutting down");
+            let _ = shutdown_tx.send(true);
+        });
+        let options = SchedulerOptions {
+            config: cfg,
+            registry,
+            secure_address: (args.secure_port != 0)
+                .then(|| SocketAddr::new(args.bind_address, args.secure_port)),
+            tls: TlsFiles {
+                cert: args.tls_cert_file,
+                key: args.tls_private_key_file,
+            },
+            identity: default_identity(),
+            configz,
+        };
+        match run(client, options, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                error!("{err}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(&path)
+                .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| format!("no kubeconfig given and no in-cluster config: {e}"))?,
+    };
+    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

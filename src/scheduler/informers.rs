@@ -1,0 +1,207 @@
+//! Watches nodes and pods and feeds the cache and the queue, as upstream's event handlers do:
+//! assigned pods go to the cache, pending pods of our profiles to the queue, and the cluster events
+//! that can make a pending pod schedulable (node added or changed, an assigned pod gone) move the
+//! unschedulable pool back.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::cache::Cache;
+use super::queue::SchedulingQueue;
+use crate::framework::types::PodInfo;
+
+/// `ns/name`, the key the cache and the queue use.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn node_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default()
+}
+
+fn scheduler_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or("default-scheduler")
+}
+
+/// Upstream's `isPodUpdated`: a change that can alter the scheduling decision (not a status or
+/// resourceVersion bump, such as our own PodScheduled condition).
+fn scheduling_relevant_change(old: &Pod, new: &Pod) -> bool {
+    old.spec != new.spec
+        || old.metadata.labels != new.metadata.labels
+        || old.metadata.annotations != new.metadata.annotations
+}
+
+/// Whether a node change can make pending pods fit (not a heartbeat).
+fn node_relevant_change(old: &Node, new: &Node) -> bool {
+    let alloc = |n: &Node| n.status.as_ref().and_then(|s| s.allocatable.clone());
+    let images = |n: &Node| n.status.as_ref().and_then(|s| s.images.clone());
+    old.spec != new.spec
+        || old.metadata.labels != new.metadata.labels
+        || alloc(old) != alloc(new)
+        || images(old) != images(new)
+}
+
+/// Routes pod events; `profiles` are the scheduler names this process serves.
+pub struct PodHandler {
+    pub cache: Arc<Cache>,
+    pub queue: Arc<SchedulingQueue>,
+    pub profiles: HashSet<String>,
+    known: HashMap<String, Arc<Pod>>,
+}
+
+impl PodHandler {
+    pub fn new(cache: Arc<Cache>, queue: Arc<SchedulingQueue>, profiles: HashSet<String>) -> Self {
+        Self {
+            cache,
+            queue,
+            profiles,
+            known: HashMap::new(),
+        }
+    }
+
+    pub fn apply(&mut self, pod: Pod) {
+        let key = pod_key(&pod);
+        let pod = Arc::new(pod);
+        let old = self.known.insert(key.clone(), pod.clone());
+        if !node_name(&pod).is_empty() {
+            self.queue.delete(&key);
+            self.cache.add_or_update_pod(pod);
+            return;
+        }
+        if !self.profiles.contains(scheduler_name(&pod)) {
+            return;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.queue.delete(&key);
+            return;
+        }
+        let info = Arc::new(PodInfo::new(pod.clone()));
+        match old {
+            None => self.queue.add(info),
+            Some(old) => self
+                .queue
+                .update(info, scheduling_relevant_change(&old, &pod)),
+        }
+    }
+
+    pub fn delete(&mut self, key: &str) {
+        let Some(old) = self.known.remove(key) else {
+            return;
+        };
+        if node_name(&old).is_empty() {
+            self.queue.delete(key);
+        } else {
+            self.cache.remove_pod(key);
+            // Resources were freed: pending pods may fit now.
+            self.queue.move_all_to_active_or_backoff();
+        }
+    }
+
+    fn known_keys(&self) -> HashSet<String> {
+        self.known.keys().cloned().collect()
+    }
+}
+
+/// Watches pods that are not finished (as upstream: `status.phase!=Succeeded,status.phase!=Failed`;
+/// a pod that finishes leaves the watch as a deletion). Sets `synced` after the first list.
+pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::Sender<bool>) {
+    let api: Api<Pod> = Api::all(client);
+    let config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    let mut stream = watcher::watcher(api, config).boxed();
+    let mut seen: HashSet<String> = HashSet::new();
+    loop {
+        match stream.try_next().await {
+            Ok(Some(Event::Apply(pod))) => handler.apply(pod),
+            Ok(Some(Event::Delete(pod))) => handler.delete(&pod_key(&pod)),
+            Ok(Some(Event::Init)) => seen.clear(),
+            Ok(Some(Event::InitApply(pod))) => {
+                seen.insert(pod_key(&pod));
+                handler.apply(pod);
+            }
+            Ok(Some(Event::InitDone)) => {
+                for key in handler.known_keys().difference(&seen) {
+                    handler.delete(key);
+                }
+                seen.clear();
+                let _ = synced.send(true);
+                debug!("pod informer synced");
+            }
+            Ok(None) => return,
+            Err(err) => warn!(%err, "pod watch failed; retrying"),
+        }
+    }
+}
+
+/// Watches nodes into the cache; node additions and relevant changes move the unschedulable pool.
+pub async fn watch_nodes(
+    client: Client,
+    cache: Arc<Cache>,
+    queue: Arc<SchedulingQueue>,
+    synced: watch::Sender<bool>,
+) {
+    let api: Api<Node> = Api::all(client);
+    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut known: HashMap<String, Arc<Node>> = HashMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let apply = |node: Node, known: &mut HashMap<String, Arc<Node>>| {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let node = Arc::new(node);
+        let relevant = known
+            .get(&name)
+            .is_none_or(|old| node_relevant_change(old, &node));
+        known.insert(name, node.clone());
+        if relevant {
+            cache.add_node(node);
+            queue.move_all_to_active_or_backoff();
+        }
+    };
+    loop {
+        match stream.try_next().await {
+            Ok(Some(Event::Apply(node))) => apply(node, &mut known),
+            Ok(Some(Event::Delete(node))) => {
+                let name = node.metadata.name.unwrap_or_default();
+                known.remove(&name);
+                cache.remove_node(&name);
+            }
+            Ok(Some(Event::Init)) => seen.clear(),
+            Ok(Some(Event::InitApply(node))) => {
+                seen.insert(node.metadata.name.clone().unwrap_or_default());
+                apply(node, &mut known);
+            }
+            Ok(Some(Event::InitDone)) => {
+                let gone: Vec<String> = known
+                    .keys()
+                    .filter(|k| !seen.contains(*k))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    known.remove(&name);
+                    cache.remove_node(&name);
+                }
+                seen.clear();
+                let _ = synced.send(true);
+                debug!("node informer synced");
+            }
+            Ok(None) => return,
+            Err(err) => warn!(%err, "node watch failed; retrying"),
+        }
+    }
+}

@@ -1,0 +1,681 @@
+//! The scheduling queue, after upstream's PriorityQueue: `activeQ` (a heap ordered by the profile's
+//! QueueSort plugin), `backoffQ` (pods waiting out their backoff: initial * 2^(attempts-1), capped),
+//! and the unschedulable pool, which cluster events move back and a periodic flush empties after
+//! 5 minutes. A cluster event that arrives while a pod is being scheduled sends that pod, if it
+//! fails, to backoff rather than to the pool, so the event is not lost (upstream's move-request
+//! cycle).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::framework::types::{PodInfo, QueuedPodInfo};
+
+/// How long a pod may stay in the unschedulable pool before it is retried anyway.
+pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
+
+/// Orders the active queue: `less(a, b)` means `a` is scheduled before `b`.
+pub type LessFn = Arc<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + Send + Sync>;
+/// Runs the PreEnqueue plugins: `None` lets the pod in, `Some(plugin)` names the plugin that gates it.
+pub type PreEnqueueFn = Arc<dyn Fn(&PodInfo) -> Option<String> + Send + Sync>;
+
+/// Pod counts per sub-queue, for the `scheduler_pending_pods` metric.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub active: usize,
+    pub backoff: usize,
+    pub unschedulable: usize,
+    pub gated: usize,
+}
+
+pub struct SchedulingQueue {
+    inner: Mutex<Inner>,
+    notify: Notify,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    pre_enqueue: PreEnqueueFn,
+}
+
+struct Inner {
+    active: ActiveHeap,
+    /// Backoff expiry -> key; stale entries (pod moved or removed) are skipped on flush.
+    backoff_heap: BinaryHeap<Reverse<(Instant, u64, String)>>,
+    backoff: HashMap<String, QueuedPodInfo>,
+    unschedulable: HashMap<String, QueuedPodInfo>,
+    in_flight: HashSet<String>,
+    /// In-flight pods deleted meanwhile: dropped instead of requeued when their attempt fails.
+    deleted_in_flight: HashSet<String>,
+    scheduling_cycle: u64,
+    move_request_cycle: u64,
+    seq: u64,
+    closed: bool,
+}
+
+impl SchedulingQueue {
+    pub fn new(
+        less: LessFn,
+        pre_enqueue: PreEnqueueFn,
+        initial_backoff: Duration,
+        max_backoff: Duration,
+    ) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                active: ActiveHeap::new(less),
+                backoff_heap: BinaryHeap::new(),
+                backoff: HashMap::new(),
+                unschedulable: HashMap::new(),
+                in_flight: HashSet::new(),
+                deleted_in_flight: HashSet::new(),
+                scheduling_cycle: 0,
+                move_request_cycle: 0,
+                seq: 0,
+                closed: false,
+            }),
+            notify: Notify::new(),
+            initial_backoff,
+            max_backoff,
+            pre_enqueue,
+        }
+    }
+
+    /// A new pending pod.
+    pub fn add(&self, pod: Arc<PodInfo>) {
+        let key = pod.key();
+        let mut qpi = QueuedPodInfo::new(pod, Instant::now());
+        let mut inner = self.inner.lock();
+        if inner.contains(&key) || inner.in_flight.contains(&key) {
+            drop(inner);
+            self.update(qpi.pod_info, true);
+            return;
+        }
+        self.gate(&mut qpi);
+        if qpi.gated {
+            inner.unschedulable.insert(key, qpi);
+        } else {
+            inner.active.push(key, qpi);
+            drop(inner);
+            self.notify.notify_one();
+        }
+    }
+
+    /// A pending pod changed: the queued copy is replaced. When the change can alter the decision
+    /// (`relevant`: spec, labels, annotations; not a status update such as our own PodScheduled
+    /// condition), a pod in the unschedulable pool (or gated) is given another chance.
+    pub fn update(&self, pod: Arc<PodInfo>, relevant: bool) {
+        let key = pod.key();
+        let mut inner = self.inner.lock();
+        if let Some(qpi) = inner.active.get_mut(&key) {
+            qpi.pod_info = pod;
+            inner.active.fix(&key);
+            return;
+        }
+        if let Some(qpi) = inner.backoff.get_mut(&key) {
+            qpi.pod_info = pod;
+            return;
+        }
+        if !relevant {
+            if let Some(qpi) = inner.unschedulable.get_mut(&key) {
+                qpi.pod_info = pod;
+            }
+            return;
+        }
+        if let Some(mut qpi) = inner.unschedulable.remove(&key) {
+            qpi.pod_info = pod;
+            self.gate(&mut qpi);
+            if qpi.gated {
+                inner.unschedulable.insert(key, qpi);
+            } else {
+                self.requeue(&mut inner, key, qpi, Instant::now());
+                drop(inner);
+                self.notify.notify_one();
+            }
+            return;
+        }
+        if inner.in_flight.contains(&key) {
+            // Being scheduled right now: if this attempt fails, retry soon.
+            inner.move_request_cycle = inner.scheduling_cycle;
+            return;
+        }
+        drop(inner);
+        self.add(pod);
+    }
+
+    /// The pod was deleted or bound by someone else. A pod in flight is not requeued afterwards.
+    pub fn delete(&self, key: &str) {
+        let mut inner = self.inner.lock();
+        if inner.in_flight.contains(key) {
+            inner.deleted_in_flight.insert(key.to_string());
+        }
+        inner.active.remove(key);
+        inner.backoff.remove(key);
+        inner.unschedulable.remove(key);
+    }
+
+    /// The next pod to schedule, waiting until there is one; `None` once the queue is closed.
+    /// The pod counts as in flight until [`SchedulingQueue::done`].
+    pub async fn pop(&self) -> Option<(QueuedPodInfo, u64)> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let mut inner = self.inner.lock();
+                if inner.closed {
+                    return None;
+                }
+                if let Some((key, mut qpi)) = inner.active.pop() {
+                    inner.scheduling_cycle += 1;
+                    qpi.attempts += 1;
+                    if qpi.initial_attempt_timestamp.is_none() {
+                        qpi.initial_attempt_timestamp = Some(Instant::now());
+                    }
+                    inner.in_flight.insert(key);
+                    let cycle = inner.scheduling_cycle;
+                    return Some((qpi, cycle));
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// The pod's attempt is over (bound, requeued, or dropped).
+    pub fn done(&self, key: &str) {
+        let mut inner = self.inner.lock();
+        inner.in_flight.remove(key);
+        inner.deleted_in_flight.remove(key);
+    }
+
+    /// A pod that failed in `cycle` because no node fits: to the unschedulable pool, unless a
+    /// cluster event arrived since the attempt started (then to backoff, so it is retried soon).
+    pub fn add_unschedulable(&self, qpi: QueuedPodInfo, cycle: u64) {
+        let key = qpi.pod_info.key();
+        let mut inner = self.inner.lock();
+        inner.in_flight.remove(&key);
+        if inner.deleted_in_flight.remove(&key) || inner.contains(&key) {
+            return;
+        }
+        let mut qpi = qpi;
+        qpi.timestamp = Instant::now();
+        if inner.move_request_cycle >= cycle {
+            self.to_backoff(&mut inner, key, qpi);
+        } else {
+            inner.unschedulable.insert(key, qpi);
+        }
+    }
+
+    /// A pod that failed with an error: retried after its backoff.
+    pub fn add_backoff(&self, qpi: QueuedPodInfo) {
+        let key = qpi.pod_info.key();
+        let mut inner = self.inner.lock();
+        inner.in_flight.remove(&key);
+        if inner.deleted_in_flight.remove(&key) || inner.contains(&key) {
+            return;
+        }
+        let mut qpi = qpi;
+        qpi.timestamp = Instant::now();
+        self.to_backoff(&mut inner, key, qpi);
+    }
+
+    /// A cluster event that may make unschedulable pods schedulable (node added or changed, pod
+    /// deleted, ...): every pod in the pool goes back to active (or backoff if still backing off).
+    pub fn move_all_to_active_or_backoff(&self) {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        inner.move_request_cycle = inner.scheduling_cycle;
+        let keys: Vec<String> = inner
+            .unschedulable
+            .iter()
+            .filter(|(_, q)| !q.gated)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        for key in keys {
+            if let Some(qpi) = inner.unschedulable.remove(&key) {
+                self.requeue(&mut inner, key, qpi, now);
+            }
+        }
+        drop(inner);
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    /// Moves pods whose backoff has expired to active, and pods that sat in the pool longer than
+    /// [`MAX_IN_UNSCHEDULABLE`] back too. Called every second.
+    pub fn flush(&self) {
+        let now = Instant::now();
+        let mut moved = false;
+        let mut inner = self.inner.lock();
+        while let Some(Reverse((at, _, _))) = inner.backoff_heap.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, _, key))) = inner.backoff_heap.pop() else {
+                break;
+            };
+            let expired = inner
+                .backoff
+                .get(&key)
+                .is_some_and(|q| self.backoff_expiry(q) <= now && self.backoff_expiry(q) == at);
+            if expired && let Some(qpi) = inner.backoff.remove(&key) {
+                inner.active.push(key, qpi);
+                moved = true;
+            }
+        }
+        let stale: Vec<String> = inner
+            .unschedulable
+            .iter()
+            .filter(|(_, q)| !q.gated && now.duration_since(q.timestamp) > MAX_IN_UNSCHEDULABLE)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            if let Some(qpi) = inner.unschedulable.remove(&key) {
+                self.requeue(&mut inner, key, qpi, now);
+                moved = true;
+            }
+        }
+        drop(inner);
+        if moved {
+            self.notify.notify_waiters();
+            self.notify.notify_one();
+        }
+    }
+
+    pub fn counts(&self) -> QueueCounts {
+        let inner = self.inner.lock();
+        let gated = inner.unschedulable.values().filter(|q| q.gated).count();
+        QueueCounts {
+            active: inner.active.len(),
+            backoff: inner.backoff.len(),
+            unschedulable: inner.unschedulable.len() - gated,
+            gated,
+        }
+    }
+
+    /// Wakes every `pop` with `None`.
+    pub fn close(&self) {
+        self.inner.lock().closed = true;
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    fn gate(&self, qpi: &mut QueuedPodInfo) {
+        match (self.pre_enqueue)(&qpi.pod_info) {
+            Some(plugin) => {
+                qpi.gated = true;
+                qpi.unschedulable_plugins.insert(plugin);
+            }
+            None => qpi.gated = false,
+        }
+    }
+
+    /// To backoff if the pod is still backing off, else to active.
+    fn requeue(&self, inner: &mut Inner, key: String, qpi: QueuedPodInfo, now: Instant) {
+        if qpi.attempts > 0 && self.backoff_expiry(&qpi) > now {
+            self.to_backoff(inner, key, qpi);
+        } else {
+            inner.active.push(key, qpi);
+        }
+    }
+
+    fn to_backoff(&self, inner: &mut Inner, key: String, qpi: QueuedPodInfo) {
+        let expiry = self.backoff_expiry(&qpi);
+        inner.seq += 1;
+        let seq = inner.seq;
+        inner.backoff_heap.push(Reverse((expiry, seq, key.clone())));
+        inner.backoff.insert(key, qpi);
+    }
+
+    /// When the pod's backoff ends: its last timestamp + initial * 2^(attempts-1), at most max.
+    pub fn backoff_expiry(&self, qpi: &QueuedPodInfo) -> Instant {
+        qpi.timestamp + backoff_duration(qpi.attempts, self.initial_backoff, self.max_backoff)
+    }
+}
+
+/// initial * 2^(attempts-1), capped at `max` (upstream's calculateBackoffDuration).
+pub fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
+    let mut d = initial;
+    for _ in 1..attempts {
+        d = d.saturating_mul(2);
+        if d >= max {
+            return max;
+        }
+    }
+    d.min(max)
+}
+
+impl Inner {
+    fn contains(&self, key: &str) -> bool {
+        self.active.contains(key)
+            || self.backoff.contains_key(key)
+            || self.unschedulable.contains_key(key)
+    }
+}
+
+/// A binary heap ordered by a runtime comparator, with lookup and removal by key.
+struct ActiveHeap {
+    less: LessFn,
+    items: Vec<(String, QueuedPodInfo)>,
+    index: HashMap<String, usize>,
+}
+
+impl ActiveHeap {
+    fn new(less: LessFn) -> Self {
+        Self {
+            less,
+            items: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
+    fn get_mut(&mut self, key: &str) -> Option<&mut QueuedPodInfo> {
+        let i = *self.index.get(key)?;
+        Some(&mut self.items[i].1)
+    }
+
+    fn push(&mut self, key: String, qpi: QueuedPodInfo) {
+        if let Some(&i) = self.index.get(&key) {
+            self.items[i].1 = qpi;
+            self.fix_at(i);
+            return;
+        }
+        self.index.insert(key.clone(), self.items.len());
+        self.items.push((key, qpi));
+        self.sift_up(self.items.len() - 1);
+    }
+
+    fn pop(&mut self) -> Option<(String, QueuedPodInfo)> {
+        if self.items.is_empty() {
+            return None;
+        }
+        let last = self.items.len() - 1;
+        self.swap(0, last);
+        let (key, qpi) = self.items.pop()?;
+        self.index.remove(&key);
+        if !self.items.is_empty() {
+            self.sift_down(0);
+        }
+        Some((key, qpi))
+    }
+
+    fn remove(&mut self, key: &str) -> Option<QueuedPodInfo> {
+        let i = self.index.remove(key)?;
+        let last = self.items.len() - 1;
+        if i != last {
+            self.items.swap(i, last);
+            let moved = self.items[i].0.clone();
+            self.index.insert(moved, i);
+        }
+        let (_, qpi) = self.items.pop()?;
+        if i < self.items.len() {
+            self.fix_at(i);
+        }
+        Some(qpi)
+    }
+
+    fn fix(&mut self, key: &str) {
+        if let Some(&i) = self.index.get(key) {
+            self.fix_at(i);
+        }
+    }
+
+    fn fix_at(&mut self, i: usize) {
+        let i = self.sift_up(i);
+        self.sift_down(i);
+    }
+
+    fn before(&self, a: usize, b: usize) -> bool {
+        (self.less)(&self.items[a].1, &self.items[b].1)
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.items.swap(a, b);
+        self.index.insert(self.items[a].0.clone(), a);
+        self.index.insert(self.items[b].0.clone(), b);
+    }
+
+    fn sift_up(&mut self, mut i: usize) -> usize {
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if !self.before(i, parent) {
+                break;
+            }
+            self.swap(i, parent);
+            i = parent;
+        }
+        i
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut best = i;
+            if l < self.items.len() && self.before(l, best) {
+                best = l;
+            }
+            if r < self.items.len() && self.before(r, best) {
+                best = r;
+            }
+            if best == i {
+                return;
+            }
+            self.swap(i, best);
+            i = best;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::PodBuilder;
+
+    fn by_priority() -> LessFn {
+        Arc::new(|a: &QueuedPodInfo, b: &QueuedPodInfo| {
+            let (pa, pb) = (a.pod_info.priority(), b.pod_info.priority());
+            pa > pb || (pa == pb && a.timestamp < b.timestamp)
+        })
+    }
+
+    fn queue_with_gate(gate: PreEnqueueFn) -> SchedulingQueue {
+        SchedulingQueue::new(
+            by_priority(),
+            gate,
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        )
+    }
+
+    fn queue() -> SchedulingQueue {
+        queue_with_gate(Arc::new(|_: &PodInfo| None))
+    }
+
+    fn pod(name: &str, priority: i32) -> Arc<PodInfo> {
+        Arc::new(PodInfo::from_pod(
+            PodBuilder::new(name).priority(priority).build(),
+        ))
+    }
+
+    async fn pop_name(q: &SchedulingQueue) -> (String, QueuedPodInfo, u64) {
+        let (qpi, cycle) = q.pop().await.expect("queue open");
+        (qpi.pod_info.name().to_string(), qpi, cycle)
+    }
+
+    #[tokio::test]
+    async fn active_queue_pops_in_queue_sort_order() {
+        let q = queue();
+        q.add(pod("low", 1));
+        q.add(pod("high", 100));
+        q.add(pod("mid", 50));
+        q.add(pod("mid2", 50));
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            order.push(pop_name(&q).await.0);
+        }
+        assert_eq!(order, ["high", "mid", "mid2", "low"]);
+    }
+
+    #[test]
+    fn backoff_doubles_from_initial_up_to_max() {
+        let (i, m) = (Duration::from_secs(1), Duration::from_secs(10));
+        let got: Vec<u64> = (1..=6)
+            .map(|a| backoff_duration(a, i, m).as_secs())
+            .collect();
+        assert_eq!(got, [1, 2, 4, 8, 10, 10]);
+    }
+
+    #[tokio::test]
+    async fn unschedulable_pod_waits_for_a_cluster_event() {
+        let q = queue();
+        q.add(pod("p", 0));
+        let (_, qpi, cycle) = pop_name(&q).await;
+        q.add_unschedulable(qpi, cycle);
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                unschedulable: 1,
+                ..Default::default()
+            }
+        );
+        q.flush();
+        assert_eq!(
+            q.counts().unschedulable,
+            1,
+            "no event, no retry before 5 minutes"
+        );
+        q.move_all_to_active_or_backoff();
+        // Still inside its 1s backoff: it goes to backoffQ, not straight to active.
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                backoff: 1,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn event_during_the_attempt_sends_the_failed_pod_to_backoff() {
+        let q = queue();
+        q.add(pod("p", 0));
+        let (_, qpi, cycle) = pop_name(&q).await;
+        q.move_all_to_active_or_backoff(); // e.g. a node was added while we were filtering
+        q.add_unschedulable(qpi, cycle);
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                backoff: 1,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn backoff_expires_into_active() {
+        let q = SchedulingQueue::new(
+            by_priority(),
+            Arc::new(|_: &PodInfo| None),
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+        );
+        q.add(pod("p", 0));
+        let (_, qpi, _) = pop_name(&q).await;
+        q.add_backoff(qpi);
+        assert_eq!(q.counts().backoff, 1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        q.flush();
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                active: 1,
+                ..Default::default()
+            }
+        );
+        let (name, qpi, _) = pop_name(&q).await;
+        assert_eq!((name.as_str(), qpi.attempts), ("p", 2));
+    }
+
+    #[tokio::test]
+    async fn gated_pods_stay_out_until_an_update_ungates_them() {
+        let q = queue_with_gate(Arc::new(|p: &PodInfo| {
+            p.labels()
+                .is_some_and(|l| l.contains_key("gated"))
+                .then(|| "SchedulingGates".to_string())
+        }));
+        let gated = Arc::new(PodInfo::from_pod(
+            PodBuilder::new("g").label("gated", "yes").build(),
+        ));
+        q.add(gated);
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                gated: 1,
+                ..Default::default()
+            }
+        );
+        q.move_all_to_active_or_backoff();
+        assert_eq!(q.counts().gated, 1, "cluster events do not ungate");
+        q.update(pod("g", 0), false);
+        assert_eq!(q.counts().gated, 1, "a status-only update does not ungate");
+        q.update(pod("g", 0), true);
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                active: 1,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn delete_removes_from_every_sub_queue() {
+        let q = queue();
+        q.add(pod("a", 0));
+        q.add(pod("b", 0));
+        let (_, qpi, cycle) = pop_name(&q).await;
+        q.add_unschedulable(qpi, cycle);
+        q.delete("default/a");
+        q.delete("default/b");
+        assert_eq!(q.counts(), QueueCounts::default());
+    }
+
+    #[tokio::test]
+    async fn a_pod_deleted_while_in_flight_is_not_requeued() {
+        let q = queue();
+        q.add(pod("p", 0));
+        let (_, qpi, cycle) = pop_name(&q).await;
+        q.delete("default/p");
+        q.add_unschedulable(qpi, cycle);
+        assert_eq!(q.counts(), QueueCounts::default());
+    }
+
+    #[tokio::test]
+    async fn update_reorders_the_active_heap() {
+        let q = queue();
+        q.add(pod("a", 1));
+        q.add(pod("b", 2));
+        q.update(pod("a", 10), true);
+        assert_eq!(pop_name(&q).await.0, "a");
+    }
+
+    #[tokio::test]
+    async fn close_wakes_pop() {
+        let q = Arc::new(queue());
+        let q2 = q.clone();
+        let waiter = tokio::spawn(async move { q2.pop().await.is_none() });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        q.close();
+        assert!(waiter.await.expect("join"));
+    }
+}

@@ -1,0 +1,557 @@
+//! The scheduler process: builds one framework per profile, starts the informers, the HTTPS
+//! endpoint and (optionally) leader election, then runs the scheduling cycle one pod at a time while
+//! binding cycles run concurrently, as upstream's `scheduleOne` does.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tracing::{debug, error, info};
+
+use super::api::KubeApi;
+use super::cache::Cache;
+use super::events::{PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
+use super::http::{self, HttpState, TlsFiles};
+use super::informers::{PodHandler, watch_nodes, watch_pods};
+use super::leader_election::{LeaderElectionConfig, LeaderElector};
+use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
+use super::queue::SchedulingQueue;
+use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
+use crate::framework::interface::{CycleState, Status};
+use crate::framework::registry::{Handle, Registry};
+use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
+use crate::framework::schedule::{Algorithm, ScheduleError};
+use crate::framework::types::{PodInfo, QueuedPodInfo};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    #[error(transparent)]
+    Framework(#[from] FrameworkError),
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
+    #[error(transparent)]
+    LeaderElection(#[from] super::leader_election::LeaderElectionError),
+    #[error("the configuration has no profile")]
+    NoProfiles,
+}
+
+/// Everything `run` needs besides the client.
+pub struct SchedulerOptions {
+    pub config: Config,
+    pub registry: Arc<Registry>,
+    /// HTTPS endpoint (`0.0.0.0:10259` by default); `None` serves nothing (embedded use).
+    pub secure_address: Option<SocketAddr>,
+    pub tls: TlsFiles,
+    /// Leader-election identity (`<hostname>_<random>`).
+    pub identity: String,
+    /// `/configz` body.
+    pub configz: String,
+}
+
+/// The parts of the scheduler the cycles share.
+struct Shared {
+    cache: Arc<Cache>,
+    queue: Arc<SchedulingQueue>,
+    frameworks: HashMap<String, Arc<Framework>>,
+    reporters: HashMap<String, PodReporter>,
+    handle: Handle,
+    algorithm: Mutex<Algorithm>,
+    metrics: Arc<Metrics>,
+}
+
+/// The profile as the framework runs it. Plugins ksched has not built yet that come from
+/// upstream's default set are left out with a warning (so a default profile runs); one the user
+/// enabled explicitly makes `Framework::new` fail with the reason.
+pub fn profile_spec(profile: &EffectiveProfile, registry: &Registry) -> ProfileSpec {
+    let defaults: HashSet<&str> = crate::config::defaults::DEFAULT_MULTI_POINT.iter().map(|(n, _)| *n).collect();
+    let skip = |name: &str| {
+        defaults.contains(name) && matches!(registry.availability(name), PluginAvailability::NotBuiltYet { .. })
+    };
+    let mut spec = ProfileSpec::from(profile);
+    for list in spec.plugins.values_mut() {
+        list.retain(|(name, _)| !skip(name));
+    }
+    spec.args.retain(|name, _| !skip(name));
+    debug!(profile = %profile.scheduler_name, "default plugins not built in ksched yet are skipped");
+    spec
+}
+
+/// Runs the scheduler until `shutdown` fires (Ok) or leadership is lost (Err).
+pub async fn run(
+    client: Client,
+    options: SchedulerOptions,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), SchedulerError> {
+    let config = &options.config;
+    let first = config.profiles.first().ok_or(SchedulerError::NoProfiles)?;
+    let metrics = Arc::new(Metrics::new());
+    let handle = Handle::new(Arc::new(KubeApi::new(client.clone())));
+    let mut frameworks = HashMap::new();
+    let mut reporters = HashMap::new();
+    for profile in &config.profiles {
+        let fwk = Framework::new(
+            &profile_spec(profile, &options.registry),
+            &options.registry,
+            handle.clone(),
+        )?;
+        frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
+        reporters.insert(
+            profile.scheduler_name.clone(),
+            PodReporter::new(client.clone(), &profile.scheduler_name, &options.identity),
+        );
+    }
+    let sort_fwk = frameworks
+        .get(&first.scheduler_name)
+        .cloned()
+        .ok_or(SchedulerError::NoProfiles)?;
+    let gate_fwks = frameworks.clone();
+    let queue = Arc::new(SchedulingQueue::new(
+        Arc::new(move |a: &QueuedPodInfo, b: &QueuedPodInfo| sort_fwk.queue_sort_less(a, b)),
+        Arc::new(move |pod: &PodInfo| {
+            let fwk = gate_fwks.get(pod.scheduler_name())?;
+            let status = fwk.run_pre_enqueue_plugins(pod);
+            (!status.is_success()).then(|| status.plugin().unwrap_or("PreEnqueue").to_string())
+        }),
+        Duration::from_secs(u64::try_from(config.pod_initial_backoff_seconds).unwrap_or(1)),
+        Duration::from_secs(u64::try_from(config.pod_max_backoff_seconds).unwrap_or(10)),
+    ));
+    let cache = Arc::new(Cache::default());
+    let shared = Arc::new(Shared {
+        cache: cache.clone(),
+        queue: queue.clone(),
+        frameworks,
+        reporters,
+        handle,
+        algorithm: Mutex::new(Algorithm::new(config.percentage_of_nodes_to_score)),
+        metrics: metrics.clone(),
+    });
+
+    let http_state = Arc::new(HttpState {
+        ready: false.into(),
+        metrics: metrics.clone(),
+        configz: options.configz.clone(),
+    });
+    if let Some(addr) = options.secure_address {
+        http::serve(addr, &options.tls, http_state.clone(), shutdown.clone()).await?;
+    }
+
+    // Informers.
+    let profiles: HashSet<String> = config
+        .profiles
+        .iter()
+        .map(|p| p.scheduler_name.clone())
+        .collect();
+    let (pods_synced_tx, mut pods_synced) = watch::channel(false);
+    let (nodes_synced_tx, mut nodes_synced) = watch::channel(false);
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(watch_pods(
+        client.clone(),
+        PodHandler::new(cache.clone(), queue.clone(), profiles),
+        pods_synced_tx,
+    )));
+    tasks.push(tokio::spawn(watch_nodes(
+        client.clone(),
+        cache.clone(),
+        queue.clone(),
+        nodes_synced_tx,
+    )));
+    tokio::select! {
+        r = async { pods_synced.wait_for(|s| *s).await.map(|_| ())?; nodes_synced.wait_for(|s| *s).await.map(|_| ()) } => {
+            if r.is_err() { return Ok(()); }
+        }
+        _ = shutdown.changed() => return Ok(()),
+    }
+    http_state.ready.store(true, Ordering::Release);
+    info!("caches synced");
+    tasks.push(tokio::spawn(housekeeping(shared.clone())));
+
+    // Leader election.
+    let le = &config.leader_election;
+    let mut elector_task = None;
+    if le.leader_elect {
+        let lease_name = le.resource_name.clone();
+        let (elector, mut leader) = LeaderElector::new(
+            client.clone(),
+            LeaderElectionConfig {
+                namespace: le.resource_namespace.clone(),
+                lease_name: lease_name.clone(),
+                identity: options.identity.clone(),
+                lease_duration: le
+                    .lease_duration
+                    .to_std()
+                    .unwrap_or(Duration::from_secs(15)),
+                renew_deadline: le
+                    .renew_deadline
+                    .to_std()
+                    .unwrap_or(Duration::from_secs(10)),
+                retry_period: le.retry_period.to_std().unwrap_or(Duration::from_secs(2)),
+            },
+        );
+        let gauge = metrics
+            .leader_election_master_status
+            .get_or_create(&LeaderLabels { name: lease_name })
+            .clone();
+        gauge.set(0.0);
+        let mut task = tokio::spawn(elector.run(shutdown.clone()));
+        tokio::select! {
+            r = leader.wait_for(|l| *l) => if r.is_err() { return finish(task).await; },
+            r = &mut task => return r.unwrap_or(Ok(())).map_err(Into::into),
+        }
+        gauge.set(1.0);
+        elector_task = Some(task);
+    }
+
+    info!(profiles = ?shared.frameworks.keys().collect::<Vec<_>>(), "starting to schedule");
+    let loop_shared = shared.clone();
+    let mut scheduling = tokio::spawn(async move {
+        while let Some((qpi, cycle)) = loop_shared.queue.pop().await {
+            schedule_one(&loop_shared, qpi, cycle).await;
+        }
+    });
+    let result = match elector_task.as_mut() {
+        Some(elector) => tokio::select! {
+            _ = shutdown.changed() => Ok(()),
+            r = elector => r.unwrap_or(Ok(())).map_err(SchedulerError::from),
+            _ = &mut scheduling => Ok(()),
+        },
+        None => tokio::select! {
+            _ = shutdown.changed() => Ok(()),
+            _ = &mut scheduling => Ok(()),
+        },
+    };
+    queue.close();
+    scheduling.abort();
+    for t in tasks {
+        t.abort();
+    }
+    if let Some(task) = elector_task
+        && result.is_ok()
+    {
+        // The elector saw the shutdown too and releases the lease.
+        let _ = task.await;
+    }
+    result
+}
+
+async fn finish(
+    task: tokio::task::JoinHandle<Result<(), super::leader_election::LeaderElectionError>>,
+) -> Result<(), SchedulerError> {
+    task.await.unwrap_or(Ok(())).map_err(Into::into)
+}
+
+/// Every second: backoff and unschedulable flushes, assumed-pod expiry, the pending-pods gauge.
+async fn housekeeping(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        shared.queue.flush();
+        for key in shared.cache.cleanup_expired_assumed(Instant::now()) {
+            debug!(pod = %key, "expired assumed pod removed");
+            shared.queue.move_all_to_active_or_backoff();
+        }
+        let counts = shared.queue.counts();
+        for (queue, n) in [
+            ("active", counts.active),
+            ("backoff", counts.backoff),
+            ("unschedulable", counts.unschedulable),
+            ("gated", counts.gated),
+        ] {
+            shared
+                .metrics
+                .pending_pods
+                .get_or_create(&QueueLabels {
+                    queue: queue.into(),
+                })
+                .set(n as i64);
+        }
+    }
+}
+
+fn observe_extension_point(
+    shared: &Shared,
+    profile: &str,
+    point: &str,
+    status: &Status,
+    since: Instant,
+) {
+    shared
+        .metrics
+        .extension_point_duration
+        .get_or_create(&ExtensionPointLabels {
+            extension_point: point.into(),
+            status: status.code().as_str().into(),
+            profile: profile.into(),
+        })
+        .observe(since.elapsed().as_secs_f64());
+}
+
+/// One scheduling cycle: pick a node, assume the pod there, reserve, permit; then hand the pod to a
+/// binding cycle that runs concurrently with the next scheduling cycle.
+async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
+    let pod = qpi.pod_info.clone();
+    let key = pod.key();
+    let profile = pod.scheduler_name().to_string();
+    let Some(fwk) = shared.frameworks.get(&profile).cloned() else {
+        shared.queue.done(&key);
+        return;
+    };
+    if shared.cache.is_assumed(&key) {
+        shared.queue.done(&key);
+        return;
+    }
+    let started = Instant::now();
+    shared
+        .handle
+        .snapshot
+        .update(|s| shared.cache.update_snapshot(s));
+    let snapshot = shared.handle.snapshot.load();
+    let mut state = CycleState::new();
+    let result = tokio::task::block_in_place(|| {
+        shared
+            .algorithm
+            .lock()
+            .schedule_pod(&fwk, &mut state, &pod, &snapshot)
+    });
+    let host = match result {
+        Ok(r) => r.suggested_host,
+        Err(ScheduleError::Fit(mut fit)) => {
+            let mut nominated = None;
+            if fwk.has_post_filter_plugins() {
+                let t = Instant::now();
+                let (res, status) = fwk.run_post_filter_plugins(
+                    &state,
+                    &pod,
+                    &snapshot,
+                    &fit.diagnosis.node_to_status,
+                );
+                observe_extension_point(shared, &profile, "PostFilter", &status, t);
+                if !status.message().is_empty() {
+                    fit.set_post_filter_message(status.message());
+                }
+                nominated = res
+                    .map(|r| r.nominating_info.nominated_node_name)
+                    .filter(|n| !n.is_empty());
+            }
+            drop(snapshot);
+            let mut qpi = qpi;
+            qpi.unschedulable_plugins = fit.diagnosis.unschedulable_plugins.clone();
+            qpi.pending_plugins = fit.diagnosis.pending_plugins.clone();
+            fail(
+                shared,
+                &profile,
+                qpi,
+                cycle,
+                true,
+                fit.to_string(),
+                nominated,
+                started,
+            );
+            return;
+        }
+        Err(ScheduleError::NoNodesAvailable) => {
+            drop(snapshot);
+            fail(
+                shared,
+                &profile,
+                qpi,
+                cycle,
+                true,
+                "no nodes available to schedule pods".into(),
+                None,
+                started,
+            );
+            return;
+        }
+        Err(ScheduleError::Internal(status)) => {
+            drop(snapshot);
+            fail(
+                shared,
+                &profile,
+                qpi,
+                cycle,
+                false,
+                status.message(),
+                None,
+                started,
+            );
+            return;
+        }
+    };
+    drop(snapshot);
+
+    // Assume: the cache counts the pod on `host` from now on, so the next cycle sees it.
+    let assumed = Arc::new(PodInfo::new(Arc::new(with_node_name(&pod.pod, &host))));
+    if let Err(err) = shared.cache.assume_pod(assumed.clone()) {
+        fail(
+            shared,
+            &profile,
+            qpi,
+            cycle,
+            false,
+            err.to_string(),
+            None,
+            started,
+        );
+        return;
+    }
+    let t = Instant::now();
+    let status = fwk.run_reserve_plugins_reserve(&mut state, &assumed, &host);
+    observe_extension_point(shared, &profile, "Reserve", &status, t);
+    if !status.is_success() {
+        fwk.run_reserve_plugins_unreserve(&mut state, &assumed, &host);
+        let _ = shared.cache.forget_pod(&key);
+        fail(
+            shared,
+            &profile,
+            qpi,
+            cycle,
+            status.is_rejected(),
+            status.message(),
+            None,
+            started,
+        );
+        return;
+    }
+    let t = Instant::now();
+    let status = fwk.run_permit_plugins(&mut state, &assumed, &host);
+    observe_extension_point(shared, &profile, "Permit", &status, t);
+    if !status.is_success() && !status.is_wait() {
+        fwk.run_reserve_plugins_unreserve(&mut state, &assumed, &host);
+        let _ = shared.cache.forget_pod(&key);
+        fail(
+            shared,
+            &profile,
+            qpi,
+            cycle,
+            status.is_rejected(),
+            status.message(),
+            None,
+            started,
+        );
+        return;
+    }
+
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        binding_cycle(&shared, &fwk, state, qpi, cycle, assumed, host, started).await;
+    });
+}
+
+/// Permit wait, PreBind, Bind, PostBind; on failure the reservation is undone and the pod requeued.
+#[allow(clippy::too_many_arguments)]
+async fn binding_cycle(
+    shared: &Arc<Shared>,
+    fwk: &Framework,
+    mut state: CycleState,
+    qpi: QueuedPodInfo,
+    cycle: u64,
+    assumed: Arc<PodInfo>,
+    host: String,
+    started: Instant,
+) {
+    let profile = fwk.profile_name().to_string();
+    let key = assumed.key();
+    let mut status = fwk.wait_on_permit(&assumed).await;
+    if status.is_success() {
+        let t = Instant::now();
+        status = fwk.run_pre_bind_plugins(&state, &assumed, &host).await;
+        observe_extension_point(shared, &profile, "PreBind", &status, t);
+    }
+    if status.is_success() {
+        let t = Instant::now();
+        status = fwk.run_bind_plugins(&state, &assumed, &host).await;
+        observe_extension_point(shared, &profile, "Bind", &status, t);
+    }
+    if !status.is_success() {
+        fwk.run_reserve_plugins_unreserve(&mut state, &assumed, &host);
+        let _ = shared.cache.forget_pod(&key);
+        // The freed reservation may let other pods fit (upstream: AssignedPodDelete).
+        shared.queue.move_all_to_active_or_backoff();
+        fail(
+            shared,
+            &profile,
+            qpi,
+            cycle,
+            status.is_rejected(),
+            status.message(),
+            None,
+            started,
+        );
+        return;
+    }
+    shared.cache.finish_binding(&key);
+    shared.queue.done(&key);
+    record_attempt(shared, &profile, "scheduled", started);
+    if let Some(reporter) = shared.reporters.get(&profile) {
+        reporter.scheduled(&assumed.pod, &host).await;
+    }
+    fwk.run_post_bind_plugins(&state, &assumed, &host).await;
+}
+
+fn record_attempt(shared: &Shared, profile: &str, result: &str, started: Instant) {
+    let labels = AttemptLabels {
+        result: result.into(),
+        profile: profile.into(),
+    };
+    shared
+        .metrics
+        .schedule_attempts
+        .get_or_create(&labels)
+        .inc();
+    shared
+        .metrics
+        .scheduling_attempt_duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// Requeues a pod that did not get scheduled and tells the user why (event + PodScheduled=False).
+#[allow(clippy::too_many_arguments)]
+fn fail(
+    shared: &Arc<Shared>,
+    profile: &str,
+    qpi: QueuedPodInfo,
+    cycle: u64,
+    unschedulable: bool,
+    message: String,
+    nominated: Option<String>,
+    started: Instant,
+) {
+    let pod = qpi.pod_info.pod.clone();
+    if unschedulable {
+        record_attempt(shared, profile, "unschedulable", started);
+        debug!(pod = %qpi.pod_info.key(), %message, "unable to schedule pod; waiting");
+        shared.queue.add_unschedulable(qpi, cycle);
+    } else {
+        record_attempt(shared, profile, "error", started);
+        error!(pod = %qpi.pod_info.key(), %message, "error scheduling pod; retrying");
+        shared.queue.add_backoff(qpi);
+    }
+    let Some(reporter) = shared.reporters.get(profile).cloned() else {
+        return;
+    };
+    let reason = if unschedulable {
+        REASON_UNSCHEDULABLE
+    } else {
+        REASON_SCHEDULER_ERROR
+    };
+    tokio::spawn(async move {
+        reporter
+            .failed(&pod, reason, &message, nominated.as_deref())
+            .await;
+    });
+}
+
+fn with_node_name(pod: &Pod, node: &str) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node.to_string());
+    }
+    pod
+}

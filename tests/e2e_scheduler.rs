@@ -1,0 +1,465 @@
+//! `ksched scheduler` against the real control plane with kwok nodes. The tests of this binary run
+//! one at a time (they share the cluster's node list) and each removes its nodes when done.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use support::scheduler::SchedulerProcess;
+use support::{Components, ControlPlane, control_plane};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn cp() -> &'static ControlPlane {
+    control_plane(Components::WITH_KWOK)
+}
+
+/// A v1 configuration with one profile; leader election on a lease in `lease_ns` when given.
+fn scheduler_config(name: &str, lease_ns: Option<&str>) -> String {
+    let le = match lease_ns {
+        Some(ns) => format!(
+            "leaderElection:\n  leaderElect: true\n  resourceName: {name}\n  resourceNamespace: {ns}\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s\n"
+        ),
+        None => "leaderElection:\n  leaderElect: false\n".to_string(),
+    };
+    format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{le}profiles:\n- schedulerName: {name}\n"
+    )
+}
+
+/// kwok nodes labelled with the test's id; deleted when dropped.
+struct Nodes {
+    test: String,
+}
+
+impl Nodes {
+    fn new(test: &str) -> Nodes {
+        Nodes {
+            test: test.to_string(),
+        }
+    }
+
+    /// Adds a node `<test>-<suffix>` with `cpu` cores and extra labels, then waits until it is Ready.
+    fn add(&self, suffix: &str, cpu: &str, labels: &[(&str, &str)], taint: Option<&str>) -> String {
+        let name = format!("{}-{suffix}", self.test);
+        let mut all = vec![("ksched.io/e2e", self.test.as_str())];
+        all.extend_from_slice(labels);
+        let yaml = support::fixtures::kwok_node(&name, cpu, "32Gi", &all);
+        let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
+        assert!(ok, "{err}");
+        if let Some(taint) = taint {
+            let (ok, _, err) = cp().kubectl_run(&["taint", "nodes", &name, taint]);
+            assert!(ok, "{err}");
+        }
+        let (ok, _, err) = cp().kubectl_run(&[
+            "wait",
+            "--for=condition=Ready",
+            "--timeout=60s",
+            &format!("node/{name}"),
+        ]);
+        assert!(ok, "node {name} not Ready: {err}");
+        name
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        let _ = cp().kubectl_run(&[
+            "delete",
+            "nodes",
+            "-l",
+            &format!("ksched.io/e2e={}", self.test),
+            "--wait=false",
+        ]);
+    }
+}
+
+fn pod(name: &str, scheduler: &str, cpu: &str, extra_spec: serde_json::Value) -> Pod {
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}}}],
+    });
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        for (k, v) in extra {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod literal")
+}
+
+async fn create(pods: &Api<Pod>, pod: &Pod) {
+    pods.create(&PostParams::default(), pod)
+        .await
+        .expect("create pod");
+}
+
+async fn node_of(pods: &Api<Pod>, name: &str) -> Option<String> {
+    pods.get(name).await.ok()?.spec?.node_name
+}
+
+/// Polls until `name` is bound; returns its node.
+async fn wait_bound(pods: &Api<Pod>, name: &str, sched: &SchedulerProcess) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(node) = node_of(pods, name).await {
+            return node;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod {name} not bound within 60s; scheduler log:\n{}",
+            sched.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn events(client: &Client, ns: &str, reason: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let list = api.list(&ListParams::default()).await.expect("list events");
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+fn regarding(e: &Event) -> &str {
+    e.regarding
+        .as_ref()
+        .and_then(|r| r.name.as_deref())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binds_its_own_pods_and_leaves_other_schedulers_pods_alone() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "own").await;
+    let nodes = Nodes::new("own");
+    nodes.add("a", "4", &[], None);
+    let sched = SchedulerProcess::start(cp, "own", &scheduler_config("ksched-own", None));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&pods, &pod("mine", "ksched-own", "100m", json!({}))).await;
+    create(
+        &pods,
+        &pod("theirs", "some-other-scheduler", "100m", json!({})),
+    )
+    .await;
+    assert_eq!(wait_bound(&pods, "mine", &sched).await, "own-a");
+    // The other scheduler's pod stays untouched: no node, no event from us.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(node_of(&pods, "theirs").await, None);
+    let touched: Vec<_> = events(&client, &ns, "FailedScheduling")
+        .await
+        .into_iter()
+        .chain(events(&client, &ns, "Scheduled").await)
+        .filter(|e| regarding(e) == "theirs")
+        .collect();
+    assert!(touched.is_empty(), "{touched:?}");
+    let scheduled = events(&client, &ns, "Scheduled").await;
+    let mine: Vec<_> = scheduled
+        .iter()
+        .filter(|e| regarding(e) == "mine")
+        .collect();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(
+        mine[0].note.as_deref(),
+        Some(format!("Successfully assigned {ns}/mine to own-a").as_str())
+    );
+    assert_eq!(mine[0].reporting_controller.as_deref(), Some("ksched-own"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_taints_affinity_and_host_ports_decide_placement() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "place").await;
+    let nodes = Nodes::new("place");
+    let small = nodes.add("small", "1", &[], None);
+    let big = nodes.add("big", "8", &[], None);
+    let tainted = nodes.add("tainted", "8", &[], Some("dedicated=gpu:NoSchedule"));
+    let zone_b = nodes.add("zoneb", "8", &[("topology.kubernetes.io/zone", "b")], None);
+    let sched = SchedulerProcess::start(cp, "place", &scheduler_config("ksched-place", None));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let affinity = |op: &str, values: &[&str]| {
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": op, "values": values}]}
+        ]}}}})
+    };
+
+    // Resources: 4 CPUs fit neither the 1-CPU node nor (untolerated) the tainted one; not zone b.
+    create(
+        &pods,
+        &pod("cpu", "ksched-place", "4", affinity("NotIn", &[&zone_b])),
+    )
+    .await;
+    assert_eq!(wait_bound(&pods, "cpu", &sched).await, big);
+
+    // Taints: tolerating the taint opens the tainted node, the only one left by the affinity.
+    let mut spec = affinity("In", &[&tainted, &small]);
+    spec["tolerations"] =
+        json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+    create(&pods, &pod("tolerates", "ksched-place", "2", spec)).await;
+    assert_eq!(wait_bound(&pods, "tolerates", &sched).await, tainted);
+
+    // Node affinity on a label.
+    let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}]}
+    ]}}}});
+    create(&pods, &pod("zone", "ksched-place", "100m", spec)).await;
+    assert_eq!(wait_bound(&pods, "zone", &sched).await, zone_b);
+
+    // Host ports: two pods asking for the same port on {big, zoneb} get one node each; a third waits.
+    let with_port = || {
+        let mut spec = affinity("In", &[&big, &zone_b]);
+        spec["containers"] = json!([{"name": "c", "image": "registry.k8s.io/pause:3.10", "ports": [{"containerPort": 9000, "hostPort": 9000}],
+            "resources": {"requests": {"cpu": "100m"}}}]);
+        spec
+    };
+    create(&pods, &pod("port-1", "ksched-place", "100m", with_port())).await;
+    let first = wait_bound(&pods, "port-1", &sched).await;
+    create(&pods, &pod("port-2", "ksched-place", "100m", with_port())).await;
+    let second = wait_bound(&pods, "port-2", &sched).await;
+    assert_ne!(first, second, "host port 9000 used twice on {first}");
+    create(&pods, &pod("port-3", "ksched-place", "100m", with_port())).await;
+    let message = wait_failed(&client, &ns, "port-3", &sched).await;
+    assert_eq!(
+        message,
+        // Filters run in upstream's order (TaintToleration before NodeAffinity before NodePorts);
+        // each node reports the first filter that rejected it.
+        "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}, 2 node(s) didn't have free ports for the requested pod ports."
+    );
+}
+
+/// Waits for the pod's FailedScheduling event and returns its message, after checking the pod's
+/// PodScheduled condition says the same.
+async fn wait_failed(client: &Client, ns: &str, name: &str, sched: &SchedulerProcess) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let failed: Vec<Event> = events(client, ns, "FailedScheduling")
+            .await
+            .into_iter()
+            .filter(|e| regarding(e) == name)
+            .collect();
+        let pod = pods.get(name).await.expect("get pod");
+        let condition = pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled");
+        if let (Some(event), Some(condition)) = (failed.first(), condition) {
+            assert_eq!(condition.status, "False");
+            assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+            let note = event.note.clone().unwrap_or_default();
+            assert_eq!(
+                condition.message.as_deref(),
+                Some(note.as_str()),
+                "condition and event disagree"
+            );
+            assert_eq!(event.type_.as_deref(), Some("Warning"));
+            return note;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no FailedScheduling for {name}; scheduler log:\n{}",
+            sched.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unschedulable_pod_is_told_why_and_binds_once_a_fitting_node_joins() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "unsched").await;
+    let nodes = Nodes::new("unsched");
+    nodes.add("a", "1", &[], None);
+    nodes.add("b", "1", &[], None);
+    nodes.add(
+        "cp",
+        "8",
+        &[],
+        Some("node-role.kubernetes.io/control-plane:NoSchedule"),
+    );
+    let sched = SchedulerProcess::start(cp, "unsched", &scheduler_config("ksched-unsched", None));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&pods, &pod("big", "ksched-unsched", "2", json!({}))).await;
+    let message = wait_failed(&client, &ns, "big", &sched).await;
+    assert_eq!(
+        message,
+        "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu."
+    );
+    // A node that fits joins: the pod is retried on that event, long before the 5-minute flush.
+    let started = Instant::now();
+    let fits = nodes.add("c", "4", &[], None);
+    assert_eq!(wait_bound(&pods, "big", &sched).await, fits);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "ha").await;
+    let nodes = Nodes::new("ha");
+    nodes.add("a", "8", &[], None);
+    nodes.add("b", "8", &[], None);
+    let config = scheduler_config("ksched-ha", Some(&ns));
+    let mut first = SchedulerProcess::start(cp, "ha-1", &config);
+    let mut second = SchedulerProcess::start(cp, "ha-2", &config);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = |lease: &Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for i in 0..5 {
+        create(
+            &pods,
+            &pod(&format!("before-{i}"), "ksched-ha", "100m", json!({})),
+        )
+        .await;
+    }
+    for i in 0..5 {
+        wait_bound(&pods, &format!("before-{i}"), &first).await;
+    }
+    let leader_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
+    assert!(!leader_identity.is_empty());
+    let scheduled = events(&client, &ns, "Scheduled").await;
+    assert_eq!(scheduled.len(), 5);
+    for e in &scheduled {
+        assert_eq!(
+            e.reporting_instance.as_deref(),
+            Some(leader_identity.as_str()),
+            "a non-leader bound {}",
+            regarding(e)
+        );
+    }
+
+    // SIGKILL the leader: no release, the standby must wait out the lease and take over.
+    let leader_is_first = first
+        .logs()
+        .contains(&format!("identity={leader_identity}"));
+    let (leader, standby) = if leader_is_first {
+        (&mut first, &mut second)
+    } else {
+        (&mut second, &mut first)
+    };
+    assert!(
+        leader.logs().contains("successfully acquired lease"),
+        "leader log:\n{}",
+        leader.logs()
+    );
+    leader.kill();
+    for i in 0..5 {
+        create(
+            &pods,
+            &pod(&format!("after-{i}"), "ksched-ha", "100m", json!({})),
+        )
+        .await;
+    }
+    for i in 0..5 {
+        wait_bound(&pods, &format!("after-{i}"), standby).await;
+    }
+    let new_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
+    assert_ne!(new_identity, leader_identity);
+    let scheduled = events(&client, &ns, "Scheduled").await;
+    let mut per_pod: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &scheduled {
+        *per_pod.entry(regarding(e).to_string()).or_default() += 1;
+        if regarding(e).starts_with("after-") {
+            assert_eq!(e.reporting_instance.as_deref(), Some(new_identity.as_str()));
+        }
+    }
+    assert_eq!(per_pod.len(), 10);
+    assert!(
+        per_pod.values().all(|n| *n == 1),
+        "a pod was bound twice: {per_pod:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_metrics_and_configz_answer_over_https() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "http").await;
+    let nodes = Nodes::new("http");
+    nodes.add("a", "4", &[], None);
+    let sched = SchedulerProcess::start(cp, "http", &scheduler_config("ksched-http", None));
+    let ca = cp.dir.join("ca.crt");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match support::https::get(&ca, sched.secure_port, "/readyz").await {
+            Ok((200, body)) => {
+                assert_eq!(body, "ok");
+                break;
+            }
+            other => assert!(
+                Instant::now() < deadline,
+                "/readyz: {other:?}\n{}",
+                sched.logs()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        support::https::get(&ca, sched.secure_port, "/livez").await,
+        Ok((200, "ok".to_string()))
+    );
+    assert_eq!(
+        support::https::get(&ca, sched.secure_port, "/healthz").await,
+        Ok((200, "ok".to_string()))
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&pods, &pod("p", "ksched-http", "100m", json!({}))).await;
+    wait_bound(&pods, "p", &sched).await;
+    let (status, metrics) = support::https::get(&ca, sched.secure_port, "/metrics")
+        .await
+        .expect("metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(
+            r#"scheduler_schedule_attempts_total{result="scheduled",profile="ksched-http"} 1"#
+        ),
+        "{metrics}"
+    );
+    for name in [
+        "scheduler_scheduling_attempt_duration_seconds_bucket",
+        "scheduler_pending_pods",
+        "scheduler_framework_extension_point_duration_seconds_bucket",
+    ] {
+        assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+    }
+    let (status, configz) = support::https::get(&ca, sched.secure_port, "/configz")
+        .await
+        .expect("configz");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&configz).expect("configz is JSON");
+    assert_eq!(
+        v["componentconfig"]["profiles"][0]["schedulerName"],
+        "ksched-http"
+    );
+}

@@ -1,7 +1,5 @@
 //! Prometheus metrics under upstream kube-scheduler's names, so existing dashboards and alerts work.
 
-use std::sync::atomic::AtomicU64;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -51,7 +49,7 @@ pub struct Metrics {
     pub scheduling_attempt_duration: Family<AttemptLabels, Histogram, fn() -> Histogram>,
     pub pending_pods: Family<QueueLabels, Gauge>,
     pub extension_point_duration: Family<ExtensionPointLabels, Histogram, fn() -> Histogram>,
-    pub leader_election_master_status: Family<LeaderLabels, Gauge<f64, AtomicU64>>,
+    pub leader_election_master_status: Family<LeaderLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -67,7 +65,7 @@ impl Metrics {
         // prometheus-client appends `_total` to counters.
         registry.register(
             "scheduler_schedule_attempts",
-            "Number of attempts to schedule pods, by the result.",
+            "Number of attempts to schedule pods, by the result",
             schedule_attempts.clone(),
         );
         let scheduling_attempt_duration =
@@ -82,7 +80,7 @@ impl Metrics {
         let pending_pods = Family::<QueueLabels, Gauge>::default();
         registry.register(
             "scheduler_pending_pods",
-            "Number of pending pods, by the queue type.",
+            "Number of pending pods, by the queue type",
             pending_pods.clone(),
         );
         let extension_point_duration =
@@ -91,14 +89,13 @@ impl Metrics {
             );
         registry.register(
             "scheduler_framework_extension_point_duration_seconds",
-            "Latency for running all plugins of a specific extension point.",
+            "Latency for running all plugins of a specific extension point",
             extension_point_duration.clone(),
         );
-        let leader_election_master_status =
-            Family::<LeaderLabels, Gauge<f64, AtomicU64>>::default();
+        let leader_election_master_status = Family::<LeaderLabels, Gauge>::default();
         registry.register(
             "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
             leader_election_master_status.clone(),
         );
         Self {
@@ -127,42 +124,42 @@ mod tests {
     #[test]
     fn exports_upstream_metric_names() {
         let m = Metrics::new();
-        m.schedule_attempts
-            .get_or_create(&AttemptLabels {
-                result: "scheduled".into(),
-                profile: "p".into(),
-            })
-            .inc();
-        m.pending_pods
-            .get_or_create(&QueueLabels {
-                queue: "active".into(),
-            })
-            .set(2);
-        m.leader_election_master_status
-            .get_or_create(&LeaderLabels {
-                name: "ksched-p".into(),
-            })
-            .set(1.0);
+        let attempt = AttemptLabels {
+            result: "scheduled".into(),
+            profile: "p".into(),
+        };
+        m.schedule_attempts.get_or_create(&attempt).inc();
+        m.scheduling_attempt_duration
+            .get_or_create(&attempt)
+            .observe(0.002);
+        let queue = QueueLabels {
+            queue: "active".into(),
+        };
+        m.pending_pods.get_or_create(&queue).set(2);
+        let lease = LeaderLabels {
+            name: "ksched-p".into(),
+        };
+        m.leader_election_master_status.get_or_create(&lease).set(1);
+        let ep = ExtensionPointLabels {
+            extension_point: "Bind".into(),
+            status: "Success".into(),
+            profile: "p".into(),
+        };
+        m.extension_point_duration
+            .get_or_create(&ep)
+            .observe(0.0001);
         let text = m.encode();
-        assert!(
-            text.contains(r#"scheduler_schedule_attempts_total{result="scheduled",profile="p"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"scheduler_pending_pods{queue="active"} 2"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"leader_election_master_status{name="ksched-p"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains("scheduler_scheduling_attempt_duration_seconds"),
-            "{text}"
-        );
-        assert!(
-            text.contains("scheduler_framework_extension_point_duration_seconds"),
-            "{text}"
-        );
+        for line in [
+            r#"scheduler_schedule_attempts_total{result="scheduled",profile="p"} 1"#,
+            r#"scheduler_scheduling_attempt_duration_seconds_count{result="scheduled",profile="p"} 1"#,
+            r#"scheduler_pending_pods{queue="active"} 2"#,
+            r#"leader_election_master_status{name="ksched-p"} 1"#,
+            r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Bind",status="Success",profile="p"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
     }
 }

@@ -69,9 +69,16 @@ struct Shared {
 /// upstream's default set are left out with a warning (so a default profile runs); one the user
 /// enabled explicitly makes `Framework::new` fail with the reason.
 pub fn profile_spec(profile: &EffectiveProfile, registry: &Registry) -> ProfileSpec {
-    let defaults: HashSet<&str> = crate::config::defaults::DEFAULT_MULTI_POINT.iter().map(|(n, _)| *n).collect();
+    let defaults: HashSet<&str> = crate::config::defaults::DEFAULT_MULTI_POINT
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
     let skip = |name: &str| {
-        defaults.contains(name) && matches!(registry.availability(name), PluginAvailability::NotBuiltYet { .. })
+        defaults.contains(name)
+            && matches!(
+                registry.availability(name),
+                PluginAvailability::NotBuiltYet { .. }
+            )
     };
     let mut spec = ProfileSpec::from(profile);
     for list in spec.plugins.values_mut() {
@@ -197,13 +204,13 @@ pub async fn run(
             .leader_election_master_status
             .get_or_create(&LeaderLabels { name: lease_name })
             .clone();
-        gauge.set(0.0);
+        gauge.set(0);
         let mut task = tokio::spawn(elector.run(shutdown.clone()));
         tokio::select! {
             r = leader.wait_for(|l| *l) => if r.is_err() { return finish(task).await; },
             r = &mut task => return r.unwrap_or(Ok(())).map_err(Into::into),
         }
-        gauge.set(1.0);
+        gauge.set(1);
         elector_task = Some(task);
     }
 

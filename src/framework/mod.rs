@@ -35,6 +35,7 @@ pub mod args;
 #[cfg(test)]
 mod integration_tests;
 pub mod interface;
+pub mod listers;
 pub mod plugins;
 pub mod registry;
 pub mod runtime;

@@ -15,6 +15,7 @@ use parking_lot::RwLock;
 use serde_json::Value;
 
 use super::interface::{NominatingInfo, Plugin};
+use super::listers::{Informer, Listers};
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
 use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
@@ -91,6 +92,8 @@ pub struct Handle {
     pub waiting_pods: Arc<WaitingPods>,
     pub snapshot: Arc<SharedSnapshot>,
     pub nominator: Option<Arc<dyn PodNominator>>,
+    /// Caches of the extra object kinds plugins declared (see [`Informer`]).
+    pub listers: Arc<Listers>,
 }
 
 impl fmt::Debug for Handle {
@@ -108,6 +111,7 @@ impl Handle {
             waiting_pods: Arc::new(WaitingPods::new()),
             snapshot: Arc::new(SharedSnapshot::default()),
             nominator: None,
+            listers: Arc::new(Listers::default()),
         }
     }
 
@@ -130,6 +134,8 @@ pub struct PluginRegistration {
     pub extension_points: Vec<ExtensionPoint>,
     pub decode_args: ArgsDecoder,
     pub factory: PluginFactory,
+    /// Object kinds the plugin reads through `Handle::listers` (watched only when it is enabled).
+    pub informers: Vec<Informer>,
 }
 
 impl PluginRegistration {
@@ -142,7 +148,14 @@ impl PluginRegistration {
             extension_points: extension_points.to_vec(),
             decode_args: Arc::new(decode_args),
             factory: Arc::new(factory),
+            informers: Vec::new(),
         }
+    }
+
+    /// Declares the object kinds the plugin reads.
+    pub fn with_informers(mut self, informers: &[Informer]) -> PluginRegistration {
+        self.informers = informers.to_vec();
+        self
     }
 }
 
@@ -252,6 +265,21 @@ impl Registry {
 
     pub fn get(&self, name: &str) -> Option<&RegistryEntry> {
         self.entries.get(name)
+    }
+
+    /// The object kinds the named plugins read (unknown and not-built plugins need none).
+    pub fn informers_for<'a>(
+        &self,
+        plugins: impl IntoIterator<Item = &'a str>,
+    ) -> std::collections::BTreeSet<Informer> {
+        plugins
+            .into_iter()
+            .filter_map(|name| match self.entries.get(name) {
+                Some(RegistryEntry::Built(r)) => Some(r.informers.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
+use crate::framework::listers::{Informer, Listers, ObjectStore};
 use crate::framework::types::PodInfo;
 
 /// `ns/name`, the key the cache and the queue use.
@@ -204,4 +205,110 @@ pub async fn watch_nodes(
             Err(err) => warn!(%err, "node watch failed; retrying"),
         }
     }
+}
+
+/// Watches one extra kind into its store. Any change may make a pending pod schedulable (a claim
+/// bound, a PodGroup created), so it moves the unschedulable pool back.
+async fn watch_store<K>(
+    api: Api<K>,
+    listers: Arc<Listers>,
+    store: fn(&Listers) -> &ObjectStore<K>,
+    queue: Arc<SchedulingQueue>,
+    synced: watch::Sender<bool>,
+) where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default,
+{
+    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut initial: Vec<K> = Vec::new();
+    loop {
+        match stream.try_next().await {
+            Ok(Some(Event::Apply(obj))) => {
+                store(&listers).apply(obj);
+                queue.move_all_to_active_or_backoff();
+            }
+            Ok(Some(Event::Delete(obj))) => {
+                store(&listers).delete(&ObjectStore::<K>::key_of(&obj));
+                queue.move_all_to_active_or_backoff();
+            }
+            Ok(Some(Event::Init)) => initial.clear(),
+            Ok(Some(Event::InitApply(obj))) => initial.push(obj),
+            Ok(Some(Event::InitDone)) => {
+                store(&listers).replace(initial.drain(..));
+                queue.move_all_to_active_or_backoff();
+                let _ = synced.send(true);
+            }
+            Ok(None) => return,
+            Err(err) => warn!(%err, "watch failed; retrying"),
+        }
+    }
+}
+
+/// Starts a watcher per informer kind; each returned receiver turns true once its first list is in.
+pub fn start_informers(
+    client: &Client,
+    informers: &std::collections::BTreeSet<Informer>,
+    listers: &Arc<Listers>,
+    queue: &Arc<SchedulingQueue>,
+) -> (Vec<tokio::task::JoinHandle<()>>, Vec<watch::Receiver<bool>>) {
+    let mut tasks = Vec::new();
+    let mut synced = Vec::new();
+    for informer in informers {
+        let (tx, rx) = watch::channel(false);
+        synced.push(rx);
+        let (c, l, q) = (client.clone(), listers.clone(), queue.clone());
+        let task = match informer {
+            Informer::PersistentVolumes => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.persistent_volumes,
+                q,
+                tx,
+            )),
+            Informer::PersistentVolumeClaims => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.persistent_volume_claims,
+                q,
+                tx,
+            )),
+            Informer::StorageClasses => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.storage_classes, q, tx))
+            }
+            Informer::CSINodes => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_nodes, q, tx))
+            }
+            Informer::CSIDrivers => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_drivers, q, tx))
+            }
+            Informer::CSIStorageCapacities => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.csi_storage_capacities,
+                q,
+                tx,
+            )),
+            Informer::PodDisruptionBudgets => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.pod_disruption_budgets,
+                q,
+                tx,
+            )),
+            Informer::Namespaces => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.namespaces, q, tx))
+            }
+            Informer::PodGroups => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.pod_groups, q, tx))
+            }
+        };
+        tasks.push(task);
+    }
+    (tasks, synced)
 }

@@ -18,7 +18,7 @@ use super::api::KubeApi;
 use super::cache::Cache;
 use super::events::{PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
 use super::http::{self, HttpState, TlsFiles};
-use super::informers::{PodHandler, watch_nodes, watch_pods};
+use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
 use super::leader_election::{LeaderElectionConfig, LeaderElector};
 use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
 use super::queue::SchedulingQueue;
@@ -101,12 +101,16 @@ pub async fn run(
     let handle = Handle::new(Arc::new(KubeApi::new(client.clone())));
     let mut frameworks = HashMap::new();
     let mut reporters = HashMap::new();
+    let mut informers = std::collections::BTreeSet::new();
     for profile in &config.profiles {
-        let fwk = Framework::new(
-            &profile_spec(profile, &options.registry),
-            &options.registry,
-            handle.clone(),
-        )?;
+        let spec = profile_spec(profile, &options.registry);
+        let enabled = spec
+            .plugins
+            .values()
+            .flatten()
+            .map(|(name, _)| name.as_str());
+        informers.extend(options.registry.informers_for(enabled));
+        let fwk = Framework::new(&spec, &options.registry, handle.clone())?;
         frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
         reporters.insert(
             profile.scheduler_name.clone(),
@@ -168,10 +172,19 @@ pub async fn run(
         queue.clone(),
         nodes_synced_tx,
     )));
-    tokio::select! {
-        r = async { pods_synced.wait_for(|s| *s).await.map(|_| ())?; nodes_synced.wait_for(|s| *s).await.map(|_| ()) } => {
-            if r.is_err() { return Ok(()); }
+    let (extra_tasks, mut extra_synced) =
+        start_informers(&client, &informers, &shared.handle.listers, &queue);
+    tasks.extend(extra_tasks);
+    let all_synced = async {
+        pods_synced.wait_for(|s| *s).await.map(|_| ())?;
+        nodes_synced.wait_for(|s| *s).await.map(|_| ())?;
+        for rx in &mut extra_synced {
+            rx.wait_for(|s| *s).await.map(|_| ())?;
         }
+        Ok::<(), watch::error::RecvError>(())
+    };
+    tokio::select! {
+        r = all_synced => if r.is_err() { return Ok(()); },
         _ = shutdown.changed() => return Ok(()),
     }
     http_state.ready.store(true, Ordering::Release);

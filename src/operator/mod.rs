@@ -7,6 +7,7 @@
 
 pub mod command;
 pub mod embedded;
+pub mod in_process;
 pub mod leaf_cluster_policy;
 pub mod render;
 pub mod render_cli;

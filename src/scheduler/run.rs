@@ -220,7 +220,7 @@ pub async fn run(
         gauge.set(0);
         let mut task = tokio::spawn(elector.run(shutdown.clone()));
         tokio::select! {
-            r = leader.wait_for(|l| *l) => if r.is_err() { return finish(task).await; },
+            closed = async { leader.wait_for(|l| *l).await.is_err() } => if closed { return finish(task).await; },
             r = &mut task => return r.unwrap_or(Ok(())).map_err(Into::into),
         }
         gauge.set(1);

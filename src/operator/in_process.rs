@@ -1,0 +1,123 @@
+//! The real [`EmbeddedSchedulers`]: `mode: Embedded` profiles run as schedulers inside the operator
+//! process (one `scheduler::run` task each), started with the rendered configuration, restarted when
+//! it changes, and stopped on suspend, mode change or delete.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kube::Client;
+use tokio::sync::{Mutex, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::embedded::{EmbeddedError, EmbeddedSchedulers};
+use crate::config;
+use crate::framework::registry::Registry;
+use crate::scheduler::{SchedulerOptions, run};
+
+struct Running {
+    config_yaml: String,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+pub struct InProcessSchedulers {
+    client: Client,
+    registry: Arc<Registry>,
+    /// Leader-election identity prefix (the operator's instance).
+    instance: String,
+    running: Mutex<HashMap<String, Running>>,
+}
+
+impl InProcessSchedulers {
+    pub fn new(client: Client, registry: Arc<Registry>, instance: impl Into<String>) -> Self {
+        Self {
+            client,
+            registry,
+            instance: instance.into(),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Profiles whose scheduler task is running.
+    pub async fn running(&self) -> Vec<String> {
+        let running = self.running.lock().await;
+        running
+            .iter()
+            .filter(|(_, r)| !r.task.is_finished())
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+}
+
+async fn shut_down(profile: &str, r: Running) {
+    let _ = r.shutdown.send(true);
+    if tokio::time::timeout(Duration::from_secs(10), r.task)
+        .await
+        .is_err()
+    {
+        warn!(profile, "embedded scheduler did not stop within 10s");
+    }
+}
+
+#[async_trait]
+impl EmbeddedSchedulers for InProcessSchedulers {
+    async fn ensure(&self, profile: &str, config_yaml: &str) -> Result<(), EmbeddedError> {
+        let mut running = self.running.lock().await;
+        if let Some(r) = running.get(profile)
+            && r.config_yaml == config_yaml
+            && !r.task.is_finished()
+        {
+            return Ok(());
+        }
+        // Validate before stopping anything: a bad config never replaces a working scheduler.
+        let loaded = config::load(config_yaml.as_bytes(), self.registry.as_ref())
+            .map_err(|e| EmbeddedError::Failed(e.to_string()))?;
+        if let Some(old) = running.remove(profile) {
+            info!(
+                profile,
+                "configuration changed: restarting the embedded scheduler"
+            );
+            shut_down(profile, old).await;
+        }
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let options = SchedulerOptions {
+            config: loaded.config,
+            registry: self.registry.clone(),
+            secure_address: None,
+            tls: Default::default(),
+            identity: format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..)),
+            configz: String::new(),
+        };
+        let client = self.client.clone();
+        let name = profile.to_string();
+        let task = tokio::spawn(async move {
+            match run(client, options, shutdown_rx).await {
+                Ok(()) => info!(profile = %name, "embedded scheduler stopped"),
+                Err(err) => {
+                    warn!(profile = %name, %err, "embedded scheduler exited; it restarts at the next reconcile")
+                }
+            }
+        });
+        info!(profile, "embedded scheduler started");
+        running.insert(
+            profile.to_string(),
+            Running {
+                config_yaml: config_yaml.to_string(),
+                shutdown,
+                task,
+            },
+        );
+        Ok(())
+    }
+
+    async fn stop(&self, profile: &str) {
+        let old = self.running.lock().await.remove(profile);
+        if let Some(r) = old {
+            shut_down(profile, r).await;
+            info!(profile, "embedded scheduler stopped");
+        }
+    }
+}

@@ -10,7 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use leaf_cluster_policy::{LeafClusterPolicy, LeafClusterPolicySpec, LeafClusterPolicyStatus};
-pub use pod_group::{PodGroup, PodGroupSpec, PodGroupStatus};
+pub use pod_group::{POD_GROUP_LABEL, PodGroup, PodGroupSpec, PodGroupStatus};
 pub use scheduler_profile::{SchedulerProfile, SchedulerProfileSpec, SchedulerProfileStatus};
 
 /// API group of ksched's own resources.

@@ -139,6 +139,7 @@ log "/version: $version"
 	--leader-elect=false \
 	--service-account-private-key-file="$pki/sa.key" \
 	--root-ca-file="$pki/ca.crt" \
+	--flex-volume-plugin-dir="$tmp/flexvolume" \
 	--use-service-account-credentials=true \
 	>"$tmp/kube-controller-manager.log" 2>&1 &
 pids+=($!)

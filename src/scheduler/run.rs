@@ -21,9 +21,9 @@ use super::http::{self, HttpState, TlsFiles};
 use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
 use super::leader_election::{LeaderElectionConfig, LeaderElector};
 use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
-use super::queue::SchedulingQueue;
+use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
-use crate::framework::interface::{CycleState, Status};
+use crate::framework::interface::{CycleState, NominatingMode, Status};
 use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
 use crate::framework::schedule::{Algorithm, ScheduleError};
@@ -98,7 +98,9 @@ pub async fn run(
     let config = &options.config;
     let first = config.profiles.first().ok_or(SchedulerError::NoProfiles)?;
     let metrics = Arc::new(Metrics::new());
-    let handle = Handle::new(Arc::new(KubeApi::new(client.clone())));
+    let nominator = Arc::new(Nominator::new());
+    let handle =
+        Handle::new(Arc::new(KubeApi::new(client.clone()))).with_nominator(nominator.clone());
     let mut frameworks = HashMap::new();
     let mut reporters = HashMap::new();
     let mut informers = std::collections::BTreeSet::new();
@@ -122,16 +124,19 @@ pub async fn run(
         .cloned()
         .ok_or(SchedulerError::NoProfiles)?;
     let gate_fwks = frameworks.clone();
-    let queue = Arc::new(SchedulingQueue::new(
-        Arc::new(move |a: &QueuedPodInfo, b: &QueuedPodInfo| sort_fwk.queue_sort_less(a, b)),
-        Arc::new(move |pod: &PodInfo| {
-            let fwk = gate_fwks.get(pod.scheduler_name())?;
-            let status = fwk.run_pre_enqueue_plugins(pod);
-            (!status.is_success()).then(|| status.plugin().unwrap_or("PreEnqueue").to_string())
-        }),
-        Duration::from_secs(u64::try_from(config.pod_initial_backoff_seconds).unwrap_or(1)),
-        Duration::from_secs(u64::try_from(config.pod_max_backoff_seconds).unwrap_or(10)),
-    ));
+    let queue = Arc::new(
+        SchedulingQueue::new(
+            Arc::new(move |a: &QueuedPodInfo, b: &QueuedPodInfo| sort_fwk.queue_sort_less(a, b)),
+            Arc::new(move |pod: &PodInfo| {
+                let fwk = gate_fwks.get(pod.scheduler_name())?;
+                let status = fwk.run_pre_enqueue_plugins(pod);
+                (!status.is_success()).then(|| status.plugin().unwrap_or("PreEnqueue").to_string())
+            }),
+            Duration::from_secs(u64::try_from(config.pod_initial_backoff_seconds).unwrap_or(1)),
+            Duration::from_secs(u64::try_from(config.pod_max_backoff_seconds).unwrap_or(10)),
+        )
+        .with_nominator(nominator),
+    );
     let cache = Arc::new(Cache::default());
     let shared = Arc::new(Shared {
         cache: cache.clone(),
@@ -332,7 +337,7 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
         .update(|s| shared.cache.update_snapshot(s));
     let snapshot = shared.handle.snapshot.load();
     let mut state = CycleState::new();
-    let result = tokio::task::block_in_place(|| {
+    let result = cpu_bound(|| {
         shared
             .algorithm
             .lock()
@@ -354,9 +359,19 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
                 if !status.message().is_empty() {
                     fit.set_post_filter_message(status.message());
                 }
-                nominated = res
-                    .map(|r| r.nominating_info.nominated_node_name)
-                    .filter(|n| !n.is_empty());
+                // Override with a node nominates the pod there; with "" it clears a nomination.
+                if let Some(info) = res.map(|r| r.nominating_info)
+                    && info.mode == NominatingMode::Override
+                {
+                    let node = info.nominated_node_name;
+                    shared
+                        .queue
+                        .nominator()
+                        .add_nominated_pod(pod.clone(), &node);
+                    if !node.is_empty() || !pod.nominated_node_name().is_empty() {
+                        nominated = Some(node);
+                    }
+                }
             }
             drop(snapshot);
             let mut qpi = qpi;
@@ -407,6 +422,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
 
     // Assume: the cache counts the pod on `host` from now on, so the next cycle sees it.
     let assumed = Arc::new(PodInfo::new(Arc::new(with_node_name(&pod.pod, &host))));
+    // The pod is counted on its node from now on; a nomination would count it twice.
+    shared.queue.nominator().delete(&key);
     if let Err(err) = shared.cache.assume_pod(assumed.clone()) {
         fail(
             shared,
@@ -574,4 +591,13 @@ fn with_node_name(pod: &Pod, node: &str) -> Pod {
         spec.node_name = Some(node.to_string());
     }
     pod
+}
+
+/// Runs CPU-heavy work (filter and score over all nodes) without stalling other tasks on a
+/// multi-threaded runtime; on a current-thread runtime (embedded in a test) it just runs.
+fn cpu_bound<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }

@@ -50,6 +50,18 @@ pub fn register_in_tree(r: &mut Registry) {
             node_resources::balanced_allocation::registration(),
         ),
         (names::IMAGE_LOCALITY, image_locality::registration()),
+        (
+            names::LEAF_NODE_TAINT_TOLERATION,
+            leaf::taint_toleration::registration(),
+        ),
+        (
+            names::LEAF_NODE_DISTRIBUTION,
+            leaf::distribution::registration(),
+        ),
+        (
+            names::LEAF_NODE_VOLUME_BINDING,
+            leaf::volume_binding::registration(),
+        ),
     ];
     for (name, reg) in built {
         if let Err(e) = r.register(name, reg) {
@@ -107,24 +119,6 @@ pub fn register_in_tree(r: &mut Registry) {
                 PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score, Reserve, PreBind,
             ],
             "DynamicResources is not supported yet by ksched; disable it",
-            arc(no_args),
-        ),
-        (
-            names::LEAF_NODE_TAINT_TOLERATION,
-            &[Filter, PreScore, Score],
-            later,
-            arc(no_args),
-        ),
-        (
-            names::LEAF_NODE_VOLUME_BINDING,
-            &[PreFilter, Filter, Reserve, PreBind],
-            later,
-            arc(decode::<leaf::LeafNodeVolumeBindingArgs>),
-        ),
-        (
-            names::LEAF_NODE_DISTRIBUTION,
-            &[Filter, Score],
-            later,
             arc(no_args),
         ),
         (

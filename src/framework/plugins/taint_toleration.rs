@@ -28,7 +28,8 @@ struct PreScoreState {
     tolerations_prefer_no_schedule: Vec<Toleration>,
 }
 
-fn prefer_no_schedule_tolerations(tolerations: &[Toleration]) -> Vec<Toleration> {
+/// The tolerations that count for PreferNoSchedule taints (empty effect or PreferNoSchedule).
+pub fn prefer_no_schedule_tolerations(tolerations: &[Toleration]) -> Vec<Toleration> {
     tolerations
         .iter()
         .filter(|t| {
@@ -41,7 +42,8 @@ fn prefer_no_schedule_tolerations(tolerations: &[Toleration]) -> Vec<Toleration>
         .collect()
 }
 
-fn count_intolerable_prefer_no_schedule(taints: &[Taint], tolerations: &[Toleration]) -> i64 {
+/// The node's PreferNoSchedule taints `tolerations` do not tolerate (the raw score).
+pub fn count_intolerable_prefer_no_schedule(taints: &[Taint], tolerations: &[Toleration]) -> i64 {
     taints
         .iter()
         .filter(|t| t.effect == "PreferNoSchedule" && !tolerations_tolerate_taint(tolerations, t))
@@ -74,16 +76,22 @@ impl Plugin for TaintToleration {
 
 impl FilterPlugin for TaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if node.node().is_none() {
-            return Status::error("invalid nodeInfo");
-        }
-        let untolerated = find_matching_untolerated_taint(node.taints(), pod.tolerations(), |t| {
-            t.effect == "NoSchedule" || t.effect == "NoExecute"
-        });
-        match untolerated {
-            None => Status::success(),
-            Some(t) => Status::unresolvable(untolerated_taint_reason(t)),
-        }
+        filter_tolerations(node, pod.tolerations())
+    }
+}
+
+/// TaintToleration's Filter for a pod with `tolerations` (LeafNodeTaintToleration passes the
+/// pod's own plus the leaf taints a policy lets it tolerate).
+pub fn filter_tolerations(node: &NodeInfo, tolerations: &[Toleration]) -> Status {
+    if node.node().is_none() {
+        return Status::error("invalid nodeInfo");
+    }
+    let untolerated = find_matching_untolerated_taint(node.taints(), tolerations, |t| {
+        t.effect == "NoSchedule" || t.effect == "NoExecute"
+    });
+    match untolerated {
+        None => Status::success(),
+        Some(t) => Status::unresolvable(untolerated_taint_reason(t)),
     }
 }
 

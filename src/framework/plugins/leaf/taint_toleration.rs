@@ -1,0 +1,503 @@
+//! LeafNodeTaintToleration: TaintToleration, plus the leaf-node taints tolerated for the pods a
+//! policy allows.
+//!
+//! Args list policies, each with the leaf taints it tolerates and the pods (`namespaceSelector`,
+//! `podSelector`) allowed to tolerate them; a pod tolerates the union of the taints of every policy
+//! that selects it (order does not matter). Without args it behaves as Kosmos's plugin: the
+//! `kosmos.io/node=true:NoSchedule` taint is tolerated for every pod. Every other taint is judged
+//! exactly as TaintToleration does (Filter, and PreScore/Score for PreferNoSchedule taints): the
+//! plugin runs TaintToleration's logic on the pod's tolerations plus the granted ones.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::{Deserialize, Serialize};
+
+use super::{PodMatcher, validate_pod_selection};
+use crate::api::leaf_cluster_policy::LeafTaint;
+use crate::config::error::join_path;
+use crate::config::{ExtensionPoint, FieldError};
+use crate::framework::args::{PluginArgs, decode, invalid, not_supported, required, typed};
+use crate::framework::interface::{
+    CycleState, FilterPlugin, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::normalize_to_max;
+use crate::framework::plugins::names;
+use crate::framework::plugins::taint_toleration::{
+    count_intolerable_prefer_no_schedule, filter_tolerations, prefer_no_schedule_tolerations,
+};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+
+const PRE_SCORE_STATE_KEY: &str = "PreScoreLeafNodeTaintToleration";
+const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+/// `LeafNodeTaintTolerationArgs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LeafNodeTaintTolerationArgs {
+    /// Unset: Kosmos's behaviour (one policy tolerating `kosmos.io/node=true:NoSchedule` for all
+    /// pods). An empty list tolerates no leaf taint (what a profile whose policies are all
+    /// HostOnly gets).
+    pub policies: Option<Vec<LeafTaintPolicy>>,
+}
+
+/// Leaf taints and the pods that may tolerate them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeafTaintPolicy {
+    /// The taints tolerated (empty: `kosmos.io/node=true:NoSchedule`); each is tolerated as by a
+    /// toleration `{key, operator: Equal, value, effect}`.
+    #[serde(default)]
+    pub taints: Vec<LeafTaint>,
+    /// Namespaces whose pods may tolerate them (unset: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Pods that may tolerate them (unset: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+}
+
+impl PluginArgs for LeafNodeTaintTolerationArgs {
+    const KIND: &'static str = "LeafNodeTaintTolerationArgs";
+
+    fn set_defaults(&mut self) {
+        for p in self
+            .policies
+            .get_or_insert_with(|| vec![LeafTaintPolicy::default()])
+        {
+            if p.taints.is_empty() {
+                p.taints.push(LeafTaint::default());
+            }
+        }
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        for (i, p) in self.policies.iter().flatten().enumerate() {
+            let path = format!("policies[{i}]");
+            for (j, t) in p.taints.iter().enumerate() {
+                let tpath = join_path(&path, &format!("taints[{j}]"));
+                if t.key.is_empty() {
+                    errs.push(required(join_path(&tpath, "key"), "taint key is required"));
+                }
+                if !EFFECTS.contains(&t.effect.as_str()) {
+                    errs.push(not_supported(
+                        join_path(&tpath, "effect"),
+                        &t.effect,
+                        &EFFECTS,
+                    ));
+                }
+                if t.effect == "NoExecute" && t.value.contains('\n') {
+                    errs.push(invalid(
+                        join_path(&tpath, "value"),
+                        &t.value,
+                        "must be one line",
+                    ));
+                }
+            }
+            validate_pod_selection(
+                &path,
+                p.namespace_selector.as_ref(),
+                p.pod_selector.as_ref(),
+                &mut errs,
+            );
+        }
+        errs
+    }
+}
+
+#[derive(Debug)]
+struct CompiledPolicy {
+    tolerations: Vec<Toleration>,
+    pods: PodMatcher,
+}
+
+/// The plugin.
+#[derive(Debug)]
+pub struct LeafNodeTaintToleration {
+    policies: Vec<CompiledPolicy>,
+    listers: Arc<Listers>,
+}
+
+#[derive(Debug, Clone)]
+struct PreScoreState {
+    tolerations_prefer_no_schedule: Vec<Toleration>,
+}
+
+impl LeafNodeTaintToleration {
+    /// Builds the plugin from defaulted, validated args.
+    pub fn new(
+        args: &LeafNodeTaintTolerationArgs,
+        listers: Arc<Listers>,
+    ) -> Result<LeafNodeTaintToleration, String> {
+        let mut args = args.clone();
+        args.set_defaults();
+        let policies = args
+            .policies
+            .iter()
+            .flatten()
+            .map(|p| {
+                Ok(CompiledPolicy {
+                    tolerations: p.taints.iter().map(toleration_for).collect(),
+                    pods: PodMatcher::new(p.namespace_selector.as_ref(), p.pod_selector.as_ref())?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(LeafNodeTaintToleration { policies, listers })
+    }
+
+    /// The pod's tolerations plus those granted by every policy selecting it.
+    fn tolerations(&self, pod: &PodInfo) -> Vec<Toleration> {
+        let mut out = pod.tolerations().to_vec();
+        for p in &self.policies {
+            if p.pods.matches(pod, &self.listers) {
+                out.extend(p.tolerations.iter().cloned());
+            }
+        }
+        out
+    }
+}
+
+fn toleration_for(t: &LeafTaint) -> Toleration {
+    Toleration {
+        key: Some(t.key.clone()),
+        operator: Some("Equal".into()),
+        value: (!t.value.is_empty()).then(|| t.value.clone()),
+        effect: Some(t.effect.clone()),
+        toleration_seconds: None,
+    }
+}
+
+impl Plugin for LeafNodeTaintToleration {
+    fn name(&self) -> &str {
+        names::LEAF_NODE_TAINT_TOLERATION
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl FilterPlugin for LeafNodeTaintToleration {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        // Most nodes pass on the pod's own tolerations; only the others need the policies.
+        let own = filter_tolerations(node, pod.tolerations());
+        if !own.is_rejected() {
+            return own;
+        }
+        filter_tolerations(node, &self.tolerations(pod))
+    }
+}
+
+impl PreScorePlugin for LeafNodeTaintToleration {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> Status {
+        state.write(
+            PRE_SCORE_STATE_KEY,
+            PreScoreState {
+                tolerations_prefer_no_schedule: prefer_no_schedule_tolerations(
+                    &self.tolerations(pod),
+                ),
+            },
+        );
+        Status::success()
+    }
+}
+
+impl ScorePlugin for LeafNodeTaintToleration {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(match state.read::<PreScoreState>(PRE_SCORE_STATE_KEY) {
+            Some(s) => count_intolerable_prefer_no_schedule(
+                node.taints(),
+                &s.tolerations_prefer_no_schedule,
+            ),
+            None => count_intolerable_prefer_no_schedule(
+                node.taints(),
+                &prefer_no_schedule_tolerations(&self.tolerations(pod)),
+            ),
+        })
+    }
+
+    fn has_normalize_score(&self) -> bool {
+        true
+    }
+
+    fn normalize_score(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        scores: &mut [NodeScore],
+    ) -> Status {
+        normalize_to_max(true, scores);
+        Status::success()
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        &[
+            ExtensionPoint::Filter,
+            ExtensionPoint::PreScore,
+            ExtensionPoint::Score,
+        ],
+        decode::<LeafNodeTaintTolerationArgs>,
+        |args, handle| {
+            let args: LeafNodeTaintTolerationArgs = typed(args)?;
+            Ok(Arc::new(LeafNodeTaintToleration::new(
+                &args,
+                handle.listers.clone(),
+            )?))
+        },
+    )
+    .with_informers(&[Informer::Namespaces])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::framework::interface::Code;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use crate::framework::types::NodeInfo;
+    use serde_json::json;
+
+    fn plugin(args: serde_json::Value) -> LeafNodeTaintToleration {
+        let listers = Listers::default();
+        listers
+            .namespaces
+            .apply(namespace("leafy", &[("leaf", "ok")]));
+        let normalized = decode::<LeafNodeTaintTolerationArgs>(Some(&args)).expect("valid args");
+        LeafNodeTaintToleration::new(&typed(&normalized).expect("typed"), Arc::new(listers))
+            .expect("plugin")
+    }
+
+    fn info(node: k8s_openapi::api::core::v1::Node) -> NodeInfo {
+        NodeInfo::with_node(Arc::new(node), [])
+    }
+
+    #[test]
+    fn args_defaults_and_validation() {
+        assert_eq!(
+            decode::<LeafNodeTaintTolerationArgs>(None),
+            Ok(json!({"policies": [{"taints": [
+                {"key": "kosmos.io/node", "value": "true", "effect": "NoSchedule"}
+            ]}]}))
+        );
+        let e = decode::<LeafNodeTaintTolerationArgs>(Some(&json!({"policies": [
+            {"taints": [{"key": "", "effect": "NoScheduled"}],
+             "podSelector": {"matchExpressions": [{"key": "a", "operator": "Bogus"}]}}
+        ]})))
+        .unwrap_err();
+        let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "policies[0].taints[0].key",
+                "policies[0].taints[0].effect",
+                "policies[0].podSelector"
+            ]
+        );
+        assert!(decode::<LeafNodeTaintTolerationArgs>(Some(&json!({"taint": {}}))).is_err());
+    }
+
+    #[test]
+    fn filter() {
+        let kosmos = || info(leaf_node("leaf", "c1"));
+        let restricted = json!({"policies": [{
+            "taints": [{"key": "kosmos.io/node", "value": "true", "effect": "NoSchedule"}],
+            "namespaceSelector": {"matchLabels": {"leaf": "ok"}},
+            "podSelector": {"matchLabels": {"app": "web"}, "matchExpressions": [
+                {"key": "tier", "operator": "NotIn", "values": ["db"]}]}
+        }]});
+        let web = || PodBuilder::new("p").namespace("leafy").label("app", "web");
+        let untolerated = "node(s) had untolerated taint {kosmos.io/node: true}";
+        let cases: Vec<(&str, serde_json::Value, PodBuilder, NodeInfo, Code, &str)> = vec![
+            (
+                "no args: leaf taint tolerated for every pod (Kosmos)",
+                json!({}),
+                PodBuilder::new("p"),
+                kosmos(),
+                Code::Success,
+                "",
+            ),
+            (
+                "no args: PreferNoSchedule taints never filter",
+                json!({}),
+                PodBuilder::new("p"),
+                NodeBuilder::new("n")
+                    .taint("x", "y", "PreferNoSchedule")
+                    .info(vec![]),
+                Code::Success,
+                "",
+            ),
+            (
+                "no args: a second untolerated taint still rejects",
+                json!({}),
+                PodBuilder::new("p"),
+                NodeBuilder::new("n")
+                    .taint("kosmos.io/node", "true", "NoSchedule")
+                    .taint("gpu", "yes", "NoExecute")
+                    .info(vec![]),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {gpu: yes}",
+            ),
+            (
+                "no args: leaf taint with another value is not the leaf taint",
+                json!({}),
+                PodBuilder::new("p"),
+                NodeBuilder::new("n")
+                    .taint("kosmos.io/node", "false", "NoSchedule")
+                    .info(vec![]),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {kosmos.io/node: false}",
+            ),
+            (
+                "policy: selected pod tolerates",
+                restricted.clone(),
+                web(),
+                kosmos(),
+                Code::Success,
+                "",
+            ),
+            (
+                "policy: pod outside podSelector",
+                restricted.clone(),
+                PodBuilder::new("p").namespace("leafy").label("app", "api"),
+                kosmos(),
+                Code::UnschedulableAndUnresolvable,
+                untolerated,
+            ),
+            (
+                "policy: matchExpression excludes",
+                restricted.clone(),
+                web().label("tier", "db"),
+                kosmos(),
+                Code::UnschedulableAndUnresolvable,
+                untolerated,
+            ),
+            (
+                "policy: namespace outside namespaceSelector",
+                restricted.clone(),
+                PodBuilder::new("p").namespace("other").label("app", "web"),
+                kosmos(),
+                Code::UnschedulableAndUnresolvable,
+                untolerated,
+            ),
+            (
+                "policy: the pod's own toleration still counts",
+                restricted.clone(),
+                PodBuilder::new("p").toleration("kosmos.io/node", "Exists", "", ""),
+                kosmos(),
+                Code::Success,
+                "",
+            ),
+            (
+                "host node without taints",
+                restricted.clone(),
+                PodBuilder::new("p"),
+                NodeBuilder::new("h").info(vec![]),
+                Code::Success,
+                "",
+            ),
+            (
+                "custom leaf taint",
+                json!({"policies": [{"taints": [{"key": "leaf.example.com/cluster", "effect": "NoExecute"}]}]}),
+                PodBuilder::new("p"),
+                NodeBuilder::new("n")
+                    .taint("leaf.example.com/cluster", "", "NoExecute")
+                    .info(vec![]),
+                Code::Success,
+                "",
+            ),
+            (
+                "custom leaf taint does not tolerate kosmos taint",
+                json!({"policies": [{"taints": [{"key": "leaf.example.com/cluster", "effect": "NoExecute"}]}]}),
+                PodBuilder::new("p"),
+                kosmos(),
+                Code::UnschedulableAndUnresolvable,
+                untolerated,
+            ),
+            (
+                "several policies: union, order-independent",
+                json!({"policies": [
+                {"taints": [{"key": "a", "value": "1", "effect": "NoSchedule"}], "podSelector": {"matchLabels": {"x": "1"}}},
+                {"taints": [{"key": "b", "value": "2", "effect": "NoSchedule"}], "podSelector": {"matchLabels": {"y": "1"}}}]}),
+                PodBuilder::new("p").label("x", "1").label("y", "1"),
+                NodeBuilder::new("n")
+                    .taint("b", "2", "NoSchedule")
+                    .taint("a", "1", "NoSchedule")
+                    .info(vec![]),
+                Code::Success,
+                "",
+            ),
+        ];
+        for (name, args, pod, node, code, msg) in cases {
+            let s = plugin(args).filter(&CycleState::new(), &pod.info(), &node);
+            assert_eq!((s.code(), s.message().as_str()), (code, msg), "{name}");
+        }
+    }
+
+    #[test]
+    fn score_counts_prefer_no_schedule_taints_after_granted_tolerations() {
+        let pl = plugin(json!({"policies": [{
+            "taints": [{"key": "kosmos.io/node", "value": "true", "effect": "PreferNoSchedule"}],
+            "podSelector": {"matchLabels": {"app": "web"}}
+        }]}));
+        let nodes = [
+            NodeBuilder::new("host").info(vec![]),
+            NodeBuilder::new("leaf")
+                .taint("kosmos.io/node", "true", "PreferNoSchedule")
+                .info(vec![]),
+            NodeBuilder::new("busy")
+                .taint("kosmos.io/node", "true", "PreferNoSchedule")
+                .taint("x", "y", "PreferNoSchedule")
+                .info(vec![]),
+        ];
+        for (pod, want_raw, want_normalized) in [
+            (
+                PodBuilder::new("web").label("app", "web").info(),
+                [0, 0, 1],
+                [100, 100, 0],
+            ),
+            (PodBuilder::new("other").info(), [0, 1, 2], [100, 50, 0]),
+        ] {
+            let mut state = CycleState::new();
+            assert!(
+                pl.pre_score(&mut state, &pod, &Snapshot::new(), &[])
+                    .is_success()
+            );
+            let mut scores: Vec<NodeScore> = nodes
+                .iter()
+                .map(|n| NodeScore {
+                    name: n.name_arc().clone(),
+                    score: pl.score(&state, &pod, n).expect("score"),
+                })
+                .collect();
+            assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), want_raw);
+            // Without PreScore the same counts come out.
+            let fresh: Vec<i64> = nodes
+                .iter()
+                .map(|n| pl.score(&CycleState::new(), &pod, n).expect("score"))
+                .collect();
+            assert_eq!(fresh, want_raw);
+            pl.normalize_score(&state, &pod, &mut scores);
+            assert_eq!(
+                scores.iter().map(|s| s.score).collect::<Vec<_>>(),
+                want_normalized
+            );
+        }
+    }
+}

@@ -289,6 +289,8 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
                 "--leader-elect=false",
                 &format!("--service-account-private-key-file={}", pki.sa_private.display()),
                 &format!("--root-ca-file={}", pki.ca_cert.display()),
+                // Otherwise it creates /usr/libexec/kubernetes/kubelet-plugins on the host.
+                &format!("--flex-volume-plugin-dir={}", dir.join("flexvolume").display()),
                 "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",

@@ -125,34 +125,35 @@ fn register_exit_hook() {
     });
 }
 
-/// Stops children newest first: SIGTERM, up to 5 s grace, then SIGKILL; removes the directory
-/// unless KSCHED_KEEP_TESTENV is set.
+/// Stops children newest first (kwok, controller manager, API server, then etcd: an API server whose
+/// etcd is gone hangs on shutdown), each with SIGTERM and up to 5 s grace, then SIGKILL; removes the
+/// directory unless KSCHED_KEEP_TESTENV is set.
 extern "C" fn stop_all() {
     let mut cleanup = lock();
     let pids: Vec<(String, i32)> = cleanup.pids.drain(..).rev().collect();
-    for (_, pid) in &pids {
-        // SAFETY: signalling our own children.
+    for (_, pid) in pids {
+        // SAFETY: signalling and reaping our own child.
         unsafe {
-            libc::kill(*pid, libc::SIGTERM);
+            libc::kill(pid, libc::SIGTERM);
         }
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut remaining: Vec<i32> = pids.iter().map(|(_, p)| *p).collect();
-    while !remaining.is_empty() && Instant::now() < deadline {
-        remaining.retain(|pid| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut exited = false;
+        while Instant::now() < deadline {
             let mut status = 0;
-            // SAFETY: reaping our own child.
-            let r = unsafe { libc::waitpid(*pid, &mut status, libc::WNOHANG) };
-            r == 0
-        });
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for pid in remaining {
-        // SAFETY: as above.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, 0);
+            // SAFETY: as above.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } != 0 {
+                exited = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !exited {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+            }
         }
     }
     if let Some(dir) = cleanup.dir.take()

@@ -521,6 +521,20 @@ pub trait PostFilterPlugin: Plugin {
         snapshot: &Snapshot,
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status);
+
+    /// What the runtime calls: `post_filter` with the plugin's own profile at hand, for plugins
+    /// that simulate (preemption runs the PreFilter AddPod/RemovePod extensions and Filter on
+    /// copies of the state and the node). Defaults to [`PostFilterPlugin::post_filter`].
+    fn post_filter_with_framework(
+        &self,
+        _fwk: &super::runtime::Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        self.post_filter(state, pod, snapshot, filtered)
+    }
 }
 
 /// Computes per-pod state before scoring, given the feasible nodes. `Skip` skips the plugin's Score.

@@ -576,7 +576,7 @@ impl Framework {
             let Some(p) = e.plugin.as_post_filter() else {
                 continue;
             };
-            let (r, s) = p.post_filter(state, pod, snapshot, filtered);
+            let (r, s) = p.post_filter_with_framework(self, state, pod, snapshot, filtered);
             if s.is_success() {
                 return (r, s);
             }

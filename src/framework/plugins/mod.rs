@@ -50,6 +50,7 @@ pub fn register_in_tree(r: &mut Registry) {
             node_resources::balanced_allocation::registration(),
         ),
         (names::IMAGE_LOCALITY, image_locality::registration()),
+        (names::DEFAULT_PREEMPTION, default_preemption::registration()),
         (
             names::LEAF_NODE_TAINT_TOLERATION,
             leaf::taint_toleration::registration(),
@@ -106,12 +107,6 @@ pub fn register_in_tree(r: &mut Registry) {
             &[PreFilter, Filter],
             LATER_ISSUE,
             arc(no_args),
-        ),
-        (
-            names::DEFAULT_PREEMPTION,
-            &[PostFilter],
-            LATER_ISSUE,
-            arc(decode::<default_preemption::DefaultPreemptionArgs>),
         ),
         (
             names::DYNAMIC_RESOURCES,

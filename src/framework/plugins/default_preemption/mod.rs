@@ -1,5 +1,13 @@
-//! DefaultPreemption — built in the issue "affinity, topology spread, volumes and preemption"; for
-//! now its args.
+//! DefaultPreemption: when no node fits, find nodes where removing lower-priority pods lets the pod
+//! fit, pick the best one, evict those pods gracefully and nominate the node for the pod — upstream's
+//! `plugins/defaultpreemption` and `framework/preemption` (1.36, asynchronous preemption).
+
+mod evaluator;
+
+pub use evaluator::{
+    Candidate, DefaultPreemption, ERR_NO_VICTIMS, ERR_NOT_HELPFUL, NOT_ELIGIBLE_NEVER,
+    NOT_ELIGIBLE_TERMINATING, more_important_pod, pick_one_node_for_preemption, registration,
+};
 
 use serde::{Deserialize, Serialize};
 

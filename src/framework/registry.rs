@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::PodCondition;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use parking_lot::RwLock;
 use serde_json::Value;
 
@@ -18,6 +18,7 @@ use super::interface::{NominatingInfo, Plugin};
 use super::listers::{Informer, Listers};
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
+use crate::api::PodGroupStatus;
 use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
 
 /// Why an API action failed.
@@ -48,6 +49,23 @@ pub trait ApiHandle: Send + Sync {
 
     /// Deletes a pod (preemption victims).
     async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError>;
+
+    /// The pods of `namespace` carrying `label=value`, whatever their phase (Coscheduling counts a
+    /// PodGroup's members and their Running/Succeeded/Failed numbers this way).
+    async fn list_pods_with_label(
+        &self,
+        namespace: &str,
+        label: &str,
+        value: &str,
+    ) -> Result<Vec<Pod>, ApiError>;
+
+    /// Merge-patches a PodGroup's status subresource (Coscheduling's phase and counts).
+    async fn patch_pod_group_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &PodGroupStatus,
+    ) -> Result<(), ApiError>;
 }
 
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
@@ -330,6 +348,10 @@ pub struct RecordingApi {
     pub deletions: parking_lot::Mutex<Vec<String>>,
     /// When set, `bind` fails with this error.
     pub fail_bind: parking_lot::Mutex<Option<ApiError>>,
+    /// What `list_pods_with_label` lists from (filtered by namespace and label).
+    pub pods: parking_lot::Mutex<Vec<Pod>>,
+    /// PodGroup status patches: (`namespace/name`, status).
+    pub pod_group_statuses: parking_lot::Mutex<Vec<(String, PodGroupStatus)>>,
 }
 
 #[async_trait]
@@ -358,6 +380,41 @@ impl ApiHandle for RecordingApi {
 
     async fn delete_pod(&self, namespace: &str, name: &str, _uid: &str) -> Result<(), ApiError> {
         self.deletions.lock().push(format!("{namespace}/{name}"));
+        Ok(())
+    }
+
+    async fn list_pods_with_label(
+        &self,
+        namespace: &str,
+        label: &str,
+        value: &str,
+    ) -> Result<Vec<Pod>, ApiError> {
+        Ok(self
+            .pods
+            .lock()
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref().unwrap_or_default() == namespace)
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(label))
+                    .map(String::as_str)
+                    == Some(value)
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn patch_pod_group_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &PodGroupStatus,
+    ) -> Result<(), ApiError> {
+        self.pod_group_statuses
+            .lock()
+            .push((format!("{namespace}/{name}"), status.clone()));
         Ok(())
     }
 }

@@ -5,9 +5,10 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
+use crate::api::{PodGroup, PodGroupStatus};
 use crate::framework::interface::{NominatingInfo, NominatingMode};
 use crate::framework::registry::{ApiError, ApiHandle};
 use crate::framework::types::PodInfo;
@@ -109,5 +110,39 @@ impl ApiHandle for KubeApi {
             Ok(_) => Ok(()),
             Err(err) => Err(api_error(err)),
         }
+    }
+
+    async fn list_pods_with_label(
+        &self,
+        namespace: &str,
+        label: &str,
+        value: &str,
+    ) -> Result<Vec<Pod>, ApiError> {
+        let selector = kube::core::Selector::from_iter([kube::core::Expression::Equal(
+            label.to_string(),
+            value.to_string(),
+        )]);
+        self.pods(namespace)
+            .list(&ListParams::default().labels_from(&selector))
+            .await
+            .map(|l| l.items)
+            .map_err(api_error)
+    }
+
+    async fn patch_pod_group_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &PodGroupStatus,
+    ) -> Result<(), ApiError> {
+        Api::<PodGroup>::namespaced(self.client.clone(), namespace)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .map(|_| ())
+            .map_err(api_error)
     }
 }

@@ -51,7 +51,18 @@ pub fn log_filter(verbosity: u8) -> &'static str {
     }
 }
 
+/// `ksched scheduler`: runs the scheduler with the in-tree plugins.
 pub fn main(args: SchedulerArgs) -> ExitCode {
+    main_with_registry(args, Registry::in_tree())
+}
+
+/// Runs the scheduler with `registry`'s plugins: the Rust form of kube-scheduler's
+/// `app.NewSchedulerCommand(app.WithPlugin(name, factory))`. An out-of-tree binary starts from
+/// [`Registry::in_tree`], adds its own plugins with [`Registry::register`], parses
+/// [`SchedulerArgs`] (a `clap::Args`) and calls this; configurations may then name its plugins
+/// like any in-tree one (`ksched config validate` does not know them; the binary validates at
+/// start-up). See `examples/custom_plugin.rs`.
+pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
     let bytes = match std::fs::read(&args.config) {
         Ok(b) => b,
         Err(err) => {
@@ -59,7 +70,7 @@ pub fn main(args: SchedulerArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let registry = Arc::new(Registry::in_tree());
+    let registry = Arc::new(registry);
     let loaded = match config::load(&bytes, registry.as_ref()) {
         Ok(l) => l,
         Err(errors) => {

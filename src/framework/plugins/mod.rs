@@ -50,6 +50,8 @@ pub fn register_in_tree(r: &mut Registry) {
             node_resources::balanced_allocation::registration(),
         ),
         (names::IMAGE_LOCALITY, image_locality::registration()),
+        (names::COSCHEDULING, coscheduling::registration()),
+        (names::NETWORK_TRAFFIC, network_traffic::registration()),
         (names::DEFAULT_PREEMPTION, default_preemption::registration()),
         (
             names::LEAF_NODE_TAINT_TOLERATION,
@@ -115,18 +117,6 @@ pub fn register_in_tree(r: &mut Registry) {
             ],
             "DynamicResources is not supported yet by ksched; disable it",
             arc(no_args),
-        ),
-        (
-            names::COSCHEDULING,
-            &[QueueSort, PreFilter, PostFilter, Reserve, Permit],
-            later,
-            arc(decode::<coscheduling::CoschedulingArgs>),
-        ),
-        (
-            names::NETWORK_TRAFFIC,
-            &[Score],
-            later,
-            arc(decode::<network_traffic::NetworkTrafficArgs>),
         ),
     ];
     for (name, eps, reason, dec) in not_built {

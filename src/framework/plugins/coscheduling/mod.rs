@@ -1,7 +1,28 @@
-//! Coscheduling (scheduler-plugins, gang scheduling with PodGroups) — built in a later issue; for
-//! now its args. The union of the fields scheduler-plugins' versions define (`v1beta2` has
-//! `deniedPGExpirationTimeSeconds`, `kubeMaster`, `kubeConfigPath`; later ones
-//! `podGroupBackoffSeconds`), so every seed configuration decodes.
+//! Coscheduling (scheduler-plugins' gang scheduling with PodGroups).
+//!
+//! Pods join a group through the label `scheduling.x-k8s.io/pod-group` (the PodGroup of that name in
+//! their namespace). The plugin keeps a group's pods together in the queue (QueueSort), rejects a
+//! group that cannot reach `minMember` or `minResources` (PreFilter), holds assumed members at Permit
+//! until `minMember` of them are assumed or bound (then allows them all), and rejects the group's
+//! waiting members when one fails (PostFilter, Unreserve) so no group is left half-placed.
+//!
+//! Args are the union of scheduler-plugins' versions; `deniedPGExpirationTimeSeconds` (v1beta2, seed
+//! 002) is accepted and ignored with a deprecation warning: `podGroupBackoffSeconds` replaced it.
+//!
+//! PodGroup status: upstream leaves it to its PodGroup controller; ksched has none, so the plugin
+//! writes it through the [`ApiHandle`](crate::framework::registry::ApiHandle): `Pending` (fewer pods
+//! than `minMember`), `PreScheduling` (enough pods, PreFilter passed), `Scheduling` (the first
+//! member waits at Permit; `scheduleStartTime` set), `Scheduled` (`minMember` bound), `Running`
+//! (`minMember` running or succeeded), with the running/succeeded/failed counts.
+//!
+//! Counting a group's pods needs every pod with the label, also unscheduled ones: the framework
+//! has no pod lister, so PreFilter lists them through the ApiHandle (bounded by a timeout).
+mod plugin;
+
+pub use plugin::{
+    Coscheduling, PHASE_FAILED, PHASE_FINISHED, PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_RUNNING,
+    PHASE_SCHEDULED, PHASE_SCHEDULING, factory, pod_group_full_name, pod_group_label,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +72,17 @@ impl PluginArgs for CoschedulingArgs {
         }
         errs
     }
+}
+
+/// The registration: QueueSort, PreFilter, PostFilter, Reserve, Permit; reads PodGroups.
+pub fn registration() -> crate::framework::registry::PluginRegistration {
+    use crate::config::ExtensionPoint::*;
+    crate::framework::registry::PluginRegistration::new(
+        &[QueueSort, PreFilter, PostFilter, Reserve, Permit],
+        crate::framework::args::decode::<CoschedulingArgs>,
+        factory,
+    )
+    .with_informers(&[crate::framework::listers::Informer::PodGroups])
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::config::FieldError;
+use crate::framework::args::{PluginArgs, invalid, required};
 use crate::framework::interface::{
     CycleState, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
@@ -223,10 +224,6 @@ pub fn factory(args: &Value, _handle: &Handle) -> Result<Arc<dyn Plugin>, String
     let client = prometheus::PrometheusClient::new(&args.ip).map_err(|e| e.to_string())?;
     Ok(Arc::new(NetworkTraffic::new(&args, Arc::new(client))))
 }
-
-use crate::config::FieldError;
-use crate::framework::args::{PluginArgs, invalid, required};
-use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodCondition};
 use parking_lot::RwLock;
 use serde_json::Value;
 
@@ -66,6 +66,21 @@ pub trait ApiHandle: Send + Sync {
         name: &str,
         status: &PodGroupStatus,
     ) -> Result<(), ApiError>;
+
+    /// Replaces a PersistentVolume (VolumeBinding's PreBind sets its `claimRef`), checked against
+    /// its `resourceVersion`; returns the stored object.
+    async fn update_persistent_volume(
+        &self,
+        pv: &PersistentVolume,
+    ) -> Result<PersistentVolume, ApiError>;
+
+    /// Replaces a PersistentVolumeClaim (VolumeBinding's PreBind sets the
+    /// `volume.kubernetes.io/selected-node` annotation), checked against its `resourceVersion`;
+    /// returns the stored object.
+    async fn update_persistent_volume_claim(
+        &self,
+        pvc: &PersistentVolumeClaim,
+    ) -> Result<PersistentVolumeClaim, ApiError>;
 }
 
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
@@ -352,6 +367,11 @@ pub struct RecordingApi {
     pub pods: parking_lot::Mutex<Vec<Pod>>,
     /// PodGroup status patches: (`namespace/name`, status).
     pub pod_group_statuses: parking_lot::Mutex<Vec<(String, PodGroupStatus)>>,
+    /// PersistentVolumes and claims replaced through the API, in order.
+    pub pv_updates: parking_lot::Mutex<Vec<PersistentVolume>>,
+    pub pvc_updates: parking_lot::Mutex<Vec<PersistentVolumeClaim>>,
+    /// When set, PV and PVC updates fail with this error.
+    pub fail_volume_updates: parking_lot::Mutex<Option<ApiError>>,
 }
 
 #[async_trait]
@@ -416,6 +436,28 @@ impl ApiHandle for RecordingApi {
             .lock()
             .push((format!("{namespace}/{name}"), status.clone()));
         Ok(())
+    }
+
+    async fn update_persistent_volume(
+        &self,
+        pv: &PersistentVolume,
+    ) -> Result<PersistentVolume, ApiError> {
+        if let Some(e) = self.fail_volume_updates.lock().clone() {
+            return Err(e);
+        }
+        self.pv_updates.lock().push(pv.clone());
+        Ok(pv.clone())
+    }
+
+    async fn update_persistent_volume_claim(
+        &self,
+        pvc: &PersistentVolumeClaim,
+    ) -> Result<PersistentVolumeClaim, ApiError> {
+        if let Some(e) = self.fail_volume_updates.lock().clone() {
+            return Err(e);
+        }
+        self.pvc_updates.lock().push(pvc.clone());
+        Ok(pvc.clone())
     }
 }
 

@@ -351,6 +351,277 @@ impl NodeBuilder {
     }
 }
 
+// ----- volumes: PersistentVolumes, claims, StorageClasses, CSINodes -----
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource,
+    PersistentVolumeSpec, PersistentVolumeStatus, Volume, VolumeNodeAffinity,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{
+    CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeNodeResources,
+};
+
+/// The annotation the PV controller sets on a claim once binding completed.
+pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+
+impl PodBuilder {
+    /// Adds a volume using the claim `claim`.
+    pub fn pvc(mut self, claim: &str) -> Self {
+        let n = self.spec().volumes.as_ref().map_or(0, Vec::len);
+        self.spec()
+            .volumes
+            .get_or_insert_with(Vec::new)
+            .push(Volume {
+                name: format!("v{n}"),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.to_string(),
+                    read_only: None,
+                }),
+                ..Default::default()
+            });
+        self
+    }
+
+    /// Adds a volume of any other source.
+    pub fn volume(mut self, volume: Volume) -> Self {
+        self.spec()
+            .volumes
+            .get_or_insert_with(Vec::new)
+            .push(volume);
+        self
+    }
+}
+
+/// A PersistentVolume, `Available` unless told otherwise.
+pub struct PvBuilder {
+    pv: PersistentVolume,
+}
+
+impl PvBuilder {
+    pub fn new(name: &str) -> PvBuilder {
+        PvBuilder {
+            pv: PersistentVolume {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    ..Default::default()
+                },
+                spec: Some(PersistentVolumeSpec::default()),
+                status: Some(PersistentVolumeStatus {
+                    phase: Some("Available".into()),
+                    ..Default::default()
+                }),
+            },
+        }
+    }
+
+    fn spec(&mut self) -> &mut PersistentVolumeSpec {
+        self.pv.spec.get_or_insert_with(Default::default)
+    }
+
+    pub fn resource_version(mut self, rv: &str) -> Self {
+        self.pv.metadata.resource_version = Some(rv.to_string());
+        self
+    }
+
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.pv
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    pub fn capacity(mut self, q: &str) -> Self {
+        self.spec().capacity = Some(quantities(&[("storage", q)]));
+        self
+    }
+
+    pub fn class(mut self, class: &str) -> Self {
+        self.spec().storage_class_name = Some(class.to_string());
+        self
+    }
+
+    pub fn access_modes(mut self, modes: &[&str]) -> Self {
+        self.spec().access_modes = Some(modes.iter().map(|m| m.to_string()).collect());
+        self
+    }
+
+    /// Pre-bound (or bound) to the claim `namespace/name` (empty uid: any claim of that name).
+    pub fn claim_ref(mut self, namespace: &str, name: &str, uid: &str) -> Self {
+        self.spec().claim_ref = Some(ObjectReference {
+            namespace: Some(namespace.to_string()),
+            name: Some(name.to_string()),
+            uid: (!uid.is_empty()).then(|| uid.to_string()),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// Adds a required node affinity term.
+    pub fn node_affinity(mut self, term: NodeSelectorTerm) -> Self {
+        self.spec()
+            .node_affinity
+            .get_or_insert_with(VolumeNodeAffinity::default)
+            .required
+            .get_or_insert_with(|| NodeSelector {
+                node_selector_terms: Vec::new(),
+            })
+            .node_selector_terms
+            .push(term);
+        self
+    }
+
+    pub fn csi(mut self, driver: &str, handle: &str) -> Self {
+        self.spec().csi = Some(CSIPersistentVolumeSource {
+            driver: driver.to_string(),
+            volume_handle: handle.to_string(),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.pv.status.get_or_insert_with(Default::default).phase = Some(phase.to_string());
+        self
+    }
+
+    pub fn build(self) -> PersistentVolume {
+        self.pv
+    }
+}
+
+/// A PersistentVolumeClaim in namespace `default` (uid = name).
+pub struct PvcBuilder {
+    pvc: PersistentVolumeClaim,
+}
+
+impl PvcBuilder {
+    pub fn new(name: &str) -> PvcBuilder {
+        PvcBuilder {
+            pvc: PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some("default".to_string()),
+                    uid: Some(name.to_string()),
+                    ..Default::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec::default()),
+                status: Some(PersistentVolumeClaimStatus {
+                    phase: Some("Pending".into()),
+                    ..Default::default()
+                }),
+            },
+        }
+    }
+
+    fn spec(&mut self) -> &mut PersistentVolumeClaimSpec {
+        self.pvc.spec.get_or_insert_with(Default::default)
+    }
+
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.pvc.metadata.namespace = Some(ns.to_string());
+        self
+    }
+
+    pub fn resource_version(mut self, rv: &str) -> Self {
+        self.pvc.metadata.resource_version = Some(rv.to_string());
+        self
+    }
+
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.pvc
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    pub fn class(mut self, class: &str) -> Self {
+        self.spec().storage_class_name = Some(class.to_string());
+        self
+    }
+
+    pub fn request(mut self, q: &str) -> Self {
+        self.spec().resources = Some(VolumeResourceRequirements {
+            requests: Some(quantities(&[("storage", q)])),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn access_modes(mut self, modes: &[&str]) -> Self {
+        self.spec().access_modes = Some(modes.iter().map(|m| m.to_string()).collect());
+        self
+    }
+
+    /// Names a volume without the bind-completed annotation (pre-bound, not yet bound).
+    pub fn volume_name(mut self, pv: &str) -> Self {
+        self.spec().volume_name = Some(pv.to_string());
+        self
+    }
+
+    /// Fully bound to `pv`, as the PV controller leaves a claim.
+    pub fn bound(self, pv: &str) -> Self {
+        self.volume_name(pv)
+            .annotation(ANN_BIND_COMPLETED, "yes")
+            .phase("Bound")
+    }
+
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.pvc.status.get_or_insert_with(Default::default).phase = Some(phase.to_string());
+        self
+    }
+
+    pub fn deleting(mut self) -> Self {
+        self.pvc.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        self
+    }
+
+    pub fn build(self) -> PersistentVolumeClaim {
+        self.pvc
+    }
+}
+
+/// A StorageClass; `mode` is its `volumeBindingMode` (None: unset).
+pub fn storage_class(name: &str, provisioner: &str, mode: Option<&str>) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        provisioner: provisioner.to_string(),
+        volume_binding_mode: mode.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+/// A CSINode with `(driver, allocatable count)` drivers.
+pub fn csi_node(name: &str, drivers: &[(&str, Option<i32>)]) -> CSINode {
+    CSINode {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: CSINodeSpec {
+            drivers: drivers
+                .iter()
+                .map(|(d, count)| CSINodeDriver {
+                    name: d.to_string(),
+                    node_id: name.to_string(),
+                    allocatable: count.map(|c| VolumeNodeResources { count: Some(c) }),
+                    topology_keys: None,
+                })
+                .collect(),
+        },
+    }
+}
+
 // ----- a configurable fake plugin for runtime tests -----
 
 use std::collections::HashMap;

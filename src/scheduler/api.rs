@@ -1,8 +1,9 @@
 //! The framework's [`ApiHandle`] over a kube client: binding through the `pods/binding`
-//! subresource, pod status patches, and deleting preemption victims.
+//! subresource, pod status patches, deleting preemption victims, and the PV/PVC updates of volume
+//! binding.
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -143,6 +144,29 @@ impl ApiHandle for KubeApi {
             )
             .await
             .map(|_| ())
+            .map_err(api_error)
+    }
+
+    async fn update_persistent_volume(
+        &self,
+        pv: &PersistentVolume,
+    ) -> Result<PersistentVolume, ApiError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        api.replace(name, &PostParams::default(), pv)
+            .await
+            .map_err(api_error)
+    }
+
+    async fn update_persistent_volume_claim(
+        &self,
+        pvc: &PersistentVolumeClaim,
+    ) -> Result<PersistentVolumeClaim, ApiError> {
+        let namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let name = pvc.metadata.name.as_deref().unwrap_or_default();
+        api.replace(name, &PostParams::default(), pvc)
+            .await
             .map_err(api_error)
     }
 }

@@ -15,11 +15,14 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use crate::config::ExtensionPoint::{self, *};
 use crate::framework::args::{decode, no_args};
@@ -50,6 +53,13 @@ pub fn register_in_tree(r: &mut Registry) {
             node_resources::balanced_allocation::registration(),
         ),
         (names::IMAGE_LOCALITY, image_locality::registration()),
+        (names::VOLUME_BINDING, volume_binding::registration()),
+        (
+            names::VOLUME_RESTRICTIONS,
+            volume_restrictions::registration(),
+        ),
+        (names::VOLUME_ZONE, volume_zone::registration()),
+        (names::NODE_VOLUME_LIMITS, node_volume_limits::registration()),
         (names::COSCHEDULING, coscheduling::registration()),
         (names::NETWORK_TRAFFIC, network_traffic::registration()),
         (names::DEFAULT_PREEMPTION, default_preemption::registration()),
@@ -85,30 +95,6 @@ pub fn register_in_tree(r: &mut Registry) {
             &[PreFilter, Filter, PreScore, Score],
             LATER_ISSUE,
             arc(decode::<pod_topology_spread::PodTopologySpreadArgs>),
-        ),
-        (
-            names::VOLUME_BINDING,
-            &[PreFilter, Filter, Reserve, PreBind, PreScore, Score],
-            LATER_ISSUE,
-            arc(decode::<volume_binding::VolumeBindingArgs>),
-        ),
-        (
-            names::VOLUME_RESTRICTIONS,
-            &[PreFilter, Filter],
-            LATER_ISSUE,
-            arc(no_args),
-        ),
-        (
-            names::VOLUME_ZONE,
-            &[PreFilter, Filter],
-            LATER_ISSUE,
-            arc(no_args),
-        ),
-        (
-            names::NODE_VOLUME_LIMITS,
-            &[PreFilter, Filter],
-            LATER_ISSUE,
-            arc(no_args),
         ),
         (
             names::DYNAMIC_RESOURCES,

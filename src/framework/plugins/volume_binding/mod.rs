@@ -1,10 +1,318 @@
-//! VolumeBinding — built in the issue "affinity, topology spread, volumes and preemption"; for now
-//! its args (also used by Kosmos's LeafNodeVolumeBinding).
+//! VolumeBinding: PreFilter sorts the pod's claims (unbound immediate claims make the pod
+//! unschedulable), Filter asks the [`VolumeBinder`] whether each node can have the pod's volumes
+//! (bound PVs' node affinity, static matches, dynamic provisioning), Reserve assumes the chosen
+//! bindings, Unreserve reverts them, PreBind updates the PVs and claims and waits up to
+//! `bindTimeoutSeconds` for the claims to bind. Its args are also Kosmos's LeafNodeVolumeBinding's,
+//! which reuses the binder.
 
+pub mod assume_cache;
+pub mod binder;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::config::FieldError;
-use crate::framework::args::{PluginArgs, UtilizationShapePoint, invalid};
+pub use binder::{ConflictReason, PodVolumeClaims, PodVolumes, VolumeBinder};
+
+use super::names;
+use crate::config::{ExtensionPoint, FieldError};
+use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, invalid, typed};
+use crate::framework::interface::{
+    CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+};
+use crate::framework::listers::Informer;
+use crate::framework::registry::{Handle, PluginRegistration};
+use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+
+const STATE_KEY: &str = "PreFilterVolumeBinding";
+
+/// The message for a pod whose immediate claims are not bound yet.
+pub const ERR_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+
+/// Per-cycle state (upstream's `stateData`): the pod's claims from PreFilter, what each feasible
+/// node would take (Filter runs concurrently, hence the lock), and whether Reserve found all bound.
+#[derive(Debug, Default)]
+pub struct VolumeBindingState {
+    pub claims: PodVolumeClaims,
+    pub pod_volumes_by_node: Mutex<HashMap<String, PodVolumes>>,
+    pub has_static_bindings: AtomicBool,
+    pub all_bound: AtomicBool,
+}
+
+/// The VolumeBinding plugin.
+#[derive(Debug)]
+pub struct VolumeBinding {
+    binder: Arc<VolumeBinder>,
+}
+
+impl VolumeBinding {
+    pub fn new(binder: Arc<VolumeBinder>) -> VolumeBinding {
+        VolumeBinding { binder }
+    }
+
+    pub fn binder(&self) -> &Arc<VolumeBinder> {
+        &self.binder
+    }
+
+    /// Upstream's `podHasPVCs`: whether the pod uses claims, or why its claims are unusable.
+    fn pod_has_pvcs(&self, pod: &PodInfo) -> Result<bool, String> {
+        let mut has = false;
+        let listers = self.binder.listers();
+        for vol in pod
+            .spec()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let Some((name, ephemeral)) = binder::volume_claim_name(&pod.pod, vol) else {
+                continue;
+            };
+            has = true;
+            let Some(pvc) = listers.persistent_volume_claims.get(pod.namespace(), &name) else {
+                return Err(if ephemeral {
+                    format!(
+                        "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
+                    )
+                } else {
+                    format!("persistentvolumeclaim {name:?} not found")
+                });
+            };
+            if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+                return Err(format!(
+                    "persistentvolumeclaim {name:?} bound to non-existent persistentvolume {:?}",
+                    binder::claim_volume_name(&pvc)
+                ));
+            }
+            if pvc.metadata.deletion_timestamp.is_some() {
+                return Err(format!("persistentvolumeclaim {name:?} is being deleted"));
+            }
+            if ephemeral {
+                binder::ephemeral_claim_is_for_pod(&pod.pod, &pvc)?;
+            }
+        }
+        Ok(has)
+    }
+}
+
+fn state(cs: &CycleState) -> Result<&VolumeBindingState, Status> {
+    cs.read::<VolumeBindingState>(STATE_KEY)
+        .ok_or_else(|| Status::error(format!("reading {STATE_KEY:?} from cycleState: not found")))
+}
+
+impl Plugin for VolumeBinding {
+    fn name(&self) -> &str {
+        names::VOLUME_BINDING
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for VolumeBinding {
+    fn pre_filter(
+        &self,
+        cs: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        match self.pod_has_pvcs(pod) {
+            Err(msg) => return (None, Status::unresolvable(msg)),
+            Ok(false) => {
+                cs.write(STATE_KEY, VolumeBindingState::default());
+                return (None, Status::skip());
+            }
+            Ok(true) => {}
+        }
+        let claims = match self.binder.get_pod_volume_claims(&pod.pod) {
+            Ok(c) => c,
+            Err(e) => return (None, Status::error(e.to_string())),
+        };
+        if !claims.unbound_claims_immediate.is_empty() {
+            return (None, Status::unresolvable(ERR_UNBOUND_IMMEDIATE));
+        }
+        cs.write(
+            STATE_KEY,
+            VolumeBindingState {
+                claims: PodVolumeClaims {
+                    unbound_claims_immediate: Vec::new(),
+                    ..claims
+                },
+                ..Default::default()
+            },
+        );
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for VolumeBinding {
+    fn filter(&self, cs: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(n) = node.node() else {
+            return Status::error("node not found");
+        };
+        let st = match state(cs) {
+            Ok(s) => s,
+            Err(s) => return s,
+        };
+        match self.binder.find_pod_volumes(&pod.pod, &st.claims, n) {
+            Err(e) => Status::error(e.to_string()),
+            Ok((_, reasons)) if !reasons.is_empty() => Status::with_reasons(
+                crate::framework::interface::Code::UnschedulableAndUnresolvable,
+                reasons.iter().map(|r| r.as_str().to_string()).collect(),
+            ),
+            Ok((volumes, _)) => {
+                if !volumes.static_bindings.is_empty() {
+                    st.has_static_bindings.store(true, Ordering::Relaxed);
+                }
+                st.pod_volumes_by_node
+                    .lock()
+                    .insert(node.name().to_string(), volumes);
+                Status::success()
+            }
+        }
+    }
+}
+
+impl PreScorePlugin for VolumeBinding {
+    fn pre_score(
+        &self,
+        _cs: &mut CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> Status {
+        // Scoring needs `shape`, which needs the StorageCapacityScoring feature (off): no scorer.
+        Status::skip()
+    }
+}
+
+impl ScorePlugin for VolumeBinding {
+    fn score(&self, _cs: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Result<i64, Status> {
+        Ok(0)
+    }
+}
+
+impl ReservePlugin for VolumeBinding {
+    fn reserve(&self, cs: &mut CycleState, pod: &PodInfo, node_name: &str) -> Status {
+        let st = match state(cs) {
+            Ok(s) => s,
+            Err(s) => return s,
+        };
+        let mut by_node = st.pod_volumes_by_node.lock();
+        match by_node.get(node_name) {
+            Some(volumes) => match self.binder.assume_pod_volumes(&pod.pod, node_name, volumes) {
+                Ok((all_bound, assumed)) => {
+                    st.all_bound.store(all_bound, Ordering::Relaxed);
+                    by_node.insert(node_name.to_string(), assumed);
+                    Status::success()
+                }
+                Err(e) => Status::error(e.to_string()),
+            },
+            None => {
+                // The pod has no claims.
+                st.all_bound.store(true, Ordering::Relaxed);
+                Status::success()
+            }
+        }
+    }
+
+    fn unreserve(&self, cs: &mut CycleState, _pod: &PodInfo, node_name: &str) {
+        let Ok(st) = state(cs) else { return };
+        if let Some(volumes) = st.pod_volumes_by_node.lock().get(node_name) {
+            self.binder.revert_assumed_pod_volumes(volumes);
+        }
+    }
+}
+
+#[async_trait]
+impl PreBindPlugin for VolumeBinding {
+    async fn pre_bind(&self, cs: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
+        let st = match state(cs) {
+            Ok(s) => s,
+            Err(s) => return s,
+        };
+        if st.all_bound.load(Ordering::Relaxed) {
+            return Status::success();
+        }
+        let Some(volumes) = st.pod_volumes_by_node.lock().get(node_name).cloned() else {
+            return Status::error(format!("no pod volume found for node {node_name:?}"));
+        };
+        tracing::debug!(pod = %pod.key(), node = node_name, "binding volumes");
+        match self
+            .binder
+            .bind_pod_volumes(&pod.pod, node_name, &volumes)
+            .await
+        {
+            Ok(()) => Status::success(),
+            Err(e) => {
+                tracing::debug!(pod = %pod.key(), error = %e, "binding volumes failed");
+                Status::error(e.to_string())
+            }
+        }
+    }
+}
+
+/// The informers VolumeBinding (and wrappers around its binder) read.
+pub const INFORMERS: &[Informer] = &[
+    Informer::PersistentVolumes,
+    Informer::PersistentVolumeClaims,
+    Informer::StorageClasses,
+    Informer::CSINodes,
+    Informer::CSIDrivers,
+    Informer::CSIStorageCapacities,
+];
+
+impl VolumeBinding {
+    /// The plugin for (defaulted, validated) args over the handle's listers and API; wrappers such
+    /// as LeafNodeVolumeBinding build their host binding this way.
+    pub fn from_args(args: &VolumeBindingArgs, handle: &Handle) -> VolumeBinding {
+        let secs = args
+            .bind_timeout_seconds
+            .unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS)
+            .max(0);
+        let timeout = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+        VolumeBinding::new(Arc::new(VolumeBinder::new(handle, timeout)))
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        &[
+            ExtensionPoint::PreFilter,
+            ExtensionPoint::Filter,
+            ExtensionPoint::Reserve,
+            ExtensionPoint::PreBind,
+            ExtensionPoint::PreScore,
+            ExtensionPoint::Score,
+        ],
+        decode::<VolumeBindingArgs>,
+        |args, handle| {
+            let args: VolumeBindingArgs = typed(args)?;
+            Ok(Arc::new(VolumeBinding::from_args(&args, handle)) as Arc<dyn Plugin>)
+        },
+    )
+    .with_informers(INFORMERS)
+}
 
 /// The default `bindTimeoutSeconds`.
 pub const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
@@ -58,7 +366,498 @@ pub fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldError> {
 mod tests {
     use super::*;
     use crate::framework::args::decode;
+    use crate::framework::interface::Code;
+    use crate::framework::listers::Listers;
+    use crate::framework::registry::RecordingApi;
+    use crate::framework::testing::{
+        NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, storage_class, term,
+    };
+    use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, CSIStorageCapacity};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
     use serde_json::json;
+
+    const WFFC: &str = "wait";
+    const IMMEDIATE: &str = "immediate";
+    const NO_PROVISIONER: &str = "local";
+    const CAPACITY_CLASS: &str = "tracked";
+    const HOST: &str = "kubernetes.io/hostname";
+
+    /// Classes, PVs and claims shared by the tests.
+    fn listers() -> Listers {
+        let l = Listers::default();
+        for sc in [
+            storage_class(WFFC, "example.com/p", Some("WaitForFirstConsumer")),
+            storage_class(IMMEDIATE, "example.com/p", Some("Immediate")),
+            storage_class(
+                NO_PROVISIONER,
+                "kubernetes.io/no-provisioner",
+                Some("WaitForFirstConsumer"),
+            ),
+            storage_class(
+                CAPACITY_CLASS,
+                "csi.example.com",
+                Some("WaitForFirstConsumer"),
+            ),
+            storage_class("unset", "example.com/p", None),
+        ] {
+            l.storage_classes.apply(sc);
+        }
+        let on = |n: &str| term(&[(HOST, "In", &[n])], &[]);
+        for pv in [
+            PvBuilder::new("pv-bound-n1")
+                .node_affinity(on("n1"))
+                .claim_ref("default", "bound-n1", "bound-n1"),
+            PvBuilder::new("pv-local-n1-5g")
+                .class(NO_PROVISIONER)
+                .capacity("5Gi")
+                .node_affinity(on("n1")),
+            PvBuilder::new("pv-local-n1-10g")
+                .class(NO_PROVISIONER)
+                .capacity("10Gi")
+                .node_affinity(on("n1")),
+            PvBuilder::new("pv-local-n2-1g")
+                .class(NO_PROVISIONER)
+                .capacity("1Gi")
+                .node_affinity(on("n2")),
+        ] {
+            l.persistent_volumes.apply(pv.resource_version("1").build());
+        }
+        for pvc in [
+            PvcBuilder::new("bound-n1").bound("pv-bound-n1"),
+            PvcBuilder::new("bound-missing").bound("pv-gone"),
+            PvcBuilder::new("immediate").class(IMMEDIATE),
+            PvcBuilder::new("prebound")
+                .class(WFFC)
+                .volume_name("pv-local-n1-5g"),
+            PvcBuilder::new("wffc").class(WFFC).request("1Gi"),
+            PvcBuilder::new("local-2g")
+                .class(NO_PROVISIONER)
+                .request("2Gi"),
+            PvcBuilder::new("local-4g")
+                .class(NO_PROVISIONER)
+                .request("4Gi"),
+            PvcBuilder::new("local-8g")
+                .class(NO_PROVISIONER)
+                .request("8Gi"),
+            PvcBuilder::new("wffc-selected-n2")
+                .class(WFFC)
+                .annotation(binder::ANN_SELECTED_NODE, "n2"),
+            PvcBuilder::new("unset-mode").class("unset"),
+            PvcBuilder::new("lost")
+                .class(WFFC)
+                .phase("Lost")
+                .volume_name("pv-x"),
+            PvcBuilder::new("deleting").class(WFFC).deleting(),
+            PvcBuilder::new("tracked")
+                .class(CAPACITY_CLASS)
+                .request("10Gi"),
+        ] {
+            l.persistent_volume_claims
+                .apply(pvc.resource_version("1").build());
+        }
+        l
+    }
+
+    fn plugin(l: Listers) -> (VolumeBinding, Arc<RecordingApi>, Handle) {
+        let api = Arc::new(RecordingApi::default());
+        let mut handle = Handle::new(api.clone());
+        handle.listers = Arc::new(l);
+        let nodes: Vec<_> = ["n1", "n2"]
+            .iter()
+            .map(|n| Arc::new(NodeBuilder::new(n).info(vec![])))
+            .collect();
+        handle
+            .snapshot
+            .store(Arc::new(Snapshot::from_node_infos(nodes)));
+        let binder = VolumeBinder::new(&handle, Duration::from_secs(2))
+            .with_poll_interval(Duration::from_millis(10));
+        (VolumeBinding::new(Arc::new(binder)), api, handle)
+    }
+
+    fn pod(claims: &[&str]) -> PodInfo {
+        claims
+            .iter()
+            .fold(PodBuilder::new("p"), |b, c| b.pvc(c))
+            .info()
+    }
+
+    /// PreFilter then Filter on n1 and n2.
+    fn filter(pl: &VolumeBinding, pod: &PodInfo) -> (CycleState, Status, Vec<Status>) {
+        let mut cs = CycleState::new();
+        let (_, pre) = pl.pre_filter(&mut cs, pod, &Snapshot::new());
+        if !pre.is_success() {
+            return (cs, pre, vec![]);
+        }
+        let statuses = ["n1", "n2"]
+            .iter()
+            .map(|n| pl.filter(&cs, pod, &NodeBuilder::new(n).info(vec![])))
+            .collect();
+        (cs, pre, statuses)
+    }
+
+    #[test]
+    fn pre_filter_and_filter_table() {
+        let ok = Status::success();
+        let nr = |r: ConflictReason| Status::unresolvable(r.as_str());
+        let cases: Vec<(&str, Vec<&str>, Status, Vec<Status>)> = vec![
+            ("no claims: skip", vec![], Status::skip(), vec![]),
+            (
+                "bound claim: PV node affinity",
+                vec!["bound-n1"],
+                ok.clone(),
+                vec![ok.clone(), nr(ConflictReason::NodeConflict)],
+            ),
+            (
+                "bound to a PV that does not exist",
+                vec!["bound-missing"],
+                ok.clone(),
+                vec![
+                    nr(ConflictReason::PvNotExist),
+                    nr(ConflictReason::PvNotExist),
+                ],
+            ),
+            (
+                "unbound immediate claim",
+                vec!["immediate"],
+                Status::unresolvable(ERR_UNBOUND_IMMEDIATE),
+                vec![],
+            ),
+            (
+                "pre-bound claim counts as immediate",
+                vec!["prebound"],
+                Status::unresolvable(ERR_UNBOUND_IMMEDIATE),
+                vec![],
+            ),
+            (
+                "delayed claim with a provisioner fits everywhere",
+                vec!["wffc"],
+                ok.clone(),
+                vec![ok.clone(), ok.clone()],
+            ),
+            (
+                "static PVs: only where a PV fits",
+                vec!["local-2g"],
+                ok.clone(),
+                vec![ok.clone(), nr(ConflictReason::BindConflict)],
+            ),
+            (
+                "static PVs: two claims need two PVs",
+                vec!["local-2g", "local-4g"],
+                ok.clone(),
+                vec![ok.clone(), nr(ConflictReason::BindConflict)],
+            ),
+            (
+                "static PVs: three claims, two PVs",
+                vec!["local-2g", "local-4g", "local-8g"],
+                ok.clone(),
+                vec![
+                    nr(ConflictReason::BindConflict),
+                    nr(ConflictReason::BindConflict),
+                ],
+            ),
+            (
+                "selected node set: only that node",
+                vec!["wffc-selected-n2"],
+                ok.clone(),
+                vec![nr(ConflictReason::BindConflict), ok.clone()],
+            ),
+            (
+                "bound and unbound conflicts together",
+                vec!["bound-n1", "local-2g"],
+                ok.clone(),
+                vec![
+                    ok.clone(),
+                    Status::with_reasons(
+                        Code::UnschedulableAndUnresolvable,
+                        vec![
+                            ConflictReason::NodeConflict.as_str().into(),
+                            ConflictReason::BindConflict.as_str().into(),
+                        ],
+                    ),
+                ],
+            ),
+            (
+                "missing claim",
+                vec!["nope"],
+                Status::unresolvable("persistentvolumeclaim \"nope\" not found"),
+                vec![],
+            ),
+            (
+                "lost claim",
+                vec!["lost"],
+                Status::unresolvable(
+                    "persistentvolumeclaim \"lost\" bound to non-existent persistentvolume \"pv-x\"",
+                ),
+                vec![],
+            ),
+            (
+                "claim being deleted",
+                vec!["deleting"],
+                Status::unresolvable("persistentvolumeclaim \"deleting\" is being deleted"),
+                vec![],
+            ),
+            (
+                "class without binding mode",
+                vec!["unset-mode"],
+                Status::error("VolumeBindingMode not set for StorageClass \"unset\""),
+                vec![],
+            ),
+        ];
+        for (name, claims, want_pre, want_filter) in cases {
+            let (pl, _, _) = plugin(listers());
+            let (_, pre, filtered) = filter(&pl, &pod(&claims));
+            assert_eq!(pre, want_pre, "{name}: PreFilter");
+            assert_eq!(filtered, want_filter, "{name}: Filter");
+        }
+    }
+
+    #[test]
+    fn static_matching_picks_the_smallest_fitting_pv() {
+        let (pl, _, _) = plugin(listers());
+        let p = pod(&["local-4g"]);
+        let (cs, _, _) = filter(&pl, &p);
+        let st = state(&cs).expect("state");
+        let by_node = st.pod_volumes_by_node.lock();
+        let b = &by_node["n1"].static_bindings;
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].pv.metadata.name.as_deref(), Some("pv-local-n1-5g"));
+    }
+
+    #[test]
+    fn missing_class_for_provisioning_and_capacity() {
+        // A delayed claim whose class disappeared between PreFilter and Filter: error.
+        let l = listers();
+        l.persistent_volume_claims
+            .apply(PvcBuilder::new("ghost").class("ghost").build());
+        let (pl, _, _) = plugin(l);
+        // The class is unknown: the claim is treated as immediate (upstream IsDelayBindingMode).
+        assert_eq!(
+            filter(&pl, &pod(&["ghost"])).1,
+            Status::unresolvable(ERR_UNBOUND_IMMEDIATE)
+        );
+
+        // CSI storage capacity: only nodes with an accessible pool large enough.
+        let l = listers();
+        l.csi_drivers.apply(CSIDriver {
+            metadata: ObjectMeta {
+                name: Some("csi.example.com".into()),
+                ..Default::default()
+            },
+            spec: CSIDriverSpec {
+                storage_capacity: Some(true),
+                ..Default::default()
+            },
+        });
+        let capacity = |name: &str, node: &str, size: &str| CSIStorageCapacity {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            storage_class_name: CAPACITY_CLASS.into(),
+            capacity: Some(Quantity(size.into())),
+            node_topology: Some(LabelSelector {
+                match_labels: Some([(HOST.to_string(), node.to_string())].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        l.csi_storage_capacities
+            .apply(capacity("c1", "n1", "100Gi"));
+        l.csi_storage_capacities.apply(capacity("c2", "n2", "1Gi"));
+        let (pl, _, _) = plugin(l);
+        let (_, pre, filtered) = filter(&pl, &pod(&["tracked"]));
+        assert!(pre.is_success());
+        assert_eq!(
+            filtered,
+            vec![
+                Status::success(),
+                Status::unresolvable(ConflictReason::NotEnoughSpace.as_str())
+            ]
+        );
+        assert_eq!(filtered[1].code(), Code::UnschedulableAndUnresolvable);
+    }
+
+    #[test]
+    fn reserve_assumes_so_the_next_pod_does_not_take_the_same_pv() {
+        let (pl, _, _) = plugin(listers());
+        let first = pod(&["local-2g"]);
+        let (mut cs, _, filtered) = filter(&pl, &first);
+        assert!(filtered[0].is_success());
+        assert!(pl.reserve(&mut cs, &first, "n1").is_success());
+        // A second pod with a 4Gi claim: the 5Gi PV is taken, the 10Gi one is left.
+        let second = PodBuilder::new("q").pvc("local-4g").info();
+        let (cs2, _, filtered2) = filter(&pl, &second);
+        assert!(filtered2[0].is_success());
+        let taken = state(&cs2).expect("state").pod_volumes_by_node.lock()["n1"].static_bindings[0]
+            .pv
+            .metadata
+            .name
+            .clone();
+        assert_eq!(taken.as_deref(), Some("pv-local-n1-10g"));
+        // A third pod wanting 8Gi finds nothing once the second reserved too...
+        let mut cs2 = cs2;
+        assert!(pl.reserve(&mut cs2, &second, "n1").is_success());
+        let third = PodBuilder::new("r").pvc("local-8g").info();
+        assert_eq!(
+            filter(&pl, &third).2[0],
+            Status::unresolvable(ConflictReason::BindConflict.as_str())
+        );
+        // ...and finds the 10Gi PV again after Unreserve.
+        pl.unreserve(&mut cs2, &second, "n1");
+        assert!(filter(&pl, &third).2[0].is_success());
+    }
+
+    #[tokio::test]
+    async fn pre_bind_annotates_the_claim_and_waits_for_the_binding() {
+        let (pl, api, handle) = plugin(listers());
+        let p = pod(&["wffc"]);
+        let (mut cs, _, _) = filter(&pl, &p);
+        assert!(pl.reserve(&mut cs, &p, "n2").is_success());
+        // Play the provisioner once the claim update is seen.
+        let listers = handle.listers.clone();
+        let provisioner = {
+            let api = api.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Some(c) = api.pvc_updates.lock().first().cloned() {
+                        let bound = PvcBuilder::new("wffc")
+                            .class(WFFC)
+                            .annotation(binder::ANN_SELECTED_NODE, "n2")
+                            .bound("pv-new")
+                            .resource_version("2")
+                            .build();
+                        listers
+                            .persistent_volumes
+                            .apply(PvBuilder::new("pv-new").build());
+                        listers.persistent_volume_claims.apply(bound);
+                        return c;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        };
+        assert_eq!(pl.pre_bind(&cs, &p, "n2").await, Status::success());
+        let updated = provisioner.await.expect("provisioner");
+        assert_eq!(
+            updated
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(binder::ANN_SELECTED_NODE))
+                .map(String::as_str),
+            Some("n2")
+        );
+    }
+
+    #[tokio::test]
+    async fn pre_bind_binds_static_pvs_and_times_out_when_nothing_binds() {
+        // The informer still shows the PV without claimRef at the version we wrote: reset.
+        let (pl, _, _) = plugin(listers());
+        let p = pod(&["local-2g"]);
+        let (mut cs, _, _) = filter(&pl, &p);
+        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        assert_eq!(
+            pl.pre_bind(&cs, &p, "n1").await,
+            Status::error("ClaimRef got reset for pv \"pv-local-n1-5g\"")
+        );
+
+        let (pl, api, handle) = plugin(listers());
+        let (mut cs, _, _) = filter(&pl, &p);
+        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        // The informer sees our PV update; nothing (no PV controller here) binds the claim.
+        handle.listers.persistent_volumes.apply(
+            PvBuilder::new("pv-local-n1-5g")
+                .class(NO_PROVISIONER)
+                .capacity("5Gi")
+                .claim_ref("default", "local-2g", "local-2g")
+                .resource_version("1")
+                .build(),
+        );
+        let s = pl.pre_bind(&cs, &p, "n1").await;
+        assert_eq!(
+            s,
+            Status::error("binding volumes: context deadline exceeded")
+        );
+        let updates = api.pv_updates.lock().clone();
+        assert_eq!(updates.len(), 1);
+        let pv = &updates[0];
+        assert_eq!(pv.metadata.name.as_deref(), Some("pv-local-n1-5g"));
+        let claim_ref = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .expect("claimRef");
+        assert_eq!(claim_ref.name.as_deref(), Some("local-2g"));
+        assert_eq!(claim_ref.uid.as_deref(), Some("local-2g"));
+        assert_eq!(
+            pv.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(binder::ANN_BOUND_BY_CONTROLLER))
+                .map(String::as_str),
+            Some("yes")
+        );
+    }
+
+    #[tokio::test]
+    async fn pre_bind_fails_when_the_provisioner_gives_up_and_on_api_errors() {
+        // The provisioner removes the selected-node annotation: provisioning failed.
+        let (pl, api, handle) = plugin(listers());
+        let p = pod(&["wffc"]);
+        let (mut cs, _, _) = filter(&pl, &p);
+        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        handle.listers.persistent_volume_claims.apply(
+            PvcBuilder::new("wffc")
+                .class(WFFC)
+                .annotation("other", "x")
+                .resource_version("3")
+                .build(),
+        );
+        assert_eq!(
+            pl.pre_bind(&cs, &p, "n1").await,
+            Status::error("provisioning failed for PVC \"wffc\"")
+        );
+        assert_eq!(api.pvc_updates.lock().len(), 1);
+
+        // The API refuses the update: error, and the assumption is dropped.
+        let (pl, api, _) = plugin(listers());
+        *api.fail_volume_updates.lock() = Some(crate::framework::registry::ApiError::Conflict(
+            "changed".into(),
+        ));
+        let p = pod(&["local-2g"]);
+        let (mut cs, _, _) = filter(&pl, &p);
+        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        assert_eq!(
+            pl.pre_bind(&cs, &p, "n1").await,
+            Status::error("conflict: changed")
+        );
+        // The PV is free again for the next pod.
+        let q = PodBuilder::new("q").pvc("local-2g").info();
+        let (cs2, _, _) = filter(&pl, &q);
+        assert_eq!(
+            state(&cs2).expect("state").pod_volumes_by_node.lock()["n1"].static_bindings[0]
+                .pv
+                .metadata
+                .name
+                .as_deref(),
+            Some("pv-local-n1-5g")
+        );
+    }
+
+    #[tokio::test]
+    async fn all_bound_claims_skip_pre_bind() {
+        let (pl, api, _) = plugin(listers());
+        let p = pod(&["bound-n1"]);
+        let (mut cs, _, _) = filter(&pl, &p);
+        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        assert_eq!(pl.pre_bind(&cs, &p, "n1").await, Status::success());
+        assert!(api.pv_updates.lock().is_empty());
+        assert!(api.pvc_updates.lock().is_empty());
+        // Score is off without `shape`.
+        assert!(pl.pre_score(&mut cs, &p, &Snapshot::new(), &[]).is_skip());
+    }
 
     #[test]
     fn args() {

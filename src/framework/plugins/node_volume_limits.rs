@@ -1,0 +1,395 @@
+//! NodeVolumeLimits (upstream's CSILimits): the CSI volumes a node would attach with the pod must
+//! stay within the per-driver `allocatable.count` of the node's CSINode.
+//!
+//! Volumes count by `driver/volumeHandle`: a bound claim through its PV's `csi` source, an unbound
+//! claim through its class's provisioner (a new volume). Not done (yet): in-tree volumes migrated
+//! to CSI, and VolumeAttachments not backed by a pod in the cache.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
+
+use super::names;
+use crate::config::ExtensionPoint;
+use crate::framework::args::no_args;
+use crate::framework::interface::{
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
+use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::volume_binding::binder::{
+    claim_class, claim_volume_name, ephemeral_claim_is_for_pod, volume_claim_name,
+};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+
+pub const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed max volume count";
+
+/// Stands in for the volume handle of a volume not provisioned yet (upstream: a random prefix).
+const UNBOUND_VOLUME_PREFIX: &str = "ksched-unbound-volume";
+
+#[derive(Debug)]
+pub struct NodeVolumeLimits {
+    listers: Arc<Listers>,
+}
+
+/// Per-driver limits from a CSINode.
+fn volume_limits(csi_node: Option<&CSINode>) -> HashMap<String, i64> {
+    csi_node
+        .into_iter()
+        .flat_map(|c| c.spec.drivers.iter())
+        .filter_map(|d| {
+            let count = d.allocatable.as_ref()?.count?;
+            Some((d.name.clone(), i64::from(count)))
+        })
+        .collect()
+}
+
+impl NodeVolumeLimits {
+    pub fn new(listers: Arc<Listers>) -> NodeVolumeLimits {
+        NodeVolumeLimits { listers }
+    }
+
+    /// The CSI driver and volume handle of a claim; `None` when it does not count.
+    fn csi_driver_info(&self, pvc: &PersistentVolumeClaim) -> Option<(String, String)> {
+        let pv_name = claim_volume_name(pvc);
+        if !pv_name.is_empty()
+            && let Some(pv) = self.listers.persistent_volumes.get("", pv_name)
+        {
+            let csi = pv.spec.as_ref()?.csi.as_ref()?;
+            return Some((csi.driver.clone(), csi.volume_handle.clone()));
+        }
+        // Unbound (or its PV is not known yet): the class's provisioner makes a new volume.
+        let class_name = claim_class(pvc);
+        if class_name.is_empty() {
+            return None;
+        }
+        let class = self.listers.storage_classes.get("", class_name)?;
+        if class.provisioner.starts_with("kubernetes.io/") {
+            // An in-tree provisioner: counted only when migrated to CSI (not supported yet).
+            return None;
+        }
+        let handle = format!(
+            "{UNBOUND_VOLUME_PREFIX}-{}/{}",
+            pvc.metadata.namespace.as_deref().unwrap_or_default(),
+            pvc.metadata.name.as_deref().unwrap_or_default()
+        );
+        Some((class.provisioner.clone(), handle))
+    }
+
+    /// Upstream's `filterAttachableVolumes`: `driver/handle` -> driver for the pod's volumes. A
+    /// missing claim is an error for the new pod and ignored for pods already on the node.
+    fn attachable_volumes(
+        &self,
+        pod: &Pod,
+        new_pod: bool,
+        out: &mut BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let Some((name, ephemeral)) = volume_claim_name(pod, vol) else {
+                continue;
+            };
+            if name.is_empty() {
+                return Err("PersistentVolumeClaim had no name".into());
+            }
+            let Some(pvc) = self.listers.persistent_volume_claims.get(ns, &name) else {
+                if new_pod {
+                    return Err(format!(
+                        "looking up PVC {ns}/{name}: persistentvolumeclaim {name:?} not found"
+                    ));
+                }
+                continue;
+            };
+            if ephemeral {
+                ephemeral_claim_is_for_pod(pod, &pvc)?;
+            }
+            if let Some((driver, handle)) = self.csi_driver_info(&pvc)
+                && !driver.is_empty()
+                && !handle.is_empty()
+            {
+                out.insert(format!("{driver}/{handle}"), driver);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Plugin for NodeVolumeLimits {
+    fn name(&self) -> &str {
+        names::NODE_VOLUME_LIMITS
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for NodeVolumeLimits {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        let has = pod
+            .spec()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+        if has {
+            (None, Status::success())
+        } else {
+            (None, Status::skip())
+        }
+    }
+}
+
+impl FilterPlugin for NodeVolumeLimits {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if pod
+            .spec()
+            .and_then(|s| s.volumes.as_ref())
+            .is_none_or(Vec::is_empty)
+        {
+            return Status::success();
+        }
+        let csi_node = self.listers.csi_nodes.get("", node.name());
+        let mut new_volumes = BTreeMap::new();
+        if let Err(e) = self.attachable_volumes(&pod.pod, true, &mut new_volumes) {
+            return if e.contains("not found") {
+                Status::unresolvable(e)
+            } else {
+                Status::error(e)
+            };
+        }
+        if new_volumes.is_empty() {
+            return Status::success();
+        }
+        let limits = volume_limits(csi_node.as_deref());
+        if limits.is_empty() {
+            return Status::success();
+        }
+        let mut attached = BTreeMap::new();
+        for existing in &node.pods {
+            if let Err(e) = self.attachable_volumes(&existing.pod, false, &mut attached) {
+                return Status::error(e);
+            }
+        }
+        let mut attached_count: HashMap<&str, i64> = HashMap::new();
+        for (unique, driver) in &attached {
+            new_volumes.remove(unique);
+            *attached_count.entry(driver).or_default() += 1;
+        }
+        let mut new_count: HashMap<&str, i64> = HashMap::new();
+        for driver in new_volumes.values() {
+            *new_count.entry(driver).or_default() += 1;
+        }
+        for (driver, count) in new_count {
+            if let Some(max) = limits.get(driver)
+                && attached_count.get(driver).copied().unwrap_or(0) + count > *max
+            {
+                return Status::unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED);
+            }
+        }
+        Status::success()
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        &[ExtensionPoint::PreFilter, ExtensionPoint::Filter],
+        no_args,
+        |_, handle| Ok(Arc::new(NodeVolumeLimits::new(handle.listers.clone())) as Arc<dyn Plugin>),
+    )
+    .with_informers(&[
+        Informer::PersistentVolumes,
+        Informer::PersistentVolumeClaims,
+        Informer::StorageClasses,
+        Informer::CSINodes,
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::{
+        NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, csi_node, storage_class,
+    };
+
+    const EBS: &str = "ebs.csi.aws.com";
+    const GCE: &str = "pd.csi.storage.gke.io";
+
+    fn listers(limit: Option<i32>) -> Arc<Listers> {
+        let l = Listers::default();
+        for (pv, driver, handle) in [
+            ("pv-1", EBS, "vol-1"),
+            ("pv-2", EBS, "vol-2"),
+            ("pv-3", EBS, "vol-3"),
+            ("pv-gce", GCE, "disk-1"),
+        ] {
+            l.persistent_volumes
+                .apply(PvBuilder::new(pv).csi(driver, handle).build());
+            l.persistent_volume_claims
+                .apply(PvcBuilder::new(&format!("c-{pv}")).bound(pv).build());
+        }
+        l.persistent_volumes.apply(PvBuilder::new("pv-nfs").build());
+        l.persistent_volume_claims
+            .apply(PvcBuilder::new("c-nfs").bound("pv-nfs").build());
+        l.storage_classes
+            .apply(storage_class("ebs", EBS, Some("WaitForFirstConsumer")));
+        l.storage_classes.apply(storage_class(
+            "intree",
+            "kubernetes.io/aws-ebs",
+            Some("WaitForFirstConsumer"),
+        ));
+        l.persistent_volume_claims
+            .apply(PvcBuilder::new("c-new").class("ebs").build());
+        l.persistent_volume_claims
+            .apply(PvcBuilder::new("c-new2").class("ebs").build());
+        l.persistent_volume_claims
+            .apply(PvcBuilder::new("c-intree").class("intree").build());
+        l.csi_nodes
+            .apply(csi_node("n", &[(EBS, limit), (GCE, Some(1))]));
+        Arc::new(l)
+    }
+
+    fn run(limit: Option<i32>, new_claims: &[&str], existing: &[&[&str]]) -> Status {
+        let pl = NodeVolumeLimits::new(listers(limit));
+        let mut pod = PodBuilder::new("p");
+        for c in new_claims {
+            pod = pod.pvc(c);
+        }
+        let pod = pod.info();
+        let pods = existing
+            .iter()
+            .enumerate()
+            .map(|(i, claims)| {
+                let mut b = PodBuilder::new(&format!("e{i}")).node("n");
+                for c in *claims {
+                    b = b.pvc(c);
+                }
+                b.build()
+            })
+            .collect();
+        let node = NodeBuilder::new("n").info(pods);
+        let mut cs = CycleState::new();
+        let (_, s) = pl.pre_filter(&mut cs, &pod, &Snapshot::new());
+        if !s.is_success() {
+            return s;
+        }
+        pl.filter(&cs, &pod, &node)
+    }
+
+    #[test]
+    fn filter_table() {
+        let exceeded = Status::unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED);
+        let cases: Vec<(&str, Option<i32>, Vec<&str>, Vec<&[&str]>, Status)> = vec![
+            ("no claims skips", Some(1), vec![], vec![], Status::skip()),
+            (
+                "fits the limit",
+                Some(2),
+                vec!["c-pv-1"],
+                vec![&["c-pv-2"]],
+                Status::success(),
+            ),
+            (
+                "exceeds the limit",
+                Some(1),
+                vec!["c-pv-1"],
+                vec![&["c-pv-2"]],
+                exceeded.clone(),
+            ),
+            (
+                "a volume already attached does not count twice",
+                Some(1),
+                vec!["c-pv-1"],
+                vec![&["c-pv-1"]],
+                Status::success(),
+            ),
+            (
+                "two new volumes over the limit",
+                Some(2),
+                vec!["c-pv-1", "c-pv-2"],
+                vec![&["c-pv-3"]],
+                exceeded.clone(),
+            ),
+            (
+                "limits are per driver",
+                Some(1),
+                vec!["c-pv-gce"],
+                vec![&["c-pv-1"]],
+                Status::success(),
+            ),
+            (
+                "unbound claims count through the class's provisioner",
+                Some(1),
+                vec!["c-new"],
+                vec![&["c-pv-1"]],
+                exceeded.clone(),
+            ),
+            (
+                "two unbound claims are two volumes",
+                Some(1),
+                vec!["c-new", "c-new2"],
+                vec![],
+                exceeded.clone(),
+            ),
+            (
+                "no allocatable count: no limit",
+                None,
+                vec!["c-pv-1", "c-pv-2"],
+                vec![&["c-pv-3"]],
+                Status::success(),
+            ),
+            (
+                "non-CSI volumes do not count",
+                Some(1),
+                vec!["c-nfs"],
+                vec![&["c-pv-1"]],
+                Status::success(),
+            ),
+            (
+                "in-tree provisioner without migration does not count",
+                Some(1),
+                vec!["c-intree"],
+                vec![&["c-pv-1"]],
+                Status::success(),
+            ),
+            (
+                "missing claim of the new pod",
+                Some(1),
+                vec!["nope"],
+                vec![],
+                Status::unresolvable(
+                    "looking up PVC default/nope: persistentvolumeclaim \"nope\" not found",
+                ),
+            ),
+            (
+                "missing claim of an existing pod is ignored",
+                Some(1),
+                vec!["c-pv-1"],
+                vec![&["nope"]],
+                Status::success(),
+            ),
+        ];
+        for (name, limit, new, existing, want) in cases {
+            assert_eq!(run(limit, &new, &existing), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn node_without_csi_node_has_no_limits() {
+        let pl = NodeVolumeLimits::new(listers(Some(0)));
+        let pod = PodBuilder::new("p").pvc("c-pv-1").info();
+        let node = NodeBuilder::new("other").info(vec![]);
+        assert_eq!(
+            pl.filter(&CycleState::new(), &pod, &node),
+            Status::success()
+        );
+    }
+}

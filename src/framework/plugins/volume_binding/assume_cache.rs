@@ -1,0 +1,181 @@
+//! Upstream's assume cache: an overlay of "assumed" objects over an informer store. The scheduler
+//! assumes a PV bound to a claim (or a claim annotated with its selected node) in Reserve, so the
+//! next pods' Filter sees it taken before the API update lands; Unreserve (or a failed PreBind)
+//! restores the informer's object. An assumed object stays visible while the informer still holds
+//! the version it was assumed from; a newer informer version replaces it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::Resource;
+use parking_lot::RwLock;
+
+use crate::framework::listers::ObjectStore;
+
+/// Why an object could not be assumed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssumeError {
+    #[error("{kind} {key:?} not found")]
+    NotFound { kind: &'static str, key: String },
+    #[error("{key:?} is out of sync (stored: {stored}, assume: {assume})")]
+    OutOfSync {
+        key: String,
+        stored: String,
+        assume: String,
+    },
+}
+
+/// The resourceVersion as a number (upstream's `APIObjectVersioner`); absent or odd versions are 0.
+pub fn resource_version<K: Resource>(obj: &K) -> u64 {
+    obj.meta()
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Assumed objects of one kind, keyed like [`ObjectStore`] keys.
+pub struct AssumeCache<K> {
+    kind: &'static str,
+    assumed: RwLock<HashMap<String, Arc<K>>>,
+}
+
+impl<K: Resource + Clone> AssumeCache<K> {
+    pub fn new(kind: &'static str) -> AssumeCache<K> {
+        AssumeCache {
+            kind,
+            assumed: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The assumed object when it is still current, else the informer's (upstream's `Get`).
+    pub fn get(&self, store: &ObjectStore<K>, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let api = store.get(namespace, name)?;
+        self.overlay(api)
+    }
+
+    fn overlay(&self, api: Arc<K>) -> Option<Arc<K>> {
+        let key = ObjectStore::<K>::key_of(&api);
+        match self.assumed.read().get(&key) {
+            Some(a) if resource_version(a.as_ref()) >= resource_version(api.as_ref()) => {
+                Some(a.clone())
+            }
+            _ => Some(api),
+        }
+    }
+
+    /// Every object with assumptions applied.
+    pub fn list(&self, store: &ObjectStore<K>) -> Vec<Arc<K>> {
+        store
+            .list()
+            .into_iter()
+            .filter_map(|o| self.overlay(o))
+            .collect()
+    }
+
+    /// Records `obj` as assumed; it must not be older than what the cache shows now.
+    pub fn assume(&self, store: &ObjectStore<K>, obj: K) -> Result<(), AssumeError> {
+        let key = ObjectStore::<K>::key_of(&obj);
+        let meta = obj.meta();
+        let current = self
+            .get(
+                store,
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            )
+            .ok_or_else(|| AssumeError::NotFound {
+                kind: self.kind,
+                key: key.clone(),
+            })?;
+        let (stored, assume) = (resource_version(current.as_ref()), resource_version(&obj));
+        if assume < stored {
+            return Err(AssumeError::OutOfSync {
+                key,
+                stored: stored.to_string(),
+                assume: assume.to_string(),
+            });
+        }
+        self.assumed.write().insert(key, Arc::new(obj));
+        Ok(())
+    }
+
+    /// Drops the assumption for `key` (upstream's `Restore`).
+    pub fn restore(&self, key: &str) {
+        self.assumed.write().remove(key);
+    }
+
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.assumed.read().contains_key(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::PvBuilder;
+    use k8s_openapi::api::core::v1::PersistentVolume;
+
+    #[test]
+    fn assume_restore_and_newer_informer_versions() {
+        let store: ObjectStore<PersistentVolume> = ObjectStore::default();
+        let cache = AssumeCache::new("persistentvolume");
+        let pv = PvBuilder::new("pv-1").resource_version("5").build();
+        // Nothing to assume on.
+        assert!(matches!(
+            cache.assume(&store, pv.clone()),
+            Err(AssumeError::NotFound { .. })
+        ));
+        store.apply(pv.clone());
+        let bound = PvBuilder::new("pv-1")
+            .resource_version("5")
+            .claim_ref("ns", "c", "uid")
+            .build();
+        cache.assume(&store, bound).expect("assume");
+        let got = cache.get(&store, "", "pv-1").expect("pv");
+        assert!(
+            got.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_some()
+        );
+        assert_eq!(cache.list(&store).len(), 1);
+        // Older than what is shown: refused.
+        let old = PvBuilder::new("pv-1").resource_version("4").build();
+        assert_eq!(
+            cache.assume(&store, old),
+            Err(AssumeError::OutOfSync {
+                key: "pv-1".into(),
+                stored: "5".into(),
+                assume: "4".into()
+            })
+        );
+        // Restore shows the informer's object again.
+        cache.restore("pv-1");
+        let got = cache.get(&store, "", "pv-1").expect("pv");
+        assert!(
+            got.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_none()
+        );
+        // A newer informer version wins over an assumption.
+        cache
+            .assume(
+                &store,
+                PvBuilder::new("pv-1")
+                    .resource_version("5")
+                    .claim_ref("ns", "c", "uid")
+                    .build(),
+            )
+            .expect("assume");
+        store.apply(PvBuilder::new("pv-1").resource_version("6").build());
+        let got = cache.get(&store, "", "pv-1").expect("pv");
+        assert_eq!(resource_version(got.as_ref()), 6);
+        assert!(
+            got.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_none()
+        );
+    }
+}

@@ -784,4 +784,60 @@ mod tests {
         q.close();
         assert!(waiter.await.expect("join"));
     }
+
+    fn nominated_names(q: &SchedulingQueue, node: &str) -> Vec<String> {
+        q.nominator()
+            .nominated_pods_for_node(node)
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn nominator_follows_status_and_the_schedulers_own_nominations() {
+        let q = queue();
+        // From the API: a pending pod with status.nominatedNodeName.
+        let a = Arc::new(PodInfo::from_pod(
+            PodBuilder::new("a")
+                .priority(5)
+                .nominated_node("n1")
+                .build(),
+        ));
+        q.add(a);
+        assert_eq!(nominated_names(&q, "n1"), ["a"]);
+        // From PostFilter, before the status patch lands; an unrelated update keeps it.
+        let b = pod("b", 10);
+        q.add(b.clone());
+        q.nominator().add_nominated_pod(b.clone(), "n2");
+        q.update(b, false);
+        assert_eq!(nominated_names(&q, "n2"), ["b"]);
+        assert_eq!(
+            q.nominator().nominated_node("default/b").as_deref(),
+            Some("n2")
+        );
+        // The patch lands, then another preemption clears it through the API.
+        let b_nominated = Arc::new(PodInfo::from_pod(
+            PodBuilder::new("b")
+                .priority(10)
+                .nominated_node("n2")
+                .build(),
+        ));
+        q.update(b_nominated, false);
+        assert_eq!(nominated_names(&q, "n2"), ["b"]);
+        q.update(pod("b", 10), false);
+        assert!(nominated_names(&q, "n2").is_empty());
+        // Bound or deleted: gone.
+        q.delete("default/a");
+        assert!(nominated_names(&q, "n1").is_empty());
+        // An empty Override clears; a bound pod is never nominated.
+        let c = pod("c", 1);
+        q.nominator().add_nominated_pod(c.clone(), "n3");
+        q.nominator().add_nominated_pod(c, "");
+        assert!(nominated_names(&q, "n3").is_empty());
+        let bound = Arc::new(PodInfo::from_pod(
+            PodBuilder::new("d").node("n4").nominated_node("n4").build(),
+        ));
+        q.nominator().add_nominated_pod(bound, "n4");
+        assert!(nominated_names(&q, "n4").is_empty());
+    }
 }

@@ -7,7 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use kube::Resource;
@@ -27,6 +30,12 @@ pub enum Informer {
     PodDisruptionBudgets,
     Namespaces,
     PodGroups,
+    /// Services, ReplicationControllers, ReplicaSets and StatefulSets: the owners PodTopologySpread's
+    /// default constraints derive a pod's selector from.
+    Services,
+    ReplicationControllers,
+    ReplicaSets,
+    StatefulSets,
 }
 
 /// Objects of one kind by `namespace/name` (or `name` when cluster-scoped).
@@ -115,6 +124,10 @@ pub struct Listers {
     pub pod_disruption_budgets: ObjectStore<PodDisruptionBudget>,
     pub namespaces: ObjectStore<Namespace>,
     pub pod_groups: ObjectStore<PodGroup>,
+    pub services: ObjectStore<Service>,
+    pub replication_controllers: ObjectStore<ReplicationController>,
+    pub replica_sets: ObjectStore<ReplicaSet>,
+    pub stateful_sets: ObjectStore<StatefulSet>,
 }
 
 impl std::fmt::Debug for Listers {

@@ -485,18 +485,11 @@ mod tests {
                 "{n}"
             );
         }
-        match r.availability(names::INTER_POD_AFFINITY) {
-            PluginAvailability::NotBuiltYet {
-                reason,
-                extension_points,
-            } => {
-                assert_eq!(
-                    reason,
-                    "built in the issue 'affinity, topology spread, volumes and preemption'"
-                );
-                assert!(extension_points.contains(&ExtensionPoint::Filter));
+        for n in [names::INTER_POD_AFFINITY, names::POD_TOPOLOGY_SPREAD] {
+            match r.availability(n) {
+                PluginAvailability::Built(eps) => assert!(eps.contains(&ExtensionPoint::Filter)),
+                other => panic!("{n}: {other:?}"),
             }
-            other => panic!("{other:?}"),
         }
         match r.availability(names::DYNAMIC_RESOURCES) {
             PluginAvailability::NotBuiltYet { reason, .. } => {

@@ -990,8 +990,8 @@ mod tests {
             "profile \"test\": plugin \"Nope\" does not exist"
         );
         assert_eq!(
-            err(&profile(&[(Filter, &["InterPodAffinity"])])),
-            "profile \"test\": plugin \"InterPodAffinity\" cannot run: built in the issue 'affinity, topology spread, volumes and preemption'"
+            err(&profile(&[(Filter, &["DynamicResources"])])),
+            "profile \"test\": plugin \"DynamicResources\" cannot run: DynamicResources is not supported yet by ksched; disable it"
         );
         assert_eq!(
             err(&profile(&[(Score, &["NodeName"])])),

@@ -882,3 +882,153 @@ pub fn snapshot_of(names: &[&str]) -> Snapshot {
         .collect();
     Snapshot::from_objects(&nodes, &[])
 }
+
+// ----- pod affinity terms and topology spread constraints -----
+
+use k8s_openapi::api::core::v1::{PodAffinity, TopologySpreadConstraint, WeightedPodAffinityTerm};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, OwnerReference};
+
+/// A label selector with `matchLabels` and `(key, operator, values)` expressions.
+pub fn label_selector(
+    match_labels: &[(&str, &str)],
+    exprs: &[(&str, &str, &[&str])],
+) -> LabelSelector {
+    LabelSelector {
+        match_labels: (!match_labels.is_empty()).then(|| {
+            match_labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        }),
+        match_expressions: (!exprs.is_empty()).then(|| {
+            exprs
+                .iter()
+                .map(|(k, op, vals)| LabelSelectorRequirement {
+                    key: k.to_string(),
+                    operator: op.to_string(),
+                    values: (!vals.is_empty())
+                        .then(|| vals.iter().map(|v| v.to_string()).collect()),
+                })
+                .collect()
+        }),
+    }
+}
+
+/// A pod affinity term selecting `match_labels` in the pod's own namespace over `topology_key`.
+pub fn pod_term(match_labels: &[(&str, &str)], topology_key: &str) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(label_selector(match_labels, &[])),
+        topology_key: topology_key.to_string(),
+        ..Default::default()
+    }
+}
+
+/// A topology spread constraint selecting `match_labels` (`None`: no selector at all).
+pub fn spread_constraint(
+    max_skew: i32,
+    topology_key: &str,
+    when_unsatisfiable: &str,
+    match_labels: Option<&[(&str, &str)]>,
+) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew,
+        topology_key: topology_key.to_string(),
+        when_unsatisfiable: when_unsatisfiable.to_string(),
+        label_selector: match_labels.map(|l| label_selector(l, &[])),
+        ..Default::default()
+    }
+}
+
+impl PodBuilder {
+    fn pod_affinity_spec(&mut self) -> &mut PodAffinity {
+        self.spec()
+            .affinity
+            .get_or_insert_with(Affinity::default)
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default)
+    }
+
+    fn pod_anti_affinity_spec(&mut self) -> &mut PodAntiAffinity {
+        self.spec()
+            .affinity
+            .get_or_insert_with(Affinity::default)
+            .pod_anti_affinity
+            .get_or_insert_with(PodAntiAffinity::default)
+    }
+
+    /// Adds a required pod affinity term.
+    pub fn required_pod_affinity(mut self, term: PodAffinityTerm) -> Self {
+        self.pod_affinity_spec()
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term);
+        self
+    }
+
+    /// Adds a required pod anti-affinity term.
+    pub fn required_pod_anti_affinity(mut self, term: PodAffinityTerm) -> Self {
+        self.pod_anti_affinity_spec()
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term);
+        self
+    }
+
+    /// Adds a preferred pod affinity term.
+    pub fn preferred_pod_affinity(mut self, weight: i32, term: PodAffinityTerm) -> Self {
+        self.pod_affinity_spec()
+            .preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(WeightedPodAffinityTerm {
+                weight,
+                pod_affinity_term: term,
+            });
+        self
+    }
+
+    /// Adds a preferred pod anti-affinity term.
+    pub fn preferred_pod_anti_affinity(mut self, weight: i32, term: PodAffinityTerm) -> Self {
+        self.pod_anti_affinity_spec()
+            .preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(WeightedPodAffinityTerm {
+                weight,
+                pod_affinity_term: term,
+            });
+        self
+    }
+
+    /// Adds a topology spread constraint.
+    pub fn spread(mut self, c: TopologySpreadConstraint) -> Self {
+        self.spec()
+            .topology_spread_constraints
+            .get_or_insert_with(Vec::new)
+            .push(c);
+        self
+    }
+
+    /// Sets the controlling owner (`apps/v1 ReplicaSet`, `v1 ReplicationController`...).
+    pub fn controller(mut self, api_version: &str, kind: &str, name: &str) -> Self {
+        self.pod
+            .metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(OwnerReference {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                name: name.to_string(),
+                uid: format!("{name}-uid"),
+                controller: Some(true),
+                ..Default::default()
+            });
+        self
+    }
+
+    /// Marks the pod as being deleted.
+    pub fn terminating(mut self) -> Self {
+        self.pod.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        self
+    }
+}

@@ -307,6 +307,20 @@ pub fn start_informers(
             Informer::PodGroups => {
                 tokio::spawn(watch_store(Api::all(c), l, |l| &l.pod_groups, q, tx))
             }
+            Informer::Services => tokio::spawn(watch_store(Api::all(c), l, |l| &l.services, q, tx)),
+            Informer::ReplicationControllers => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.replication_controllers,
+                q,
+                tx,
+            )),
+            Informer::ReplicaSets => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.replica_sets, q, tx))
+            }
+            Informer::StatefulSets => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.stateful_sets, q, tx))
+            }
         };
         tasks.push(task);
     }

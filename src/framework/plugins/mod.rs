@@ -25,10 +25,8 @@ pub mod volume_restrictions;
 pub mod volume_zone;
 
 use crate::config::ExtensionPoint::{self, *};
-use crate::framework::args::{decode, no_args};
+use crate::framework::args::no_args;
 use crate::framework::registry::{PluginRegistration, Registry};
-
-const LATER_ISSUE: &str = "built in the issue 'affinity, topology spread, volumes and preemption'";
 
 /// Registers every in-tree plugin (built or not yet) into `r`.
 pub fn register_in_tree(r: &mut Registry) {
@@ -75,6 +73,14 @@ pub fn register_in_tree(r: &mut Registry) {
             names::LEAF_NODE_VOLUME_BINDING,
             leaf::volume_binding::registration(),
         ),
+        (
+            names::INTER_POD_AFFINITY,
+            inter_pod_affinity::registration(),
+        ),
+        (
+            names::POD_TOPOLOGY_SPREAD,
+            pod_topology_spread::registration(),
+        ),
     ];
     for (name, reg) in built {
         if let Err(e) = r.register(name, reg) {
@@ -82,20 +88,7 @@ pub fn register_in_tree(r: &mut Registry) {
         }
     }
 
-    let later = "built in a later issue";
     let not_built: Vec<(&str, &[ExtensionPoint], &str, super::registry::ArgsDecoder)> = vec![
-        (
-            names::INTER_POD_AFFINITY,
-            &[PreFilter, Filter, PreScore, Score],
-            LATER_ISSUE,
-            arc(decode::<inter_pod_affinity::InterPodAffinityArgs>),
-        ),
-        (
-            names::POD_TOPOLOGY_SPREAD,
-            &[PreFilter, Filter, PreScore, Score],
-            LATER_ISSUE,
-            arc(decode::<pod_topology_spread::PodTopologySpreadArgs>),
-        ),
         (
             names::DYNAMIC_RESOURCES,
             &[

@@ -170,7 +170,7 @@ impl NodeAffinity {
 }
 
 /// The pod's required node selector and affinity (upstream's `GetRequiredNodeAffinity(pod).Match`).
-fn pod_matches_node_selector_and_affinity(pod: &PodInfo, node: &NodeInfo) -> bool {
+pub(crate) fn pod_matches_node_selector_and_affinity(pod: &PodInfo, node: &NodeInfo) -> bool {
     let labels = node.labels();
     if let Some(sel) = pod.node_selector() {
         let ok = sel

@@ -1,10 +1,32 @@
-//! InterPodAffinity — built in the issue "affinity, topology spread, volumes and preemption"; for
-//! now its args, so configurations naming it validate strictly.
+//! InterPodAffinity: required pod affinity and anti-affinity (the incoming pod's and the existing
+//! pods' anti-affinity against it) filter nodes; preferred terms (both ways) and existing pods'
+//! required affinity (`hardPodAffinityWeight`) score them. Upstream's
+//! `pkg/scheduler/framework/plugins/interpodaffinity`.
+
+mod filtering;
+mod scoring;
+mod terms;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::FieldError;
-use crate::framework::args::{PluginArgs, invalid};
+use super::names;
+use crate::config::{ExtensionPoint, FieldError};
+use crate::framework::args::{PluginArgs, decode, invalid, typed};
+use crate::framework::interface::{
+    FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+};
+use crate::framework::listers::{Informer, Listers};
+use crate::framework::registry::PluginRegistration;
+
+pub use filtering::{
+    ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
+    ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
+};
 
 /// Upstream's `InterPodAffinityArgs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,30 +61,52 @@ impl PluginArgs for InterPodAffinityArgs {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::framework::args::decode;
-    use serde_json::json;
+/// The InterPodAffinity plugin.
+pub struct InterPodAffinity {
+    args: InterPodAffinityArgs,
+    listers: Arc<Listers>,
+}
 
-    #[test]
-    fn args() {
-        assert_eq!(
-            decode::<InterPodAffinityArgs>(None),
-            Ok(json!({"hardPodAffinityWeight": 1, "ignorePreferredTermsOfExistingPods": false}))
-        );
-        assert_eq!(
-            decode::<InterPodAffinityArgs>(Some(&json!({"hardPodAffinityWeight": 0}))),
-            Ok(json!({"hardPodAffinityWeight": 0, "ignorePreferredTermsOfExistingPods": false}))
-        );
-        let e = decode::<InterPodAffinityArgs>(Some(&json!({"hardPodAffinityWeight": 101})))
-            .unwrap_err();
-        assert_eq!(
-            e[0].to_string(),
-            "hardPodAffinityWeight: Invalid value: 101: not in valid range [0-100]"
-        );
-        assert!(
-            decode::<InterPodAffinityArgs>(Some(&json!({"hardPodAffinityWeigth": 1}))).is_err()
-        );
+impl InterPodAffinity {
+    pub fn new(args: InterPodAffinityArgs, listers: Arc<Listers>) -> InterPodAffinity {
+        InterPodAffinity { args, listers }
     }
+}
+
+impl Plugin for InterPodAffinity {
+    fn name(&self) -> &str {
+        names::INTER_POD_AFFINITY
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        &[
+            ExtensionPoint::PreFilter,
+            ExtensionPoint::Filter,
+            ExtensionPoint::PreScore,
+            ExtensionPoint::Score,
+        ],
+        decode::<InterPodAffinityArgs>,
+        |args, handle| {
+            let args: InterPodAffinityArgs = typed(args)?;
+            Ok(Arc::new(InterPodAffinity::new(
+                args,
+                handle.listers.clone(),
+            )))
+        },
+    )
+    .with_informers(&[Informer::Namespaces])
 }

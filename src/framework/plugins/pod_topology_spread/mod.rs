@@ -1,11 +1,34 @@
-//! PodTopologySpread — built in the issue "affinity, topology spread, volumes and preemption"; for
-//! now its args.
+//! PodTopologySpread: `topologySpreadConstraints` with `whenUnsatisfiable: DoNotSchedule` filter
+//! nodes (maxSkew, minDomains, nodeAffinityPolicy, nodeTaintsPolicy, matchLabelKeys);
+//! `ScheduleAnyway` constraints score them. Pods without constraints get the default ones
+//! (`defaultingType: System`, or `List` with `defaultConstraints`), with a selector derived from
+//! the pod's Services and controller. Upstream's `pkg/scheduler/framework/plugins/podtopologyspread`.
+
+mod common;
+mod filtering;
+mod scoring;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use serde::{Deserialize, Serialize};
 
-use crate::config::FieldError;
-use crate::framework::args::{PluginArgs, duplicate, forbidden, invalid, not_supported, required};
+use super::names;
+use crate::config::{ExtensionPoint, FieldError};
+use crate::framework::args::{
+    PluginArgs, decode, duplicate, forbidden, invalid, not_supported, required, typed,
+};
+use crate::framework::interface::{
+    FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+};
+use crate::framework::listers::{Informer, Listers};
+use crate::framework::registry::PluginRegistration;
+
+pub use common::default_selector;
+pub use filtering::{ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH};
 
 pub const SYSTEM_DEFAULTING: &str = "System";
 pub const LIST_DEFAULTING: &str = "List";
@@ -83,44 +106,84 @@ impl PluginArgs for PodTopologySpreadArgs {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::framework::args::decode;
-    use serde_json::json;
+/// Upstream's `systemDefaultConstraints`: hostname maxSkew 3 and zone maxSkew 5, ScheduleAnyway.
+pub fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
+    [
+        ("kubernetes.io/hostname", 3),
+        ("topology.kubernetes.io/zone", 5),
+    ]
+    .into_iter()
+    .map(|(key, skew)| TopologySpreadConstraint {
+        topology_key: key.to_string(),
+        when_unsatisfiable: "ScheduleAnyway".to_string(),
+        max_skew: skew,
+        ..Default::default()
+    })
+    .collect()
+}
 
-    #[test]
-    fn args() {
-        assert_eq!(
-            decode::<PodTopologySpreadArgs>(None),
-            Ok(json!({"defaultConstraints": [], "defaultingType": "System"}))
-        );
-        let c = json!({"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"});
-        assert!(
-            decode::<PodTopologySpreadArgs>(Some(
-                &json!({"defaultingType": "List", "defaultConstraints": [c]})
-            ))
-            .is_ok()
-        );
-        let e =
-            decode::<PodTopologySpreadArgs>(Some(&json!({"defaultConstraints": [c]}))).unwrap_err();
-        assert_eq!(e[0].path, "defaultingType");
-        let e = decode::<PodTopologySpreadArgs>(Some(
-            &json!({"defaultingType": "List", "defaultConstraints": [c, c]}),
-        ))
-        .unwrap_err();
-        assert_eq!(
-            e[0].to_string(),
-            "defaultConstraints[1]: Duplicate value: {zone, ScheduleAnyway}"
-        );
-        let bad = json!({"maxSkew": 0, "topologyKey": "", "whenUnsatisfiable": "Never"});
-        let e = decode::<PodTopologySpreadArgs>(Some(
-            &json!({"defaultingType": "List", "defaultConstraints": [bad]}),
-        ))
-        .unwrap_err();
-        assert_eq!(e.len(), 3);
-        assert!(
-            decode::<PodTopologySpreadArgs>(Some(&json!({"defaultingType": "Other"}))).is_err()
-        );
+/// The PodTopologySpread plugin.
+pub struct PodTopologySpread {
+    default_constraints: Vec<TopologySpreadConstraint>,
+    system_defaulted: bool,
+    listers: Arc<Listers>,
+}
+
+impl PodTopologySpread {
+    pub fn new(args: PodTopologySpreadArgs, listers: Arc<Listers>) -> PodTopologySpread {
+        let system_defaulted = args.defaulting_type != LIST_DEFAULTING;
+        let default_constraints = if system_defaulted {
+            system_default_constraints()
+        } else {
+            args.default_constraints
+        };
+        PodTopologySpread {
+            default_constraints,
+            system_defaulted,
+            listers,
+        }
     }
+}
+
+impl Plugin for PodTopologySpread {
+    fn name(&self) -> &str {
+        names::POD_TOPOLOGY_SPREAD
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        &[
+            ExtensionPoint::PreFilter,
+            ExtensionPoint::Filter,
+            ExtensionPoint::PreScore,
+            ExtensionPoint::Score,
+        ],
+        decode::<PodTopologySpreadArgs>,
+        |args, handle| {
+            let args: PodTopologySpreadArgs = typed(args)?;
+            Ok(Arc::new(PodTopologySpread::new(
+                args,
+                handle.listers.clone(),
+            )))
+        },
+    )
+    .with_informers(&[
+        Informer::Services,
+        Informer::ReplicationControllers,
+        Informer::ReplicaSets,
+        Informer::StatefulSets,
+    ])
 }

@@ -1,0 +1,232 @@
+//! PreScore, Score and NormalizeScore.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::InterPodAffinity;
+use super::terms::{AffinityTerm, Labels, PodTerms, WeightedAffinityTerm, namespace_labels};
+use crate::framework::interface::{
+    CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+
+pub(super) const PRE_SCORE_STATE_KEY: &str = "PreScoreInterPodAffinity";
+
+/// Topology key -> value -> score.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ScoreMap(HashMap<String, HashMap<String, i64>>);
+
+impl ScoreMap {
+    fn process_term(
+        &mut self,
+        term: &AffinityTerm,
+        weight: i64,
+        pod: &Pod,
+        ns_labels: Option<&Labels>,
+        node: &Node,
+    ) {
+        if !term.matches(pod, ns_labels) {
+            return;
+        }
+        if let Some(v) = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(&term.topology_key))
+        {
+            *self
+                .0
+                .entry(term.topology_key.clone())
+                .or_default()
+                .entry(v.clone())
+                .or_insert(0) += weight;
+        }
+    }
+
+    fn process_terms(
+        &mut self,
+        terms: &[WeightedAffinityTerm],
+        pod: &Pod,
+        ns_labels: Option<&Labels>,
+        node: &Node,
+        multiplier: i64,
+    ) {
+        for t in terms {
+            self.process_term(
+                &t.term,
+                i64::from(t.weight) * multiplier,
+                pod,
+                ns_labels,
+                node,
+            );
+        }
+    }
+
+    fn score(&self, labels: Option<&Labels>) -> i64 {
+        let Some(labels) = labels else { return 0 };
+        self.0
+            .iter()
+            .filter_map(|(k, values)| labels.get(k).and_then(|v| values.get(v)))
+            .sum()
+    }
+}
+
+/// What PreScore computes for Score.
+#[derive(Debug)]
+pub(super) struct PreScoreState {
+    pub topology_score: ScoreMap,
+}
+
+impl InterPodAffinity {
+    /// Adds to `scores` what one existing pod contributes (upstream's `processExistingPod`).
+    fn process_existing_pod(
+        &self,
+        incoming: &Pod,
+        incoming_terms: &PodTerms,
+        ns_labels: &Labels,
+        existing: &PodInfo,
+        node: &Node,
+        scores: &mut ScoreMap,
+    ) {
+        if node.metadata.labels.as_ref().is_none_or(|l| l.is_empty()) {
+            return;
+        }
+        // The incoming pod's preferred terms (namespace selectors merged: no labels needed).
+        scores.process_terms(
+            &incoming_terms.preferred_affinity,
+            &existing.pod,
+            None,
+            node,
+            1,
+        );
+        scores.process_terms(
+            &incoming_terms.preferred_anti_affinity,
+            &existing.pod,
+            None,
+            node,
+            -1,
+        );
+        if !existing.has_affinity() {
+            return;
+        }
+        let existing_terms = PodTerms::of_existing(&existing.pod);
+        let hard = i64::from(self.args.hard_pod_affinity_weight);
+        if hard > 0 {
+            for t in &existing_terms.required_affinity {
+                scores.process_term(t, hard, incoming, Some(ns_labels), node);
+            }
+        }
+        scores.process_terms(
+            &existing_terms.preferred_affinity,
+            incoming,
+            Some(ns_labels),
+            node,
+            1,
+        );
+        scores.process_terms(
+            &existing_terms.preferred_anti_affinity,
+            incoming,
+            Some(ns_labels),
+            node,
+            -1,
+        );
+    }
+}
+
+impl PreScorePlugin for InterPodAffinity {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> Status {
+        let mut terms = match PodTerms::of(&pod.pod) {
+            Ok(t) => t,
+            Err(e) => return Status::error(format!("failed to parse pod: {e}")),
+        };
+        let has_constraints =
+            !terms.preferred_affinity.is_empty() || !terms.preferred_anti_affinity.is_empty();
+        if self.args.ignore_preferred_terms_of_existing_pods && !has_constraints {
+            return Status::skip();
+        }
+        terms.merge_namespace_selectors(&self.listers);
+        let ns_labels = namespace_labels(&self.listers, pod.namespace());
+
+        let mut scores = ScoreMap::default();
+        let mut process = |node_info: &NodeInfo, pods: &[Arc<PodInfo>]| {
+            let Some(node) = node_info.node() else { return };
+            for p in pods {
+                self.process_existing_pod(&pod.pod, &terms, &ns_labels, p, node, &mut scores);
+            }
+        };
+        // Unless the incoming pod has preferred terms, only pods with affinity matter.
+        if has_constraints {
+            for n in snapshot.nodes() {
+                process(n, &n.pods);
+            }
+        } else {
+            for n in snapshot.have_pods_with_affinity() {
+                process(n, &n.pods_with_affinity);
+            }
+        }
+        if scores.0.is_empty() {
+            return Status::skip();
+        }
+        state.write(
+            PRE_SCORE_STATE_KEY,
+            PreScoreState {
+                topology_score: scores,
+            },
+        );
+        Status::success()
+    }
+}
+
+impl ScorePlugin for InterPodAffinity {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let s = state
+            .read::<PreScoreState>(PRE_SCORE_STATE_KEY)
+            .ok_or_else(|| {
+                Status::error(format!(
+                    "failed to read {PRE_SCORE_STATE_KEY:?} from cycleState: not found"
+                ))
+            })?;
+        Ok(s.topology_score.score(node.labels()))
+    }
+
+    fn has_normalize_score(&self) -> bool {
+        true
+    }
+
+    /// Scales scores linearly from the lowest (0) to the highest (100); negative scores
+    /// (anti-affinity) included.
+    fn normalize_score(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        scores: &mut [NodeScore],
+    ) -> Status {
+        let Some(s) = state.read::<PreScoreState>(PRE_SCORE_STATE_KEY) else {
+            return Status::error(format!(
+                "failed to read {PRE_SCORE_STATE_KEY:?} from cycleState: not found"
+            ));
+        };
+        if s.topology_score.0.is_empty() {
+            return Status::success();
+        }
+        let min = scores.iter().map(|s| s.score).min().unwrap_or(0);
+        let max = scores.iter().map(|s| s.score).max().unwrap_or(0);
+        let diff = max - min;
+        for s in scores.iter_mut() {
+            s.score = if diff > 0 {
+                (MAX_NODE_SCORE as f64 * ((s.score - min) as f64 / diff as f64)) as i64
+            } else {
+                0
+            };
+        }
+        Status::success()
+    }
+}

@@ -635,6 +635,9 @@ mod tests {
         pods: Vec<Pod>,
         nominated: Vec<Pod>,
         pdbs: Vec<PodDisruptionBudget>,
+        /// minCandidateNodesPercentage, minCandidateNodesAbsolute and a fixed offset, instead of
+        /// the profile's plugin (defaults, random offset).
+        candidates: Option<(i32, i32, usize)>,
     }
 
     struct Outcome {
@@ -745,12 +748,19 @@ mod tests {
             Err(ScheduleError::Fit(fit)) => fit,
             other => panic!("expected a fit error, got {other:?}"),
         };
-        let (result, status) = fwk.run_post_filter_plugins(
-            &state,
-            &preemptor,
-            &snapshot,
-            &fit.diagnosis.node_to_status,
-        );
+        let filtered = &fit.diagnosis.node_to_status;
+        let (result, status) = match cluster.candidates {
+            None => fwk.run_post_filter_plugins(&state, &preemptor, &snapshot, filtered),
+            Some((percentage, absolute, offset)) => {
+                let args = DefaultPreemptionArgs {
+                    min_candidate_nodes_percentage: Some(percentage),
+                    min_candidate_nodes_absolute: Some(absolute),
+                };
+                DefaultPreemption::new(&args, fwk.handle().clone())
+                    .with_offset(move |_| offset)
+                    .post_filter_with_framework(&fwk, &state, &preemptor, &snapshot, filtered)
+            }
+        };
         if !status.message().is_empty() {
             fit.set_post_filter_message(status.message());
         }
@@ -1086,6 +1096,31 @@ mod tests {
             .map(|(k, _, _)| k.as_str())
             .collect();
         assert_eq!(cleared, ["default/small"]);
+    }
+
+    #[test]
+    fn min_candidate_nodes_stop_the_dry_run_from_the_offset() {
+        // Four equal nodes but n3's victim is the least important: with every node a candidate,
+        // n3 wins; with one candidate from offset 1, the dry run stops at n2.
+        let cluster = |candidates| Cluster {
+            nodes: vec![("n1", false), ("n2", false), ("n3", false), ("n4", false)],
+            pods: vec![
+                on("n1", "v1", 5, "2"),
+                on("n2", "v2", 5, "2"),
+                on("n3", "v3", 1, "2"),
+                on("n4", "v4", 5, "2"),
+            ],
+            candidates,
+            ..Default::default()
+        };
+        let all = preempt(cluster(Some((100, 0, 1))), pod("p", 100, "1").build());
+        assert_eq!(all.nominated(), Some("n3"));
+        let one = preempt(cluster(Some((0, 1, 1))), pod("p", 100, "1").build());
+        assert_eq!(one.nominated(), Some("n2"));
+        assert_eq!(one.deleted(), ["default/v2"]);
+        // 25% of 4 nodes is one candidate too; from offset 3 the scan starts at n4.
+        let pct = preempt(cluster(Some((25, 0, 3))), pod("p", 100, "1").build());
+        assert_eq!(pct.nominated(), Some("n4"));
     }
 
     #[test]

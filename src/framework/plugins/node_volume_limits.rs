@@ -285,10 +285,19 @@ mod tests {
         pl.filter(&cs, &pod, &node)
     }
 
+    /// (name, the driver's limit, the new pod's claims, the claims of the pods on the node, want)
+    type Case<'a> = (
+        &'a str,
+        Option<i32>,
+        Vec<&'a str>,
+        Vec<&'a [&'a str]>,
+        Status,
+    );
+
     #[test]
     fn filter_table() {
         let exceeded = Status::unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED);
-        let cases: Vec<(&str, Option<i32>, Vec<&str>, Vec<&[&str]>, Status)> = vec![
+        let cases: Vec<Case> = vec![
             ("no claims skips", Some(1), vec![], vec![], Status::skip()),
             (
                 "fits the limit",

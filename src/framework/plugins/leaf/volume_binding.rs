@@ -37,11 +37,12 @@ use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
     ReservePlugin, Status,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::Listers;
 use crate::framework::plugins::helper::node_selector_terms_match;
 use crate::framework::plugins::names;
 use crate::framework::plugins::volume_binding::{
-    DEFAULT_BIND_TIMEOUT_SECONDS, VolumeBindingArgs, validate_volume_binding,
+    DEFAULT_BIND_TIMEOUT_SECONDS, INFORMERS, VolumeBinding, VolumeBindingArgs,
+    validate_volume_binding,
 };
 use crate::framework::registry::{Handle, PluginRegistration, SharedSnapshot};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -398,15 +399,10 @@ impl PreBindPlugin for LeafNodeVolumeBinding {
     }
 }
 
-/// The host volume binder LeafNodeVolumeBinding delegates to.
-///
-/// The seam for VolumeBinding (issue 4b): until it is built this returns `None`, and host claims
-/// are left as they are (no selected-node annotation, no PV binding) on host nodes.
-fn host_volume_binding(
-    _args: &VolumeBindingArgs,
-    _handle: &Handle,
-) -> Result<Option<Arc<dyn Plugin>>, String> {
-    Ok(None)
+/// The host volume binder LeafNodeVolumeBinding delegates to: the VolumeBinding plugin with the
+/// same args (its cycle state is its own; enable only one of the two in a profile).
+fn host_volume_binding(args: &VolumeBindingArgs, handle: &Handle) -> Arc<dyn Plugin> {
+    Arc::new(VolumeBinding::from_args(args, handle))
 }
 
 pub fn registration() -> PluginRegistration {
@@ -420,18 +416,15 @@ pub fn registration() -> PluginRegistration {
         decode::<LeafNodeVolumeBindingArgs>,
         |args, handle| {
             let args: LeafNodeVolumeBindingArgs = typed(args)?;
-            let host = host_volume_binding(&args.volume_binding_args(), handle)?;
-            Ok(Arc::new(LeafNodeVolumeBinding::new(&args, handle, host)?))
+            let host = host_volume_binding(&args.volume_binding_args(), handle);
+            Ok(Arc::new(LeafNodeVolumeBinding::new(
+                &args,
+                handle,
+                Some(host),
+            )?))
         },
     )
-    .with_informers(&[
-        Informer::PersistentVolumes,
-        Informer::PersistentVolumeClaims,
-        Informer::StorageClasses,
-        Informer::CSINodes,
-        Informer::CSIDrivers,
-        Informer::CSIStorageCapacities,
-    ])
+    .with_informers(INFORMERS)
 }
 
 #[cfg(test)]

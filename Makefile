@@ -7,7 +7,7 @@ KSCHED_TESTENV_BIN := $(CACHE_HOME)/ksched/testenv/$(K8S_VERSION)/bin
 export KSCHED_TESTENV_BIN
 export K8S_VERSION
 
-.PHONY: all build test testenv crds lint demo check-no-leftovers
+.PHONY: all build test testenv crds lint demo bench check-no-leftovers
 
 all: build
 
@@ -17,10 +17,12 @@ build:
 ## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok (cached)
 testenv:
 	hack/testenv/build.sh >/dev/null
+	hack/install-lua.sh >/dev/null
 
 ## crds: regenerate crds/*.yaml from the Rust types
 crds:
 	cargo run --quiet -- crds --output-dir crds
+	cp crds/*.yaml manifests/install/crds/
 
 ## lint: formatting and clippy, warnings are errors
 lint:
@@ -40,3 +42,9 @@ check-no-leftovers:
 ## demo: a local control plane with kwok nodes; DEMO_KEEP=1 keeps it running
 demo: testenv
 	cargo run --quiet --example demo
+
+## bench: ksched vs upstream kube-scheduler vs the API server's ceiling (BENCH_PRESET=large for 5000 nodes)
+bench: testenv
+	cargo build --release --bin ksched
+	cargo bench --bench scheduler_perf -- --preset $(or $(BENCH_PRESET),default)
+	cargo bench --bench schedule_cycle

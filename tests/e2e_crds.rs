@@ -105,6 +105,11 @@ const INVALID: &[(&str, &str, &str)] = &[
         "image must not be empty",
     ),
     (
+        "profile name too long for its objects",
+        "kind: SchedulerProfile\nmetadata: {name: a-very-long-profile-name-that-will-not-fit-in-object-names}\nspec: {}",
+        "metadata.name names the scheduler and its objects",
+    ),
+    (
         "unknown mode",
         "kind: SchedulerProfile\nmetadata: {name: bad-mode}\nspec: {mode: Sideways}",
         "spec.mode: Unsupported value: \"Sideways\": supported values: ",

@@ -125,6 +125,14 @@ fn check_user_plugins(
                 errors.push(FieldError::new(&entry, avail.unknown_reason(name)));
                 continue;
             };
+            // Enabled by the user (not merely inherited from the defaults): it must be runnable.
+            if let PluginAvailability::NotBuiltYet { reason, .. } = avail.get(name) {
+                errors.push(FieldError::new(
+                    &entry,
+                    format!("plugin {name} is known but not supported by this ksched yet ({reason}): remove it from the configuration"),
+                ));
+                continue;
+            }
             if let Some(point) = point
                 && !implemented.contains(&point)
             {

@@ -19,8 +19,6 @@ mod validation;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
-
 pub use catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
 pub use duration::GoDuration;
 pub use error::FieldError;
@@ -117,7 +115,7 @@ pub fn load(bytes: &[u8], catalog: &dyn PluginCatalog) -> Result<Loaded, ConfigE
         delay_cache_until_active: doc.delay_cache_until_active.unwrap_or(false),
     };
     validation::validate(&config, &mut errors);
-    warn_not_built(&config, &mut avail, &mut warnings);
+    warnings.extend(defaults::left_out_defaults(catalog));
 
     let mut seen = std::collections::BTreeSet::new();
     warnings.retain(|w| seen.insert(w.clone()));
@@ -145,25 +143,4 @@ pub fn load_document(
         )])
     })?;
     load(&bytes, catalog)
-}
-
-/// One warning per plugin that is enabled but not built yet, naming the profiles.
-fn warn_not_built(config: &Config, avail: &mut Availability<'_>, warnings: &mut Vec<String>) {
-    let mut by_plugin: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for profile in &config.profiles {
-        for name in profile.plugin_args.keys() {
-            by_plugin
-                .entry(name)
-                .or_default()
-                .push(&profile.scheduler_name);
-        }
-    }
-    for (name, profiles) in by_plugin {
-        if let PluginAvailability::NotBuiltYet { reason, .. } = avail.get(name) {
-            warnings.push(format!(
-                "plugin {name} (enabled in profile {}) is not built into this ksched yet: {reason}",
-                profiles.join(", ")
-            ));
-        }
-    }
 }

@@ -10,7 +10,7 @@ use crate::config::ExtensionPoint as P;
 
 /// Upstream 1.36's plugins with the extension points each implements (from the `var _ fwk.XPlugin`
 /// assertions in pkg/scheduler/framework/plugins at v1.36.3), the removed in-tree volume limits
-/// plugins absent, plus the plugins the seeds use. DynamicResources is "not built yet".
+/// plugins absent, plus the plugins the seeds use; all built (see `NotBuiltCatalog`).
 struct TestCatalog;
 
 fn test_plugins() -> BTreeMap<&'static str, Vec<P>> {
@@ -68,10 +68,6 @@ impl PluginCatalog for TestCatalog {
 
     fn availability(&self, name: &str) -> PluginAvailability {
         match test_plugins().remove(name) {
-            Some(points) if name == "DynamicResources" => PluginAvailability::NotBuiltYet {
-                extension_points: points,
-                reason: "dynamic resource allocation is out of scope".to_string(),
-            },
             Some(points) => PluginAvailability::Built(points),
             None => PluginAvailability::Unknown,
         }
@@ -262,10 +258,72 @@ fn empty_profile_gets_upstream_1_36_defaults() {
     assert!(p.at(P::Filter).iter().all(|e| e.weight == 0));
     // Every enabled plugin has args (Null for the test catalog's defaults).
     assert_eq!(p.plugin_args.len(), 20);
+}
+
+/// The test catalog, except that DynamicResources is known but not built (as in ksched's registry).
+struct NotBuiltCatalog;
+
+impl PluginCatalog for NotBuiltCatalog {
+    fn plugin_names(&self) -> Vec<String> {
+        TestCatalog.plugin_names()
+    }
+
+    fn availability(&self, name: &str) -> PluginAvailability {
+        match TestCatalog.availability(name) {
+            PluginAvailability::Built(points) if name == "DynamicResources" => {
+                PluginAvailability::NotBuiltYet {
+                    extension_points: points,
+                    reason: "dynamic resource allocation is out of scope".to_string(),
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn decode_args(&self, name: &str, args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
+        TestCatalog.decode_args(name, args)
+    }
+}
+
+#[test]
+fn a_default_plugin_not_built_is_left_out_with_a_warning() {
+    let loaded = match load(
+        v1("profiles:\n- schedulerName: a\n").as_bytes(),
+        &NotBuiltCatalog,
+    ) {
+        Ok(l) => l,
+        Err(e) => panic!("{e}"),
+    };
+    let p = &loaded.config.profiles[0];
+    assert!(!p.plugin_args.contains_key("DynamicResources"));
+    assert_eq!(
+        names(p, P::PreEnqueue),
+        ["SchedulingGates", "DefaultPreemption"]
+    );
     assert!(has_warning(
         &loaded,
-        "plugin DynamicResources (enabled in profile default-scheduler) is not built"
+        "default plugin DynamicResources is left out of the default profile"
     ));
+    // The normalized form loads again with the same catalog.
+    let again = load(to_v1_yaml(&loaded.config).as_bytes(), &NotBuiltCatalog).map(|l| l.config);
+    assert_eq!(again.ok().as_ref(), Some(&loaded.config));
+}
+
+#[test]
+fn enabling_a_plugin_not_built_is_an_error_naming_the_entry() {
+    let yaml =
+        v1("profiles:\n- plugins:\n    preFilter:\n      enabled: [{name: DynamicResources}]\n");
+    let errs = match load(yaml.as_bytes(), &NotBuiltCatalog) {
+        Ok(_) => panic!("accepted a plugin that is not built"),
+        Err(e) => e.errors,
+    };
+    assert!(
+        errs.iter()
+            .any(|e| e.path == "profiles[0].plugins.preFilter.enabled[0]"
+                && e.reason
+                    .contains("DynamicResources is known but not supported by this ksched yet")),
+        "{errs:?}"
+    );
 }
 
 #[test]

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+use super::in_process::InProcessSchedulers;
 use super::render::{DEFAULT_NAMESPACE, RenderOptions};
-use super::{NoEmbeddedSchedulers, OperatorOptions, render_cli};
+use super::{OperatorOptions, render_cli};
 use crate::framework::registry::Registry;
 
 /// The scheduler image when neither `--image` nor `KSCHED_IMAGE` says: this build's own tag.
@@ -89,17 +90,11 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let mut opts =
-            OperatorOptions::new(args.namespace, args.image, Arc::new(Registry::in_tree()));
+        let registry = Arc::new(Registry::in_tree());
+        let mut opts = OperatorOptions::new(args.namespace, args.image, registry.clone());
         opts.known_schedulers = args.known_schedulers;
-        match super::run(
-            client,
-            opts,
-            Arc::new(NoEmbeddedSchedulers),
-            shutdown_signal(),
-        )
-        .await
-        {
+        let embedded = InProcessSchedulers::new(client.clone(), registry, opts.instance.clone());
+        match super::run(client, opts, Arc::new(embedded), shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -1,0 +1,73 @@
+//! One scheduling cycle of the default profile over an in-memory snapshot of 5000 nodes (each with a
+//! few pods), for regressions: `cargo bench --bench schedule_cycle`.
+
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use ksched::framework::interface::CycleState;
+use ksched::framework::registry::{Handle, RecordingApi, Registry};
+use ksched::framework::runtime::{Framework, ProfileSpec};
+use ksched::framework::schedule::Algorithm;
+use ksched::framework::types::{PodInfo, Snapshot};
+use serde_json::json;
+
+const NODES: usize = 5000;
+
+fn node(i: usize) -> Arc<Node> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("node-{i}"), "labels": {"kubernetes.io/hostname": format!("node-{i}"), "topology.kubernetes.io/zone": format!("zone{}", i % 3)}},
+            "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}, "capacity": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+        }))
+        .expect("node"),
+    )
+}
+
+fn pod(name: &str, node: Option<&str>) -> Arc<Pod> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.2",
+                "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}}}]}
+        }))
+        .expect("pod"),
+    )
+}
+
+fn bench_cycle(c: &mut Criterion) {
+    let registry = Registry::in_tree();
+    let yaml = b"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n";
+    let loaded = ksched::config::load(yaml, &registry).expect("default config");
+    let spec = ksched::scheduler::run::profile_spec(&loaded.config.profiles[0], &registry);
+    let spec: ProfileSpec = spec;
+    let fwk = Framework::new(
+        &spec,
+        &registry,
+        Handle::new(Arc::new(RecordingApi::default())),
+    )
+    .expect("framework");
+    let nodes: Vec<Arc<Node>> = (0..NODES).map(node).collect();
+    let pods: Vec<Arc<Pod>> = (0..NODES * 4)
+        .map(|i| {
+            pod(
+                &format!("existing-{i}"),
+                Some(&format!("node-{}", i % NODES)),
+            )
+        })
+        .collect();
+    let snapshot = Snapshot::from_objects(&nodes, &pods);
+    let incoming = PodInfo::new(pod("incoming", None));
+    let mut algorithm = Algorithm::new(0);
+    c.bench_function("schedule_pod default profile 5000 nodes", |b| {
+        b.iter(|| {
+            let mut state = CycleState::new();
+            algorithm
+                .schedule_pod(&fwk, &mut state, &incoming, &snapshot)
+                .expect("fits")
+        })
+    });
+}
+
+criterion_group!(benches, bench_cycle);
+criterion_main!(benches);

@@ -1,0 +1,629 @@
+//! `make bench`: ksched against upstream kube-scheduler and a null binder (the API server's
+//! ceiling), one after another on the same real control plane, with the same nodes, the same pods and
+//! the same client QPS/burst (5000/5000), on workloads after upstream's scheduler_perf.
+//!
+//! Options (after `--`): `--preset default|large`, `--workloads A,B`, `--contenders ksched,upstream,ceiling`.
+//! Output: one `BENCH ...` line per workload and target/bench/report.md.
+//!
+//! The same binary also runs the null binder (`--null-binder`), so the ceiling is a process of its
+//! own like the two schedulers.
+
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Config};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use support::{Components, ControlPlane, control_plane};
+
+const SCHEDULER_NAME: &str = "bench-scheduler";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Contender {
+    Ksched,
+    Upstream,
+    Ceiling,
+}
+
+impl Contender {
+    fn name(self) -> &'static str {
+        match self {
+            Contender::Ksched => "ksched",
+            Contender::Upstream => "upstream",
+            Contender::Ceiling => "ceiling",
+        }
+    }
+}
+
+/// One workload after scheduler_perf: nodes, pods created first (not measured), measured pods.
+struct Workload {
+    name: &'static str,
+    nodes: usize,
+    init_pods: usize,
+    measure_pods: usize,
+}
+
+fn workloads(preset: &str) -> Vec<Workload> {
+    let (nodes, pods) = if preset == "large" {
+        (5000, 10000)
+    } else {
+        (500, 2000)
+    };
+    vec![
+        Workload {
+            name: "SchedulingBasic",
+            nodes,
+            init_pods: pods / 4,
+            measure_pods: pods,
+        },
+        // One pod per node at most: measured pods stay below the node count.
+        Workload {
+            name: "SchedulingPodAntiAffinity",
+            nodes,
+            init_pods: nodes / 5,
+            measure_pods: nodes * 3 / 5,
+        },
+        Workload {
+            name: "TopologySpreading",
+            nodes,
+            init_pods: pods / 4,
+            measure_pods: pods,
+        },
+        Workload {
+            name: "SchedulingNodeAffinity",
+            nodes,
+            init_pods: pods / 4,
+            measure_pods: pods,
+        },
+        // Low-priority pods fill the nodes (4 x 900m of 4 CPUs), each high-priority pod (3 CPUs) preempts.
+        Workload {
+            name: "PreemptionBasic",
+            nodes,
+            init_pods: nodes * 4,
+            measure_pods: nodes / 2,
+        },
+    ]
+}
+
+fn container(cpu: &str) -> Value {
+    json!([{"name": "pause", "image": "registry.k8s.io/pause:3.10.2", "ports": [{"containerPort": 80}],
+        "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}, "limits": {"cpu": cpu, "memory": "500Mi"}}}])
+}
+
+/// The pod template of a workload (`measure`: a measured pod, else an init pod).
+fn pod(workload: &str, ns: &str, name: &str, measure: bool) -> Pod {
+    let mut labels = json!({"bench": if measure { "measure" } else { "init" }});
+    let mut spec = json!({"schedulerName": SCHEDULER_NAME, "terminationGracePeriodSeconds": 0, "containers": container("100m")});
+    match workload {
+        "SchedulingPodAntiAffinity" => {
+            labels["color"] = json!("green");
+            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": [ns]}]}});
+        }
+        "TopologySpreading" => {
+            labels["color"] = json!("blue");
+            spec["topologySpreadConstraints"] = json!([{"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"color": "blue"}}}]);
+        }
+        "SchedulingNodeAffinity" => {
+            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone1", "zone2"]}]}]}}});
+        }
+        "PreemptionBasic" => {
+            if measure {
+                spec["priorityClassName"] = json!("bench-high");
+                spec["containers"] = container("3000m");
+            } else {
+                spec["priorityClassName"] = json!("bench-low");
+                spec["containers"] = container("900m");
+            }
+        }
+        _ => {}
+    }
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}),
+    )
+    .expect("pod template")
+}
+
+fn node(name: &str, zone: usize) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone{zone}"), "ksched.io/bench": "true"}},
+        "status": {"capacity": {"pods": "110", "cpu": "4", "memory": "32Gi"}, "allocatable": {"pods": "110", "cpu": "4", "memory": "32Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
+    }))
+    .expect("node template")
+}
+
+/// Figures of one contender on one workload.
+#[derive(Debug, Clone, Default)]
+struct Figures {
+    pods_per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    cpu_seconds: f64,
+    peak_rss_mb: f64,
+}
+
+/// utime+stime in seconds and VmHWM in MB of `pid`.
+fn proc_usage(pid: u32) -> (f64, f64) {
+    let ticks = 100.0; // CLK_TCK on Linux
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            let utime: f64 = after.get(11)?.parse().ok()?;
+            let stime: f64 = after.get(12)?.parse().ok()?;
+            Some((utime + stime) / ticks)
+        })
+        .unwrap_or(0.0);
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<f64>()
+                .ok()
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0);
+    (cpu, rss)
+}
+
+struct ContenderProcess {
+    child: Child,
+}
+
+impl Drop for ContenderProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_config(cp: &ControlPlane, name: &str) -> PathBuf {
+    let path = cp.dir.join(format!("bench-{name}.yaml"));
+    let config = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {SCHEDULER_NAME}\n",
+        cp.kubeconfig.display()
+    );
+    std::fs::write(&path, config).expect("write bench config");
+    path
+}
+
+fn start(cp: &ControlPlane, contender: Contender, log: &Path) -> ContenderProcess {
+    let out = std::fs::File::create(log).expect("contender log");
+    let err = out.try_clone().expect("contender log");
+    let port = support::free_port();
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let mut cmd = match contender {
+        Contender::Ksched => {
+            let mut c = Command::new(support::scheduler::ksched_bin());
+            c.args([
+                "scheduler",
+                "--config",
+                support::path_str(&write_config(cp, "ksched")),
+                "--kubeconfig",
+                &kubeconfig,
+            ])
+            .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")]);
+            c
+        }
+        Contender::Upstream => {
+            let mut c = Command::new(cp.bin_dir.join("kube-scheduler"));
+            c.args([
+                format!("--config={}", write_config(cp, "upstream").display()),
+                format!("--authentication-kubeconfig={kubeconfig}"),
+                format!("--authorization-kubeconfig={kubeconfig}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                "--v=1".into(),
+            ]);
+            c
+        }
+        Contender::Ceiling => {
+            let mut c = Command::new(std::env::current_exe().expect("bench exe"));
+            c.args(["--null-binder", "--kubeconfig", &kubeconfig]);
+            c
+        }
+    };
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    ContenderProcess {
+        child: cmd.spawn().expect("start contender"),
+    }
+}
+
+async fn client(kubeconfig: &Path) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.read_timeout = Some(Duration::from_secs(300));
+    Client::try_from(config).expect("client")
+}
+
+/// Creates `pods` with up to 64 requests in flight; returns when each create returned.
+async fn create_pods(api: &Api<Pod>, pods: Vec<Pod>) -> HashMap<String, Instant> {
+    futures::stream::iter(pods)
+        .map(|p| async move {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            loop {
+                match api.create(&PostParams::default(), &p).await {
+                    Ok(_) => return (name, Instant::now()),
+                    Err(e) => {
+                        eprintln!("create {name}: {e}; retrying");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await
+}
+
+/// Watches the namespace and records when each pod was first seen bound.
+fn track_bindings(
+    api: Api<Pod>,
+) -> (
+    Arc<Mutex<HashMap<String, Instant>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let bound = Arc::new(Mutex::new(HashMap::new()));
+    let b = bound.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Ok(Some(ev)) = stream.try_next().await {
+            if let Event::Apply(p) | Event::InitApply(p) = ev
+                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+            {
+                let name = p.metadata.name.unwrap_or_default();
+                b.lock().entry(name).or_insert_with(Instant::now);
+            }
+        }
+    });
+    (bound, task)
+}
+
+async fn wait_all_bound(
+    bound: &Mutex<HashMap<String, Instant>>,
+    names: &[String],
+    timeout: Duration,
+) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let done = {
+            let b = bound.lock();
+            names.iter().all(|n| b.contains_key(n))
+        };
+        if done {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+async fn run_one(
+    cp: &ControlPlane,
+    admin: &Client,
+    w: &Workload,
+    contender: Contender,
+    round: usize,
+) -> Option<Figures> {
+    let ns = cp
+        .namespace(admin, &format!("bench-{}-{}", w.name.to_lowercase(), round))
+        .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let log = cp
+        .dir
+        .join(format!("bench-{}-{}.log", w.name, contender.name()));
+    let process = start(cp, contender, &log);
+    let pid = process.child.id();
+    let (bound, watch_task) = track_bindings(pods.clone());
+
+    // Warm-up: the contender is ready once it binds a pod.
+    let warmup = vec![pod("SchedulingBasic", &ns, "warmup", false)];
+    create_pods(&pods, warmup).await;
+    if !wait_all_bound(&bound, &["warmup".to_string()], Duration::from_secs(120)).await {
+        eprintln!(
+            "{} did not become ready; log: {}",
+            contender.name(),
+            log.display()
+        );
+        watch_task.abort();
+        return None;
+    }
+    let init: Vec<Pod> = (0..w.init_pods)
+        .map(|i| pod(w.name, &ns, &format!("init-{i}"), false))
+        .collect();
+    let init_names: Vec<String> = init
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    create_pods(&pods, init).await;
+    if !wait_all_bound(&bound, &init_names, Duration::from_secs(600)).await {
+        eprintln!(
+            "{}: init pods not all bound; log: {}",
+            contender.name(),
+            log.display()
+        );
+    }
+
+    let (cpu_before, _) = proc_usage(pid);
+    let measured: Vec<Pod> = (0..w.measure_pods)
+        .map(|i| pod(w.name, &ns, &format!("measure-{i}"), true))
+        .collect();
+    let names: Vec<String> = measured
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let first_created = Instant::now();
+    let created = create_pods(&pods, measured).await;
+    let all = wait_all_bound(&bound, &names, Duration::from_secs(900)).await;
+    let (cpu_after, peak_rss) = proc_usage(pid);
+    drop(process);
+    watch_task.abort();
+    let bound = bound.lock().clone();
+    let mut latencies: Vec<f64> = names
+        .iter()
+        .filter_map(|n| Some(bound.get(n)?.duration_since(*created.get(n)?).as_secs_f64() * 1000.0))
+        .collect();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let last_bound = names
+        .iter()
+        .filter_map(|n| bound.get(n))
+        .max()
+        .copied()
+        .unwrap_or(first_created);
+    let elapsed = last_bound
+        .duration_since(first_created)
+        .as_secs_f64()
+        .max(1e-6);
+    if !all {
+        eprintln!(
+            "{}: only {}/{} measured pods bound; log: {}",
+            contender.name(),
+            latencies.len(),
+            names.len(),
+            log.display()
+        );
+    }
+    // Free the nodes for the next contender.
+    let _ = pods
+        .delete_collection(
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+            &ListParams::default(),
+        )
+        .await;
+    wait_namespace_empty(&pods).await;
+    Some(Figures {
+        pods_per_second: latencies.len() as f64 / elapsed,
+        p50_ms: percentile(&latencies, 0.5),
+        p99_ms: percentile(&latencies, 0.99),
+        cpu_seconds: cpu_after - cpu_before,
+        peak_rss_mb: peak_rss,
+    })
+}
+
+async fn wait_namespace_empty(pods: &Api<Pod>) {
+    for _ in 0..600 {
+        match pods.list(&ListParams::default().limit(1)).await {
+            Ok(list) if list.items.is_empty() => return,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+async fn create_nodes(admin: &Client, count: usize) {
+    let api: Api<Node> = Api::all(admin.clone());
+    let _ = api
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("ksched.io/bench=true"),
+        )
+        .await;
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let n = node(&format!("bench-node-{i}"), i % 3 + 1);
+                let _ = api.create(&PostParams::default(), &n).await;
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+fn priority_classes(cp: &ControlPlane) {
+    let doc = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: bench-low}\nvalue: 1\n---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: bench-high}\nvalue: 10\n";
+    let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], doc);
+    assert!(ok, "priority classes: {err}");
+}
+
+/// The ceiling: binds every pending pod of the bench scheduler name to nodes round robin, with no
+/// scheduling logic.
+async fn null_binder(kubeconfig: &Path) {
+    let client = client(kubeconfig).await;
+    let nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("ksched.io/bench=true"))
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default();
+    if nodes.is_empty() {
+        eprintln!("null binder: no nodes");
+        return;
+    }
+    let api: Api<Pod> = Api::all(client.clone());
+    let config = watcher::Config::default().fields(&format!(
+        "spec.schedulerName={SCHEDULER_NAME},spec.nodeName="
+    ));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Pod>();
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, config).boxed();
+        while let Ok(Some(ev)) = stream.try_next().await {
+            if let Event::Apply(p) | Event::InitApply(p) = ev {
+                let _ = tx.send(p);
+            }
+        }
+    });
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    tokio_stream_from(rx)
+        .for_each_concurrent(64, |p| {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let node = nodes[i % nodes.len()].clone();
+            let client = client.clone();
+            async move {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let binding = Binding {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.clone()),
+                        uid: p.metadata.uid.clone(),
+                        ..Default::default()
+                    },
+                    target: ObjectReference {
+                        kind: Some("Node".into()),
+                        name: Some(node),
+                        ..Default::default()
+                    },
+                };
+                let pods: Api<Pod> = Api::namespaced(client, &ns);
+                let _ = pods
+                    .create_subresource::<Binding, ApiStatus>(
+                        "binding",
+                        &name,
+                        &PostParams::default(),
+                        &binding,
+                    )
+                    .await;
+            }
+        })
+        .await;
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    if args.iter().any(|a| a == "--null-binder") {
+        let kubeconfig = PathBuf::from(arg(&args, "--kubeconfig").expect("--kubeconfig"));
+        runtime.block_on(null_binder(&kubeconfig));
+        return;
+    }
+    let preset = arg(&args, "--preset")
+        .or_else(|| std::env::var("BENCH_PRESET").ok())
+        .unwrap_or_else(|| "default".into());
+    let only: Option<Vec<String>> = arg(&args, "--workloads")
+        .or_else(|| std::env::var("BENCH_WORKLOADS").ok())
+        .map(|s| s.split(',').map(str::to_string).collect());
+    let contenders: Vec<Contender> = arg(&args, "--contenders")
+        .or_else(|| std::env::var("BENCH_CONTENDERS").ok())
+        .map(|s| {
+            s.split(',')
+                .filter_map(|c| match c {
+                    "ksched" => Some(Contender::Ksched),
+                    "upstream" => Some(Contender::Upstream),
+                    "ceiling" => Some(Contender::Ceiling),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_else(|| vec![Contender::Ksched, Contender::Upstream, Contender::Ceiling]);
+
+    let cp = control_plane(Components::API_ONLY);
+    priority_classes(cp);
+    let mut report = String::from(
+        "| workload | nodes | pods | contender | pods/s | p50 ms | p99 ms | CPU s | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut lines = Vec::new();
+    runtime.block_on(async {
+        let admin = client(&cp.kubeconfig).await;
+        for (round, w) in workloads(&preset).iter().enumerate() {
+            if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == w.name)) {
+                continue;
+            }
+            create_nodes(&admin, w.nodes).await;
+            let mut figures: HashMap<&str, Figures> = HashMap::new();
+            for (i, c) in contenders.iter().enumerate() {
+                eprintln!("== {} / {} ({} nodes, {} measured pods)", w.name, c.name(), w.nodes, w.measure_pods);
+                if let Some(f) = run_one(cp, &admin, w, *c, round * 10 + i).await {
+                    let _ = writeln!(
+                        report,
+                        "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
+                        w.name, w.nodes, w.measure_pods, c.name(), f.pods_per_second, f.p50_ms, f.p99_ms, f.cpu_seconds, f.peak_rss_mb
+                    );
+                    figures.insert(c.name(), f);
+                }
+            }
+            let get = |c: &str| figures.get(c).cloned().unwrap_or_default();
+            let (k, u, c) = (get("ksched"), get("upstream"), get("ceiling"));
+            let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+            let line = format!(
+                "BENCH workload={} nodes={} pods={} ksched_pps={:.1} upstream_pps={:.1} ceiling_pps={:.1} ratio_upstream={:.2} ratio_ceiling={:.2} ksched_rss_mb={:.1} upstream_rss_mb={:.1} ksched_cpu_s={:.2} upstream_cpu_s={:.2}",
+                w.name, w.nodes, w.measure_pods, k.pods_per_second, u.pods_per_second, c.pods_per_second,
+                ratio(k.pods_per_second, u.pods_per_second), ratio(k.pods_per_second, c.pods_per_second),
+                k.peak_rss_mb, u.peak_rss_mb, k.cpu_seconds, u.cpu_seconds
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+    });
+    report.push('\n');
+    for l in &lines {
+        report.push_str(&format!("    {l}\n"));
+    }
+    let dir = support::repo_root().join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join("report.md"), &report);
+    println!("\n{report}");
+}

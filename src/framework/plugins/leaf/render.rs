@@ -334,6 +334,62 @@ mod tests {
     }
 
     #[test]
+    fn rendered_profile_loads_with_leaf_plugins_in_place_of_upstream_ones() {
+        let out = render_leaf_policies(
+            "mine",
+            &[
+                policy(
+                    "a",
+                    json!({"profiles": ["mine"], "placement": {"mode": "PreferHost"}}),
+                ),
+                policy(
+                    "b",
+                    json!({"profiles": ["*"], "placement": {"mode": "LeafOnly",
+                    "podSelector": {"matchLabels": {"app": "db"}}}}),
+                ),
+            ],
+        );
+        let mut profile = json!({"schedulerName": "mine"});
+        out.apply_to_profile(&mut profile);
+        let doc = json!({"apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration", "profiles": [profile]});
+        let loaded = crate::config::load(doc.to_string().as_bytes(), &Registry::in_tree())
+            .expect("rendered configuration loads");
+        let p = loaded.config.profile("mine").expect("profile");
+        let filter = p.names_at(Filter);
+        for name in [
+            "LeafNodeTaintToleration",
+            "LeafNodeDistribution",
+            "LeafNodeVolumeBinding",
+        ] {
+            assert!(filter.contains(&name), "{filter:?}");
+        }
+        for name in ["TaintToleration", "VolumeBinding"] {
+            assert!(
+                p.points_of(name).is_empty(),
+                "{name} still at {:?}",
+                p.points_of(name)
+            );
+        }
+        assert_eq!(
+            p.points_of("LeafNodeVolumeBinding"),
+            [PreFilter, Filter, Reserve, PreBind]
+        );
+        let score: Vec<(&str, i32)> = p
+            .at(Score)
+            .iter()
+            .map(|e| (e.name.as_str(), e.weight))
+            .collect();
+        assert!(score.contains(&("LeafNodeTaintToleration", 3)), "{score:?}");
+        assert!(score.contains(&("LeafNodeDistribution", 10)), "{score:?}");
+        assert_eq!(
+            p.args("LeafNodeDistribution")
+                .map(|a| a["policies"][0]["weight"].clone()),
+            Some(json!(100))
+        );
+    }
+
+    #[test]
     fn apply_to_profile_replaces_upstream_plugins_and_keeps_the_timeout() {
         let out = render_leaf_policies("mine", &[policy("p", json!({"profiles": ["mine"]}))]);
         let mut profile = json!({

@@ -712,6 +712,69 @@ mod tests {
         assert_eq!(e.log.lock().clone(), ["VolumeBinding.PreFilter"]);
     }
 
+    #[tokio::test]
+    async fn real_volume_binding_binds_host_claims_only_on_host_nodes() {
+        use crate::framework::plugins::volume_binding::binder::ANN_SELECTED_NODE;
+        use crate::framework::testing::{PvcBuilder, storage_class};
+        let (h, api) = handle();
+        h.listers.storage_classes.apply(storage_class(
+            "wffc",
+            "example.com/provisioner",
+            Some("WaitForFirstConsumer"),
+        ));
+        h.listers.persistent_volume_claims.apply(
+            PvcBuilder::new("data")
+                .class("wffc")
+                .request("1Gi")
+                .access_modes(&["ReadWriteOnce"])
+                .build(),
+        );
+        let nodes = [
+            Arc::new(NodeBuilder::new("host-1").build()),
+            Arc::new(leaf_node("leaf-a", "a")),
+        ];
+        h.snapshot
+            .store(Arc::new(Snapshot::from_objects(&nodes, &[])));
+        // bindTimeoutSeconds 0: PreBind gives up at once when nobody provisions.
+        let args = LeafNodeVolumeBindingArgs {
+            bind_timeout_seconds: Some(0),
+            ..LeafNodeVolumeBindingArgs::default()
+        };
+        let host = host_volume_binding(&args.volume_binding_args(), &h);
+        let plugin = LeafNodeVolumeBinding::new(&args, &h, Some(host)).expect("plugin");
+        let pod = PodBuilder::new("p").pvc("data").info();
+        let snapshot = h.snapshot.load();
+        for node in ["leaf-a", "host-1"] {
+            let mut cs = CycleState::new();
+            let (_, s) = plugin.pre_filter(&mut cs, &pod, &snapshot);
+            assert!(s.is_success(), "{s:?}");
+            for info in snapshot.nodes() {
+                let s = plugin.filter(&cs, &pod, info);
+                assert!(s.is_success(), "{}: {s:?}", info.name());
+            }
+            assert!(plugin.reserve(&mut cs, &pod, node).is_success());
+            let s = plugin.pre_bind(&cs, &pod, node).await;
+            let updates = api.pvc_updates.lock().clone();
+            if node == "leaf-a" {
+                // The leaf cluster provisions: no host-side update at all.
+                assert!(s.is_success(), "{s:?}");
+                assert!(updates.is_empty(), "{updates:?}");
+            } else {
+                // VolumeBinding selected the host node on the claim (and then timed out waiting).
+                assert_eq!(updates.len(), 1);
+                assert_eq!(
+                    updates[0]
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(ANN_SELECTED_NODE))
+                        .map(String::as_str),
+                    Some("host-1")
+                );
+            }
+        }
+    }
+
     #[test]
     fn without_host_binder_host_claims_pass() {
         let (h, _) = handle();

@@ -545,6 +545,19 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
     if on("InterPodAffinity") {
         rules.push(rule(&[""], &["namespaces"], &["list", "watch"]));
     }
+    if on("PodTopologySpread") {
+        // The owners its default constraints derive a pod's selector from.
+        rules.push(rule(
+            &[""],
+            &["replicationcontrollers", "services"],
+            &["list", "watch"],
+        ));
+        rules.push(rule(
+            &["apps"],
+            &["replicasets", "statefulsets"],
+            &["list", "watch"],
+        ));
+    }
     if any(&VOLUME_PLUGINS) {
         if any(&BINDING_VOLUME_PLUGINS) {
             rules.push(rule(

@@ -515,6 +515,16 @@ fn rbac_follows_each_plugin() {
     }
     let ipa = rules(&["InterPodAffinity"]);
     assert!(has_rule(&ipa, "", "namespaces", "watch"));
+    let pts = rules(&["PodTopologySpread"]);
+    for (group, resource) in [
+        ("", "services"),
+        ("", "replicationcontrollers"),
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+    ] {
+        assert!(has_rule(&pts, group, resource, "watch"), "{resource}");
+        assert!(!has_rule(&base, group, resource, "list"), "{resource}");
+    }
     let pre = rules(&["DefaultPreemption"]);
     assert!(has_rule(&pre, "", "pods", "delete"));
     assert!(has_rule(&pre, "policy", "poddisruptionbudgets", "list"));

@@ -109,6 +109,7 @@ pub struct Coscheduling {
     statuses: Arc<Mutex<HashMap<String, PodGroupStatus>>>,
     /// Groups whose progress a background task follows.
     tracking: Arc<Mutex<HashSet<String>>>,
+    writer: StatusWriter,
 }
 
 impl Coscheduling {
@@ -125,13 +126,14 @@ impl Coscheduling {
             );
         }
         Coscheduling {
-            handle,
+            handle: handle.clone(),
             schedule_timeout: secs(args.permit_waiting_time_seconds.or(Some(60))),
             backoff: secs(args.pod_group_backoff_seconds),
             backed_off: Mutex::new(HashMap::new()),
             permitted: Mutex::new(HashMap::new()),
             statuses: Arc::new(Mutex::new(HashMap::new())),
             tracking: Arc::new(Mutex::new(HashSet::new())),
+            writer: StatusWriter::new(handle.api.clone()),
         }
     }
 
@@ -198,22 +200,11 @@ impl Coscheduling {
     }
 
     /// Computes the group's next status with `f` (from the last one written, or the lister's) and
-    /// writes it when it changed, without waiting for the API.
+    /// queues it for writing when it changed (without waiting for the API).
     fn update_status(&self, pg: &PodGroup, f: impl FnOnce(&mut PodGroupStatus)) {
-        let Some(next) = next_status(&self.statuses, pg, f) else {
-            return;
-        };
-        let ns = pg.metadata.namespace.clone().unwrap_or_default();
-        let name = pg.metadata.name.clone().unwrap_or_default();
-        let api = self.handle.api.clone();
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        rt.spawn(async move {
-            if let Err(e) = api.patch_pod_group_status(&ns, &name, &next).await {
-                warn!(podgroup = %format!("{ns}/{name}"), error = %e, "updating PodGroup status");
-            }
-        });
+        if let Some(next) = next_status(&self.statuses, pg, f) {
+            self.writer.send(pg, next);
+        }
     }
 
     /// After the quorum is reached: follows the group's pods for a while (they bind, then start)
@@ -232,13 +223,14 @@ impl Coscheduling {
         let api = self.handle.api.clone();
         let statuses = self.statuses.clone();
         let tracking = self.tracking.clone();
+        let writer = self.writer.clone();
         rt.spawn(async move {
             for _ in 0..TRACK_ROUNDS {
                 tokio::time::sleep(TRACK_INTERVAL).await;
                 let Ok(pods) = api.list_pods_with_label(&ns, POD_GROUP_LABEL, &group).await else {
                     continue;
                 };
-                if refresh_bound_status(&statuses, &pg, &pods, api.as_ref(), &ns).await {
+                if refresh_bound_status(&statuses, &pg, &pods, &writer) {
                     break;
                 }
             }
@@ -600,12 +592,11 @@ impl PermitPlugin for Coscheduling {
 }
 
 /// Updates the status from the group's pods; whether the group runs (or finished).
-async fn refresh_bound_status(
+fn refresh_bound_status(
     statuses: &Mutex<HashMap<String, PodGroupStatus>>,
     pg: &PodGroup,
     pods: &[Pod],
-    api: &dyn crate::framework::registry::ApiHandle,
-    ns: &str,
+    writer: &StatusWriter,
 ) -> bool {
     let min = pg.spec.min_member.unwrap_or(1);
     let bound = pods
@@ -618,6 +609,7 @@ async fn refresh_bound_status(
         })
         .count() as i32;
     let (running, succeeded, failed) = pod_stats(pods);
+    let mut phase = None;
     let next = next_status(statuses, pg, |s| {
         s.running = Some(running);
         s.succeeded = Some(succeeded);
@@ -625,42 +617,67 @@ async fn refresh_bound_status(
         if s.schedule_start_time.is_none() {
             s.schedule_start_time = Some(Time(Timestamp::now()));
         }
-        s.phase = Some(
-            if succeeded >= min {
-                PHASE_FINISHED
-            } else if failed != 0 && failed + running + succeeded >= min {
-                PHASE_FAILED
-            } else if running + succeeded >= min {
-                PHASE_RUNNING
-            } else if bound >= min {
-                PHASE_SCHEDULED
-            } else {
-                PHASE_SCHEDULING
-            }
-            .into(),
-        );
+        let p = if succeeded >= min {
+            PHASE_FINISHED
+        } else if failed != 0 && failed + running + succeeded >= min {
+            PHASE_FAILED
+        } else if running + succeeded >= min {
+            PHASE_RUNNING
+        } else if bound >= min {
+            PHASE_SCHEDULED
+        } else {
+            PHASE_SCHEDULING
+        };
+        s.phase = Some(p.into());
+        phase = Some(p);
     });
-    let phase = match &next {
-        Some(s) => s.phase.clone(),
-        None => statuses
-            .lock()
-            .get(&format!(
-                "{ns}/{}",
-                pg.metadata.name.as_deref().unwrap_or_default()
-            ))
-            .and_then(|s| s.phase.clone()),
-    };
-    if let Some(next) = next
-        && let Err(e) = api
-            .patch_pod_group_status(ns, pg.metadata.name.as_deref().unwrap_or_default(), &next)
-            .await
-    {
-        warn!(error = %e, "updating PodGroup status");
+    if let Some(next) = next {
+        writer.send(pg, next);
     }
-    matches!(
-        phase.as_deref(),
-        Some(PHASE_RUNNING | PHASE_FINISHED | PHASE_FAILED)
-    )
+    matches!(phase, Some(PHASE_RUNNING | PHASE_FINISHED | PHASE_FAILED))
+}
+
+/// Writes PodGroup statuses in the order they were decided (one writer task per plugin, started
+/// on first use), so a later phase is never overtaken by an earlier one.
+#[derive(Clone)]
+struct StatusWriter {
+    api: Arc<dyn crate::framework::registry::ApiHandle>,
+    tx: Arc<
+        std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(String, String, PodGroupStatus)>>,
+    >,
+}
+
+impl StatusWriter {
+    fn new(api: Arc<dyn crate::framework::registry::ApiHandle>) -> StatusWriter {
+        StatusWriter {
+            api,
+            tx: Arc::new(std::sync::OnceLock::new()),
+        }
+    }
+
+    fn send(&self, pg: &PodGroup, status: PodGroupStatus) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let tx = self.tx.get_or_init(|| {
+            let (tx, mut rx) =
+                tokio::sync::mpsc::unbounded_channel::<(String, String, PodGroupStatus)>();
+            let api = self.api.clone();
+            rt.spawn(async move {
+                while let Some((ns, name, status)) = rx.recv().await {
+                    if let Err(e) = api.patch_pod_group_status(&ns, &name, &status).await {
+                        warn!(podgroup = %format!("{ns}/{name}"), error = %e, "updating PodGroup status");
+                    }
+                }
+            });
+            tx
+        });
+        let _ = tx.send((
+            pg.metadata.namespace.clone().unwrap_or_default(),
+            pg.metadata.name.clone().unwrap_or_default(),
+            status,
+        ));
+    }
 }
 
 /// Decodes the normalized args and builds the plugin.
@@ -973,26 +990,27 @@ mod tests {
         assert_eq!(s.phase.as_deref(), Some(PHASE_SCHEDULING));
         // Unchanged: nothing to write.
         assert!(next_status(&cache, &pg, |s| s.phase = Some(PHASE_SCHEDULING.into())).is_none());
-        let api = crate::framework::registry::RecordingApi::default();
+        let api = Arc::new(crate::framework::registry::RecordingApi::default());
+        let writer = StatusWriter::new(api.clone());
         let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
             .build()
             .unwrap();
-        let done = rt.block_on(refresh_bound_status(
-            &cache,
-            &pg,
-            &[bound("Pending"), bound("Pending")],
-            &api,
-            "ns",
-        ));
+        let _guard = rt.enter();
+        let done =
+            refresh_bound_status(&cache, &pg, &[bound("Pending"), bound("Pending")], &writer);
         assert!(!done);
-        let done = rt.block_on(refresh_bound_status(
-            &cache,
-            &pg,
-            &[bound("Running"), bound("Running")],
-            &api,
-            "ns",
-        ));
+        let done =
+            refresh_bound_status(&cache, &pg, &[bound("Running"), bound("Running")], &writer);
         assert!(done);
+        rt.block_on(async {
+            for _ in 0..50 {
+                if api.pod_group_statuses.lock().len() == 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
         let written: Vec<_> = api
             .pod_group_statuses
             .lock()

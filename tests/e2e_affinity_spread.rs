@@ -72,6 +72,29 @@ impl ZoneNodes {
     }
 }
 
+impl ZoneNodes {
+    /// Adds one more node `<test>-<suffix>` in `zone` and waits until it is Ready.
+    fn add_node(&self, suffix: &str, zone: &str) -> String {
+        let name = format!("{}-{suffix}", self.test);
+        let yaml = support::fixtures::kwok_node(
+            &name,
+            "8",
+            "32Gi",
+            &[("ksched.io/e2e", self.test.as_str()), (ZONE, zone)],
+        );
+        let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
+        assert!(ok, "{err}");
+        let (ok, _, err) = cp().kubectl_run(&[
+            "wait",
+            "--for=condition=Ready",
+            "--timeout=60s",
+            &format!("node/{name}"),
+        ]);
+        assert!(ok, "node {name} not Ready: {err}");
+        name
+    }
+}
+
 impl Drop for ZoneNodes {
     fn drop(&mut self) {
         let _ = cp().kubectl_run(&[
@@ -172,7 +195,7 @@ async fn required_anti_affinity_places_one_replica_per_node_and_the_extra_one_wa
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "anti").await;
-    let (_nodes, zone_of) = ZoneNodes::add("anti", &["a", "b", "c"]);
+    let (nodes, zone_of) = ZoneNodes::add("anti", &["a", "b", "c"]);
     let sched = SchedulerProcess::start(cp, "anti", &scheduler_config("ksched-anti"));
     let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
@@ -225,6 +248,18 @@ async fn required_anti_affinity_places_one_replica_per_node_and_the_extra_one_wa
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let p = api.get(&pending).await.expect("get pending pod");
     assert_eq!(node(&p), None);
+
+    // A fourth node joins: the Pending replica is retried and lands there.
+    let joined = nodes.add_node("3", "d");
+    let pods = wait_pods(&client, &ns, "web", &sched, "all replicas bound", |pods| {
+        pods.iter().filter(|p| node(p).is_some()).count() == replicas as usize
+    })
+    .await;
+    let placed = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(pending.as_str()))
+        .and_then(node);
+    assert_eq!(placed, Some(joined));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

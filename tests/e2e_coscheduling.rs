@@ -12,9 +12,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 
 use k8s_openapi::api::core::v1::Pod;
+use ksched::api::PodGroup;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use ksched::api::PodGroup;
 use plugin_e2e::{Nodes, create, install_crds, node_of, pod, wait_bound, wait_log};
 use serde_json::json;
 use support::scheduler::{SchedulerProcess, ksched_bin};
@@ -187,7 +187,8 @@ async fn gang_binds_all_or_nothing_with_seed_002() {
     }
     let log = sched.logs();
     assert!(
-        log.contains("optimistic rejection in PostFilter") || log.contains("rejection in Unreserve"),
+        log.contains("optimistic rejection in PostFilter")
+            || log.contains("rejection in Unreserve"),
         "{log}"
     );
 
@@ -197,7 +198,12 @@ async fn gang_binds_all_or_nothing_with_seed_002() {
         wait_bound(&pods, name, Duration::from_secs(90), || sched.logs()).await;
     }
     let seen = wait_phase(&phases, "Running", Duration::from_secs(60)).await;
-    let status = groups.get("gang").await.expect("podgroup").status.expect("status");
+    let status = groups
+        .get("gang")
+        .await
+        .expect("podgroup")
+        .status
+        .expect("status");
     assert_eq!(status.phase.as_deref(), Some("Running"), "{seen:?}");
     assert_eq!(status.running, Some(3));
     assert!(status.schedule_start_time.is_some());

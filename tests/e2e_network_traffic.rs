@@ -1,0 +1,262 @@
+//! NetworkTraffic with a real Prometheus (Debian's package, `hack/install-prometheus.sh`) scraping an
+//! exporter this test serves, and seed 003's configuration unchanged.
+
+mod plugin_e2e;
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use ksched::framework::plugins::network_traffic::MetricsSource;
+use ksched::framework::plugins::network_traffic::prometheus::PrometheusClient;
+use kube::api::Api;
+use plugin_e2e::{Nodes, create, pod, wait_bound, wait_log};
+use support::scheduler::{SchedulerProcess, ksched_bin};
+use support::{Components, ControlPlane, control_plane, free_port};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn cp() -> &'static ControlPlane {
+    control_plane(Components::WITH_KWOK)
+}
+
+/// Seed 003's scheduler configuration, verbatim.
+const SEED_003: &str = r#"apiVersion: kubescheduler.config.k8s.io/v1beta1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /mnt/d/src/go_work/customScheduler/scheduler.conf
+profiles:
+- schedulerName: custom-scheduler
+  plugins:
+    score:
+      enabled:
+      - name: "NetworkTraffic"
+      disabled:
+      - name: "*"
+  pluginConfig:
+    - name: "NetworkTraffic"
+      args:
+        ip: "http://10.0.0.4:9090"
+        deviceName: "eth0"
+        timeRange: 60
+"#;
+
+/// Serves `node_network_receive_bytes_total` for each `(node, bytes)` on 127.0.0.1 until dropped.
+struct Exporter {
+    port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl Exporter {
+    fn start(series: &[(&str, u64)]) -> Exporter {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind exporter");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let mut body = String::from("# TYPE node_network_receive_bytes_total counter\n");
+        for (node, bytes) in series {
+            body.push_str(&format!(
+                "node_network_receive_bytes_total{{device=\"eth0\",instance=\"{node}\"}} {bytes}\n\
+                 node_network_receive_bytes_total{{device=\"lo\",instance=\"{node}\"}} 999999999\n"
+            ));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        let _ = conn.set_nonblocking(false);
+                        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                        let mut buf = [0u8; 4096];
+                        let _ = conn.read(&mut buf);
+                        let _ = write!(
+                            conn,
+                            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Exporter { port, stop }
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A Prometheus server on 127.0.0.1 with temporary storage, scraping `target` every second.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(cp: &ControlPlane, target: u16) -> Prometheus {
+        let bin = which_prometheus();
+        let port = free_port();
+        let dir = cp.dir.join(format!("prometheus-{port}"));
+        std::fs::create_dir_all(dir.join("data")).expect("prometheus dir");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: nodes\n  honor_labels: true\n  static_configs:\n  - targets: ['127.0.0.1:{target}']\n"
+            ),
+        )
+        .expect("prometheus.yml");
+        let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        Prometheus { child, port, dir }
+    }
+
+    fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn which_prometheus() -> PathBuf {
+    let out = Command::new("sh")
+        .args(["-c", "command -v prometheus"])
+        .output()
+        .expect("sh");
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        !path.is_empty(),
+        "prometheus is not installed: run hack/install-prometheus.sh (make testenv does)"
+    );
+    PathBuf::from(path)
+}
+
+fn config_with(address: &str) -> String {
+    SEED_003.replace("http://10.0.0.4:9090", address)
+}
+
+#[test]
+fn seed_003_validates() {
+    let path = std::env::temp_dir().join(format!("seed-003-{}.yaml", std::process::id()));
+    std::fs::write(&path, SEED_003).expect("write");
+    let out = Command::new(ksched_bin())
+        .args(["config", "validate"])
+        .arg(&path)
+        .output()
+        .expect("ksched config validate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("NetworkTraffic"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quieter_node_wins_and_prometheus_down_does_not_block() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "nettraffic").await;
+    let nodes = Nodes::new(cp, "nt");
+    let busy = nodes.add("busy", "8", &[]);
+    let quiet = nodes.add("quiet", "8", &[]);
+    let exporter = Exporter::start(&[(&busy, 9_000_000_000), (&quiet, 1_000)]);
+    let mut prom = Prometheus::start(cp, exporter.port);
+
+    // Wait until Prometheus has scraped both nodes.
+    let source = PrometheusClient::new(&prom.address()).expect("address");
+    let query = r#"sum_over_time(node_network_receive_bytes_total{device="eth0"}[60s])"#;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let q = source.query(query, Duration::from_secs(2));
+        if q.as_ref().is_ok_and(|s| s.len() == 2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus did not scrape the exporter: {q:?}\n{}",
+            prom.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let sched = SchedulerProcess::start(cp, "network-traffic", &config_with(&prom.address()));
+    wait_log(|| sched.logs(), "starting to schedule").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for i in 0..2 {
+        let name = format!("web-{i}");
+        create(&pods, &pod(&name, "custom-scheduler", "100m", &[])).await;
+        let node = wait_bound(&pods, &name, Duration::from_secs(60), || sched.logs()).await;
+        assert_eq!(node, quiet, "{}", sched.logs());
+    }
+    assert!(!sched.logs().contains("querying Prometheus failed"));
+
+    // Prometheus stopped: pods still schedule; the outage is logged once.
+    prom.stop();
+    for i in 0..3 {
+        let name = format!("down-{i}");
+        create(&pods, &pod(&name, "custom-scheduler", "100m", &[])).await;
+        wait_bound(&pods, &name, Duration::from_secs(60), || sched.logs()).await;
+    }
+    let log = sched.logs();
+    assert_eq!(
+        log.matches("querying Prometheus failed").count(),
+        1,
+        "{log}"
+    );
+    drop(exporter);
+    drop(nodes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_003_runs_unchanged() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "seed003").await;
+    let nodes = Nodes::new(cp, "s3");
+    nodes.add("a", "8", &[]);
+    // The seed's Prometheus (10.0.0.4:9090) is not reachable from here: scheduling goes on.
+    let sched = SchedulerProcess::start(cp, "seed-003", SEED_003);
+    wait_log(|| sched.logs(), "starting to schedule").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&pods, &pod("web", "custom-scheduler", "100m", &[])).await;
+    wait_bound(&pods, "web", Duration::from_secs(60), || sched.logs()).await;
+    drop(nodes);
+}

@@ -613,6 +613,54 @@ mod tests {
     }
 
     #[test]
+    fn generic_ephemeral_volumes_use_the_pods_own_claim() {
+        use k8s_openapi::api::core::v1::{EphemeralVolumeSource, Volume};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let eph = PodBuilder::new("p")
+            .volume(Volume {
+                name: "scratch".into(),
+                ephemeral: Some(EphemeralVolumeSource::default()),
+                ..Default::default()
+            })
+            .info();
+        // Not created yet by the ephemeral volume controller.
+        let (pl, _, _) = plugin(listers());
+        assert_eq!(
+            filter(&pl, &eph).1,
+            Status::unresolvable(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \"p-scratch\""
+            )
+        );
+        // A claim of that name the pod does not own.
+        let l = listers();
+        l.persistent_volume_claims
+            .apply(PvcBuilder::new("p-scratch").class(WFFC).build());
+        let (pl, _, _) = plugin(l);
+        assert_eq!(
+            filter(&pl, &eph).1,
+            Status::unresolvable(
+                "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
+            )
+        );
+        // Owned by the pod: provisioned like any delayed claim.
+        let l = listers();
+        let mut owned = PvcBuilder::new("p-scratch").class(WFFC).build();
+        owned.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "p".into(),
+            uid: "p".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        l.persistent_volume_claims.apply(owned);
+        let (pl, _, _) = plugin(l);
+        let (_, pre, filtered) = filter(&pl, &eph);
+        assert!(pre.is_success());
+        assert_eq!(filtered, vec![Status::success(), Status::success()]);
+    }
+
+    #[test]
     fn static_matching_picks_the_smallest_fitting_pv() {
         let (pl, _, _) = plugin(listers());
         let p = pod(&["local-4g"]);

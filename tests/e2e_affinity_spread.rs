@@ -409,3 +409,57 @@ fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_bu
         json!({"defaultConstraints": [], "defaultingType": "System"})
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_namespace_selector_finds_pods_in_other_labelled_namespaces() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    // Test namespaces carry the label ksched.io/test=true.
+    let db_ns = cp.namespace(&client, "nssel-db").await;
+    let app_ns = cp.namespace(&client, "nssel-app").await;
+    let (_nodes, zone_of) = ZoneNodes::add("nssel", &["a", "b", "c"]);
+    let target = zone_of.keys().nth(1).cloned().expect("three nodes");
+    let sched = SchedulerProcess::start(cp, "nssel", &scheduler_config("ksched-nssel"));
+    let pod = |name: &str, spec: serde_json::Value| -> Pod {
+        let mut base = json!({
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        });
+        if let (Some(b), Some(extra)) = (base.as_object_mut(), spec.as_object()) {
+            for (k, v) in extra {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"app": name}}, "spec": base}),
+        )
+        .expect("pod literal")
+    };
+    // The database pod sits on the second node of another namespace.
+    let db: Api<Pod> = Api::namespaced(client.clone(), &db_ns);
+    db.create(
+        &PostParams::default(),
+        &pod("db", json!({"nodeName": target})),
+    )
+    .await
+    .expect("create db pod");
+    // The app wants to be next to it, in any namespace labelled ksched.io/test=true.
+    let app: Api<Pod> = Api::namespaced(client.clone(), &app_ns);
+    let affinity = json!({
+        "schedulerName": "ksched-nssel",
+        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": "db"}},
+            "namespaceSelector": {"matchLabels": {"ksched.io/test": "true"}},
+            "topologyKey": "kubernetes.io/hostname",
+        }]}},
+    });
+    app.create(&PostParams::default(), &pod("app", affinity))
+        .await
+        .expect("create app pod");
+    let pods = wait_pods(&client, &app_ns, "app", &sched, "app bound", |pods| {
+        pods.iter().any(|p| node(p).is_some())
+    })
+    .await;
+    assert_eq!(node(&pods[0]), Some(target));
+}

@@ -3,8 +3,10 @@
 //!
 //! Args list policies, each with the leaf taints it tolerates and the pods (`namespaceSelector`,
 //! `podSelector`) allowed to tolerate them; a pod tolerates the union of the taints of every policy
-//! that selects it (order does not matter). Without args it behaves as Kosmos's plugin: the
-//! `kosmos.io/node=true:NoSchedule` taint is tolerated for every pod. Every other taint is judged
+//! that selects it (order does not matter). A taint given with a value is tolerated as by an
+//! `Equal` toleration; one given without a value is tolerated whatever its value (`Exists`, as
+//! Kosmos's `MatchTaint`: key and effect). Without args it behaves as Kosmos's plugin: the
+//! `kosmos.io/node` NoSchedule taint is tolerated for every pod. Every other taint is judged
 //! exactly as TaintToleration does (Filter, and PreScore/Score for PreferNoSchedule taints): the
 //! plugin runs TaintToleration's logic on the pod's tolerations plus the granted ones.
 
@@ -38,8 +40,8 @@ const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct LeafNodeTaintTolerationArgs {
-    /// Unset: Kosmos's behaviour (one policy tolerating `kosmos.io/node=true:NoSchedule` for all
-    /// pods). An empty list tolerates no leaf taint (what a profile whose policies are all
+    /// Unset: Kosmos's behaviour (one policy tolerating the `kosmos.io/node` NoSchedule taint for
+    /// all pods). An empty list tolerates no leaf taint (what a profile whose policies are all
     /// HostOnly gets).
     pub policies: Option<Vec<LeafTaintPolicy>>,
 }
@@ -48,8 +50,7 @@ pub struct LeafNodeTaintTolerationArgs {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LeafTaintPolicy {
-    /// The taints tolerated (empty: `kosmos.io/node=true:NoSchedule`); each is tolerated as by a
-    /// toleration `{key, operator: Equal, value, effect}`.
+    /// The taints tolerated (empty: the `kosmos.io/node` NoSchedule taint, any value).
     #[serde(default)]
     pub taints: Vec<LeafTaint>,
     /// Namespaces whose pods may tolerate them (unset: all).
@@ -69,7 +70,7 @@ impl PluginArgs for LeafNodeTaintTolerationArgs {
             .get_or_insert_with(|| vec![LeafTaintPolicy::default()])
         {
             if p.taints.is_empty() {
-                p.taints.push(LeafTaint::default());
+                p.taints.push(kosmos_taint());
             }
         }
     }
@@ -161,11 +162,20 @@ impl LeafNodeTaintToleration {
     }
 }
 
+/// Kosmos's leaf taint as its plugin matches it: key `kosmos.io/node`, effect NoSchedule, any value.
+fn kosmos_taint() -> LeafTaint {
+    LeafTaint {
+        value: String::new(),
+        ..LeafTaint::default()
+    }
+}
+
 fn toleration_for(t: &LeafTaint) -> Toleration {
+    let any_value = t.value.is_empty();
     Toleration {
         key: Some(t.key.clone()),
-        operator: Some("Equal".into()),
-        value: (!t.value.is_empty()).then(|| t.value.clone()),
+        operator: Some(if any_value { "Exists" } else { "Equal" }.into()),
+        value: (!any_value).then(|| t.value.clone()),
         effect: Some(t.effect.clone()),
         toleration_seconds: None,
     }
@@ -293,7 +303,7 @@ mod tests {
         assert_eq!(
             decode::<LeafNodeTaintTolerationArgs>(None),
             Ok(json!({"policies": [{"taints": [
-                {"key": "kosmos.io/node", "value": "true", "effect": "NoSchedule"}
+                {"key": "kosmos.io/node", "effect": "NoSchedule"}
             ]}]}))
         );
         let e = decode::<LeafNodeTaintTolerationArgs>(Some(&json!({"policies": [
@@ -355,8 +365,28 @@ mod tests {
                 "node(s) had untolerated taint {gpu: yes}",
             ),
             (
-                "no args: leaf taint with another value is not the leaf taint",
+                "no args: any value of the leaf taint (Kosmos matches key and effect)",
                 json!({}),
+                PodBuilder::new("p"),
+                NodeBuilder::new("n")
+                    .taint("kosmos.io/node", "member-2", "NoSchedule")
+                    .info(vec![]),
+                Code::Success,
+                "",
+            ),
+            (
+                "no args: the leaf key with NoExecute is not the leaf taint",
+                json!({}),
+                PodBuilder::new("p"),
+                NodeBuilder::new("n")
+                    .taint("kosmos.io/node", "true", "NoExecute")
+                    .info(vec![]),
+                Code::UnschedulableAndUnresolvable,
+                "node(s) had untolerated taint {kosmos.io/node: true}",
+            ),
+            (
+                "policy with a value: only that value",
+                json!({"policies": [{"taints": [{"key": "kosmos.io/node", "value": "true", "effect": "NoSchedule"}]}]}),
                 PodBuilder::new("p"),
                 NodeBuilder::new("n")
                     .taint("kosmos.io/node", "false", "NoSchedule")

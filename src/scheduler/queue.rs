@@ -330,19 +330,10 @@ impl SchedulingQueue {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         inner.move_request_cycle = inner.scheduling_cycle;
-        let keys: Vec<String> = inner
-            .unschedulable
-            .iter()
-            .filter(|(_, q)| !q.gated)
-            .map(|(k, _)| k.clone())
-            .collect();
-        if keys.is_empty() {
+        // PreEnqueue runs again on the way back (upstream's moveToActiveQ): a pod a plugin holds
+        // (DefaultPreemption while its preemption runs) waits in the pool, marked gated.
+        if !self.regate(&mut inner, now, |_| true) {
             return;
-        }
-        for key in keys {
-            if let Some(qpi) = inner.unschedulable.remove(&key) {
-                self.requeue(&mut inner, key, qpi, now);
-            }
         }
         drop(inner);
         self.notify.notify_waiters();
@@ -383,6 +374,9 @@ impl SchedulingQueue {
                 moved = true;
             }
         }
+        // Gates that lift without an event of their own (a preemption that finished) are seen
+        // within a second.
+        moved |= self.regate(&mut inner, now, |q| q.gated);
         drop(inner);
         if moved {
             self.notify.notify_waiters();
@@ -406,6 +400,36 @@ impl SchedulingQueue {
         self.inner.lock().closed = true;
         self.notify.notify_waiters();
         self.notify.notify_one();
+    }
+
+    /// Runs PreEnqueue on the pool's pods chosen by `which`: those it lets in are requeued, the
+    /// others stay (gated). Whether any pod moved.
+    fn regate(
+        &self,
+        inner: &mut Inner,
+        now: Instant,
+        which: impl Fn(&QueuedPodInfo) -> bool,
+    ) -> bool {
+        let keys: Vec<String> = inner
+            .unschedulable
+            .iter()
+            .filter(|(_, q)| which(q))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut moved = false;
+        for key in keys {
+            let Some(mut qpi) = inner.unschedulable.remove(&key) else {
+                continue;
+            };
+            self.gate(&mut qpi);
+            if qpi.gated {
+                inner.unschedulable.insert(key, qpi);
+            } else {
+                self.requeue(inner, key, qpi, now);
+                moved = true;
+            }
+        }
+        moved
     }
 
     fn gate(&self, qpi: &mut QueuedPodInfo) {

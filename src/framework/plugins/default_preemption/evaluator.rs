@@ -3,7 +3,7 @@
 //! (`pickOneNodeForPreemption`) and the eviction of the victims (the asynchronous executor).
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodCondition;
@@ -19,7 +19,7 @@ use crate::config::ExtensionPoint;
 use crate::framework::args::{decode, typed};
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, NominatingInfo, NominatingMode, Plugin, PostFilterPlugin,
-    PostFilterResult, Status,
+    PostFilterResult, PreEnqueuePlugin, Status,
 };
 use crate::framework::listers::Informer;
 use crate::framework::plugins::names;
@@ -35,6 +35,8 @@ pub const ERR_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 pub const NOT_ELIGIBLE_NEVER: &str = "not eligible due to preemptionPolicy=Never.";
 pub const NOT_ELIGIBLE_TERMINATING: &str =
     "not eligible due to a terminating pod on the nominated node.";
+/// PreEnqueue's reason while the pod's own preemption is still evicting.
+pub const WAITING_FOR_PREEMPTION: &str = "waiting for the preemption for this pod to be finished";
 
 const DISRUPTION_TARGET: &str = "DisruptionTarget";
 const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
@@ -47,6 +49,8 @@ pub struct DefaultPreemption {
     min_candidate_nodes_percentage: i32,
     min_candidate_nodes_absolute: i32,
     offset: OffsetFn,
+    /// UIDs of preemptors whose victims are still being evicted (upstream's `preempting`).
+    preempting: Arc<parking_lot::Mutex<HashSet<String>>>,
 }
 
 /// A node and the pods to evict there.
@@ -65,6 +69,7 @@ impl DefaultPreemption {
             min_candidate_nodes_percentage: args.min_candidate_nodes_percentage.unwrap_or(10),
             min_candidate_nodes_absolute: args.min_candidate_nodes_absolute.unwrap_or(100),
             offset: Box::new(|n| if n == 0 { 0 } else { fastrand::usize(..n) }),
+            preempting: Arc::default(),
         }
     }
 
@@ -335,6 +340,8 @@ impl DefaultPreemption {
             pod.scheduler_name()
         );
         let (preemptor, node) = (pod.key(), c.name.clone());
+        let (preempting, uid) = (self.preempting.clone(), pod.uid().to_string());
+        preempting.lock().insert(uid.clone());
         let work = async move {
             for p in &lower_nominated {
                 let clear = NominatingInfo {
@@ -375,6 +382,7 @@ impl DefaultPreemption {
                 }
             });
             futures::future::join_all(evictions).await;
+            preempting.lock().remove(&uid);
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
@@ -555,6 +563,20 @@ impl Plugin for DefaultPreemption {
     fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
         Some(self)
     }
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+}
+
+/// Keeps a preemptor out of the active queue while its victims are being evicted (asynchronous
+/// preemption), so it does not preempt again meanwhile.
+impl PreEnqueuePlugin for DefaultPreemption {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        if self.preempting.lock().contains(pod.uid()) {
+            return Status::unresolvable(WAITING_FOR_PREEMPTION);
+        }
+        Status::success()
+    }
 }
 
 impl PostFilterPlugin for DefaultPreemption {
@@ -594,7 +616,7 @@ impl PostFilterPlugin for DefaultPreemption {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[ExtensionPoint::PostFilter],
+        &[ExtensionPoint::PreEnqueue, ExtensionPoint::PostFilter],
         decode::<DefaultPreemptionArgs>,
         |args, handle| {
             let args = typed::<DefaultPreemptionArgs>(args)?;
@@ -1121,6 +1143,28 @@ mod tests {
         // 25% of 4 nodes is one candidate too; from offset 3 the scan starts at n4.
         let pct = preempt(cluster(Some((25, 0, 3))), pod("p", 100, "1").build());
         assert_eq!(pct.nominated(), Some("n4"));
+    }
+
+    #[test]
+    fn pre_enqueue_holds_the_preemptor_only_while_it_preempts() {
+        let (h, _) = handle();
+        let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h);
+        let p = pod("p", 100, "1").info();
+        assert!(pl.pre_enqueue(&p).is_success());
+        pl.preempting.lock().insert(p.uid().to_string());
+        let s = pl.pre_enqueue(&p);
+        assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+        assert_eq!(s.message(), WAITING_FOR_PREEMPTION);
+        // Without a runtime the eviction runs inline (tests, offline simulation).
+        let out = preempt(
+            Cluster {
+                nodes: vec![("n1", false)],
+                pods: vec![on("n1", "low", 1, "2")],
+                ..Default::default()
+            },
+            pod("p", 100, "1").build(),
+        );
+        assert_eq!(out.deleted(), ["default/low"]);
     }
 
     #[test]

@@ -6,7 +6,8 @@ mod evaluator;
 
 pub use evaluator::{
     Candidate, DefaultPreemption, ERR_NO_VICTIMS, ERR_NOT_HELPFUL, NOT_ELIGIBLE_NEVER,
-    NOT_ELIGIBLE_TERMINATING, more_important_pod, pick_one_node_for_preemption, registration,
+    NOT_ELIGIBLE_TERMINATING, WAITING_FOR_PREEMPTION, more_important_pod,
+    pick_one_node_for_preemption, registration,
 };
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,115 @@
+//! The out-of-tree plugin example (`examples/custom_plugin.rs`): built with cargo, run as the full
+//! scheduler against the real control plane; its `PreferLabeled` Score plugin decides placement.
+
+mod plugin_e2e;
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use plugin_e2e::{Nodes, create, pod, wait_bound, wait_log};
+use support::{Components, control_plane, path_str, repo_root};
+
+/// Builds the example and returns its path.
+fn build_example() -> PathBuf {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--example",
+            "custom_plugin",
+            "--message-format=short",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .expect("cargo build --example custom_plugin");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    target.join("debug").join("examples").join("custom_plugin")
+}
+
+struct Example {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Example {
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const CONFIG: &str = r#"apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: labeled-scheduler
+  plugins:
+    score:
+      enabled:
+      - name: PreferLabeled
+        weight: 10
+  pluginConfig:
+  - name: PreferLabeled
+    args:
+      label: example.com/preferred
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_plugin_decides_placement() {
+    let bin = build_example();
+    let cp = control_plane(Components::WITH_KWOK);
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "oot").await;
+    let nodes = Nodes::new(cp, "oot");
+    // The default scorers prefer the big, empty node; the plugin prefers the labeled small one.
+    nodes.add("big", "64", &[]);
+    let labeled = nodes.add("small", "4", &[("example.com/preferred", "yes")]);
+
+    let config = cp.dir.join("custom-plugin-config.yaml");
+    std::fs::write(&config, CONFIG).expect("config");
+    let log = cp.dir.join("custom-plugin.log");
+    let out = std::fs::File::create(&log).expect("log");
+    let child = Command::new(&bin)
+        .args([
+            "scheduler",
+            "--config",
+            path_str(&config),
+            "--kubeconfig",
+            path_str(&cp.kubeconfig),
+            "--secure-port=0",
+            "--v=4",
+        ])
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log"))
+        .stderr(out)
+        .spawn()
+        .expect("start the example");
+    let example = Example { child, log };
+    wait_log(|| example.logs(), "starting to schedule").await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for i in 0..3 {
+        let name = format!("p{i}");
+        create(&pods, &pod(&name, "labeled-scheduler", "500m", &[])).await;
+        let node = wait_bound(&pods, &name, Duration::from_secs(60), || example.logs()).await;
+        assert_eq!(node, labeled, "{}", example.logs());
+    }
+    drop(nodes);
+}

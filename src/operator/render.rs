@@ -46,6 +46,7 @@ use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfigur
 use crate::config::{
     self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
 };
+use crate::framework::plugins::leaf::render_leaf_policies;
 
 /// Field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "ksched-operator";
@@ -195,12 +196,13 @@ pub fn render(
             warnings: Vec::new(),
         });
     }
-    let Some(doc) = doc else {
+    let Some(mut doc) = doc else {
         return Err(InvalidSpec {
             errors: vec![FieldError::new("spec", "cannot be rendered")],
             warnings: Vec::new(),
         });
     };
+    apply_leaf_policies(&mut doc, &name, policies)?;
     let loaded = config::load_document(&doc, catalog).map_err(|e| InvalidSpec {
         errors: e.errors.into_iter().map(to_spec_error).collect(),
         warnings: e.warnings,
@@ -447,6 +449,30 @@ pub fn config_document(
     })
 }
 
+/// The LeafClusterPolicies naming the profile become its leaf plugins and their args
+/// (LeafNodeTaintToleration, LeafNodeDistribution, LeafNodeVolumeBinding).
+fn apply_leaf_policies(
+    doc: &mut KubeSchedulerConfiguration,
+    name: &str,
+    policies: &[LeafClusterPolicy],
+) -> Result<(), InvalidSpec> {
+    let leaf = render_leaf_policies(name, policies);
+    let Some(profile) = doc.profiles.first_mut() else {
+        return Ok(());
+    };
+    let invalid = |e: serde_json::Error| InvalidSpec {
+        errors: vec![FieldError::new(
+            "spec",
+            format!("cannot apply the leaf-cluster policies: {e}"),
+        )],
+        warnings: Vec::new(),
+    };
+    let mut value = serde_json::to_value(&*profile).map_err(invalid)?;
+    leaf.apply_to_profile(&mut value);
+    *profile = serde_json::from_value(value).map_err(invalid)?;
+    Ok(())
+}
+
 /// A loader error path (`profiles[0].plugins.score...`, `leaderElection.leaseDuration`) as the CRD
 /// field it came from (`spec.plugins.score...`, `spec.leaderElection.leaseDuration`).
 pub fn to_spec_path(path: &str) -> String {
@@ -542,7 +568,12 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
         &["create", "patch", "update"],
     ));
     rules.push(rule(&[""], &["nodes"], &read));
-    if on("InterPodAffinity") {
+    if any(&[
+        "InterPodAffinity",
+        "LeafNodeTaintToleration",
+        "LeafNodeDistribution",
+    ]) {
+        // Namespace selectors are matched against the namespace's labels.
         rules.push(rule(&[""], &["namespaces"], &["list", "watch"]));
     }
     if on("PodTopologySpread") {

@@ -654,6 +654,42 @@ fn leaf_policies_naming_the_profile_are_recorded() {
 }
 
 #[test]
+fn leaf_policies_become_the_leaf_plugins_of_the_config() {
+    let p = profile("hybrid", json!({}));
+    let plain = ok(&p);
+    let with_policy = match render(
+        &p,
+        &[policy("leaves", &["hybrid"])],
+        &opts(),
+        &Registry::in_tree(),
+    ) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
+    let cfg = loaded(&with_policy);
+    let profile = &cfg.profiles[0];
+    let filter = profile.names_at(config::ExtensionPoint::Filter);
+    assert!(
+        filter.contains(&"LeafNodeTaintToleration") && !filter.contains(&"TaintToleration"),
+        "{filter:?}"
+    );
+    assert!(
+        filter.contains(&"LeafNodeDistribution") && filter.contains(&"LeafNodeVolumeBinding"),
+        "{filter:?}"
+    );
+    assert!(!filter.contains(&"VolumeBinding"), "{filter:?}");
+    assert!(profile.plugin_args.contains_key("LeafNodeDistribution"));
+    // The policy changes the config, so the scheduler rolls out.
+    assert_ne!(plain.config_hash, with_policy.config_hash);
+    let loaded_plain = loaded(&plain);
+    assert!(
+        loaded_plain.profiles[0]
+            .names_at(config::ExtensionPoint::Filter)
+            .contains(&"TaintToleration")
+    );
+}
+
+#[test]
 fn every_sample_profile_renders() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/samples");
     let mut rendered = 0;

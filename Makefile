@@ -39,7 +39,7 @@ check-no-leftovers:
 	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
 	echo "no control-plane process left running"
 
-## demo: a local control plane with kwok nodes; DEMO_KEEP=1 keeps it running
+## demo: local control plane, host and leaf kwok nodes, the operator (hybrid profile Embedded), a workload across host and leaf; DEMO_KEEP=1 keeps it running
 demo: testenv
 	cargo run --quiet --example demo
 

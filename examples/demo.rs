@@ -1,44 +1,159 @@
-//! `make demo`: a local control plane (etcd, kube-apiserver, kwok) with ksched's CRDs and three
-//! kwok nodes; prints `kubectl get nodes,crds` and exits cleanly, or with DEMO_KEEP=1 keeps running
-//! until Ctrl-C and prints the KUBECONFIG to export.
+//! `make demo`: the main job, on a local control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kwok, and upstream kube-scheduler as the cluster's default scheduler):
+//! two host nodes and two leaf-cluster nodes (Kosmos-style virtual nodes), ksched's CRDs and sample
+//! profiles, the operator running with the `hybrid` profile in Embedded mode, and a Deployment that
+//! the hybrid scheduler places across host and leaf nodes. Prints `kubectl get sp,lcp` and the pods,
+//! then exits cleanly; with DEMO_KEEP=1 it keeps running until Ctrl-C and prints the KUBECONFIG.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use support::{Components, control_plane};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-fn main() {
-    let cp = control_plane(Components::WITH_KWOK);
-    for i in 0..3 {
-        let node = support::fixtures::kwok_node(&format!("demo-node-{i}"), "4", "32Gi", &[]);
-        let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], &node);
-        if !ok {
-            eprintln!("creating demo-node-{i}: {err}");
-            std::process::exit(1);
-        }
-    }
-    let (ok, _, err) = cp.kubectl_run(&[
-        "wait",
-        "--for=condition=Ready",
-        "--timeout=60s",
-        "node",
-        "--all",
-    ]);
+use ksched::framework::registry::Registry;
+use ksched::operator::in_process::InProcessSchedulers;
+use ksched::operator::{OperatorOptions, run as run_operator};
+use support::{Components, ControlPlane, control_plane, fixtures::kwok_node};
+
+const NAMESPACE: &str = "ksched-system";
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
+    let (ok, out, err) = cp.kubectl_run(args);
     if !ok {
-        eprintln!("nodes did not become Ready: {err}");
+        eprintln!("kubectl {}: {err}", args.join(" "));
         std::process::exit(1);
     }
-    let (_, out, _) = cp.kubectl_run(&["get", "nodes,crds"]);
-    println!("{out}");
+    out
+}
+
+fn apply(cp: &ControlPlane, yaml: &str) {
+    let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], yaml);
+    if !ok {
+        eprintln!("kubectl apply: {err}");
+        std::process::exit(1);
+    }
+}
+
+/// Upstream kube-scheduler as the cluster's default scheduler (for the sample profiles' own
+/// Deployments, as in a real cluster).
+fn default_scheduler(cp: &ControlPlane) -> Child {
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let log = std::fs::File::create(cp.dir.join("kube-scheduler.log")).expect("log file");
+    Command::new(cp.bin_dir.join("kube-scheduler"))
+        .args([
+            format!("--kubeconfig={kubeconfig}"),
+            format!("--authentication-kubeconfig={kubeconfig}"),
+            format!("--authorization-kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", support::free_port()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log)
+        .spawn()
+        .expect("start kube-scheduler")
+}
+
+const WORKLOAD: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: demo
+spec:
+  replicas: 6
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web, placement: leaf-ok}
+    spec:
+      schedulerName: hybrid
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: web
+        image: registry.k8s.io/pause:3.10.2
+        resources:
+          requests: {cpu: 1500m, memory: 1Gi}
+"#;
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        if Instant::now() > deadline {
+            eprintln!("timed out waiting for {what}");
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn main() {
+    let cp = control_plane(Components::FULL);
+    let mut scheduler = default_scheduler(cp);
+    println!("control plane up; KUBECONFIG={}", cp.kubeconfig.display());
+
+    for i in 1..=2 {
+        apply(cp, &kwok_node(&format!("host-{i}"), "4", "16Gi", &[]));
+        apply(cp, &kwok_node(&format!("leaf-member-{i}"), "8", "32Gi", &[("kosmos.io/node", "true")]));
+        kubectl(cp, &["annotate", "node", &format!("leaf-member-{i}"), &format!("kosmos-io/owned-by-cluster=member-{i}"), "--overwrite"]);
+    }
+    kubectl(cp, &["wait", "--for=condition=Ready", "--timeout=60s", "node", "--all"]);
+    kubectl(cp, &["create", "namespace", NAMESPACE]);
+    kubectl(cp, &["create", "namespace", "demo"]);
+    kubectl(cp, &["apply", "-f", support::path_str(&support::repo_root().join("manifests/samples"))]);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let operator = runtime.spawn(async move {
+        let client = cp.client().await;
+        let registry = Arc::new(Registry::in_tree());
+        let mut opts = OperatorOptions::new(NAMESPACE, "ksched:demo", registry.clone());
+        opts.instance = "demo-operator".into();
+        let embedded = Arc::new(InProcessSchedulers::new(client.clone(), registry, "demo-operator"));
+        if let Err(err) = run_operator(client, opts, embedded, async move {
+            let _ = stop_rx.await;
+        })
+        .await
+        {
+            eprintln!("operator: {err}");
+        }
+    });
+
+    kubectl(cp, &["wait", "--for=condition=Ready", "--timeout=120s", "sp/hybrid"]);
+    wait_for("the leaf nodes to be tainted", Duration::from_secs(60), || {
+        kubectl(cp, &["get", "nodes", "-l", "kosmos.io/node=true", "-o", "jsonpath={.items[*].spec.taints[*].key}"])
+            .matches("kosmos.io/node")
+            .count()
+            == 2
+    });
+    apply(cp, WORKLOAD);
+    wait_for("the workload to be placed", Duration::from_secs(120), || {
+        let nodes = kubectl(cp, &["get", "pods", "-n", "demo", "-o", "jsonpath={.items[*].spec.nodeName}"]);
+        nodes.split_whitespace().count() == 6
+    });
+
+    println!("\n$ kubectl get sp,lcp\n{}", kubectl(cp, &["get", "sp,lcp"]));
+    println!("$ kubectl get pods -n demo -o wide\n{}", kubectl(cp, &["get", "pods", "-n", "demo", "-o", "wide"]));
+    let nodes = kubectl(cp, &["get", "pods", "-n", "demo", "-o", "jsonpath={.items[*].spec.nodeName}"]);
+    let on_leaf = nodes.split_whitespace().filter(|n| n.starts_with("leaf-")).count();
+    println!("{} pods on host nodes, {on_leaf} on leaf-cluster nodes (PreferHost: host nodes first)", 6 - on_leaf);
+
     if std::env::var_os("DEMO_KEEP").is_some() {
         println!(
-            "The control plane keeps running. In another shell:\n\n  export KUBECONFIG={}\n  {}/kubectl get nodes\n\nPress Ctrl-C to stop it.",
+            "\nThe control plane and the operator keep running. In another shell:\n\n  export KUBECONFIG={}\n  export PATH={}:$PATH\n  kubectl get sp,lcp,pods -A\n\nPress Ctrl-C to stop.",
             cp.kubeconfig.display(),
             cp.bin_dir.display()
         );
-        loop {
-            std::thread::park();
-        }
+        runtime.block_on(async {
+            let _ = tokio::signal::ctrl_c().await;
+        });
     }
-    println!("demo done; control plane stopped (DEMO_KEEP=1 keeps it running)");
+    let _ = stop_tx.send(());
+    let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(15), operator).await });
+    let _ = scheduler.kill();
+    let _ = scheduler.wait();
+    println!("demo done; everything stopped (DEMO_KEEP=1 keeps it running)");
 }

@@ -864,4 +864,33 @@ mod tests {
         q.nominator().add_nominated_pod(bound, "n4");
         assert!(nominated_names(&q, "n4").is_empty());
     }
+
+    #[tokio::test]
+    async fn pre_enqueue_runs_again_on_moves_and_lifted_gates_are_seen_on_flush() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let hold = Arc::new(AtomicBool::new(false));
+        let h = hold.clone();
+        let q = queue_with_gate(Arc::new(move |_: &PodInfo| {
+            h.load(Ordering::SeqCst)
+                .then(|| "DefaultPreemption".to_string())
+        }));
+        q.add(pod("p", 0));
+        let (_, qpi, cycle) = pop_name(&q).await;
+        q.add_unschedulable(qpi, cycle);
+        // A plugin holds the pod (its preemption runs): an event does not send it back.
+        hold.store(true, Ordering::SeqCst);
+        q.move_all_to_active_or_backoff();
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                gated: 1,
+                ..Default::default()
+            }
+        );
+        // The hold lifts with no event of its own: the next flush requeues the pod.
+        hold.store(false, Ordering::SeqCst);
+        q.flush();
+        assert_eq!(q.counts().gated, 0);
+        assert_eq!(q.counts().active + q.counts().backoff, 1);
+    }
 }

@@ -18,6 +18,7 @@ build:
 testenv:
 	hack/testenv/build.sh >/dev/null
 	hack/install-lua.sh >/dev/null
+	hack/install-prometheus.sh >/dev/null
 
 ## crds: regenerate crds/*.yaml from the Rust types
 crds:

@@ -2,14 +2,13 @@
 //! ceiling), one after another on the same real control plane, with the same nodes, the same pods and
 //! the same client QPS/burst (5000/5000), on workloads after upstream's scheduler_perf.
 //!
-//! Options (after `--`): `--preset default|large`, `--workloads A,B`, `--contenders ksched,upstream,ceiling`.
+//! Options (after `--`): `--preset default|large|small`, `--workloads A,B`, `--contenders ksched,upstream,ceiling`.
 //! Output: one `BENCH ...` line per workload and target/bench/report.md.
 //!
 //! The same binary also runs the null binder (`--null-binder`), so the ceiling is a process of its
 //! own like the two schedulers.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::collections::HashMap;
@@ -57,10 +56,10 @@ struct Workload {
 }
 
 fn workloads(preset: &str) -> Vec<Workload> {
-    let (nodes, pods) = if preset == "large" {
-        (5000, 10000)
-    } else {
-        (500, 2000)
+    let (nodes, pods) = match preset {
+        "large" => (5000, 10000),
+        "small" => (50, 200),
+        _ => (500, 2000),
     };
     vec![
         Workload {

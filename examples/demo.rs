@@ -97,22 +97,62 @@ fn main() {
 
     for i in 1..=2 {
         apply(cp, &kwok_node(&format!("host-{i}"), "4", "16Gi", &[]));
-        apply(cp, &kwok_node(&format!("leaf-member-{i}"), "8", "32Gi", &[("kosmos.io/node", "true")]));
-        kubectl(cp, &["annotate", "node", &format!("leaf-member-{i}"), &format!("kosmos-io/owned-by-cluster=member-{i}"), "--overwrite"]);
+        apply(
+            cp,
+            &kwok_node(
+                &format!("leaf-member-{i}"),
+                "8",
+                "32Gi",
+                &[("kosmos.io/node", "true")],
+            ),
+        );
+        kubectl(
+            cp,
+            &[
+                "annotate",
+                "node",
+                &format!("leaf-member-{i}"),
+                &format!("kosmos-io/owned-by-cluster=member-{i}"),
+                "--overwrite",
+            ],
+        );
     }
-    kubectl(cp, &["wait", "--for=condition=Ready", "--timeout=60s", "node", "--all"]);
+    kubectl(
+        cp,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "--timeout=60s",
+            "node",
+            "--all",
+        ],
+    );
     kubectl(cp, &["create", "namespace", NAMESPACE]);
     kubectl(cp, &["create", "namespace", "demo"]);
-    kubectl(cp, &["apply", "-f", support::path_str(&support::repo_root().join("manifests/samples"))]);
+    kubectl(
+        cp,
+        &[
+            "apply",
+            "-f",
+            support::path_str(&support::repo_root().join("manifests/samples")),
+        ],
+    );
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let operator = runtime.spawn(async move {
         let client = cp.client().await;
         let registry = Arc::new(Registry::in_tree());
         let mut opts = OperatorOptions::new(NAMESPACE, "ksched:demo", registry.clone());
         opts.instance = "demo-operator".into();
-        let embedded = Arc::new(InProcessSchedulers::new(client.clone(), registry, "demo-operator"));
+        let embedded = Arc::new(InProcessSchedulers::new(
+            client.clone(),
+            registry,
+            "demo-operator",
+        ));
         if let Err(err) = run_operator(client, opts, embedded, async move {
             let _ = stop_rx.await;
         })
@@ -122,24 +162,82 @@ fn main() {
         }
     });
 
-    kubectl(cp, &["wait", "--for=condition=Ready", "--timeout=120s", "sp/hybrid"]);
-    wait_for("the leaf nodes to be tainted", Duration::from_secs(60), || {
-        kubectl(cp, &["get", "nodes", "-l", "kosmos.io/node=true", "-o", "jsonpath={.items[*].spec.taints[*].key}"])
+    kubectl(
+        cp,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "--timeout=120s",
+            "sp/hybrid",
+        ],
+    );
+    wait_for(
+        "the leaf nodes to be tainted",
+        Duration::from_secs(60),
+        || {
+            kubectl(
+                cp,
+                &[
+                    "get",
+                    "nodes",
+                    "-l",
+                    "kosmos.io/node=true",
+                    "-o",
+                    "jsonpath={.items[*].spec.taints[*].key}",
+                ],
+            )
             .matches("kosmos.io/node")
             .count()
-            == 2
-    });
+                == 2
+        },
+    );
     apply(cp, WORKLOAD);
-    wait_for("the workload to be placed", Duration::from_secs(120), || {
-        let nodes = kubectl(cp, &["get", "pods", "-n", "demo", "-o", "jsonpath={.items[*].spec.nodeName}"]);
-        nodes.split_whitespace().count() == 6
-    });
+    wait_for(
+        "the workload to be placed",
+        Duration::from_secs(120),
+        || {
+            let nodes = kubectl(
+                cp,
+                &[
+                    "get",
+                    "pods",
+                    "-n",
+                    "demo",
+                    "-o",
+                    "jsonpath={.items[*].spec.nodeName}",
+                ],
+            );
+            nodes.split_whitespace().count() == 6
+        },
+    );
 
-    println!("\n$ kubectl get sp,lcp\n{}", kubectl(cp, &["get", "sp,lcp"]));
-    println!("$ kubectl get pods -n demo -o wide\n{}", kubectl(cp, &["get", "pods", "-n", "demo", "-o", "wide"]));
-    let nodes = kubectl(cp, &["get", "pods", "-n", "demo", "-o", "jsonpath={.items[*].spec.nodeName}"]);
-    let on_leaf = nodes.split_whitespace().filter(|n| n.starts_with("leaf-")).count();
-    println!("{} pods on host nodes, {on_leaf} on leaf-cluster nodes (PreferHost: host nodes first)", 6 - on_leaf);
+    println!(
+        "\n$ kubectl get sp,lcp\n{}",
+        kubectl(cp, &["get", "sp,lcp"])
+    );
+    println!(
+        "$ kubectl get pods -n demo -o wide\n{}",
+        kubectl(cp, &["get", "pods", "-n", "demo", "-o", "wide"])
+    );
+    let nodes = kubectl(
+        cp,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ],
+    );
+    let on_leaf = nodes
+        .split_whitespace()
+        .filter(|n| n.starts_with("leaf-"))
+        .count();
+    println!(
+        "{} pods on host nodes, {on_leaf} on leaf-cluster nodes (PreferHost: host nodes first)",
+        6 - on_leaf
+    );
 
     if std::env::var_os("DEMO_KEEP").is_some() {
         println!(
@@ -152,7 +250,8 @@ fn main() {
         });
     }
     let _ = stop_tx.send(());
-    let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(15), operator).await });
+    let _ =
+        runtime.block_on(async { tokio::time::timeout(Duration::from_secs(15), operator).await });
     let _ = scheduler.kill();
     let _ = scheduler.wait();
     println!("demo done; everything stopped (DEMO_KEEP=1 keeps it running)");

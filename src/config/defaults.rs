@@ -193,6 +193,20 @@ pub fn client_connection(cc: &ClientConnectionConfiguration) -> ClientConnection
     }
 }
 
+/// One warning per upstream default plugin this ksched knows but cannot run yet: it is left out of
+/// every profile's defaults (enabling it explicitly is an error).
+pub fn left_out_defaults(catalog: &dyn PluginCatalog) -> Vec<String> {
+    DEFAULT_MULTI_POINT
+        .iter()
+        .filter_map(|(name, _)| match catalog.availability(name) {
+            PluginAvailability::NotBuiltYet { reason, .. } => Some(format!(
+                "default plugin {name} is left out of the default profile: not supported by this ksched yet ({reason})"
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,18 +298,4 @@ mod tests {
             Some("default-scheduler")
         );
     }
-}
-
-/// One warning per upstream default plugin this ksched knows but cannot run yet: it is left out of
-/// every profile's defaults (enabling it explicitly is an error).
-pub fn left_out_defaults(catalog: &dyn PluginCatalog) -> Vec<String> {
-    DEFAULT_MULTI_POINT
-        .iter()
-        .filter_map(|(name, _)| match catalog.availability(name) {
-            PluginAvailability::NotBuiltYet { reason, .. } => Some(format!(
-                "default plugin {name} is left out of the default profile: not supported by this ksched yet ({reason})"
-            )),
-            _ => None,
-        })
-        .collect()
 }

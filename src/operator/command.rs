@@ -71,6 +71,7 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

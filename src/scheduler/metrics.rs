@@ -50,6 +50,8 @@ pub struct Metrics {
     pub pending_pods: Family<QueueLabels, Gauge>,
     pub extension_point_duration: Family<ExtensionPointLabels, Histogram, fn() -> Histogram>,
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
+    /// Failed Prometheus queries of the NetworkTraffic plugin (scheduling went on with score 0).
+    pub network_traffic_prometheus_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -98,8 +100,15 @@ impl Metrics {
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
             leader_election_master_status.clone(),
         );
+        let network_traffic_prometheus_errors = Counter::default();
+        registry.register(
+            "scheduler_network_traffic_prometheus_errors",
+            "Prometheus queries of the NetworkTraffic plugin that failed or timed out",
+            network_traffic_prometheus_errors.clone(),
+        );
         Self {
             registry,
+            network_traffic_prometheus_errors,
             schedule_attempts,
             scheduling_attempt_duration,
             pending_pods,

@@ -280,6 +280,15 @@ async fn housekeeping(shared: Arc<Shared>) {
             debug!(pod = %key, "expired assumed pod removed");
             shared.queue.move_all_to_active_or_backoff();
         }
+        // The plugin counts process-wide; the metric follows it.
+        let errors = crate::framework::plugins::network_traffic::prometheus_errors_total();
+        let exported = shared.metrics.network_traffic_prometheus_errors.get();
+        if errors > exported {
+            shared
+                .metrics
+                .network_traffic_prometheus_errors
+                .inc_by(errors - exported);
+        }
         let counts = shared.queue.counts();
         for (queue, n) in [
             ("active", counts.active),

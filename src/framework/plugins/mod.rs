@@ -57,10 +57,16 @@ pub fn register_in_tree(r: &mut Registry) {
             volume_restrictions::registration(),
         ),
         (names::VOLUME_ZONE, volume_zone::registration()),
-        (names::NODE_VOLUME_LIMITS, node_volume_limits::registration()),
+        (
+            names::NODE_VOLUME_LIMITS,
+            node_volume_limits::registration(),
+        ),
         (names::COSCHEDULING, coscheduling::registration()),
         (names::NETWORK_TRAFFIC, network_traffic::registration()),
-        (names::DEFAULT_PREEMPTION, default_preemption::registration()),
+        (
+            names::DEFAULT_PREEMPTION,
+            default_preemption::registration(),
+        ),
         (
             names::LEAF_NODE_TAINT_TOLERATION,
             leaf::taint_toleration::registration(),
@@ -88,16 +94,14 @@ pub fn register_in_tree(r: &mut Registry) {
         }
     }
 
-    let not_built: Vec<(&str, &[ExtensionPoint], &str, super::registry::ArgsDecoder)> = vec![
-        (
-            names::DYNAMIC_RESOURCES,
-            &[
-                PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score, Reserve, PreBind,
-            ],
-            "DynamicResources is not supported yet by ksched; disable it",
-            arc(no_args),
-        ),
-    ];
+    let not_built: Vec<(&str, &[ExtensionPoint], &str, super::registry::ArgsDecoder)> = vec![(
+        names::DYNAMIC_RESOURCES,
+        &[
+            PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score, Reserve, PreBind,
+        ],
+        "DynamicResources is not supported yet by ksched; disable it",
+        arc(no_args),
+    )];
     for (name, eps, reason, dec) in not_built {
         let d = dec.clone();
         if let Err(e) = r.register_not_built(name, eps, reason, move |a| d(a)) {

@@ -332,7 +332,8 @@ fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_bu
     let profile = &loaded.config.profiles[0];
     let names = |p| profile.names_at(p);
     use ExtensionPoint::*;
-    assert_eq!(names(PreEnqueue), ["SchedulingGates"]);
+    // Upstream 1.36 lists DynamicResources too (not supported by ksched, left out with a warning).
+    assert_eq!(names(PreEnqueue), ["SchedulingGates", "DefaultPreemption"]);
     assert_eq!(names(QueueSort), ["PrioritySort"]);
     assert_eq!(
         names(PreFilter),

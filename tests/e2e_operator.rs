@@ -105,28 +105,33 @@ fn spawn_kept(name: &str, mut cmd: Command) -> u32 {
     rx.recv().expect("pid")
 }
 
-fn kube_scheduler(name: &str, config: Option<&std::path::Path>) -> u32 {
+/// Upstream kube-scheduler as the cluster's default scheduler.
+fn kube_scheduler(name: &str) -> u32 {
     let cp = cp();
     let kubeconfig = path_str(&cp.kubeconfig);
     let mut cmd = Command::new(cp.bin_dir.join("kube-scheduler"));
     cmd.args([
+        format!("--kubeconfig={kubeconfig}"),
         format!("--authentication-kubeconfig={kubeconfig}"),
         format!("--authorization-kubeconfig={kubeconfig}"),
+        "--leader-elect=false".into(),
         "--bind-address=127.0.0.1".into(),
         format!("--secure-port={}", support::free_port()),
         "--v=1".into(),
     ]);
-    match config {
-        Some(file) => {
-            cmd.arg(format!("--config={}", path_str(file)));
-        }
-        None => {
-            cmd.args([
-                format!("--kubeconfig={kubeconfig}"),
-                "--leader-elect=false".into(),
-            ]);
-        }
-    }
+    spawn_kept(name, cmd)
+}
+
+/// The scheduler under test, as the rendered Deployment runs it (`scheduler --config FILE -v=2`).
+fn ksched_scheduler(name: &str, config: &std::path::Path) -> u32 {
+    let mut cmd = Command::new(support::scheduler::ksched_bin());
+    cmd.args([
+        "scheduler".to_string(),
+        format!("--config={}", path_str(config)),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", support::free_port()),
+        "-v=2".into(),
+    ]);
     spawn_kept(name, cmd)
 }
 
@@ -151,7 +156,7 @@ fn env() -> &'static Arc<RecordingEmbedded> {
             let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], &node);
             assert!(ok, "node: {err}");
         }
-        kube_scheduler("kube-scheduler-default", None);
+        kube_scheduler("kube-scheduler-default");
 
         let recording = Arc::new(RecordingEmbedded::default());
         let embedded: Arc<dyn EmbeddedSchedulers> = recording.clone();
@@ -235,8 +240,8 @@ fn diagnostics() -> String {
         tail("operator.log"),
         tail("kube-scheduler-default.log"),
     ) + &format!(
-        "\n--- kube-scheduler-op-plain.log\n{}",
-        tail("kube-scheduler-op-plain.log")
+        "\n--- ksched-scheduler-op-plain.log\n{}",
+        tail("ksched-scheduler-op-plain.log")
     )
 }
 
@@ -463,8 +468,9 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     ]);
     assert!(ok, "kubectl wait: {out}{err}");
 
-    // Upstream kube-scheduler reads the rendered ConfigMap as it is (only the kubeconfig path is
-    // set, as a pod would get it from its ServiceAccount) and takes the profile's own Lease.
+    // `ksched scheduler` reads the rendered ConfigMap as a kubelet would mount it (only the
+    // kubeconfig path is set, as a pod would get it from its ServiceAccount) and takes the
+    // profile's own Lease.
     let dir = tempfile::tempdir().expect("tmp").keep();
     let file = dir.join("config.yaml");
     let with_kubeconfig = config_yaml.replacen(
@@ -477,7 +483,7 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
         "the rendered config has clientConnection.kubeconfig"
     );
     std::fs::write(&file, with_kubeconfig).expect("write config");
-    kube_scheduler("kube-scheduler-op-plain", Some(&file));
+    ksched_scheduler("ksched-scheduler-op-plain", &file);
     let leader = eventually("LeaderElected on op-plain", || {
         let c = c.clone();
         async move {

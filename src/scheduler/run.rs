@@ -450,36 +450,16 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
     let status = fwk.run_reserve_plugins_reserve(&mut state, &assumed, &host);
     observe_extension_point(shared, &profile, "Reserve", &status, t);
     if !status.is_success() {
-        fwk.run_reserve_plugins_unreserve(&mut state, &assumed, &host);
-        let _ = shared.cache.forget_pod(&key);
-        fail(
-            shared,
-            &profile,
-            qpi,
-            cycle,
-            status.is_rejected(),
-            status.message(),
-            None,
-            started,
-        );
+        undo_reservation(shared, &fwk, &mut state, &assumed, &host);
+        fail_with(shared, &profile, qpi, cycle, &status, started);
         return;
     }
     let t = Instant::now();
     let status = fwk.run_permit_plugins(&mut state, &assumed, &host);
     observe_extension_point(shared, &profile, "Permit", &status, t);
     if !status.is_success() && !status.is_wait() {
-        fwk.run_reserve_plugins_unreserve(&mut state, &assumed, &host);
-        let _ = shared.cache.forget_pod(&key);
-        fail(
-            shared,
-            &profile,
-            qpi,
-            cycle,
-            status.is_rejected(),
-            status.message(),
-            None,
-            started,
-        );
+        undo_reservation(shared, &fwk, &mut state, &assumed, &host);
+        fail_with(shared, &profile, qpi, cycle, &status, started);
         return;
     }
 
@@ -515,20 +495,10 @@ async fn binding_cycle(
         observe_extension_point(shared, &profile, "Bind", &status, t);
     }
     if !status.is_success() {
-        fwk.run_reserve_plugins_unreserve(&mut state, &assumed, &host);
-        let _ = shared.cache.forget_pod(&key);
+        undo_reservation(shared, fwk, &mut state, &assumed, &host);
         // The freed reservation may let other pods fit (upstream: AssignedPodDelete).
         shared.queue.move_all_to_active_or_backoff();
-        fail(
-            shared,
-            &profile,
-            qpi,
-            cycle,
-            status.is_rejected(),
-            status.message(),
-            None,
-            started,
-        );
+        fail_with(shared, &profile, qpi, cycle, &status, started);
         return;
     }
     shared.cache.finish_binding(&key);
@@ -538,6 +508,39 @@ async fn binding_cycle(
         reporter.scheduled(&assumed.pod, &host).await;
     }
     fwk.run_post_bind_plugins(&state, &assumed, &host).await;
+}
+
+/// Unreserve (in reverse order) and forget the assumed pod: the node is free again.
+fn undo_reservation(
+    shared: &Shared,
+    fwk: &Framework,
+    state: &mut CycleState,
+    assumed: &PodInfo,
+    host: &str,
+) {
+    fwk.run_reserve_plugins_unreserve(state, assumed, host);
+    let _ = shared.cache.forget_pod(&assumed.key());
+}
+
+/// [`fail`] for a plugin's status: rejected means unschedulable, anything else an error.
+fn fail_with(
+    shared: &Arc<Shared>,
+    profile: &str,
+    qpi: QueuedPodInfo,
+    cycle: u64,
+    status: &Status,
+    started: Instant,
+) {
+    fail(
+        shared,
+        profile,
+        qpi,
+        cycle,
+        status.is_rejected(),
+        status.message(),
+        None,
+        started,
+    );
 }
 
 fn record_attempt(shared: &Shared, profile: &str, result: &str, started: Instant) {

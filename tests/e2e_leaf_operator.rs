@@ -1,0 +1,238 @@
+//! LeafClusterPolicies through the operator: the operator renders the policy into the Embedded
+//! profile's scheduler, which places pods as the placement mode says; changing the policy re-renders
+//! and restarts the scheduler with the new placement.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use ksched::api::SchedulerProfile;
+use ksched::framework::registry::Registry;
+use ksched::operator::in_process::InProcessSchedulers;
+use ksched::operator::{OperatorOptions, run as run_operator};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use support::{Components, ControlPlane, control_plane, fixtures::kwok_node};
+
+const NS: &str = "ksched-system";
+
+fn cp() -> &'static ControlPlane {
+    control_plane(Components::WITH_KWOK)
+}
+
+fn kubectl(args: &[&str]) -> String {
+    let (ok, out, err) = cp().kubectl_run(args);
+    assert!(ok, "kubectl {}: {err}", args.join(" "));
+    out
+}
+
+fn apply(yaml: &str) {
+    let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], yaml);
+    assert!(ok, "{err}");
+}
+
+fn policy(mode: &str) -> String {
+    let weight = if mode.starts_with("Prefer") {
+        "\n    weight: 100"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata: {{name: leaves}}\nspec:\n  profiles: [leafy]\n  placement:\n    mode: {mode}{weight}\n    podSelector:\n      matchLabels: {{placement: leaf-ok}}\n"
+    )
+}
+
+fn pod(name: &str, cpu: &str, leaf_ok: bool) -> Pod {
+    let labels = if leaf_ok {
+        json!({"placement": "leaf-ok"})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"schedulerName": "leafy", "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.2", "resources": {"requests": {"cpu": cpu}}}]}
+    }))
+    .expect("pod literal")
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for: {what}\n{}",
+            kubectl(&["get", "sp,lcp,pods", "-A", "-o", "wide"])
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn node_of(pods: &Api<Pod>, name: &str) -> String {
+    eventually(&format!("{name} bound"), || async {
+        pods.get(name)
+            .await
+            .ok()?
+            .spec?
+            .node_name
+            .filter(|n| !n.is_empty())
+    })
+    .await
+}
+
+async fn config_hash(sps: &Api<SchedulerProfile>) -> Option<String> {
+    sps.get("leafy").await.ok()?.status?.config_hash
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_modes_take_effect_through_the_operator() {
+    let cp = cp();
+    let client = cp.client().await;
+    kubectl(&["create", "namespace", NS]);
+    let ns = cp.namespace(&client, "leafop").await;
+    for name in ["host-1", "host-2"] {
+        apply(&kwok_node(name, "4", "16Gi", &[]));
+    }
+    for name in ["leaf-x", "leaf-y"] {
+        apply(&kwok_node(name, "8", "32Gi", &[("kosmos.io/node", "true")]));
+    }
+    kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "node",
+        "--all",
+    ]);
+
+    let op_client = client.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(async move {
+        let registry = Arc::new(Registry::in_tree());
+        let mut opts = OperatorOptions::new(NS, "ksched:test", registry.clone());
+        opts.instance = "leaf-e2e".into();
+        let embedded = Arc::new(InProcessSchedulers::new(
+            op_client.clone(),
+            registry,
+            "leaf-e2e",
+        ));
+        let _ = run_operator(op_client, opts, embedded, async move {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+
+    apply(
+        "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {name: leafy}\nspec: {mode: Embedded}\n",
+    );
+    apply(&policy("PreferHost"));
+    kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "--timeout=120s",
+        "sp/leafy",
+    ]);
+    kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "--timeout=120s",
+        "lcp/leaves",
+    ]);
+    let sps: Api<SchedulerProfile> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    // PreferHost: the host nodes fill first (two 1.5-CPU pods each), then the leaf nodes.
+    let mut placed = Vec::new();
+    for i in 0..6 {
+        pods.create(
+            &PostParams::default(),
+            &pod(&format!("prefer-{i}"), "1500m", true),
+        )
+        .await
+        .expect("create");
+        placed.push(node_of(&pods, &format!("prefer-{i}")).await);
+    }
+    assert!(
+        placed[..4].iter().all(|n| n.starts_with("host-")),
+        "{placed:?}"
+    );
+    assert!(
+        placed[4..].iter().all(|n| n.starts_with("leaf-")),
+        "{placed:?}"
+    );
+    // A pod outside the podSelector stays on host nodes.
+    pods.create(&PostParams::default(), &pod("outside", "100m", false))
+        .await
+        .expect("create");
+    assert!(node_of(&pods, "outside").await.starts_with("host-"));
+
+    // LeafOnly: the operator re-renders the profile (new config hash) and selected pods go to leaf nodes only.
+    let before = config_hash(&sps).await;
+    apply(&policy("LeafOnly"));
+    eventually("the profile re-rendered for LeafOnly", || async {
+        let now = config_hash(&sps).await;
+        (now.is_some() && now != before).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // the embedded scheduler restarts with it
+    for i in 0..2 {
+        pods.create(
+            &PostParams::default(),
+            &pod(&format!("leafonly-{i}"), "100m", true),
+        )
+        .await
+        .expect("create");
+        let node = node_of(&pods, &format!("leafonly-{i}")).await;
+        assert!(node.starts_with("leaf-"), "LeafOnly pod on {node}");
+    }
+
+    // HostOnly: a selected pod that fits only on a leaf node stays Pending.
+    let before = config_hash(&sps).await;
+    apply(&policy("HostOnly"));
+    eventually("the profile re-rendered for HostOnly", || async {
+        let now = config_hash(&sps).await;
+        (now.is_some() && now != before).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pods.create(&PostParams::default(), &pod("hostonly", "3", true))
+        .await
+        .expect("create");
+    let message = eventually("hostonly reported unschedulable", || async {
+        let p = pods.get("hostonly").await.ok()?;
+        let c = p
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+        c.message
+    })
+    .await;
+    // Host nodes are full; leaf nodes are closed to HostOnly pods (their taint is not tolerated).
+    assert!(
+        message.starts_with("0/4 nodes are available:") && message.contains("2 Insufficient cpu"),
+        "{message}"
+    );
+    assert!(
+        message.contains("HostOnly") || message.contains("{kosmos.io/node: true}"),
+        "{message}"
+    );
+    assert_eq!(
+        pods.get("hostonly")
+            .await
+            .ok()
+            .and_then(|p| p.spec?.node_name),
+        None
+    );
+
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(15), operator).await;
+}

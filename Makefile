@@ -36,7 +36,8 @@ test: testenv lint
 	$(MAKE) --no-print-directory check-no-leftovers
 
 check-no-leftovers:
-	@left=$$(pgrep -af '$(KSCHED_TESTENV_BIN)/' || true); \
+	@# anchored at the start of the command line, so this shell itself does not match
+	@left=$$(pgrep -af '^$(KSCHED_TESTENV_BIN)/' || true); \
 	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
 	echo "no control-plane process left running"
 

@@ -60,7 +60,9 @@ fn node_relevant_change(old: &Node, new: &Node) -> bool {
         || images(old) != images(new)
 }
 
-/// Routes pod events; `profiles` are the scheduler names this process serves.
+/// Routes pod events; `profiles` are the scheduler names this process serves. Objects are kept
+/// without `managedFields` (as upstream's informer transform does): no plugin reads them, and they are
+/// often the largest part of an object.
 pub struct PodHandler {
     pub cache: Arc<Cache>,
     pub queue: Arc<SchedulingQueue>,
@@ -78,8 +80,9 @@ impl PodHandler {
         }
     }
 
-    pub fn apply(&mut self, pod: Pod) {
+    pub fn apply(&mut self, mut pod: Pod) {
         let key = pod_key(&pod);
+        pod.metadata.managed_fields = None;
         let pod = Arc::new(pod);
         let old = self.known.insert(key.clone(), pod.clone());
         if !node_name(&pod).is_empty() {
@@ -162,8 +165,9 @@ pub async fn watch_nodes(
     let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
     let mut known: HashMap<String, Arc<Node>> = HashMap::new();
     let mut seen: HashSet<String> = HashSet::new();
-    let apply = |node: Node, known: &mut HashMap<String, Arc<Node>>| {
+    let apply = |mut node: Node, known: &mut HashMap<String, Arc<Node>>| {
         let name = node.metadata.name.clone().unwrap_or_default();
+        node.metadata.managed_fields = None;
         let node = Arc::new(node);
         let relevant = known
             .get(&name)

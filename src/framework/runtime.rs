@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::interface::{
     Code, CycleState, MAX_NODE_SCORE, MAX_PERMIT_TIMEOUT, MIN_NODE_SCORE, NodeScore, NodeToStatus,
-    Plugin, PostFilterResult, PreFilterResult, Status,
+    Plugin, PostFilterResult, PreFilterExtensions, PreFilterResult, Status,
 };
 use super::registry::{Handle, Registry, RegistryEntry};
 use super::types::{NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
@@ -447,27 +447,9 @@ impl Framework {
         pod_to_add: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        for e in self.at(ExtensionPoint::PreFilter) {
-            if state.skip_filter_plugins().contains(&e.name) {
-                continue;
-            }
-            let Some(ext) = e
-                .plugin
-                .as_pre_filter()
-                .and_then(|p| p.pre_filter_extensions())
-            else {
-                continue;
-            };
-            let s = ext.add_pod(state, pod_to_schedule, pod_to_add, node);
-            if !s.is_success() {
-                return Status::error(format!(
-                    "running AddPod on PreFilter plugin {:?}: {}",
-                    e.name,
-                    s.message()
-                ));
-            }
-        }
-        Status::success()
+        self.run_pre_filter_extension(state, "AddPod", |ext, state| {
+            ext.add_pod(state, pod_to_schedule, pod_to_add, node)
+        })
     }
 
     /// PreFilter extensions' RemovePod, for plugins not skipped.
@@ -477,6 +459,19 @@ impl Framework {
         pod_to_schedule: &PodInfo,
         pod_to_remove: &PodInfo,
         node: &NodeInfo,
+    ) -> Status {
+        self.run_pre_filter_extension(state, "RemovePod", |ext, state| {
+            ext.remove_pod(state, pod_to_schedule, pod_to_remove, node)
+        })
+    }
+
+    /// Runs `call` on the PreFilter extensions of the plugins not skipped, stopping at the first
+    /// failure (an Error naming the plugin and the extension `what`).
+    fn run_pre_filter_extension(
+        &self,
+        state: &mut CycleState,
+        what: &str,
+        call: impl Fn(&dyn PreFilterExtensions, &mut CycleState) -> Status,
     ) -> Status {
         for e in self.at(ExtensionPoint::PreFilter) {
             if state.skip_filter_plugins().contains(&e.name) {
@@ -489,10 +484,10 @@ impl Framework {
             else {
                 continue;
             };
-            let s = ext.remove_pod(state, pod_to_schedule, pod_to_remove, node);
+            let s = call(ext, state);
             if !s.is_success() {
                 return Status::error(format!(
-                    "running RemovePod on PreFilter plugin {:?}: {}",
+                    "running {what} on PreFilter plugin {:?}: {}",
                     e.name,
                     s.message()
                 ));

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
-use crate::framework::interface::{BindPlugin, CycleState, Plugin, Status};
+use crate::framework::interface::{BindPlugin, CycleState, Status};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::{ApiHandle, PluginRegistration};
 use crate::framework::types::PodInfo;
 
@@ -21,14 +21,7 @@ impl DefaultBinder {
     }
 }
 
-impl Plugin for DefaultBinder {
-    fn name(&self) -> &str {
-        names::DEFAULT_BINDER
-    }
-    fn as_bind(&self) -> Option<&dyn BindPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(DefaultBinder, names::DEFAULT_BINDER, [Bind]);
 
 #[async_trait]
 impl BindPlugin for DefaultBinder {
@@ -42,7 +35,7 @@ impl BindPlugin for DefaultBinder {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(&[ExtensionPoint::Bind], no_args, |_, handle| {
+    PluginRegistration::new(DefaultBinder::EXTENSION_POINTS, no_args, |_, handle| {
         Ok(Arc::new(DefaultBinder::new(handle.api.clone())))
     })
 }

@@ -9,6 +9,45 @@ use kube::core::{Expression, Selector, SelectorExt};
 
 use crate::framework::interface::{MAX_NODE_SCORE, NodeScore};
 
+/// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin named by a constant,
+/// returning itself from the accessor of every listed extension point, and gives the type an
+/// `EXTENSION_POINTS` constant with the same list (in that order) for its registration:
+/// `impl_plugin!(TaintToleration, names::TAINT_TOLERATION, [Filter, PreScore, Score]);`
+macro_rules! impl_plugin {
+    ($ty:ty, $name:expr, [$($point:ident),+ $(,)?]) => {
+        impl $crate::framework::interface::Plugin for $ty {
+            fn name(&self) -> &str {
+                $name
+            }
+            $($crate::framework::plugins::helper::impl_plugin!(@as $point);)+
+        }
+
+        impl $ty {
+            /// The extension points this plugin implements, as it is registered.
+            pub const EXTENSION_POINTS: &'static [$crate::config::ExtensionPoint] =
+                &[$($crate::config::ExtensionPoint::$point),+];
+        }
+    };
+    (@as PreEnqueue) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_enqueue PreEnqueuePlugin); };
+    (@as QueueSort) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_queue_sort QueueSortPlugin); };
+    (@as PreFilter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_filter PreFilterPlugin); };
+    (@as Filter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_filter FilterPlugin); };
+    (@as PostFilter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_post_filter PostFilterPlugin); };
+    (@as PreScore) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_score PreScorePlugin); };
+    (@as Score) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_score ScorePlugin); };
+    (@as Reserve) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_reserve ReservePlugin); };
+    (@as Permit) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_permit PermitPlugin); };
+    (@as PreBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_bind PreBindPlugin); };
+    (@as Bind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_bind BindPlugin); };
+    (@as PostBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_post_bind PostBindPlugin); };
+    (@fn $method:ident $trait:ident) => {
+        fn $method(&self) -> Option<&dyn $crate::framework::interface::$trait> {
+            Some(self)
+        }
+    };
+}
+pub(crate) use impl_plugin;
+
 /// Whether `t` tolerates `taint` (upstream's `Toleration.ToleratesTaint`; the alpha Gt/Lt
 /// operators are off, as in upstream's default).
 pub fn toleration_tolerates_taint(t: &Toleration, taint: &Taint) -> bool {

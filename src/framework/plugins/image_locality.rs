@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
-use crate::framework::interface::{CycleState, MAX_NODE_SCORE, Plugin, ScorePlugin, Status};
+use crate::framework::interface::{CycleState, MAX_NODE_SCORE, ScorePlugin, Status};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{ImageStateSummary, NodeInfo, PodInfo};
 
@@ -57,14 +57,7 @@ fn calculate_priority(sum_scores: i64, num_containers: usize) -> i64 {
     MAX_NODE_SCORE * (s - MIN_THRESHOLD) / (max_threshold - MIN_THRESHOLD)
 }
 
-impl Plugin for ImageLocality {
-    fn name(&self) -> &str {
-        names::IMAGE_LOCALITY
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(ImageLocality, names::IMAGE_LOCALITY, [Score]);
 
 impl ScorePlugin for ImageLocality {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
@@ -77,7 +70,7 @@ impl ScorePlugin for ImageLocality {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(&[ExtensionPoint::Score], no_args, |_, _| {
+    PluginRegistration::new(ImageLocality::EXTENSION_POINTS, no_args, |_, _| {
         Ok(Arc::new(ImageLocality))
     })
 }

@@ -12,12 +12,13 @@ use serde::{Deserialize, Serialize};
 
 use super::helper::{node_selector_term_matches, node_selector_terms_match, normalize_to_max};
 use super::names;
-use crate::config::{ExtensionPoint, FieldError};
+use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, invalid, not_supported, required, typed};
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, Plugin, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    CycleState, FilterPlugin, NodeScore, PreFilterPlugin, PreFilterResult, PreScorePlugin,
     ScorePlugin, Status,
 };
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -210,23 +211,11 @@ fn pod_preferred_terms(pod: &PodInfo) -> &[PreferredSchedulingTerm] {
 #[derive(Debug, Clone, Copy)]
 struct PreFilterState;
 
-impl Plugin for NodeAffinity {
-    fn name(&self) -> &str {
-        names::NODE_AFFINITY
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    NodeAffinity,
+    names::NODE_AFFINITY,
+    [PreFilter, Filter, PreScore, Score]
+);
 
 impl PreFilterPlugin for NodeAffinity {
     fn pre_filter(
@@ -345,12 +334,7 @@ impl ScorePlugin for NodeAffinity {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[
-            ExtensionPoint::PreFilter,
-            ExtensionPoint::Filter,
-            ExtensionPoint::PreScore,
-            ExtensionPoint::Score,
-        ],
+        NodeAffinity::EXTENSION_POINTS,
         decode::<NodeAffinityArgs>,
         |args, _| {
             Ok(Arc::new(NodeAffinity::new(typed::<NodeAffinityArgs>(

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
-use crate::framework::interface::{CycleState, FilterPlugin, Plugin, Status};
+use crate::framework::interface::{CycleState, FilterPlugin, Status};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
 
@@ -14,14 +14,7 @@ pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
 #[derive(Debug, Default)]
 pub struct NodeName;
 
-impl Plugin for NodeName {
-    fn name(&self) -> &str {
-        names::NODE_NAME
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(NodeName, names::NODE_NAME, [Filter]);
 
 /// Whether the pod may run on `node` as far as `spec.nodeName` is concerned.
 pub fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {
@@ -40,7 +33,7 @@ impl FilterPlugin for NodeName {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(&[ExtensionPoint::Filter], no_args, |_, _| {
+    PluginRegistration::new(NodeName::EXTENSION_POINTS, no_args, |_, _| {
         Ok(Arc::new(NodeName))
     })
 }

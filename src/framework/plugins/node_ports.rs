@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{HostPort, NodeInfo, PodInfo, Snapshot};
 
@@ -16,17 +16,7 @@ pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested p
 #[derive(Debug, Default)]
 pub struct NodePorts;
 
-impl Plugin for NodePorts {
-    fn name(&self) -> &str {
-        names::NODE_PORTS
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(NodePorts, names::NODE_PORTS, [PreFilter, Filter]);
 
 /// Whether all `wanted` ports are free on `node`.
 pub fn fits_ports(wanted: &[HostPort], node: &NodeInfo) -> bool {
@@ -59,11 +49,9 @@ impl FilterPlugin for NodePorts {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
-        &[ExtensionPoint::PreFilter, ExtensionPoint::Filter],
-        no_args,
-        |_, _| Ok(Arc::new(NodePorts)),
-    )
+    PluginRegistration::new(NodePorts::EXTENSION_POINTS, no_args, |_, _| {
+        Ok(Arc::new(NodePorts))
+    })
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::Taint;
 
 use super::helper::tolerations_tolerate_taint;
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
-use crate::framework::interface::{CycleState, FilterPlugin, Plugin, Status};
+use crate::framework::interface::{CycleState, FilterPlugin, Status};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
 
@@ -19,14 +19,7 @@ pub const TAINT_NODE_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 #[derive(Debug, Default)]
 pub struct NodeUnschedulable;
 
-impl Plugin for NodeUnschedulable {
-    fn name(&self) -> &str {
-        names::NODE_UNSCHEDULABLE
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(NodeUnschedulable, names::NODE_UNSCHEDULABLE, [Filter]);
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -56,7 +49,7 @@ impl FilterPlugin for NodeUnschedulable {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(&[ExtensionPoint::Filter], no_args, |_, _| {
+    PluginRegistration::new(NodeUnschedulable::EXTENSION_POINTS, no_args, |_, _| {
         Ok(Arc::new(NodeUnschedulable))
     })
 }

@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::volume_binding::binder::{
     claim_class, claim_volume_name, ephemeral_claim_is_for_pod, volume_claim_name,
 };
@@ -116,17 +116,11 @@ impl NodeVolumeLimits {
     }
 }
 
-impl Plugin for NodeVolumeLimits {
-    fn name(&self) -> &str {
-        names::NODE_VOLUME_LIMITS
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    NodeVolumeLimits,
+    names::NODE_VOLUME_LIMITS,
+    [PreFilter, Filter]
+);
 
 impl PreFilterPlugin for NodeVolumeLimits {
     fn pre_filter(
@@ -201,11 +195,9 @@ impl FilterPlugin for NodeVolumeLimits {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
-        &[ExtensionPoint::PreFilter, ExtensionPoint::Filter],
-        no_args,
-        |_, handle| Ok(Arc::new(NodeVolumeLimits::new(handle.listers.clone())) as Arc<dyn Plugin>),
-    )
+    PluginRegistration::new(NodeVolumeLimits::EXTENSION_POINTS, no_args, |_, handle| {
+        Ok(Arc::new(NodeVolumeLimits::new(handle.listers.clone())) as Arc<dyn Plugin>)
+    })
     .with_informers(&[
         Informer::PersistentVolumes,
         Informer::PersistentVolumeClaims,

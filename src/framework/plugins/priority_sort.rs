@@ -3,23 +3,16 @@
 use std::sync::Arc;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
-use crate::framework::interface::{Plugin, QueueSortPlugin};
+use crate::framework::interface::QueueSortPlugin;
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::QueuedPodInfo;
 
 #[derive(Debug, Default)]
 pub struct PrioritySort;
 
-impl Plugin for PrioritySort {
-    fn name(&self) -> &str {
-        names::PRIORITY_SORT
-    }
-    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(PrioritySort, names::PRIORITY_SORT, [QueueSort]);
 
 impl QueueSortPlugin for PrioritySort {
     fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
@@ -29,7 +22,7 @@ impl QueueSortPlugin for PrioritySort {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(&[ExtensionPoint::QueueSort], no_args, |_, _| {
+    PluginRegistration::new(PrioritySort::EXTENSION_POINTS, no_args, |_, _| {
         Ok(Arc::new(PrioritySort))
     })
 }

@@ -3,23 +3,16 @@
 use std::sync::Arc;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
-use crate::framework::interface::{Plugin, PreEnqueuePlugin, Status};
+use crate::framework::interface::{PreEnqueuePlugin, Status};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::PodInfo;
 
 #[derive(Debug, Default)]
 pub struct SchedulingGates;
 
-impl Plugin for SchedulingGates {
-    fn name(&self) -> &str {
-        names::SCHEDULING_GATES
-    }
-    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(SchedulingGates, names::SCHEDULING_GATES, [PreEnqueue]);
 
 impl PreEnqueuePlugin for SchedulingGates {
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
@@ -39,7 +32,7 @@ impl PreEnqueuePlugin for SchedulingGates {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(&[ExtensionPoint::PreEnqueue], no_args, |_, _| {
+    PluginRegistration::new(SchedulingGates::EXTENSION_POINTS, no_args, |_, _| {
         Ok(Arc::new(SchedulingGates))
     })
 }

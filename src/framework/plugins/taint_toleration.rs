@@ -9,11 +9,11 @@ use super::helper::{
     find_matching_untolerated_taint, normalize_to_max, tolerations_tolerate_taint,
 };
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
+    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -59,20 +59,11 @@ pub fn untolerated_taint_reason(t: &Taint) -> String {
     )
 }
 
-impl Plugin for TaintToleration {
-    fn name(&self) -> &str {
-        names::TAINT_TOLERATION
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    TaintToleration,
+    names::TAINT_TOLERATION,
+    [Filter, PreScore, Score]
+);
 
 impl FilterPlugin for TaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -145,15 +136,9 @@ impl ScorePlugin for TaintToleration {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
-        &[
-            ExtensionPoint::Filter,
-            ExtensionPoint::PreScore,
-            ExtensionPoint::Score,
-        ],
-        no_args,
-        |_, _| Ok(Arc::new(TaintToleration)),
-    )
+    PluginRegistration::new(TaintToleration::EXTENSION_POINTS, no_args, |_, _| {
+        Ok(Arc::new(TaintToleration))
+    })
 }
 
 #[cfg(test)]

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Pod, Volume};
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -137,17 +137,11 @@ fn pvc_used_by_pods(snapshot: &Snapshot, key: &str) -> bool {
         .any(|n| n.pvc_ref_counts.get(key).is_some_and(|c| *c > 0))
 }
 
-impl Plugin for VolumeRestrictions {
-    fn name(&self) -> &str {
-        names::VOLUME_RESTRICTIONS
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    VolumeRestrictions,
+    names::VOLUME_RESTRICTIONS,
+    [PreFilter, Filter]
+);
 
 impl PreFilterPlugin for VolumeRestrictions {
     fn pre_filter(
@@ -238,7 +232,7 @@ impl FilterPlugin for VolumeRestrictions {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[ExtensionPoint::PreFilter, ExtensionPoint::Filter],
+        VolumeRestrictions::EXTENSION_POINTS,
         no_args,
         |_, handle| {
             Ok(Arc::new(VolumeRestrictions::new(handle.listers.clone())) as Arc<dyn Plugin>)

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::names;
-use crate::config::ExtensionPoint;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::volume_binding::binder::{claim_class, claim_volume_name};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -146,17 +146,7 @@ impl VolumeZone {
     }
 }
 
-impl Plugin for VolumeZone {
-    fn name(&self) -> &str {
-        names::VOLUME_ZONE
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(VolumeZone, names::VOLUME_ZONE, [PreFilter, Filter]);
 
 impl PreFilterPlugin for VolumeZone {
     fn pre_filter(
@@ -218,11 +208,9 @@ impl FilterPlugin for VolumeZone {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
-        &[ExtensionPoint::PreFilter, ExtensionPoint::Filter],
-        no_args,
-        |_, handle| Ok(Arc::new(VolumeZone::new(handle.listers.clone())) as Arc<dyn Plugin>),
-    )
+    PluginRegistration::new(VolumeZone::EXTENSION_POINTS, no_args, |_, handle| {
+        Ok(Arc::new(VolumeZone::new(handle.listers.clone())) as Arc<dyn Plugin>)
+    })
     .with_informers(&[
         Informer::PersistentVolumes,
         Informer::PersistentVolumeClaims,

@@ -76,9 +76,8 @@ impl PluginArgs for CoschedulingArgs {
 
 /// The registration: QueueSort, PreFilter, PostFilter, Reserve, Permit; reads PodGroups.
 pub fn registration() -> crate::framework::registry::PluginRegistration {
-    use crate::config::ExtensionPoint::*;
     crate::framework::registry::PluginRegistration::new(
-        &[QueueSort, PreFilter, PostFilter, Reserve, Permit],
+        plugin::Coscheduling::EXTENSION_POINTS,
         crate::framework::args::decode::<CoschedulingArgs>,
         factory,
     )

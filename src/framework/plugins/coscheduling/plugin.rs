@@ -20,6 +20,7 @@ use crate::framework::interface::{
     Code, CycleState, NodeToStatus, PermitPlugin, Plugin, PostFilterPlugin, PostFilterResult,
     PreFilterExtensions, PreFilterPlugin, PreFilterResult, QueueSortPlugin, ReservePlugin, Status,
 };
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::Handle;
 use crate::framework::types::{NodeInfo, PodInfo, QueuedPodInfo, Resource, Snapshot};
@@ -339,26 +340,11 @@ fn check_cluster_resource(
     Err(format!("resource gap: map[{}]", gap.join(" ")))
 }
 
-impl Plugin for Coscheduling {
-    fn name(&self) -> &str {
-        names::COSCHEDULING
-    }
-    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
-        Some(self)
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
-        Some(self)
-    }
-    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
-        Some(self)
-    }
-    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    Coscheduling,
+    names::COSCHEDULING,
+    [QueueSort, PreFilter, PostFilter, Reserve, Permit]
+);
 
 impl QueueSortPlugin for Coscheduling {
     /// Priority (higher first), then the PodGroup's creation time (the pod's own when it has no

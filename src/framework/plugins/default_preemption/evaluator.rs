@@ -15,13 +15,13 @@ use rayon::prelude::*;
 use tracing::{debug, info, warn};
 
 use super::DefaultPreemptionArgs;
-use crate::config::ExtensionPoint;
 use crate::framework::args::{decode, typed};
 use crate::framework::interface::{
-    Code, CycleState, NodeToStatus, NominatingInfo, NominatingMode, Plugin, PostFilterPlugin,
+    Code, CycleState, NodeToStatus, NominatingInfo, NominatingMode, PostFilterPlugin,
     PostFilterResult, PreEnqueuePlugin, Status,
 };
 use crate::framework::listers::Informer;
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::{ApiError, Handle, PluginRegistration};
 use crate::framework::runtime::Framework;
@@ -556,17 +556,11 @@ fn earliest_start_time(victims: &[Arc<PodInfo>], now: Timestamp) -> Timestamp {
         .unwrap_or(Timestamp::MIN)
 }
 
-impl Plugin for DefaultPreemption {
-    fn name(&self) -> &str {
-        names::DEFAULT_PREEMPTION
-    }
-    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    DefaultPreemption,
+    names::DEFAULT_PREEMPTION,
+    [PreEnqueue, PostFilter]
+);
 
 /// Keeps a preemptor out of the active queue while its victims are being evicted (asynchronous
 /// preemption), so it does not preempt again meanwhile.
@@ -616,7 +610,7 @@ impl PostFilterPlugin for DefaultPreemption {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[ExtensionPoint::PreEnqueue, ExtensionPoint::PostFilter],
+        DefaultPreemption::EXTENSION_POINTS,
         decode::<DefaultPreemptionArgs>,
         |args, handle| {
             let args = typed::<DefaultPreemptionArgs>(args)?;

@@ -15,12 +15,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::names;
-use crate::config::{ExtensionPoint, FieldError};
+use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, invalid, typed};
-use crate::framework::interface::{
-    FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
-};
 use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 
 pub use filtering::{
@@ -73,32 +71,15 @@ impl InterPodAffinity {
     }
 }
 
-impl Plugin for InterPodAffinity {
-    fn name(&self) -> &str {
-        names::INTER_POD_AFFINITY
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    InterPodAffinity,
+    names::INTER_POD_AFFINITY,
+    [PreFilter, Filter, PreScore, Score]
+);
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[
-            ExtensionPoint::PreFilter,
-            ExtensionPoint::Filter,
-            ExtensionPoint::PreScore,
-            ExtensionPoint::Score,
-        ],
+        InterPodAffinity::EXTENSION_POINTS,
         decode::<InterPodAffinityArgs>,
         |args, handle| {
             let args: InterPodAffinityArgs = typed(args)?;

@@ -27,7 +27,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 
 use super::filtering::PRE_FILTER_STATE_KEY;
-use crate::framework::interface::{Code, CycleState, NodeScore, PreFilterExtensions, Status};
+use crate::framework::interface::{
+    Code, CycleState, FilterPlugin, NodeScore, PreFilterExtensions, PreFilterPlugin,
+    PreScorePlugin, ScorePlugin, Status,
+};
 use crate::framework::testing::{NodeBuilder, PodBuilder, label_selector, pod_term};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 

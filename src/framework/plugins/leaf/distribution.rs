@@ -33,11 +33,12 @@ use serde::{Deserialize, Serialize};
 use super::{LabelMatcher, PodMatcher, default_leaf_node_selector, is_daemonset_pod, matcher};
 use super::{validate_pod_selection, validate_selector};
 use crate::api::leaf_cluster_policy::PlacementMode;
+use crate::config::FieldError;
 use crate::config::error::join_path;
-use crate::config::{ExtensionPoint, FieldError};
 use crate::framework::args::{PluginArgs, decode, forbidden, invalid, typed};
-use crate::framework::interface::{CycleState, FilterPlugin, Plugin, ScorePlugin, Status};
+use crate::framework::interface::{CycleState, FilterPlugin, ScorePlugin, Status};
 use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
@@ -190,17 +191,11 @@ impl LeafNodeDistribution {
     }
 }
 
-impl Plugin for LeafNodeDistribution {
-    fn name(&self) -> &str {
-        names::LEAF_NODE_DISTRIBUTION
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    LeafNodeDistribution,
+    names::LEAF_NODE_DISTRIBUTION,
+    [Filter, Score]
+);
 
 impl FilterPlugin for LeafNodeDistribution {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -261,7 +256,7 @@ impl ScorePlugin for LeafNodeDistribution {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[ExtensionPoint::Filter, ExtensionPoint::Score],
+        LeafNodeDistribution::EXTENSION_POINTS,
         decode::<LeafNodeDistributionArgs>,
         |args, handle| {
             let args: LeafNodeDistributionArgs = typed(args)?;

@@ -18,13 +18,14 @@ use serde::{Deserialize, Serialize};
 
 use super::{PodMatcher, validate_pod_selection};
 use crate::api::leaf_cluster_policy::LeafTaint;
+use crate::config::FieldError;
 use crate::config::error::join_path;
-use crate::config::{ExtensionPoint, FieldError};
 use crate::framework::args::{PluginArgs, decode, invalid, not_supported, required, typed};
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
+    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::helper::normalize_to_max;
 use crate::framework::plugins::names;
 use crate::framework::plugins::taint_toleration::{
@@ -181,20 +182,11 @@ fn toleration_for(t: &LeafTaint) -> Toleration {
     }
 }
 
-impl Plugin for LeafNodeTaintToleration {
-    fn name(&self) -> &str {
-        names::LEAF_NODE_TAINT_TOLERATION
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    LeafNodeTaintToleration,
+    names::LEAF_NODE_TAINT_TOLERATION,
+    [Filter, PreScore, Score]
+);
 
 impl FilterPlugin for LeafNodeTaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -258,11 +250,7 @@ impl ScorePlugin for LeafNodeTaintToleration {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[
-            ExtensionPoint::Filter,
-            ExtensionPoint::PreScore,
-            ExtensionPoint::Score,
-        ],
+        LeafNodeTaintToleration::EXTENSION_POINTS,
         decode::<LeafNodeTaintTolerationArgs>,
         |args, handle| {
             let args: LeafNodeTaintTolerationArgs = typed(args)?;

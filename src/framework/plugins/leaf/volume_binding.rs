@@ -30,14 +30,15 @@ use super::{
     validate_selector,
 };
 use crate::api::leaf_cluster_policy::VolumeMode;
+use crate::config::FieldError;
 use crate::config::error::join_path;
-use crate::config::{ExtensionPoint, FieldError};
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, typed};
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
     ReservePlugin, Status,
 };
 use crate::framework::listers::Listers;
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::helper::node_selector_terms_match;
 use crate::framework::plugins::names;
 use crate::framework::plugins::volume_binding::{
@@ -287,23 +288,11 @@ fn pv_fits(pv: &PersistentVolume, node: &NodeInfo) -> bool {
     }
 }
 
-impl Plugin for LeafNodeVolumeBinding {
-    fn name(&self) -> &str {
-        names::LEAF_NODE_VOLUME_BINDING
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
-        Some(self)
-    }
-    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    LeafNodeVolumeBinding,
+    names::LEAF_NODE_VOLUME_BINDING,
+    [PreFilter, Filter, Reserve, PreBind]
+);
 
 impl PreFilterPlugin for LeafNodeVolumeBinding {
     fn pre_filter(
@@ -407,12 +396,7 @@ fn host_volume_binding(args: &VolumeBindingArgs, handle: &Handle) -> Arc<dyn Plu
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[
-            ExtensionPoint::PreFilter,
-            ExtensionPoint::Filter,
-            ExtensionPoint::Reserve,
-            ExtensionPoint::PreBind,
-        ],
+        LeafNodeVolumeBinding::EXTENSION_POINTS,
         decode::<LeafNodeVolumeBindingArgs>,
         |args, handle| {
             let args: LeafNodeVolumeBindingArgs = typed(args)?;

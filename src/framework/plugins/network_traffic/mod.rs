@@ -33,6 +33,7 @@ use crate::framework::args::{PluginArgs, invalid, required};
 use crate::framework::interface::{
     CycleState, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::{Handle, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -154,17 +155,7 @@ impl NetworkTraffic {
     }
 }
 
-impl Plugin for NetworkTraffic {
-    fn name(&self) -> &str {
-        names::NETWORK_TRAFFIC
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(NetworkTraffic, names::NETWORK_TRAFFIC, [PreScore, Score]);
 
 impl PreScorePlugin for NetworkTraffic {
     fn pre_score(
@@ -210,9 +201,8 @@ impl ScorePlugin for NetworkTraffic {
 
 /// The registration: PreScore and Score.
 pub fn registration() -> PluginRegistration {
-    use crate::config::ExtensionPoint::*;
     PluginRegistration::new(
-        &[PreScore, Score],
+        NetworkTraffic::EXTENSION_POINTS,
         crate::framework::args::decode::<NetworkTrafficArgs>,
         factory,
     )

@@ -11,11 +11,12 @@ use smallvec::SmallVec;
 use super::{
     ResourceSpec, default_resources, for_each_allocatable_and_requested, pod_resource_requests,
 };
-use crate::config::{ExtensionPoint, FieldError};
+use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, duplicate, invalid, typed};
 use crate::framework::interface::{
-    CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
+    CycleState, MAX_NODE_SCORE, PreScorePlugin, ScorePlugin, Status,
 };
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -113,17 +114,11 @@ struct PreScoreState {
     pod_requests: Vec<i64>,
 }
 
-impl Plugin for BalancedAllocation {
-    fn name(&self) -> &str {
-        names::NODE_RESOURCES_BALANCED_ALLOCATION
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    BalancedAllocation,
+    names::NODE_RESOURCES_BALANCED_ALLOCATION,
+    [PreScore, Score]
+);
 
 impl PreScorePlugin for BalancedAllocation {
     fn pre_score(
@@ -169,7 +164,7 @@ impl ScorePlugin for BalancedAllocation {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[ExtensionPoint::PreScore, ExtensionPoint::Score],
+        BalancedAllocation::EXTENSION_POINTS,
         decode::<NodeResourcesBalancedAllocationArgs>,
         |args, _| Ok(Arc::new(BalancedAllocation::new(typed(args)?))),
     )

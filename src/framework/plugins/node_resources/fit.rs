@@ -11,15 +11,16 @@ use super::{
     ResourceSpec, default_resources, for_each_allocatable_and_requested, pod_resource_requests,
     validate_resources,
 };
-use crate::config::{ExtensionPoint, FieldError};
+use crate::config::FieldError;
 use crate::framework::args::{
     PluginArgs, UtilizationShapePoint, decode, invalid, not_supported, required, typed,
     validate_shape,
 };
 use crate::framework::interface::{
-    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Resource, Snapshot};
@@ -364,23 +365,11 @@ pub fn is_extended_resource_name(name: &str) -> bool {
     name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
-impl Plugin for Fit {
-    fn name(&self) -> &str {
-        names::NODE_RESOURCES_FIT
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    Fit,
+    names::NODE_RESOURCES_FIT,
+    [PreFilter, Filter, PreScore, Score]
+);
 
 impl PreFilterPlugin for Fit {
     fn pre_filter(
@@ -453,12 +442,7 @@ impl ScorePlugin for Fit {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[
-            ExtensionPoint::PreFilter,
-            ExtensionPoint::Filter,
-            ExtensionPoint::PreScore,
-            ExtensionPoint::Score,
-        ],
+        Fit::EXTENSION_POINTS,
         decode::<NodeResourcesFitArgs>,
         |args, _| Ok(Arc::new(Fit::new(typed::<NodeResourcesFitArgs>(args)?)?)),
     )

@@ -17,14 +17,12 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use serde::{Deserialize, Serialize};
 
 use super::names;
-use crate::config::{ExtensionPoint, FieldError};
+use crate::config::FieldError;
 use crate::framework::args::{
     PluginArgs, decode, duplicate, forbidden, invalid, not_supported, required, typed,
 };
-use crate::framework::interface::{
-    FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
-};
 use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 
 pub use common::default_selector;
@@ -145,32 +143,15 @@ impl PodTopologySpread {
     }
 }
 
-impl Plugin for PodTopologySpread {
-    fn name(&self) -> &str {
-        names::POD_TOPOLOGY_SPREAD
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    PodTopologySpread,
+    names::POD_TOPOLOGY_SPREAD,
+    [PreFilter, Filter, PreScore, Score]
+);
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[
-            ExtensionPoint::PreFilter,
-            ExtensionPoint::Filter,
-            ExtensionPoint::PreScore,
-            ExtensionPoint::Score,
-        ],
+        PodTopologySpread::EXTENSION_POINTS,
         decode::<PodTopologySpreadArgs>,
         |args, handle| {
             let args: PodTopologySpreadArgs = typed(args)?;

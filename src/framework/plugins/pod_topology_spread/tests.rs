@@ -40,7 +40,10 @@ use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{Node, Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::framework::interface::{Code, CycleState, NodeScore, PreFilterExtensions, Status};
+use crate::framework::interface::{
+    Code, CycleState, FilterPlugin, NodeScore, PreFilterExtensions, PreFilterPlugin,
+    PreScorePlugin, ScorePlugin, Status,
+};
 use crate::framework::testing::{NodeBuilder, PodBuilder, label_selector, spread_constraint};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 

@@ -20,13 +20,14 @@ use serde::{Deserialize, Serialize};
 pub use binder::{ConflictReason, PodVolumeClaims, PodVolumes, VolumeBinder};
 
 use super::names;
-use crate::config::{ExtensionPoint, FieldError};
+use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, invalid, typed};
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
 use crate::framework::listers::Informer;
+use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::{Handle, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -105,29 +106,11 @@ fn state(cs: &CycleState) -> Result<&VolumeBindingState, Status> {
         .ok_or_else(|| Status::error(format!("reading {STATE_KEY:?} from cycleState: not found")))
 }
 
-impl Plugin for VolumeBinding {
-    fn name(&self) -> &str {
-        names::VOLUME_BINDING
-    }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
-        Some(self)
-    }
-    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(
+    VolumeBinding,
+    names::VOLUME_BINDING,
+    [PreFilter, Filter, Reserve, PreBind, PreScore, Score]
+);
 
 impl PreFilterPlugin for VolumeBinding {
     fn pre_filter(
@@ -297,14 +280,7 @@ impl VolumeBinding {
 
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[
-            ExtensionPoint::PreFilter,
-            ExtensionPoint::Filter,
-            ExtensionPoint::Reserve,
-            ExtensionPoint::PreBind,
-            ExtensionPoint::PreScore,
-            ExtensionPoint::Score,
-        ],
+        VolumeBinding::EXTENSION_POINTS,
         decode::<VolumeBindingArgs>,
         |args, handle| {
             let args: VolumeBindingArgs = typed(args)?;

@@ -5,11 +5,14 @@
 //! by the kernel if the binary itself dies (PR_SET_PDEATHSIG).
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod events;
 pub mod fixtures;
 pub mod https;
+pub mod nodes;
 pub mod pki;
 pub mod process;
 pub mod scheduler;
+pub mod wait;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -143,6 +146,19 @@ impl ControlPlane {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+
+    /// Runs kubectl with `args`, which must succeed; returns its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl_run(args);
+        assert!(ok, "kubectl {}: {err}", args.join(" "));
+        out
+    }
+
+    /// `kubectl apply -f -` of `manifest` (YAML or JSON), which must succeed.
+    pub fn apply(&self, manifest: &str) {
+        let (ok, _, err) = self.kubectl_stdin(&["apply", "-f", "-"], manifest);
+        assert!(ok, "kubectl apply: {err}\n{manifest}");
     }
 
     /// Runs kubectl with `args` and stdin `input`; returns (success, stdout, stderr).

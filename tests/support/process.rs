@@ -79,15 +79,7 @@ impl ProcessGroup {
             .try_clone()
             .map_err(|e| format!("{}: {e}", log_path.display()))?;
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        killed_with_parent(cmd);
         let child = cmd.spawn().map_err(|e| format!("starting {name}: {e}"))?;
         lock().pids.push((name.to_string(), child.id() as i32));
         self.children.push((name.to_string(), child));
@@ -106,6 +98,61 @@ impl ProcessGroup {
             }
         }
         Ok(())
+    }
+}
+
+/// The kernel sends the child SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG).
+pub fn killed_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A child process of one test, its stdout and stderr in a log file; killed when dropped (and by
+/// the kernel when the thread that started it exits).
+pub struct LoggedChild {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl LoggedChild {
+    /// Starts `cmd` with stdin closed and its output to `log`.
+    pub fn spawn(mut cmd: Command, log: PathBuf) -> LoggedChild {
+        let out = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let err = out
+            .try_clone()
+            .unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        killed_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {:?}: {e}", cmd.get_program()));
+        LoggedChild { child, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for LoggedChild {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

@@ -1,17 +1,21 @@
 //! Runs `ksched scheduler` (the binary under test) as a child process against the test control
-//! plane; killed when dropped.
+//! plane; killed when dropped. Also upstream kube-scheduler's command line and the configurations
+//! tests give the schedulers.
 
-use std::fs::File;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
-use super::{ControlPlane, free_port};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+
+use super::process::LoggedChild;
+use super::wait::wait_bound;
+use super::{ControlPlane, free_port, path_str};
 
 pub struct SchedulerProcess {
-    pub child: Child,
+    pub process: LoggedChild,
     pub secure_port: u16,
-    pub log: PathBuf,
     pub config: PathBuf,
 }
 
@@ -21,17 +25,9 @@ impl SchedulerProcess {
     pub fn start(cp: &ControlPlane, name: &str, config_yaml: &str) -> SchedulerProcess {
         let config = cp.dir.join(format!("{name}-config.yaml"));
         std::fs::write(&config, config_yaml).expect("write scheduler config");
-        let log = cp.dir.join(format!("{name}.log"));
-        let out = File::create(&log).expect("scheduler log");
-        let err = out.try_clone().expect("scheduler log");
         let secure_port = free_port();
-        let mut cmd = Command::new(ksched_bin());
+        let mut cmd = scheduler_command(&ksched_bin(), cp, &config);
         cmd.args([
-            "scheduler",
-            "--config",
-            super::path_str(&config),
-            "--kubeconfig",
-            super::path_str(&cp.kubeconfig),
             "--bind-address=127.0.0.1",
             &format!("--secure-port={secure_port}"),
             &format!("--tls-cert-file={}", cp.dir.join("apiserver.crt").display()),
@@ -40,43 +36,30 @@ impl SchedulerProcess {
                 cp.dir.join("apiserver.key").display()
             ),
             "--v=4",
-        ])
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-        // SAFETY: prctl only, between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("start ksched scheduler");
+        ]);
+        let process = LoggedChild::spawn(cmd, cp.dir.join(format!("{name}.log")));
         SchedulerProcess {
-            child,
+            process,
             secure_port,
-            log,
             config,
         }
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.process.pid()
     }
 
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.logs()
     }
-}
 
-impl Drop for SchedulerProcess {
-    fn drop(&mut self) {
-        self.kill();
+    /// Polls until pod `name` is bound (within 60s); its node. Fails with this scheduler's log.
+    pub async fn bound(&self, pods: &Api<Pod>, name: &str) -> String {
+        wait_bound(pods, name, Duration::from_secs(60), || self.logs()).await
     }
 }
 
@@ -91,4 +74,67 @@ pub fn ksched_bin() -> PathBuf {
         .and_then(|p| p.parent())
         .map(|p| p.join("ksched"))
         .expect("target dir")
+}
+
+/// `bin scheduler --config <config> --kubeconfig <the control plane's>`: `ksched scheduler` or a
+/// binary built on ksched's scheduler command.
+pub fn scheduler_command(bin: &Path, cp: &ControlPlane, config: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "scheduler",
+        "--config",
+        path_str(config),
+        "--kubeconfig",
+        path_str(&cp.kubeconfig),
+    ]);
+    cmd
+}
+
+/// Runs `ksched config validate` on `yaml` (written to a temporary file named after `name`),
+/// which must succeed; returns its stdout.
+pub fn validate(name: &str, yaml: &str) -> String {
+    let path = std::env::temp_dir().join(format!("{name}-{}.yaml", std::process::id()));
+    std::fs::write(&path, yaml).expect("write");
+    let out = Command::new(ksched_bin())
+        .args(["config", "validate"])
+        .arg(&path)
+        .output()
+        .expect("ksched config validate");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Upstream kube-scheduler of the testenv with the control plane's admin kubeconfig, leader
+/// election off, serving on a free port of 127.0.0.1; the caller adds `--config`, `--v`.
+pub fn kube_scheduler_command(cp: &ControlPlane) -> Command {
+    let kubeconfig = path_str(&cp.kubeconfig);
+    let mut cmd = Command::new(cp.bin_dir.join("kube-scheduler"));
+    cmd.args([
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--authentication-kubeconfig={kubeconfig}"),
+        format!("--authorization-kubeconfig={kubeconfig}"),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", free_port()),
+    ]);
+    cmd
+}
+
+/// A v1 configuration with one default profile named `name`; leader election on a lease in
+/// `lease_ns` when given, else off.
+pub fn config(name: &str, lease_ns: Option<&str>) -> String {
+    let le = match lease_ns {
+        Some(ns) => format!(
+            "leaderElection:\n  leaderElect: true\n  resourceName: {name}\n  resourceNamespace: {ns}\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s\n"
+        ),
+        None => "leaderElection:\n  leaderElect: false\n".to_string(),
+    };
+    format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{le}profiles:\n- schedulerName: {name}\n"
+    )
 }

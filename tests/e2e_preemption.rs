@@ -4,8 +4,9 @@
 
 mod support;
 
+use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -15,7 +16,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
-use support::scheduler::SchedulerProcess;
+use support::nodes::Nodes;
+use support::scheduler::{SchedulerProcess, config};
+use support::wait::{node, poll, unschedulable_message};
 use support::{Components, ControlPlane, control_plane};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -24,32 +27,18 @@ fn cp() -> &'static ControlPlane {
     control_plane(Components::WITH_KWOK)
 }
 
-fn scheduler_config(name: &str) -> String {
-    format!(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n"
-    )
-}
-
 /// The test's kwok node and PriorityClasses `<test>-low` (10), `<test>-high` (1000) and
 /// `<test>-high-never` (1000, Never); all removed when dropped.
 struct Fixture {
     test: String,
     node: String,
+    _nodes: Nodes,
 }
 
 impl Fixture {
     async fn new(test: &str, client: &Client) -> Fixture {
-        let node = format!("{test}-a");
-        let yaml = support::fixtures::kwok_node(&node, "1", "4Gi", &[("ksched.io/e2e", test)]);
-        let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
-        assert!(ok, "{err}");
-        let (ok, _, err) = cp().kubectl_run(&[
-            "wait",
-            "--for=condition=Ready",
-            "--timeout=60s",
-            &format!("node/{node}"),
-        ]);
-        assert!(ok, "node {node} not Ready: {err}");
+        let nodes = Nodes::new(cp(), test).with_memory("4Gi");
+        let node = nodes.add("a", "1", &[]);
         let classes: Api<PriorityClass> = Api::all(client.clone());
         for (suffix, value, policy) in [
             ("low", 10, "PreemptLowerPriority"),
@@ -70,6 +59,7 @@ impl Fixture {
         Fixture {
             test: test.to_string(),
             node,
+            _nodes: nodes,
         }
     }
 
@@ -92,7 +82,6 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        let _ = cp().kubectl_run(&["delete", "node", &self.node, "--wait=false"]);
         let classes: Vec<String> = ["low", "high", "high-never"]
             .iter()
             .map(|s| format!("priorityclass/{}-{s}", self.test))
@@ -133,29 +122,27 @@ async fn wait_for<T>(
     what: &str,
     check: impl Fn(Option<&Pod>) -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pod = pods.get_opt(name).await.expect("get pod");
-        if let Some(v) = check(pod.as_ref()) {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pod {name}: {what} not within 60s; pod: {pod:?}\nscheduler log:\n{}",
-            sched.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let last = RefCell::new(None);
+    poll(
+        &format!("pod {name}: {what}"),
+        Duration::from_secs(60),
+        || format!("pod: {:?}\nscheduler log:\n{}", last.borrow(), sched.logs()),
+        async || {
+            let pod = pods.get_opt(name).await.expect("get pod");
+            let found = check(pod.as_ref());
+            *last.borrow_mut() = pod;
+            found
+        },
+    )
+    .await
 }
 
 fn node_name(p: Option<&Pod>) -> Option<String> {
-    p?.spec.as_ref()?.node_name.clone()
+    p.and_then(node)
 }
 
 fn pod_scheduled_message(p: Option<&Pod>) -> Option<String> {
-    let conditions = p?.status.as_ref()?.conditions.as_ref()?;
-    let c = conditions.iter().find(|c| c.type_ == "PodScheduled")?;
-    (c.status == "False").then(|| c.message.clone().unwrap_or_default())
+    p.and_then(unschedulable_message)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,7 +152,7 @@ async fn high_priority_pod_preempts_and_binds_to_the_freed_node() {
     let client = cp.client().await;
     let ns = cp.namespace(&client, "preempt").await;
     let fx = Fixture::new("preempt", &client).await;
-    let sched = SchedulerProcess::start(cp, "preempt", &scheduler_config("ksched-preempt"));
+    let sched = SchedulerProcess::start(cp, "preempt", &config("ksched-preempt", None));
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let nominations = record_nominations(&client, &ns);
 
@@ -216,7 +203,7 @@ async fn never_policy_pod_does_not_preempt() {
     let client = cp.client().await;
     let ns = cp.namespace(&client, "never").await;
     let fx = Fixture::new("never", &client).await;
-    let sched = SchedulerProcess::start(cp, "never", &scheduler_config("ksched-never"));
+    let sched = SchedulerProcess::start(cp, "never", &config("ksched-never", None));
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
     pods.create(

@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
-use support::scheduler::SchedulerProcess;
+use kube::api::Api;
+use serde_json::{Value, json};
+use support::events::{about, regarding, with_reason as events};
+use support::fixtures::pause_pod;
+use support::nodes::Nodes;
+use support::scheduler::{SchedulerProcess, config};
+use support::wait::{create, node_of};
 use support::{Components, ControlPlane, control_plane};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -21,120 +24,9 @@ fn cp() -> &'static ControlPlane {
     control_plane(Components::WITH_KWOK)
 }
 
-/// A v1 configuration with one profile; leader election on a lease in `lease_ns` when given.
-fn scheduler_config(name: &str, lease_ns: Option<&str>) -> String {
-    let le = match lease_ns {
-        Some(ns) => format!(
-            "leaderElection:\n  leaderElect: true\n  resourceName: {name}\n  resourceNamespace: {ns}\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s\n"
-        ),
-        None => "leaderElection:\n  leaderElect: false\n".to_string(),
-    };
-    format!(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{le}profiles:\n- schedulerName: {name}\n"
-    )
-}
-
-/// kwok nodes labelled with the test's id; deleted when dropped.
-struct Nodes {
-    test: String,
-}
-
-impl Nodes {
-    fn new(test: &str) -> Nodes {
-        Nodes {
-            test: test.to_string(),
-        }
-    }
-
-    /// Adds a node `<test>-<suffix>` with `cpu` cores and extra labels, then waits until it is Ready.
-    fn add(&self, suffix: &str, cpu: &str, labels: &[(&str, &str)], taint: Option<&str>) -> String {
-        let name = format!("{}-{suffix}", self.test);
-        let mut all = vec![("ksched.io/e2e", self.test.as_str())];
-        all.extend_from_slice(labels);
-        let yaml = support::fixtures::kwok_node(&name, cpu, "32Gi", &all);
-        let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
-        assert!(ok, "{err}");
-        if let Some(taint) = taint {
-            let (ok, _, err) = cp().kubectl_run(&["taint", "nodes", &name, taint]);
-            assert!(ok, "{err}");
-        }
-        let (ok, _, err) = cp().kubectl_run(&[
-            "wait",
-            "--for=condition=Ready",
-            "--timeout=60s",
-            &format!("node/{name}"),
-        ]);
-        assert!(ok, "node {name} not Ready: {err}");
-        name
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        let _ = cp().kubectl_run(&[
-            "delete",
-            "nodes",
-            "-l",
-            &format!("ksched.io/e2e={}", self.test),
-            "--wait=false",
-        ]);
-    }
-}
-
-fn pod(name: &str, scheduler: &str, cpu: &str, extra_spec: serde_json::Value) -> Pod {
-    let mut spec = json!({
-        "schedulerName": scheduler,
-        "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}}}],
-    });
-    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
-        for (k, v) in extra {
-            s.insert(k.clone(), v.clone());
-        }
-    }
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod literal")
-}
-
-async fn create(pods: &Api<Pod>, pod: &Pod) {
-    pods.create(&PostParams::default(), pod)
-        .await
-        .expect("create pod");
-}
-
-async fn node_of(pods: &Api<Pod>, name: &str) -> Option<String> {
-    pods.get(name).await.ok()?.spec?.node_name
-}
-
-/// Polls until `name` is bound; returns its node.
-async fn wait_bound(pods: &Api<Pod>, name: &str, sched: &SchedulerProcess) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(node) = node_of(pods, name).await {
-            return node;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pod {name} not bound within 60s; scheduler log:\n{}",
-            sched.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn events(client: &Client, ns: &str, reason: &str) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(client.clone(), ns);
-    let list = api.list(&ListParams::default()).await.expect("list events");
-    list.items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect()
-}
-
-fn regarding(e: &Event) -> &str {
-    e.regarding
-        .as_ref()
-        .and_then(|r| r.name.as_deref())
-        .unwrap_or_default()
+/// A pause pod of `scheduler` requesting `cpu`, with extra spec fields.
+fn pod(name: &str, scheduler: &str, cpu: &str, extra_spec: Value) -> Pod {
+    pause_pod(name, scheduler, cpu, &[], extra_spec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,9 +35,9 @@ async fn binds_its_own_pods_and_leaves_other_schedulers_pods_alone() {
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "own").await;
-    let nodes = Nodes::new("own");
-    nodes.add("a", "4", &[], None);
-    let sched = SchedulerProcess::start(cp, "own", &scheduler_config("ksched-own", None));
+    let nodes = Nodes::new(cp, "own");
+    nodes.add("a", "4", &[]);
+    let sched = SchedulerProcess::start(cp, "own", &config("ksched-own", None));
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     create(&pods, &pod("mine", "ksched-own", "100m", json!({}))).await;
     create(
@@ -153,7 +45,7 @@ async fn binds_its_own_pods_and_leaves_other_schedulers_pods_alone() {
         &pod("theirs", "some-other-scheduler", "100m", json!({})),
     )
     .await;
-    assert_eq!(wait_bound(&pods, "mine", &sched).await, "own-a");
+    assert_eq!(sched.bound(&pods, "mine").await, "own-a");
     // The other scheduler's pod stays untouched: no node, no event from us.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(node_of(&pods, "theirs").await, None);
@@ -183,12 +75,13 @@ async fn resources_taints_affinity_and_host_ports_decide_placement() {
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "place").await;
-    let nodes = Nodes::new("place");
-    let small = nodes.add("small", "1", &[], None);
-    let big = nodes.add("big", "8", &[], None);
-    let tainted = nodes.add("tainted", "8", &[], Some("dedicated=gpu:NoSchedule"));
-    let zone_b = nodes.add("zoneb", "8", &[("topology.kubernetes.io/zone", "b")], None);
-    let sched = SchedulerProcess::start(cp, "place", &scheduler_config("ksched-place", None));
+    let nodes = Nodes::new(cp, "place");
+    let small = nodes.add("small", "1", &[]);
+    let big = nodes.add("big", "8", &[]);
+    let tainted = nodes.add("tainted", "8", &[]);
+    nodes.taint(&tainted, "dedicated=gpu:NoSchedule");
+    let zone_b = nodes.add("zoneb", "8", &[("topology.kubernetes.io/zone", "b")]);
+    let sched = SchedulerProcess::start(cp, "place", &config("ksched-place", None));
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let affinity = |op: &str, values: &[&str]| {
         json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -202,21 +95,21 @@ async fn resources_taints_affinity_and_host_ports_decide_placement() {
         &pod("cpu", "ksched-place", "4", affinity("NotIn", &[&zone_b])),
     )
     .await;
-    assert_eq!(wait_bound(&pods, "cpu", &sched).await, big);
+    assert_eq!(sched.bound(&pods, "cpu").await, big);
 
     // Taints: tolerating the taint opens the tainted node, the only one left by the affinity.
     let mut spec = affinity("In", &[&tainted, &small]);
     spec["tolerations"] =
         json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
     create(&pods, &pod("tolerates", "ksched-place", "2", spec)).await;
-    assert_eq!(wait_bound(&pods, "tolerates", &sched).await, tainted);
+    assert_eq!(sched.bound(&pods, "tolerates").await, tainted);
 
     // Node affinity on a label.
     let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}]}
     ]}}}});
     create(&pods, &pod("zone", "ksched-place", "100m", spec)).await;
-    assert_eq!(wait_bound(&pods, "zone", &sched).await, zone_b);
+    assert_eq!(sched.bound(&pods, "zone").await, zone_b);
 
     // Host ports: two pods asking for the same port on {big, zoneb} get one node each; a third waits.
     let with_port = || {
@@ -226,9 +119,9 @@ async fn resources_taints_affinity_and_host_ports_decide_placement() {
         spec
     };
     create(&pods, &pod("port-1", "ksched-place", "100m", with_port())).await;
-    let first = wait_bound(&pods, "port-1", &sched).await;
+    let first = sched.bound(&pods, "port-1").await;
     create(&pods, &pod("port-2", "ksched-place", "100m", with_port())).await;
-    let second = wait_bound(&pods, "port-2", &sched).await;
+    let second = sched.bound(&pods, "port-2").await;
     assert_ne!(first, second, "host port 9000 used twice on {first}");
     create(&pods, &pod("port-3", "ksched-place", "100m", with_port())).await;
     let message = wait_failed(&client, &ns, "port-3", &sched).await;
@@ -247,11 +140,7 @@ async fn wait_failed(client: &Client, ns: &str, name: &str, sched: &SchedulerPro
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let failed: Vec<Event> = events(client, ns, "FailedScheduling")
-            .await
-            .into_iter()
-            .filter(|e| regarding(e) == name)
-            .collect();
+        let failed = about(client, ns, "FailedScheduling", name).await;
         let pod = pods.get(name).await.expect("get pod");
         let condition = pod
             .status
@@ -286,16 +175,12 @@ async fn unschedulable_pod_is_told_why_and_binds_once_a_fitting_node_joins() {
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "unsched").await;
-    let nodes = Nodes::new("unsched");
-    nodes.add("a", "1", &[], None);
-    nodes.add("b", "1", &[], None);
-    nodes.add(
-        "cp",
-        "8",
-        &[],
-        Some("node-role.kubernetes.io/control-plane:NoSchedule"),
-    );
-    let sched = SchedulerProcess::start(cp, "unsched", &scheduler_config("ksched-unsched", None));
+    let nodes = Nodes::new(cp, "unsched");
+    nodes.add("a", "1", &[]);
+    nodes.add("b", "1", &[]);
+    let control = nodes.add("cp", "8", &[]);
+    nodes.taint(&control, "node-role.kubernetes.io/control-plane:NoSchedule");
+    let sched = SchedulerProcess::start(cp, "unsched", &config("ksched-unsched", None));
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     create(&pods, &pod("big", "ksched-unsched", "2", json!({}))).await;
     let message = wait_failed(&client, &ns, "big", &sched).await;
@@ -306,8 +191,8 @@ async fn unschedulable_pod_is_told_why_and_binds_once_a_fitting_node_joins() {
     );
     // A node that fits joins: the pod is retried on that event, long before the 5-minute flush.
     let started = Instant::now();
-    let fits = nodes.add("c", "4", &[], None);
-    assert_eq!(wait_bound(&pods, "big", &sched).await, fits);
+    let fits = nodes.add("c", "4", &[]);
+    assert_eq!(sched.bound(&pods, "big").await, fits);
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "took {:?}",
@@ -321,10 +206,10 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "ha").await;
-    let nodes = Nodes::new("ha");
-    nodes.add("a", "8", &[], None);
-    nodes.add("b", "8", &[], None);
-    let config = scheduler_config("ksched-ha", Some(&ns));
+    let nodes = Nodes::new(cp, "ha");
+    nodes.add("a", "8", &[]);
+    nodes.add("b", "8", &[]);
+    let config = config("ksched-ha", Some(&ns));
     let mut first = SchedulerProcess::start(cp, "ha-1", &config);
     let mut second = SchedulerProcess::start(cp, "ha-2", &config);
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
@@ -345,7 +230,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
         .await;
     }
     for i in 0..5 {
-        wait_bound(&pods, &format!("before-{i}"), &first).await;
+        first.bound(&pods, &format!("before-{i}")).await;
     }
     let leader_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert!(!leader_identity.is_empty());
@@ -383,7 +268,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
         .await;
     }
     for i in 0..5 {
-        wait_bound(&pods, &format!("after-{i}"), standby).await;
+        standby.bound(&pods, &format!("after-{i}")).await;
     }
     let new_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert_ne!(new_identity, leader_identity);
@@ -408,9 +293,9 @@ async fn health_metrics_and_configz_answer_over_https() {
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "http").await;
-    let nodes = Nodes::new("http");
-    nodes.add("a", "4", &[], None);
-    let sched = SchedulerProcess::start(cp, "http", &scheduler_config("ksched-http", None));
+    let nodes = Nodes::new(cp, "http");
+    nodes.add("a", "4", &[]);
+    let sched = SchedulerProcess::start(cp, "http", &config("ksched-http", None));
     let ca = cp.dir.join("ca.crt");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -437,7 +322,7 @@ async fn health_metrics_and_configz_answer_over_https() {
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     create(&pods, &pod("p", "ksched-http", "100m", json!({}))).await;
-    wait_bound(&pods, "p", &sched).await;
+    sched.bound(&pods, "p").await;
     let (status, metrics) = support::https::get(&ca, sched.secure_port, "/metrics")
         .await
         .expect("metrics");

@@ -4,14 +4,16 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::scheduler::SchedulerProcess;
+use support::nodes::Nodes;
+use support::scheduler::{SchedulerProcess, config};
+use support::wait::{node_of, poll, unschedulable_message};
 use support::{Components, ControlPlane, control_plane};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -23,52 +25,14 @@ fn cp() -> &'static ControlPlane {
     control_plane(Components::WITH_KWOK)
 }
 
-fn scheduler_config(name: &str) -> String {
-    format!(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n"
-    )
-}
-
-/// kwok nodes `<test>-<i>` labelled `ksched.io/e2e=<test>`, Ready; deleted when dropped.
-struct Nodes {
-    test: String,
-    names: Vec<String>,
-}
-
-impl Nodes {
-    fn new(test: &str, count: usize) -> Nodes {
-        let names: Vec<String> = (0..count).map(|i| format!("{test}-{i}")).collect();
-        for name in &names {
-            let yaml = support::fixtures::kwok_node(name, "8", "32Gi", &[("ksched.io/e2e", test)]);
-            let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
-            assert!(ok, "{err}");
-        }
-        for name in &names {
-            let (ok, _, err) = cp().kubectl_run(&[
-                "wait",
-                "--for=condition=Ready",
-                "--timeout=60s",
-                &format!("node/{name}"),
-            ]);
-            assert!(ok, "node {name} not Ready: {err}");
-        }
-        Nodes {
-            test: test.to_string(),
-            names,
-        }
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        let _ = cp().kubectl_run(&[
-            "delete",
-            "nodes",
-            "-l",
-            &format!("ksched.io/e2e={}", self.test),
-            "--wait=false",
-        ]);
-    }
+/// `count` Ready kwok nodes `<test>-<i>` (deleted when the `Nodes` is dropped) and their names.
+fn kwok_nodes(test: &str, count: usize) -> (Nodes, Vec<String>) {
+    let nodes = Nodes::new(cp(), test);
+    let names = (0..count)
+        .map(|i| nodes.create(&i.to_string(), "8", &[]))
+        .collect();
+    nodes.wait_ready();
+    (nodes, names)
 }
 
 fn object<K: serde::de::DeserializeOwned>(v: Value) -> K {
@@ -179,27 +143,13 @@ async fn bind_claim(client: &Client, ns: &str, claim: &str, pv: &str) {
     .expect("pv status");
 }
 
+/// Polls `probe` for up to 90s; fails with the scheduler's log.
 async fn wait_for<T>(
     what: &str,
     sched: &SchedulerProcess,
-    mut probe: impl AsyncFnMut() -> Option<T>,
+    probe: impl AsyncFnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} not within 90s; scheduler log:\n{}",
-            sched.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn node_of(pods: &Api<Pod>, name: &str) -> Option<String> {
-    pods.get(name).await.ok()?.spec?.node_name
+    poll(what, Duration::from_secs(90), || sched.logs(), probe).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,9 +158,9 @@ async fn wait_for_first_consumer_claim_gets_a_node_and_its_pod_binds_once_provis
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "wffc").await;
-    let nodes = Nodes::new("wffc", 2);
+    let (_nodes, names) = kwok_nodes("wffc", 2);
     let scheduler = "ksched-wffc";
-    let sched = SchedulerProcess::start(cp, "wffc", &scheduler_config(scheduler));
+    let sched = SchedulerProcess::start(cp, "wffc", &config(scheduler, None));
 
     let class = format!("{ns}-wffc");
     let classes: Api<StorageClass> = Api::all(client.clone());
@@ -247,10 +197,7 @@ async fn wait_for_first_consumer_claim_gets_a_node_and_its_pod_binds_once_provis
         c.metadata.annotations?.get(SELECTED_NODE).cloned()
     })
     .await;
-    assert!(
-        nodes.names.contains(&selected),
-        "{selected} is not a test node"
-    );
+    assert!(names.contains(&selected), "{selected} is not a test node");
     // PreBind waits for the claim to bind: the pod is not bound yet.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(node_of(&pods, "app").await, None);
@@ -289,10 +236,10 @@ async fn a_bound_claim_pins_its_pods_to_the_node_of_its_volume() {
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "pinned").await;
-    let nodes = Nodes::new("pinned", 3);
+    let (_nodes, names) = kwok_nodes("pinned", 3);
     let scheduler = "ksched-pinned";
-    let sched = SchedulerProcess::start(cp, "pinned", &scheduler_config(scheduler));
-    let target = nodes.names[1].clone();
+    let sched = SchedulerProcess::start(cp, "pinned", &config(scheduler, None));
+    let target = names[1].clone();
 
     // A claim already bound (by volumeName and the bind-completed annotation) to a local PV on
     // one node; no class, so no provisioning is involved.
@@ -365,12 +312,7 @@ async fn a_bound_claim_pins_its_pods_to_the_node_of_its_volume() {
     .await
     .expect("pod");
     let message = wait_for("the PodScheduled=False condition", &sched, async || {
-        let p = pods.get("stuck").await.ok()?;
-        p.status?
-            .conditions?
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
-            .message
+        unschedulable_message(&pods.get("stuck").await.ok()?)
     })
     .await;
     assert!(

@@ -876,11 +876,70 @@ pub fn profile(points: &[(ExtensionPoint, &[&str])]) -> super::runtime::ProfileS
 
 /// A snapshot of plain nodes named `names`.
 pub fn snapshot_of(names: &[&str]) -> Snapshot {
-    let nodes: Vec<Arc<Node>> = names
+    snapshot_with(names.iter().map(|n| NodeBuilder::new(n).build()), [])
+}
+
+/// A snapshot of `nodes` and `pods`.
+pub fn snapshot_with(
+    nodes: impl IntoIterator<Item = Node>,
+    pods: impl IntoIterator<Item = Pod>,
+) -> Snapshot {
+    let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
+    let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
+    Snapshot::from_objects(&nodes, &pods)
+}
+
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// n1 and n2 in zone a, n3 in zone b, n4 without a zone label.
+pub fn zone_nodes() -> Vec<Node> {
+    vec![
+        NodeBuilder::new("n1").label(ZONE, "a").build(),
+        NodeBuilder::new("n2").label(ZONE, "a").build(),
+        NodeBuilder::new("n3").label(ZONE, "b").build(),
+        NodeBuilder::new("n4").build(),
+    ]
+}
+
+/// Score of each of `nodes` by `pl` with `state` (running PreScore is the caller's part).
+pub fn score_nodes<N: std::borrow::Borrow<NodeInfo>>(
+    pl: &dyn ScorePlugin,
+    state: &CycleState,
+    pod: &PodInfo,
+    nodes: &[N],
+) -> Vec<NodeScore> {
+    nodes
         .iter()
-        .map(|n| Arc::new(NodeBuilder::new(n).build()))
-        .collect();
-    Snapshot::from_objects(&nodes, &[])
+        .map(|n| NodeScore {
+            name: n.borrow().name_arc().clone(),
+            score: pl.score(state, pod, n.borrow()).expect("score"),
+        })
+        .collect()
+}
+
+/// The values of `scores`, in order.
+pub fn score_values(scores: &[NodeScore]) -> Vec<i64> {
+    scores.iter().map(|s| s.score).collect()
+}
+
+/// PreScore on `nodes`, Score and NormalizeScore: the normalized scores in the order of `nodes`,
+/// or `None` when PreScore skipped.
+pub fn pre_score_and_score<P: PreScorePlugin + ScorePlugin>(
+    pl: &P,
+    pod: &PodInfo,
+    snap: &Snapshot,
+    nodes: &[Arc<NodeInfo>],
+) -> Option<Vec<NodeScore>> {
+    let mut state = CycleState::new();
+    let s = pl.pre_score(&mut state, pod, snap, nodes);
+    if s.is_skip() {
+        return None;
+    }
+    assert!(s.is_success(), "{s:?}");
+    let mut scores = score_nodes(pl, &state, pod, nodes);
+    assert!(pl.normalize_score(&state, pod, &mut scores).is_success());
+    Some(scores)
 }
 
 // ----- pod affinity terms and topology spread constraints -----

@@ -348,7 +348,7 @@ pub fn registration() -> PluginRegistration {
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
-    use crate::framework::testing::{NodeBuilder, PodBuilder, term};
+    use crate::framework::testing::{NodeBuilder, PodBuilder, score_nodes, score_values, term};
     use serde_json::json;
 
     fn plugin() -> NodeAffinity {
@@ -573,22 +573,10 @@ mod tests {
             p.pre_score(&mut state, &pod, &Snapshot::new(), &[])
                 .is_success()
         );
-        let mut scores: Vec<NodeScore> = nodes
-            .iter()
-            .map(|n| NodeScore {
-                name: n.name_arc().clone(),
-                score: p.score(&state, &pod, n).expect("score"),
-            })
-            .collect();
-        assert_eq!(
-            scores.iter().map(|s| s.score).collect::<Vec<_>>(),
-            [2, 7, 0]
-        );
+        let mut scores = score_nodes(&p, &state, &pod, &nodes);
+        assert_eq!(score_values(&scores), [2, 7, 0]);
         p.normalize_score(&state, &pod, &mut scores);
-        assert_eq!(
-            scores.iter().map(|s| s.score).collect::<Vec<_>>(),
-            [28, 100, 0]
-        );
+        assert_eq!(score_values(&scores), [28, 100, 0]);
         // No preferred terms at all: Skip.
         assert!(
             p.pre_score(

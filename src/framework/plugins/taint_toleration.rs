@@ -94,30 +94,50 @@ impl PreScorePlugin for TaintToleration {
         _snapshot: &Snapshot,
         _nodes: &[Arc<NodeInfo>],
     ) -> Status {
-        state.write(
-            PRE_SCORE_STATE_KEY,
-            PreScoreState {
-                tolerations_prefer_no_schedule: prefer_no_schedule_tolerations(pod.tolerations()),
-            },
-        );
-        Status::success()
+        pre_score_tolerations(state, PRE_SCORE_STATE_KEY, pod.tolerations())
+    }
+}
+
+/// TaintToleration's PreScore for a pod with `tolerations`: keeps those that count for
+/// PreferNoSchedule taints in `state` under `key`.
+pub fn pre_score_tolerations(
+    state: &mut CycleState,
+    key: &'static str,
+    tolerations: &[Toleration],
+) -> Status {
+    state.write(
+        key,
+        PreScoreState {
+            tolerations_prefer_no_schedule: prefer_no_schedule_tolerations(tolerations),
+        },
+    );
+    Status::success()
+}
+
+/// TaintToleration's Score: the node's intolerable PreferNoSchedule taints, with the tolerations
+/// PreScore kept under `key`, or (PreScore disabled) those of `tolerations()`.
+pub fn score_tolerations(
+    state: &CycleState,
+    key: &'static str,
+    node: &NodeInfo,
+    tolerations: impl FnOnce() -> Vec<Toleration>,
+) -> i64 {
+    match state.read::<PreScoreState>(key) {
+        Some(s) => {
+            count_intolerable_prefer_no_schedule(node.taints(), &s.tolerations_prefer_no_schedule)
+        }
+        None => count_intolerable_prefer_no_schedule(
+            node.taints(),
+            &prefer_no_schedule_tolerations(&tolerations()),
+        ),
     }
 }
 
 impl ScorePlugin for TaintToleration {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let count = match state.read::<PreScoreState>(PRE_SCORE_STATE_KEY) {
-            Some(s) => count_intolerable_prefer_no_schedule(
-                node.taints(),
-                &s.tolerations_prefer_no_schedule,
-            ),
-            // PreScore disabled: compute here.
-            None => count_intolerable_prefer_no_schedule(
-                node.taints(),
-                &prefer_no_schedule_tolerations(pod.tolerations()),
-            ),
-        };
-        Ok(count)
+        Ok(score_tolerations(state, PRE_SCORE_STATE_KEY, node, || {
+            pod.tolerations().to_vec()
+        }))
     }
 
     fn has_normalize_score(&self) -> bool {
@@ -145,7 +165,7 @@ pub fn registration() -> PluginRegistration {
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
-    use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use crate::framework::testing::{NodeBuilder, PodBuilder, score_nodes, score_values};
 
     #[test]
     fn filter() {
@@ -252,22 +272,10 @@ mod tests {
                 .pre_score(&mut state, &pod, &snapshot, &[])
                 .is_success()
         );
-        let mut scores: Vec<NodeScore> = nodes
-            .iter()
-            .map(|n| NodeScore {
-                name: n.name_arc().clone(),
-                score: TaintToleration.score(&state, &pod, n).expect("score"),
-            })
-            .collect();
-        assert_eq!(
-            scores.iter().map(|s| s.score).collect::<Vec<_>>(),
-            [0, 1, 2]
-        );
+        let mut scores = score_nodes(&TaintToleration, &state, &pod, &nodes);
+        assert_eq!(score_values(&scores), [0, 1, 2]);
         TaintToleration.normalize_score(&state, &pod, &mut scores);
-        assert_eq!(
-            scores.iter().map(|s| s.score).collect::<Vec<_>>(),
-            [100, 50, 0]
-        );
+        assert_eq!(score_values(&scores), [100, 50, 0]);
 
         // Without PreScore the same counts come out.
         let fresh = CycleState::new();

@@ -24,41 +24,20 @@ fn args() {
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 
 use super::filtering::PRE_FILTER_STATE_KEY;
 use crate::framework::interface::{
-    Code, CycleState, FilterPlugin, NodeScore, PreFilterExtensions, PreFilterPlugin,
-    PreScorePlugin, ScorePlugin, Status,
+    Code, CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, Status,
 };
-use crate::framework::testing::{NodeBuilder, PodBuilder, label_selector, pod_term};
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
-
-const HOST: &str = "kubernetes.io/hostname";
-const ZONE: &str = "topology.kubernetes.io/zone";
+use crate::framework::testing::{
+    HOSTNAME as HOST, PodBuilder, ZONE, label_selector, pod_term, pre_score_and_score,
+    snapshot_with as snapshot, zone_nodes as nodes,
+};
+use crate::framework::types::{PodInfo, Snapshot};
 
 fn plugin(args: InterPodAffinityArgs) -> InterPodAffinity {
     InterPodAffinity::new(args, Arc::new(Listers::default()))
-}
-
-fn node(name: &str, zone: &str) -> Node {
-    NodeBuilder::new(name).label(ZONE, zone).build()
-}
-
-/// n1 (zone a), n2 (zone a), n3 (zone b), n4 (no zone label).
-fn nodes() -> Vec<Node> {
-    vec![
-        node("n1", "a"),
-        node("n2", "a"),
-        node("n3", "b"),
-        NodeBuilder::new("n4").build(),
-    ]
-}
-
-fn snapshot(nodes: Vec<Node>, pods: Vec<Pod>) -> Snapshot {
-    let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
-    let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
-    Snapshot::from_objects(&nodes, &pods)
 }
 
 /// PreFilter then Filter on every node, in node-name order: (code, message) per node, or the
@@ -537,21 +516,7 @@ fn unparseable_selector_is_unresolvable() {
 /// PreScore, Score and NormalizeScore over every node, in node-name order; `None` when PreScore
 /// skipped.
 fn run_score(pl: &InterPodAffinity, pod: &PodInfo, snap: &Snapshot) -> Option<Vec<(String, i64)>> {
-    let mut state = CycleState::new();
-    let nodes: Vec<Arc<NodeInfo>> = snap.nodes().to_vec();
-    let s = pl.pre_score(&mut state, pod, snap, &nodes);
-    if s.is_skip() {
-        return None;
-    }
-    assert!(s.is_success(), "{s:?}");
-    let mut scores: Vec<NodeScore> = nodes
-        .iter()
-        .map(|n| NodeScore {
-            name: n.name_arc().clone(),
-            score: pl.score(&state, pod, n).expect("score"),
-        })
-        .collect();
-    assert!(pl.normalize_score(&state, pod, &mut scores).is_success());
+    let scores = pre_score_and_score(pl, pod, snap, snap.nodes())?;
     let mut out: Vec<(String, i64)> = scores
         .into_iter()
         .map(|s| (s.name.to_string(), s.score))

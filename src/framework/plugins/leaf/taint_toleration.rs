@@ -29,7 +29,7 @@ use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::helper::normalize_to_max;
 use crate::framework::plugins::names;
 use crate::framework::plugins::taint_toleration::{
-    count_intolerable_prefer_no_schedule, filter_tolerations, prefer_no_schedule_tolerations,
+    filter_tolerations, pre_score_tolerations, score_tolerations,
 };
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -124,11 +124,6 @@ pub struct LeafNodeTaintToleration {
     listers: Arc<Listers>,
 }
 
-#[derive(Debug, Clone)]
-struct PreScoreState {
-    tolerations_prefer_no_schedule: Vec<Toleration>,
-}
-
 impl LeafNodeTaintToleration {
     /// Builds the plugin from defaulted, validated args.
     pub fn new(
@@ -207,30 +202,15 @@ impl PreScorePlugin for LeafNodeTaintToleration {
         _snapshot: &Snapshot,
         _nodes: &[Arc<NodeInfo>],
     ) -> Status {
-        state.write(
-            PRE_SCORE_STATE_KEY,
-            PreScoreState {
-                tolerations_prefer_no_schedule: prefer_no_schedule_tolerations(
-                    &self.tolerations(pod),
-                ),
-            },
-        );
-        Status::success()
+        pre_score_tolerations(state, PRE_SCORE_STATE_KEY, &self.tolerations(pod))
     }
 }
 
 impl ScorePlugin for LeafNodeTaintToleration {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(match state.read::<PreScoreState>(PRE_SCORE_STATE_KEY) {
-            Some(s) => count_intolerable_prefer_no_schedule(
-                node.taints(),
-                &s.tolerations_prefer_no_schedule,
-            ),
-            None => count_intolerable_prefer_no_schedule(
-                node.taints(),
-                &prefer_no_schedule_tolerations(&self.tolerations(pod)),
-            ),
-        })
+        Ok(score_tolerations(state, PRE_SCORE_STATE_KEY, node, || {
+            self.tolerations(pod)
+        }))
     }
 
     fn has_normalize_score(&self) -> bool {
@@ -268,7 +248,7 @@ mod tests {
     use super::super::test_support::*;
     use super::*;
     use crate::framework::interface::Code;
-    use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use crate::framework::testing::{NodeBuilder, PodBuilder, score_nodes, score_values};
     use crate::framework::types::NodeInfo;
     use serde_json::json;
 
@@ -497,25 +477,13 @@ mod tests {
                 pl.pre_score(&mut state, &pod, &Snapshot::new(), &[])
                     .is_success()
             );
-            let mut scores: Vec<NodeScore> = nodes
-                .iter()
-                .map(|n| NodeScore {
-                    name: n.name_arc().clone(),
-                    score: pl.score(&state, &pod, n).expect("score"),
-                })
-                .collect();
-            assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), want_raw);
+            let mut scores = score_nodes(&pl, &state, &pod, &nodes);
+            assert_eq!(score_values(&scores), want_raw);
             // Without PreScore the same counts come out.
-            let fresh: Vec<i64> = nodes
-                .iter()
-                .map(|n| pl.score(&CycleState::new(), &pod, n).expect("score"))
-                .collect();
-            assert_eq!(fresh, want_raw);
+            let fresh = score_nodes(&pl, &CycleState::new(), &pod, &nodes);
+            assert_eq!(score_values(&fresh), want_raw);
             pl.normalize_score(&state, &pod, &mut scores);
-            assert_eq!(
-                scores.iter().map(|s| s.score).collect::<Vec<_>>(),
-                want_normalized
-            );
+            assert_eq!(score_values(&scores), want_normalized);
         }
     }
 }

@@ -41,14 +41,13 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::framework::interface::{
-    Code, CycleState, FilterPlugin, NodeScore, PreFilterExtensions, PreFilterPlugin,
-    PreScorePlugin, ScorePlugin, Status,
+    Code, CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, Status,
 };
-use crate::framework::testing::{NodeBuilder, PodBuilder, label_selector, spread_constraint};
+use crate::framework::testing::{
+    HOSTNAME as HOST, NodeBuilder, PodBuilder, ZONE, label_selector, pre_score_and_score,
+    score_values, snapshot_with as snapshot, spread_constraint, zone_nodes as nodes,
+};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
-
-const HOST: &str = "kubernetes.io/hostname";
-const ZONE: &str = "topology.kubernetes.io/zone";
 const WEB: &[(&str, &str)] = &[("app", "web")];
 
 fn plugin() -> PodTopologySpread {
@@ -63,22 +62,6 @@ fn plugin() -> PodTopologySpread {
 
 fn zone_node(name: &str, zone: &str) -> NodeBuilder {
     NodeBuilder::new(name).label(ZONE, zone)
-}
-
-/// n1, n2 in zone a; n3 in zone b; n4 without a zone.
-fn nodes() -> Vec<Node> {
-    vec![
-        zone_node("n1", "a").build(),
-        zone_node("n2", "a").build(),
-        zone_node("n3", "b").build(),
-        NodeBuilder::new("n4").build(),
-    ]
-}
-
-fn snapshot(nodes: Vec<Node>, pods: Vec<Pod>) -> Snapshot {
-    let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
-    let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
-    Snapshot::from_objects(&nodes, &pods)
 }
 
 fn web_on(name: &str, node: &str) -> Pod {
@@ -395,26 +378,13 @@ fn critical_paths_keep_the_two_smallest() {
     assert_eq!(p.min(), 2);
 }
 
+/// PreScore, Score and NormalizeScore on n1..n4; `None` when PreScore skipped.
 fn run_score(pl: &PodTopologySpread, pod: &PodInfo, snap: &Snapshot) -> Option<Vec<i64>> {
-    let mut state = CycleState::new();
     let nodes: Vec<Arc<NodeInfo>> = ["n1", "n2", "n3", "n4"]
         .iter()
         .filter_map(|n| snap.get(n).cloned())
         .collect();
-    let s = pl.pre_score(&mut state, pod, snap, &nodes);
-    if s.is_skip() {
-        return None;
-    }
-    assert!(s.is_success(), "{s:?}");
-    let mut scores: Vec<NodeScore> = nodes
-        .iter()
-        .map(|n| NodeScore {
-            name: n.name_arc().clone(),
-            score: pl.score(&state, pod, n).expect("score"),
-        })
-        .collect();
-    assert!(pl.normalize_score(&state, pod, &mut scores).is_success());
-    Some(scores.into_iter().map(|s| s.score).collect())
+    pre_score_and_score(pl, pod, snap, &nodes).map(|s| score_values(&s))
 }
 
 #[test]

@@ -656,6 +656,17 @@ mod tests {
         candidates: Option<(i32, i32, usize)>,
     }
 
+    impl Cluster {
+        /// Untainted nodes named `nodes` with `pods` on them.
+        fn of(nodes: &[&'static str], pods: Vec<Pod>) -> Cluster {
+            Cluster {
+                nodes: nodes.iter().map(|n| (*n, false)).collect(),
+                pods,
+                ..Default::default()
+            }
+        }
+    }
+
     struct Outcome {
         result: Option<PostFilterResult>,
         status: Status,
@@ -676,6 +687,13 @@ mod tests {
             d.sort();
             d
         }
+
+        /// The preemptor is nominated to `node` and exactly `victims` (in "default") go.
+        fn assert_preempted(&self, node: &str, victims: &[&str]) {
+            assert_eq!(self.nominated(), Some(node));
+            let want: Vec<String> = victims.iter().map(|v| format!("default/{v}")).collect();
+            assert_eq!(self.deleted(), want);
+        }
     }
 
     fn pod(name: &str, priority: i32, cpu: &str) -> PodBuilder {
@@ -686,6 +704,16 @@ mod tests {
 
     fn on(node: &str, name: &str, priority: i32, cpu: &str) -> Pod {
         pod(name, priority, cpu).node(node).build()
+    }
+
+    /// A pod of priority 1 labelled app=db (the PDBs' selector) on `node`.
+    fn db_on(node: &str, name: &str, cpu: &str) -> Pod {
+        pod(name, 1, cpu).label("app", "db").node(node).build()
+    }
+
+    /// The preemptor of most cases: priority 100, requesting `cpu`.
+    fn preemptor(cpu: &str) -> Pod {
+        pod("p", 100, cpu).build()
     }
 
     fn started(mut p: Pod, rfc3339: &str) -> Pod {
@@ -797,7 +825,7 @@ mod tests {
                 pods: vec![on("n1", "same", 100, "2")],
                 ..Default::default()
             },
-            pod("p", 100, "1").build(),
+            preemptor("1"),
         );
         assert_eq!(out.status.code(), Code::Unschedulable);
         assert_eq!(
@@ -819,7 +847,7 @@ mod tests {
                 pods: vec![on("n1", "low", 1, "1")],
                 ..Default::default()
             },
-            pod("p", 100, "1").build(),
+            preemptor("1"),
         );
         assert_eq!(
             out.status.message(),
@@ -831,12 +859,11 @@ mod tests {
     fn victims_that_do_not_make_room_leave_the_filter_reason() {
         // Removing the low pod frees 1 cpu of 2; the pod wants 3.
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![on("n1", "low", 1, "1"), on("n1", "high", 200, "1")],
-                ..Default::default()
-            },
-            pod("p", 100, "2").build(),
+            Cluster::of(
+                &["n1"],
+                vec![on("n1", "low", 1, "1"), on("n1", "high", 200, "1")],
+            ),
+            preemptor("2"),
         );
         assert_eq!(
             out.status.message(),
@@ -848,12 +875,8 @@ mod tests {
     #[test]
     fn preemption_policy_never_is_not_eligible() {
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![on("n1", "low", 1, "2")],
-                ..Default::default()
-            },
-            never(pod("p", 100, "1").build()),
+            Cluster::of(&["n1"], vec![on("n1", "low", 1, "2")]),
+            never(preemptor("1")),
         );
         assert_eq!(out.status.code(), Code::Unschedulable);
         assert_eq!(
@@ -883,11 +906,7 @@ mod tests {
             ..Default::default()
         }]);
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false), ("n2", false)],
-                pods: vec![victim, on("n2", "low2", 1, "2")],
-                ..Default::default()
-            },
+            Cluster::of(&["n1", "n2"], vec![victim, on("n2", "low2", 1, "2")]),
             pod("p", 100, "1").nominated_node("n1").build(),
         );
         assert_eq!(
@@ -902,20 +921,18 @@ mod tests {
         // n1 (2 cpu): three pods of 0.5, 0.5 and 1 cpu; the pod needs 1 cpu: removing the two
         // least important is enough, the 1-cpu pod of priority 3 is reprieved.
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![
+            Cluster::of(
+                &["n1"],
+                vec![
                     on("n1", "p1", 1, "500m"),
                     on("n1", "p2", 2, "500m"),
                     on("n1", "p3", 3, "1"),
                 ],
-                ..Default::default()
-            },
+            ),
             pod("p", 100, "1").scheduler_name("my-sched").build(),
         );
         assert!(out.status.is_success(), "{:?}", out.status);
-        assert_eq!(out.nominated(), Some("n1"));
-        assert_eq!(out.deleted(), ["default/p1", "default/p2"]);
+        out.assert_preempted("n1", &["p1", "p2"]);
         // Victims get DisruptionTarget before deletion.
         let patches = out.api.status_patches.lock().clone();
         let disrupted: Vec<&str> = patches
@@ -937,15 +954,13 @@ mod tests {
     fn higher_priority_pods_are_never_victims() {
         // Only the 1-cpu low pod may go; it is enough.
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![on("n1", "low", 1, "1"), on("n1", "higher", 500, "1")],
-                ..Default::default()
-            },
-            pod("p", 100, "1").build(),
+            Cluster::of(
+                &["n1"],
+                vec![on("n1", "low", 1, "1"), on("n1", "higher", 500, "1")],
+            ),
+            preemptor("1"),
         );
-        assert_eq!(out.nominated(), Some("n1"));
-        assert_eq!(out.deleted(), ["default/low"]);
+        out.assert_preempted("n1", &["low"]);
     }
 
     #[test]
@@ -953,47 +968,28 @@ mod tests {
         // Same victims' priority on both nodes; n1's victim is protected by a PDB allowing none.
         let out = preempt(
             Cluster {
-                nodes: vec![("n1", false), ("n2", false)],
-                pods: vec![
-                    PodBuilder::new("a")
-                        .priority(1)
-                        .container(&[("cpu", "2")])
-                        .label("app", "db")
-                        .node("n1")
-                        .build(),
-                    on("n2", "b", 1, "2"),
-                ],
                 pdbs: vec![pdb("db", "db", 0)],
-                ..Default::default()
+                ..Cluster::of(
+                    &["n1", "n2"],
+                    vec![db_on("n1", "a", "2"), on("n2", "b", 1, "2")],
+                )
             },
-            pod("p", 100, "1").build(),
+            preemptor("1"),
         );
-        assert_eq!(out.nominated(), Some("n2"));
-        assert_eq!(out.deleted(), ["default/b"]);
+        out.assert_preempted("n2", &["b"]);
     }
 
     #[test]
     fn pdb_violating_victims_when_nothing_else_helps() {
         // Two db pods on one node, the PDB allows one disruption: both must go, one violates.
-        let db = |name: &str| {
-            PodBuilder::new(name)
-                .priority(1)
-                .container(&[("cpu", "1")])
-                .label("app", "db")
-                .node("n1")
-                .build()
-        };
         let out = preempt(
             Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![db("a"), db("b")],
                 pdbs: vec![pdb("db", "db", 1)],
-                ..Default::default()
+                ..Cluster::of(&["n1"], vec![db_on("n1", "a", "1"), db_on("n1", "b", "1")])
             },
-            pod("p", 100, "2").build(),
+            preemptor("2"),
         );
-        assert_eq!(out.nominated(), Some("n1"));
-        assert_eq!(out.deleted(), ["default/a", "default/b"]);
+        out.assert_preempted("n1", &["a", "b"]);
     }
 
     #[test]
@@ -1002,20 +998,10 @@ mod tests {
         // Violating `a` is reprieved first, so `b` is the victim.
         let out = preempt(
             Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![
-                    PodBuilder::new("a")
-                        .priority(1)
-                        .container(&[("cpu", "1")])
-                        .label("app", "db")
-                        .node("n1")
-                        .build(),
-                    on("n1", "b", 1, "1"),
-                ],
                 pdbs: vec![pdb("db", "db", 0)],
-                ..Default::default()
+                ..Cluster::of(&["n1"], vec![db_on("n1", "a", "1"), on("n1", "b", 1, "1")])
             },
-            pod("p", 100, "1").build(),
+            preemptor("1"),
         );
         assert_eq!(out.deleted(), ["default/b"]);
     }
@@ -1023,48 +1009,43 @@ mod tests {
     #[test]
     fn candidate_with_lowest_highest_victim_priority() {
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false), ("n2", false)],
-                pods: vec![on("n1", "five", 5, "2"), on("n2", "three", 3, "2")],
-                ..Default::default()
-            },
-            pod("p", 100, "1").build(),
+            Cluster::of(
+                &["n1", "n2"],
+                vec![on("n1", "five", 5, "2"), on("n2", "three", 3, "2")],
+            ),
+            preemptor("1"),
         );
-        assert_eq!(out.nominated(), Some("n2"));
-        assert_eq!(out.deleted(), ["default/three"]);
+        out.assert_preempted("n2", &["three"]);
     }
 
     #[test]
     fn candidate_with_smallest_priority_sum_then_fewest_victims() {
         // n1: two victims of priority 1; n2: one victim of priority 1 (and a reprieved-free node).
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false), ("n2", false)],
-                pods: vec![
+            Cluster::of(
+                &["n1", "n2"],
+                vec![
                     on("n1", "a", 1, "1"),
                     on("n1", "b", 1, "1"),
                     on("n2", "c", 1, "2"),
                 ],
-                ..Default::default()
-            },
-            pod("p", 100, "2").build(),
+            ),
+            preemptor("2"),
         );
-        assert_eq!(out.nominated(), Some("n2"));
-        assert_eq!(out.deleted(), ["default/c"]);
+        out.assert_preempted("n2", &["c"]);
     }
 
     #[test]
     fn candidate_with_latest_start_time() {
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false), ("n2", false)],
-                pods: vec![
+            Cluster::of(
+                &["n1", "n2"],
+                vec![
                     started(on("n1", "old", 1, "2"), "2024-01-01T00:00:00Z"),
                     started(on("n2", "new", 1, "2"), "2025-01-01T00:00:00Z"),
                 ],
-                ..Default::default()
-            },
-            pod("p", 100, "1").build(),
+            ),
+            preemptor("1"),
         );
         assert_eq!(out.nominated(), Some("n2"));
     }
@@ -1075,30 +1056,28 @@ mod tests {
         // help, so n2 is chosen.
         let out = preempt(
             Cluster {
-                nodes: vec![("n1", false), ("n2", false)],
-                pods: vec![
-                    on("n1", "low1", 1, "2"),
-                    started(on("n2", "low2", 1, "2"), "2020-01-01T00:00:00Z"),
-                ],
                 nominated: vec![pod("big", 200, "2").nominated_node("n1").build()],
-                ..Default::default()
+                ..Cluster::of(
+                    &["n1", "n2"],
+                    vec![
+                        on("n1", "low1", 1, "2"),
+                        started(on("n2", "low2", 1, "2"), "2020-01-01T00:00:00Z"),
+                    ],
+                )
             },
-            pod("p", 100, "1").build(),
+            preemptor("1"),
         );
-        assert_eq!(out.nominated(), Some("n2"));
-        assert_eq!(out.deleted(), ["default/low2"]);
+        out.assert_preempted("n2", &["low2"]);
     }
 
     #[test]
     fn lower_priority_nominations_on_the_node_are_cleared() {
         let out = preempt(
             Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![on("n1", "low", 1, "2")],
                 nominated: vec![pod("small", 5, "1").nominated_node("n1").build()],
-                ..Default::default()
+                ..Cluster::of(&["n1"], vec![on("n1", "low", 1, "2")])
             },
-            pod("p", 100, "1").build(),
+            preemptor("1"),
         );
         assert_eq!(out.nominated(), Some("n1"));
         let patches = out.api.status_patches.lock().clone();
@@ -1119,23 +1098,23 @@ mod tests {
         // Four equal nodes but n3's victim is the least important: with every node a candidate,
         // n3 wins; with one candidate from offset 1, the dry run stops at n2.
         let cluster = |candidates| Cluster {
-            nodes: vec![("n1", false), ("n2", false), ("n3", false), ("n4", false)],
-            pods: vec![
-                on("n1", "v1", 5, "2"),
-                on("n2", "v2", 5, "2"),
-                on("n3", "v3", 1, "2"),
-                on("n4", "v4", 5, "2"),
-            ],
             candidates,
-            ..Default::default()
+            ..Cluster::of(
+                &["n1", "n2", "n3", "n4"],
+                vec![
+                    on("n1", "v1", 5, "2"),
+                    on("n2", "v2", 5, "2"),
+                    on("n3", "v3", 1, "2"),
+                    on("n4", "v4", 5, "2"),
+                ],
+            )
         };
-        let all = preempt(cluster(Some((100, 0, 1))), pod("p", 100, "1").build());
+        let all = preempt(cluster(Some((100, 0, 1))), preemptor("1"));
         assert_eq!(all.nominated(), Some("n3"));
-        let one = preempt(cluster(Some((0, 1, 1))), pod("p", 100, "1").build());
-        assert_eq!(one.nominated(), Some("n2"));
-        assert_eq!(one.deleted(), ["default/v2"]);
+        let one = preempt(cluster(Some((0, 1, 1))), preemptor("1"));
+        one.assert_preempted("n2", &["v2"]);
         // 25% of 4 nodes is one candidate too; from offset 3 the scan starts at n4.
-        let pct = preempt(cluster(Some((25, 0, 3))), pod("p", 100, "1").build());
+        let pct = preempt(cluster(Some((25, 0, 3))), preemptor("1"));
         assert_eq!(pct.nominated(), Some("n4"));
     }
 
@@ -1151,12 +1130,8 @@ mod tests {
         assert_eq!(s.message(), WAITING_FOR_PREEMPTION);
         // Without a runtime the eviction runs inline (tests, offline simulation).
         let out = preempt(
-            Cluster {
-                nodes: vec![("n1", false)],
-                pods: vec![on("n1", "low", 1, "2")],
-                ..Default::default()
-            },
-            pod("p", 100, "1").build(),
+            Cluster::of(&["n1"], vec![on("n1", "low", 1, "2")]),
+            preemptor("1"),
         );
         assert_eq!(out.deleted(), ["default/low"]);
     }

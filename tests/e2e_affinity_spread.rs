@@ -9,11 +9,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use support::scheduler::SchedulerProcess;
+use support::events::about;
+use support::fixtures::{PAUSE_IMAGE, merge, pause_spec};
+use support::nodes::Nodes;
+use support::scheduler::{SchedulerProcess, config};
+use support::wait::{node, poll};
 use support::{Components, ControlPlane, control_plane};
 
 use ksched::config::{ExtensionPoint, PluginAvailability, PluginCatalog, load};
@@ -27,101 +30,26 @@ fn cp() -> &'static ControlPlane {
     control_plane(Components::FULL)
 }
 
-/// A v1 configuration with one default profile named `name`, leader election off.
-fn scheduler_config(name: &str) -> String {
-    format!(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n"
-    )
-}
-
-/// kwok nodes of one test, one per zone given; deleted (and waited for) when dropped, so the next
-/// test's scheduler sees only its own nodes.
-struct ZoneNodes {
-    test: String,
-}
-
-impl ZoneNodes {
-    /// Adds node `<test>-<i>` in each zone of `zones`, waits until all are Ready.
-    fn add(test: &str, zones: &[&str]) -> (ZoneNodes, BTreeMap<String, String>) {
-        let nodes = ZoneNodes {
-            test: test.to_string(),
-        };
-        let mut zone_of = BTreeMap::new();
-        for (i, zone) in zones.iter().enumerate() {
-            let name = format!("{test}-{i}");
-            let yaml = support::fixtures::kwok_node(
-                &name,
-                "8",
-                "32Gi",
-                &[("ksched.io/e2e", test), (ZONE, zone)],
-            );
-            let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
-            assert!(ok, "{err}");
-            zone_of.insert(name, zone.to_string());
-        }
-        let (ok, _, err) = cp().kubectl_run(&[
-            "wait",
-            "--for=condition=Ready",
-            "--timeout=60s",
-            "nodes",
-            "-l",
-            &format!("ksched.io/e2e={test}"),
-        ]);
-        assert!(ok, "nodes not Ready: {err}");
-        (nodes, zone_of)
-    }
-}
-
-impl ZoneNodes {
-    /// Adds one more node `<test>-<suffix>` in `zone` and waits until it is Ready.
-    fn add_node(&self, suffix: &str, zone: &str) -> String {
-        let name = format!("{}-{suffix}", self.test);
-        let yaml = support::fixtures::kwok_node(
-            &name,
-            "8",
-            "32Gi",
-            &[("ksched.io/e2e", self.test.as_str()), (ZONE, zone)],
-        );
-        let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
-        assert!(ok, "{err}");
-        let (ok, _, err) = cp().kubectl_run(&[
-            "wait",
-            "--for=condition=Ready",
-            "--timeout=60s",
-            &format!("node/{name}"),
-        ]);
-        assert!(ok, "node {name} not Ready: {err}");
-        name
-    }
-}
-
-impl Drop for ZoneNodes {
-    fn drop(&mut self) {
-        let _ = cp().kubectl_run(&[
-            "delete",
-            "nodes",
-            "-l",
-            &format!("ksched.io/e2e={}", self.test),
-            "--wait=true",
-            "--timeout=60s",
-        ]);
-    }
+/// kwok nodes `<test>-<i>`, one in each zone of `zones`, Ready; deleted (and waited for) when
+/// dropped, so the next test's scheduler sees only its own nodes. Also each node's zone.
+fn zone_nodes(test: &str, zones: &[&str]) -> (Nodes, BTreeMap<String, String>) {
+    let nodes = Nodes::new(cp(), test).waiting_on_drop();
+    let zone_of = zones
+        .iter()
+        .enumerate()
+        .map(|(i, zone)| {
+            let name = nodes.create(&i.to_string(), "8", &[(ZONE, zone)]);
+            (name, zone.to_string())
+        })
+        .collect();
+    nodes.wait_ready();
+    (nodes, zone_of)
 }
 
 /// A Deployment of `replicas` pause pods labelled `app=<name>` for `scheduler`, with extra pod
 /// spec fields.
 fn deployment(name: &str, scheduler: &str, replicas: i32, extra: serde_json::Value) -> Deployment {
-    let mut spec = json!({
-        "schedulerName": scheduler,
-        "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-            "resources": {"requests": {"cpu": "100m", "memory": "50Mi"}}}],
-    });
-    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            s.insert(k.clone(), v.clone());
-        }
-    }
+    let spec = pause_spec(scheduler, "100m", "50Mi", &extra);
     serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -172,20 +100,12 @@ async fn wait_pods(
     }
 }
 
-fn node(p: &Pod) -> Option<String> {
-    p.spec.as_ref()?.node_name.clone()
-}
-
 /// The note of the first FailedScheduling event about `pod`, once there is one.
 async fn failed_scheduling(client: &Client, ns: &str, pod: &str) -> Option<String> {
-    let api: Api<Event> = Api::namespaced(client.clone(), ns);
-    let list = api.list(&ListParams::default()).await.ok()?;
-    list.items
+    about(client, ns, "FailedScheduling", pod)
+        .await
         .into_iter()
-        .find(|e| {
-            e.reason.as_deref() == Some("FailedScheduling")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
-        })
+        .next()
         .and_then(|e| e.note)
 }
 
@@ -195,8 +115,8 @@ async fn required_anti_affinity_places_one_replica_per_node_and_the_extra_one_wa
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "anti").await;
-    let (nodes, zone_of) = ZoneNodes::add("anti", &["a", "b", "c"]);
-    let sched = SchedulerProcess::start(cp, "anti", &scheduler_config("ksched-anti"));
+    let (nodes, zone_of) = zone_nodes("anti", &["a", "b", "c"]);
+    let sched = SchedulerProcess::start(cp, "anti", &config("ksched-anti", None));
     let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
     ]}}});
@@ -221,18 +141,13 @@ async fn required_anti_affinity_places_one_replica_per_node_and_the_extra_one_wa
         .find(|p| node(p).is_none())
         .and_then(|p| p.metadata.name.clone())
         .expect("a pending replica");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let message = loop {
-        if let Some(m) = failed_scheduling(&client, &ns, &pending).await {
-            break m;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no FailedScheduling for {pending}; scheduler log:\n{}",
-            sched.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let message = poll(
+        &format!("FailedScheduling for {pending}"),
+        Duration::from_secs(60),
+        || sched.logs(),
+        async || failed_scheduling(&client, &ns, &pending).await,
+    )
+    .await;
     // Upstream's format; DefaultPreemption may append " preemption: ..." after the first period.
     let first = message
         .split_once(". ")
@@ -250,7 +165,7 @@ async fn required_anti_affinity_places_one_replica_per_node_and_the_extra_one_wa
     assert_eq!(node(&p), None);
 
     // A fourth node joins: the Pending replica is retried and lands there.
-    let joined = nodes.add_node("3", "d");
+    let joined = nodes.add("3", "8", &[(ZONE, "d")]);
     let pods = wait_pods(&client, &ns, "web", &sched, "all replicas bound", |pods| {
         pods.iter().filter(|p| node(p).is_some()).count() == replicas as usize
     })
@@ -269,8 +184,8 @@ async fn zone_spread_keeps_the_skew_within_max_skew_against_a_zone_preference() 
     let client = cp.client().await;
     let ns = cp.namespace(&client, "spread").await;
     // Zone a has three nodes, b and c one each.
-    let (_nodes, zone_of) = ZoneNodes::add("spread", &["a", "a", "a", "b", "c"]);
-    let sched = SchedulerProcess::start(cp, "spread", &scheduler_config("ksched-spread"));
+    let (_nodes, zone_of) = zone_nodes("spread", &["a", "a", "a", "b", "c"]);
+    let sched = SchedulerProcess::start(cp, "spread", &config("ksched-spread", None));
     // A strong preference for zone a (NodeAffinity scores 100 x weight 2) would put every
     // replica there; the DoNotSchedule constraint keeps the zones within maxSkew 1.
     let extra = json!({
@@ -324,7 +239,7 @@ fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_bu
             "{name}"
         );
     }
-    let yaml = scheduler_config("default-scheduler");
+    let yaml = config("default-scheduler", None);
     let loaded = match load(yaml.as_bytes(), &registry) {
         Ok(l) => l,
         Err(e) => panic!("config: {e}"),
@@ -332,74 +247,56 @@ fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_bu
     let profile = &loaded.config.profiles[0];
     let names = |p| profile.names_at(p);
     use ExtensionPoint::*;
-    // Upstream 1.36 lists DynamicResources too (not supported by ksched, left out with a warning).
-    assert_eq!(names(PreEnqueue), ["SchedulingGates", "DefaultPreemption"]);
-    assert_eq!(names(QueueSort), ["PrioritySort"]);
-    assert_eq!(
-        names(PreFilter),
-        [
-            "NodeAffinity",
-            "NodePorts",
-            "NodeResourcesFit",
-            "VolumeRestrictions",
-            "NodeVolumeLimits",
+    // Upstream's default plugins in their multiPoint order, each with the extension points it
+    // runs at and its score weight (0: no Score); every list of the profile is this table
+    // filtered by extension point. Upstream 1.36 lists DynamicResources too (not supported by
+    // ksched, left out with a warning).
+    let defaults: [(&str, &[ExtensionPoint], i32); 18] = [
+        ("SchedulingGates", &[PreEnqueue], 0),
+        ("PrioritySort", &[QueueSort], 0),
+        ("NodeUnschedulable", &[Filter], 0),
+        ("NodeName", &[Filter], 0),
+        ("TaintToleration", &[Filter, PreScore, Score], 3),
+        ("NodeAffinity", &[PreFilter, Filter, PreScore, Score], 2),
+        ("NodePorts", &[PreFilter, Filter], 0),
+        ("NodeResourcesFit", &[PreFilter, Filter, PreScore, Score], 1),
+        ("VolumeRestrictions", &[PreFilter, Filter], 0),
+        ("NodeVolumeLimits", &[PreFilter, Filter], 0),
+        (
             "VolumeBinding",
-            "VolumeZone",
+            &[PreFilter, Filter, PreScore, Score, Reserve, PreBind],
+            1,
+        ),
+        ("VolumeZone", &[PreFilter, Filter], 0),
+        (
             "PodTopologySpread",
-            "InterPodAffinity",
-        ]
-    );
-    assert_eq!(
-        names(Filter),
-        [
-            "NodeUnschedulable",
-            "NodeName",
-            "TaintToleration",
-            "NodeAffinity",
-            "NodePorts",
-            "NodeResourcesFit",
-            "VolumeRestrictions",
-            "NodeVolumeLimits",
-            "VolumeBinding",
-            "VolumeZone",
-            "PodTopologySpread",
-            "InterPodAffinity",
-        ]
-    );
-    assert_eq!(names(PostFilter), ["DefaultPreemption"]);
-    assert_eq!(
-        names(PreScore),
-        [
-            "TaintToleration",
-            "NodeAffinity",
-            "NodeResourcesFit",
-            "VolumeBinding",
-            "PodTopologySpread",
-            "InterPodAffinity",
-            "NodeResourcesBalancedAllocation",
-        ]
-    );
+            &[PreFilter, Filter, PreScore, Score],
+            2,
+        ),
+        ("InterPodAffinity", &[PreFilter, Filter, PreScore, Score], 2),
+        ("DefaultPreemption", &[PreEnqueue, PostFilter], 0),
+        ("NodeResourcesBalancedAllocation", &[PreScore, Score], 1),
+        ("ImageLocality", &[Score], 1),
+        ("DefaultBinder", &[Bind], 0),
+    ];
+    let at = |point| {
+        defaults
+            .iter()
+            .filter(move |(_, points, _)| points.contains(&point))
+    };
+    for point in [
+        PreEnqueue, QueueSort, PreFilter, Filter, PostFilter, PreScore, Reserve, PreBind, Bind,
+    ] {
+        let expected: Vec<&str> = at(point).map(|(name, _, _)| *name).collect();
+        assert_eq!(names(point), expected, "{point:?}");
+    }
     let scores: Vec<(&str, i32)> = profile
         .at(Score)
         .iter()
         .map(|p| (p.name.as_str(), p.weight))
         .collect();
-    assert_eq!(
-        scores,
-        [
-            ("TaintToleration", 3),
-            ("NodeAffinity", 2),
-            ("NodeResourcesFit", 1),
-            ("VolumeBinding", 1),
-            ("PodTopologySpread", 2),
-            ("InterPodAffinity", 2),
-            ("NodeResourcesBalancedAllocation", 1),
-            ("ImageLocality", 1),
-        ]
-    );
-    assert_eq!(names(Reserve), ["VolumeBinding"]);
-    assert_eq!(names(PreBind), ["VolumeBinding"]);
-    assert_eq!(names(Bind), ["DefaultBinder"]);
+    let expected: Vec<(&str, i32)> = at(Score).map(|(name, _, w)| (*name, *w)).collect();
+    assert_eq!(scores, expected);
     // Both plugins run with their default args.
     assert_eq!(
         profile.plugin_args["InterPodAffinity"],
@@ -419,19 +316,15 @@ async fn affinity_namespace_selector_finds_pods_in_other_labelled_namespaces() {
     // Test namespaces carry the label ksched.io/test=true.
     let db_ns = cp.namespace(&client, "nssel-db").await;
     let app_ns = cp.namespace(&client, "nssel-app").await;
-    let (_nodes, zone_of) = ZoneNodes::add("nssel", &["a", "b", "c"]);
+    let (_nodes, zone_of) = zone_nodes("nssel", &["a", "b", "c"]);
     let target = zone_of.keys().nth(1).cloned().expect("three nodes");
-    let sched = SchedulerProcess::start(cp, "nssel", &scheduler_config("ksched-nssel"));
+    let sched = SchedulerProcess::start(cp, "nssel", &config("ksched-nssel", None));
     let pod = |name: &str, spec: serde_json::Value| -> Pod {
         let mut base = json!({
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            "containers": [{"name": "c", "image": PAUSE_IMAGE}],
         });
-        if let (Some(b), Some(extra)) = (base.as_object_mut(), spec.as_object()) {
-            for (k, v) in extra {
-                b.insert(k.clone(), v.clone());
-            }
-        }
+        merge(&mut base, &spec);
         serde_json::from_value(
             json!({"metadata": {"name": name, "labels": {"app": name}}, "spec": base}),
         )

@@ -7,17 +7,18 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use support::scheduler::SchedulerProcess;
+use support::events::latest_note;
+use support::fixtures::pause_pod;
+use support::nodes::Nodes;
+use support::process::LoggedChild;
+use support::scheduler::{SchedulerProcess, kube_scheduler_command};
+use support::wait::{node_of, poll, tail};
 use support::{Components, ControlPlane, control_plane, path_str};
 
 use ksched::api::LeafClusterPolicy;
@@ -32,142 +33,50 @@ fn cp() -> &'static ControlPlane {
     control_plane(Components::FULL)
 }
 
-/// kwok nodes labelled with the test's id; deleted when dropped.
-struct Nodes {
-    test: String,
+/// A host node of the test, tainted with `taint` if given.
+fn host_node(nodes: &Nodes, suffix: &str, cpu: &str, taint: Option<&str>) -> String {
+    let name = nodes.add(suffix, cpu, &[]);
+    if let Some(t) = taint {
+        nodes.taint(&name, t);
+    }
+    name
 }
 
-impl Nodes {
-    fn new(test: &str) -> Nodes {
-        Nodes {
-            test: test.to_string(),
-        }
-    }
-
-    fn add(&self, suffix: &str, cpu: &str, labels: &[(&str, &str)]) -> String {
-        let name = format!("{}-{suffix}", self.test);
-        let mut all = vec![("ksched.io/e2e", self.test.as_str())];
-        all.extend_from_slice(labels);
-        let yaml = support::fixtures::kwok_node(&name, cpu, "32Gi", &all);
-        let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &yaml);
-        assert!(ok, "{err}");
-        let (ok, _, err) = cp().kubectl_run(&[
-            "wait",
-            "--for=condition=Ready",
-            "--timeout=60s",
-            &format!("node/{name}"),
-        ]);
-        assert!(ok, "node {name} not Ready: {err}");
-        name
-    }
-
-    fn host(&self, suffix: &str, cpu: &str, taint: Option<&str>) -> String {
-        let name = self.add(suffix, cpu, &[]);
-        if let Some(t) = taint {
-            kubectl(&["taint", "nodes", &name, t]);
-        }
-        name
-    }
-
-    /// A leaf node as Kosmos maps a member cluster: labelled `kosmos.io/node=true`, annotated
-    /// `kosmos-io/owned-by-cluster=<cluster>`, tainted `kosmos.io/node=true:NoSchedule`.
-    fn leaf(&self, suffix: &str, cpu: &str, cluster: &str) -> String {
-        let name = self.add(
-            suffix,
-            cpu,
-            &[("kosmos.io/node", "true"), ("leaf.e2e/cluster", cluster)],
-        );
-        kubectl(&[
-            "annotate",
-            "node",
-            &name,
-            &format!("kosmos-io/owned-by-cluster={cluster}"),
-        ]);
-        kubectl(&["taint", "nodes", &name, "kosmos.io/node=true:NoSchedule"]);
-        name
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        let _ = cp().kubectl_run(&[
-            "delete",
-            "nodes",
-            "-l",
-            &format!("ksched.io/e2e={}", self.test),
-            "--wait=false",
-        ]);
-    }
+/// A leaf node as Kosmos maps a member cluster: labelled `kosmos.io/node=true`, annotated
+/// `kosmos-io/owned-by-cluster=<cluster>`, tainted `kosmos.io/node=true:NoSchedule`.
+fn leaf_node(nodes: &Nodes, suffix: &str, cpu: &str, cluster: &str) -> String {
+    let name = nodes.add(
+        suffix,
+        cpu,
+        &[("kosmos.io/node", "true"), ("leaf.e2e/cluster", cluster)],
+    );
+    nodes.annotate(&name, &format!("kosmos-io/owned-by-cluster={cluster}"));
+    nodes.taint(&name, "kosmos.io/node=true:NoSchedule");
+    name
 }
 
 fn kubectl(args: &[&str]) {
-    let (ok, _, err) = cp().kubectl_run(args);
-    assert!(ok, "kubectl {args:?}: {err}");
+    cp().kubectl_ok(args);
 }
 
 fn apply(obj: &Value) {
-    let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], &obj.to_string());
-    assert!(ok, "apply {obj}: {err}");
+    cp().apply(&obj.to_string());
 }
 
 /// Upstream kube-scheduler with its default profile (`default-scheduler`); killed when dropped.
-struct KubeScheduler {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl KubeScheduler {
-    fn start(cp: &ControlPlane, name: &str) -> KubeScheduler {
-        let config = cp.dir.join(format!("{name}-config.yaml"));
-        std::fs::write(
-            &config,
-            format!(
-                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\nleaderElection:\n  leaderElect: false\n",
-                path_str(&cp.kubeconfig)
-            ),
-        )
-        .expect("write kube-scheduler config");
-        let log = cp.dir.join(format!("{name}.log"));
-        let out = File::create(&log).expect("kube-scheduler log");
-        let err = out.try_clone().expect("kube-scheduler log");
-        let kubeconfig = path_str(&cp.kubeconfig);
-        let mut cmd = Command::new(cp.bin_dir.join("kube-scheduler"));
-        cmd.args([
-            format!("--config={}", path_str(&config)),
-            format!("--kubeconfig={kubeconfig}"),
-            format!("--authentication-kubeconfig={kubeconfig}"),
-            format!("--authorization-kubeconfig={kubeconfig}"),
-            "--leader-elect=false".into(),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={}", support::free_port()),
-            "--v=2".into(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-        // SAFETY: prctl only, between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        KubeScheduler {
-            child: cmd.spawn().expect("start kube-scheduler"),
-            log,
-        }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for KubeScheduler {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn kube_scheduler(cp: &ControlPlane, name: &str) -> LoggedChild {
+    let config = cp.dir.join(format!("{name}-config.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\nleaderElection:\n  leaderElect: false\n",
+            path_str(&cp.kubeconfig)
+        ),
+    )
+    .expect("write kube-scheduler config");
+    let mut cmd = kube_scheduler_command(cp);
+    cmd.args([format!("--config={}", path_str(&config)), "--v=2".into()]);
+    LoggedChild::spawn(cmd, cp.dir.join(format!("{name}.log")))
 }
 
 /// Plays the external provisioner of `PROVISIONER` and the PV controller's binder (which the test
@@ -303,32 +212,13 @@ fn stateful_set(ns: &str, scheduler: &str, class: &str) -> Value {
     })
 }
 
+/// Polls `f` for up to 90s; fails with the tail of `logs()`.
 async fn wait_for<T>(
     what: &str,
     logs: &dyn Fn() -> String,
-    mut f: impl AsyncFnMut() -> Option<T>,
+    f: impl AsyncFnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within 90s; scheduler log (tail):\n{}",
-            tail(&logs())
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(60)..].join("\n")
-}
-
-async fn node_of(pods: &Api<Pod>, name: &str) -> Option<String> {
-    pods.get(name).await.ok()?.spec?.node_name
+    poll(what, Duration::from_secs(90), || tail(&logs(), 60), f).await
 }
 
 async fn claim(client: &Client, ns: &str, name: &str) -> PersistentVolumeClaim {
@@ -340,16 +230,7 @@ async fn claim(client: &Client, ns: &str, name: &str) -> PersistentVolumeClaim {
 
 /// The latest FailedScheduling message for the pod.
 async fn failed_message(client: &Client, ns: &str, pod: &str) -> Option<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let list = events.list(&ListParams::default()).await.ok()?;
-    list.items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some("FailedScheduling")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
-        })
-        .max_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0))
-        .and_then(|e| e.note)
+    latest_note(client, ns, "FailedScheduling", pod).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,14 +238,19 @@ async fn seed_000_hybrid_statefulset_uses_a_leaf_node_upstream_leaves_it_pending
     let _serial = SERIAL.lock().await;
     let cp = cp();
     let client = cp.client().await;
-    let nodes = Nodes::new("seed0");
+    let nodes = Nodes::new(cp, "seed0");
     // One usable host node with room for one replica; the other host node is taken (tainted for
     // another team), so anti-affinity plus capacity need a second node: a leaf node. Of the two
     // leaf nodes only one has room, so exactly one replica goes to a leaf node.
-    let host = nodes.host("host-a", "4", None);
-    let _busy = nodes.host("host-b", "8", Some("dedicated=other-team:NoSchedule"));
-    let leaf = nodes.leaf("leaf-1", "4", "cluster1");
-    let _small_leaf = nodes.leaf("leaf-2", "1", "cluster1");
+    let host = host_node(&nodes, "host-a", "4", None);
+    let _busy = host_node(
+        &nodes,
+        "host-b",
+        "8",
+        Some("dedicated=other-team:NoSchedule"),
+    );
+    let leaf = leaf_node(&nodes, "leaf-1", "4", "cluster1");
+    let _small_leaf = leaf_node(&nodes, "leaf-2", "1", "cluster1");
     apply(&storage_class("leaf-wffc"));
 
     // Seed 000's configuration, verbatim; its lease namespace exists.
@@ -445,7 +331,7 @@ async fn seed_000_hybrid_statefulset_uses_a_leaf_node_upstream_leaves_it_pending
     // The same workload under upstream kube-scheduler's default profile.
     let ns = cp.namespace(&client, "seed0-upstream").await;
     let _provisioner = FakeProvisioner::start(&client, &ns);
-    let upstream = KubeScheduler::start(cp, "seed0-kube-scheduler");
+    let upstream = kube_scheduler(cp, "seed0-kube-scheduler");
     apply(&stateful_set(&ns, "default-scheduler", "leaf-wffc"));
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let logs = || upstream.logs();
@@ -520,21 +406,14 @@ fn small_pod(
     cpu: &str,
     claim: Option<&str>,
 ) -> Pod {
-    let mut labels = json!({});
-    if let Some(p) = placement {
-        labels["placement"] = json!(p);
-    }
-    let mut spec = json!({
-        "schedulerName": scheduler,
-        "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-            "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}}}]
-    });
-    if let Some(c) = claim {
-        spec["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": c}}]);
-    }
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": spec}))
-        .expect("pod literal")
+    let labels: Vec<(&str, &str)> = placement.map(|p| ("placement", p)).into_iter().collect();
+    let extra = match claim {
+        Some(c) => {
+            json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": c}}]})
+        }
+        None => json!({}),
+    };
+    pause_pod(name, scheduler, cpu, &labels, extra)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,14 +421,14 @@ async fn leaf_cluster_policies_rendered_into_the_scheduler_config() {
     let _serial = SERIAL.lock().await;
     let cp = cp();
     let client = cp.client().await;
-    let nodes = Nodes::new("lcp");
+    let nodes = Nodes::new(cp, "lcp");
     let hosts = [
-        nodes.host("host-1", "4", None),
-        nodes.host("host-2", "4", None),
+        host_node(&nodes, "host-1", "4", None),
+        host_node(&nodes, "host-2", "4", None),
     ];
     // Leaf nodes are bigger: without a preference the scorers would pick them first.
-    let leaf_x = nodes.leaf("leaf-x", "16", "x");
-    let leaf_y = nodes.leaf("leaf-y", "16", "y");
+    let leaf_x = leaf_node(&nodes, "leaf-x", "16", "x");
+    let leaf_y = leaf_node(&nodes, "leaf-y", "16", "y");
     let leaves = [leaf_x.clone(), leaf_y.clone()];
     apply(&storage_class("leaf-wffc-lcp"));
 

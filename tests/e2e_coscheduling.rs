@@ -1,7 +1,6 @@
 //! Coscheduling (gang scheduling with PodGroups) with seed 002's configuration, unchanged, on the
 //! real control plane with kwok nodes.
 
-mod plugin_e2e;
 mod support;
 
 use std::sync::Arc;
@@ -15,9 +14,11 @@ use k8s_openapi::api::core::v1::Pod;
 use ksched::api::PodGroup;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use plugin_e2e::{Nodes, create, install_crds, node_of, pod, wait_bound, wait_log};
 use serde_json::json;
-use support::scheduler::{SchedulerProcess, ksched_bin};
+use support::fixtures::pause_pod;
+use support::nodes::Nodes;
+use support::scheduler::{SchedulerProcess, ksched_bin, validate};
+use support::wait::{create, node_of, wait_bound, wait_log};
 use support::{Components, ControlPlane, control_plane};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -69,21 +70,30 @@ profiles:
 
 #[test]
 fn seed_002_validates() {
-    let path = std::env::temp_dir().join(format!("seed-002-{}.yaml", std::process::id()));
-    std::fs::write(&path, SEED_002).expect("write");
-    let out = std::process::Command::new(ksched_bin())
-        .args(["config", "validate"])
-        .arg(&path)
-        .output()
-        .expect("ksched config validate");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = validate("seed-002", SEED_002);
     assert!(stdout.contains("Coscheduling"), "{stdout}");
     assert!(stdout.contains("permitWaitingTimeSeconds: 10"), "{stdout}");
+}
+
+/// Applies ksched's CRDs (PodGroup among them) and waits until they are served.
+fn install_crds(cp: &ControlPlane) {
+    let out = std::process::Command::new(ksched_bin())
+        .arg("crds")
+        .output()
+        .expect("ksched crds");
+    assert!(out.status.success());
+    let (ok, _, err) = cp.kubectl_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &String::from_utf8_lossy(&out.stdout),
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = cp.kubectl_run(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/podgroups.scheduling.x-k8s.io",
+    ]);
+    assert!(ok, "{err}");
 }
 
 async fn pod_group(client: &Client, ns: &str, name: &str, min_member: i32) {
@@ -170,7 +180,11 @@ async fn gang_binds_all_or_nothing_with_seed_002() {
     let label = [("scheduling.x-k8s.io/pod-group", "gang")];
     // Two members only: the group is Pending (PreFilter: not enough siblings).
     for name in &names[..2] {
-        create(&pods, &pod(name, "default-scheduler", "1", &label)).await;
+        create(
+            &pods,
+            &pause_pod(name, "default-scheduler", "1", &label, json!({})),
+        )
+        .await;
     }
     let phases = watch_phases(groups.clone(), "gang");
     let seen = wait_phase(&phases, "Pending", Duration::from_secs(30)).await;
@@ -178,7 +192,11 @@ async fn gang_binds_all_or_nothing_with_seed_002() {
 
     // The third member: members get assumed and wait at Permit, the third does not fit, the group
     // is rejected as a whole. Nothing binds, for longer than permitWaitingTimeSeconds.
-    create(&pods, &pod(names[2], "default-scheduler", "1", &label)).await;
+    create(
+        &pods,
+        &pause_pod(names[2], "default-scheduler", "1", &label, json!({})),
+    )
+    .await;
     wait_phase(&phases, "Scheduling", Duration::from_secs(30)).await;
     let quiet_until = Instant::now() + Duration::from_secs(15);
     while Instant::now() < quiet_until {

@@ -1,13 +1,12 @@
 //! NetworkTraffic with a real Prometheus (Debian's package, `hack/install-prometheus.sh`) scraping an
 //! exporter this test serves, and seed 003's configuration unchanged.
 
-mod plugin_e2e;
 mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,8 +15,12 @@ use k8s_openapi::api::core::v1::Pod;
 use ksched::framework::plugins::network_traffic::MetricsSource;
 use ksched::framework::plugins::network_traffic::prometheus::PrometheusClient;
 use kube::api::Api;
-use plugin_e2e::{Nodes, create, pod, wait_bound, wait_log};
-use support::scheduler::{SchedulerProcess, ksched_bin};
+use serde_json::json;
+use support::fixtures::pause_pod;
+use support::nodes::Nodes;
+use support::process::LoggedChild;
+use support::scheduler::{SchedulerProcess, validate};
+use support::wait::{create, wait_log};
 use support::{Components, ControlPlane, control_plane, free_port};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -97,9 +100,8 @@ impl Drop for Exporter {
 
 /// A Prometheus server on 127.0.0.1 with temporary storage, scraping `target` every second.
 struct Prometheus {
-    child: Child,
+    process: LoggedChild,
     port: u16,
-    dir: PathBuf,
 }
 
 impl Prometheus {
@@ -116,20 +118,15 @@ impl Prometheus {
             ),
         )
         .expect("prometheus.yml");
-        let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
-        Prometheus { child, port, dir }
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+        let process = LoggedChild::spawn(cmd, dir.join("prometheus.log"));
+        Prometheus { process, port }
     }
 
     fn address(&self) -> String {
@@ -137,18 +134,11 @@ impl Prometheus {
     }
 
     fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
     fn logs(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        self.stop();
+        self.process.logs()
     }
 }
 
@@ -171,19 +161,7 @@ fn config_with(address: &str) -> String {
 
 #[test]
 fn seed_003_validates() {
-    let path = std::env::temp_dir().join(format!("seed-003-{}.yaml", std::process::id()));
-    std::fs::write(&path, SEED_003).expect("write");
-    let out = Command::new(ksched_bin())
-        .args(["config", "validate"])
-        .arg(&path)
-        .output()
-        .expect("ksched config validate");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = validate("seed-003", SEED_003);
     assert!(stdout.contains("NetworkTraffic"), "{stdout}");
 }
 
@@ -221,8 +199,12 @@ async fn quieter_node_wins_and_prometheus_down_does_not_block() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     for i in 0..2 {
         let name = format!("web-{i}");
-        create(&pods, &pod(&name, "custom-scheduler", "100m", &[])).await;
-        let node = wait_bound(&pods, &name, Duration::from_secs(60), || sched.logs()).await;
+        create(
+            &pods,
+            &pause_pod(&name, "custom-scheduler", "100m", &[], json!({})),
+        )
+        .await;
+        let node = sched.bound(&pods, &name).await;
         assert_eq!(node, quiet, "{}", sched.logs());
     }
     assert!(!sched.logs().contains("querying Prometheus failed"));
@@ -231,8 +213,12 @@ async fn quieter_node_wins_and_prometheus_down_does_not_block() {
     prom.stop();
     for i in 0..3 {
         let name = format!("down-{i}");
-        create(&pods, &pod(&name, "custom-scheduler", "100m", &[])).await;
-        wait_bound(&pods, &name, Duration::from_secs(60), || sched.logs()).await;
+        create(
+            &pods,
+            &pause_pod(&name, "custom-scheduler", "100m", &[], json!({})),
+        )
+        .await;
+        sched.bound(&pods, &name).await;
     }
     let log = sched.logs();
     assert_eq!(
@@ -256,7 +242,11 @@ async fn seed_003_runs_unchanged() {
     let sched = SchedulerProcess::start(cp, "seed-003", SEED_003);
     wait_log(|| sched.logs(), "starting to schedule").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    create(&pods, &pod("web", "custom-scheduler", "100m", &[])).await;
-    wait_bound(&pods, "web", Duration::from_secs(60), || sched.logs()).await;
+    create(
+        &pods,
+        &pause_pod("web", "custom-scheduler", "100m", &[], json!({})),
+    )
+    .await;
+    sched.bound(&pods, "web").await;
     drop(nodes);
 }

@@ -1,17 +1,21 @@
 //! The out-of-tree plugin example (`examples/custom_plugin.rs`): built with cargo, run as the full
 //! scheduler against the real control plane; its `PreferLabeled` Score plugin decides placement.
 
-mod plugin_e2e;
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use plugin_e2e::{Nodes, create, pod, wait_bound, wait_log};
-use support::{Components, control_plane, path_str, repo_root};
+use serde_json::json;
+use support::fixtures::pause_pod;
+use support::nodes::Nodes;
+use support::process::LoggedChild;
+use support::scheduler::scheduler_command;
+use support::wait::{create, wait_bound, wait_log};
+use support::{Components, control_plane, repo_root};
 
 /// Builds the example and returns its path.
 fn build_example() -> PathBuf {
@@ -34,24 +38,6 @@ fn build_example() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"));
     target.join("debug").join("examples").join("custom_plugin")
-}
-
-struct Example {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Example {
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Example {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 const CONFIG: &str = r#"apiVersion: kubescheduler.config.k8s.io/v1
@@ -84,30 +70,19 @@ async fn example_plugin_decides_placement() {
 
     let config = cp.dir.join("custom-plugin-config.yaml");
     std::fs::write(&config, CONFIG).expect("config");
-    let log = cp.dir.join("custom-plugin.log");
-    let out = std::fs::File::create(&log).expect("log");
-    let child = Command::new(&bin)
-        .args([
-            "scheduler",
-            "--config",
-            path_str(&config),
-            "--kubeconfig",
-            path_str(&cp.kubeconfig),
-            "--secure-port=0",
-            "--v=4",
-        ])
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("log"))
-        .stderr(out)
-        .spawn()
-        .expect("start the example");
-    let example = Example { child, log };
+    let mut cmd = scheduler_command(&bin, cp, &config);
+    cmd.args(["--secure-port=0", "--v=4"]);
+    let example = LoggedChild::spawn(cmd, cp.dir.join("custom-plugin.log"));
     wait_log(|| example.logs(), "starting to schedule").await;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     for i in 0..3 {
         let name = format!("p{i}");
-        create(&pods, &pod(&name, "labeled-scheduler", "500m", &[])).await;
+        create(
+            &pods,
+            &pause_pod(&name, "labeled-scheduler", "500m", &[], json!({})),
+        )
+        .await;
         let node = wait_bound(&pods, &name, Duration::from_secs(60), || example.logs()).await;
         assert_eq!(node, labeled, "{}", example.logs());
     }

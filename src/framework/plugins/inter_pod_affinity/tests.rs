@@ -101,6 +101,20 @@ fn existing_miss(n: &str) -> (String, Code, String) {
     )
 }
 
+/// The Filter outcome on n1..n4, one of `ok`, `affinity_miss`, `anti_miss`, `existing_miss` each.
+fn want(per_node: [fn(&str) -> (String, Code, String); 4]) -> Vec<(String, Code, String)> {
+    ["n1", "n2", "n3", "n4"]
+        .iter()
+        .zip(per_node)
+        .map(|(n, f)| f(n))
+        .collect()
+}
+
+/// A term selecting app=web pods by `topology_key`.
+fn web_term(topology_key: &str) -> PodAffinityTerm {
+    pod_term(&[("app", "web")], topology_key)
+}
+
 fn web_on(name: &str, node: &str) -> Pod {
     PodBuilder::new(name).label("app", "web").node(node).build()
 }
@@ -119,7 +133,7 @@ fn pre_filter_skips_pods_without_terms_when_no_existing_anti_affinity() {
             PodBuilder::new("e")
                 .namespace("other")
                 .node("n3")
-                .required_pod_anti_affinity(pod_term(&[("app", "web")], HOST))
+                .required_pod_anti_affinity(web_term(HOST))
                 .build(),
         ],
     );
@@ -139,28 +153,23 @@ fn filter_table() {
         Case {
             name: "required affinity on hostname: only the node hosting a match",
             pod: PodBuilder::new("p")
-                .required_pod_affinity(pod_term(&[("app", "web")], HOST))
+                .required_pod_affinity(web_term(HOST))
                 .build(),
             existing: vec![web_on("w1", "n1")],
-            want: vec![
-                ok("n1"),
-                affinity_miss("n2"),
-                affinity_miss("n3"),
-                affinity_miss("n4"),
-            ],
+            want: want([ok, affinity_miss, affinity_miss, affinity_miss]),
         },
         Case {
             name: "required affinity on zone: every node of the matching pod's zone",
             pod: PodBuilder::new("p")
-                .required_pod_affinity(pod_term(&[("app", "web")], ZONE))
+                .required_pod_affinity(web_term(ZONE))
                 .build(),
             existing: vec![web_on("w1", "n1")],
-            want: vec![ok("n1"), ok("n2"), affinity_miss("n3"), affinity_miss("n4")],
+            want: want([ok, ok, affinity_miss, affinity_miss]),
         },
         Case {
             name: "affinity with two terms needs one pod matching both",
             pod: PodBuilder::new("p")
-                .required_pod_affinity(pod_term(&[("app", "web")], ZONE))
+                .required_pod_affinity(web_term(ZONE))
                 .required_pod_affinity(pod_term(&[("tier", "front")], ZONE))
                 .build(),
             existing: vec![
@@ -171,40 +180,30 @@ fn filter_table() {
                     .build(),
             ],
             // No pod matches both terms, and the incoming pod does not match them itself.
-            want: vec![
-                affinity_miss("n1"),
-                affinity_miss("n2"),
-                affinity_miss("n3"),
-                affinity_miss("n4"),
-            ],
+            want: want([affinity_miss, affinity_miss, affinity_miss, affinity_miss]),
         },
         Case {
             name: "first pod of a self-affine group may go anywhere with the topology label",
             pod: PodBuilder::new("p")
                 .label("app", "web")
-                .required_pod_affinity(pod_term(&[("app", "web")], ZONE))
+                .required_pod_affinity(web_term(ZONE))
                 .build(),
             existing: vec![],
-            want: vec![ok("n1"), ok("n2"), ok("n3"), affinity_miss("n4")],
+            want: want([ok, ok, ok, affinity_miss]),
         },
         Case {
             name: "self-affinity does not apply once a matching pod exists",
             pod: PodBuilder::new("p")
                 .label("app", "web")
-                .required_pod_affinity(pod_term(&[("app", "web")], ZONE))
+                .required_pod_affinity(web_term(ZONE))
                 .build(),
             existing: vec![web_on("w1", "n3")],
-            want: vec![
-                affinity_miss("n1"),
-                affinity_miss("n2"),
-                ok("n3"),
-                affinity_miss("n4"),
-            ],
+            want: want([affinity_miss, affinity_miss, ok, affinity_miss]),
         },
         Case {
             name: "a matching pod in another namespace does not count",
             pod: PodBuilder::new("p")
-                .required_pod_affinity(pod_term(&[("app", "web")], HOST))
+                .required_pod_affinity(web_term(HOST))
                 .build(),
             existing: vec![
                 PodBuilder::new("w1")
@@ -213,19 +212,14 @@ fn filter_table() {
                     .node("n1")
                     .build(),
             ],
-            want: vec![
-                affinity_miss("n1"),
-                affinity_miss("n2"),
-                affinity_miss("n3"),
-                affinity_miss("n4"),
-            ],
+            want: want([affinity_miss, affinity_miss, affinity_miss, affinity_miss]),
         },
         Case {
             name: "term namespaces select the other namespace",
             pod: PodBuilder::new("p")
                 .required_pod_affinity(PodAffinityTerm {
                     namespaces: Some(vec!["other".into()]),
-                    ..pod_term(&[("app", "web")], HOST)
+                    ..web_term(HOST)
                 })
                 .build(),
             existing: vec![
@@ -235,28 +229,23 @@ fn filter_table() {
                     .node("n2")
                     .build(),
             ],
-            want: vec![
-                affinity_miss("n1"),
-                ok("n2"),
-                affinity_miss("n3"),
-                affinity_miss("n4"),
-            ],
+            want: want([affinity_miss, ok, affinity_miss, affinity_miss]),
         },
         Case {
             name: "required anti-affinity on hostname",
             pod: PodBuilder::new("p")
-                .required_pod_anti_affinity(pod_term(&[("app", "web")], HOST))
+                .required_pod_anti_affinity(web_term(HOST))
                 .build(),
             existing: vec![web_on("w1", "n1")],
-            want: vec![anti_miss("n1"), ok("n2"), ok("n3"), ok("n4")],
+            want: want([anti_miss, ok, ok, ok]),
         },
         Case {
             name: "required anti-affinity on zone; a node without the key is fine",
             pod: PodBuilder::new("p")
-                .required_pod_anti_affinity(pod_term(&[("app", "web")], ZONE))
+                .required_pod_anti_affinity(web_term(ZONE))
                 .build(),
             existing: vec![web_on("w1", "n1")],
-            want: vec![anti_miss("n1"), anti_miss("n2"), ok("n3"), ok("n4")],
+            want: want([anti_miss, anti_miss, ok, ok]),
         },
         Case {
             name: "anti-affinity with an Exists expression",
@@ -272,7 +261,7 @@ fn filter_table() {
                 PodBuilder::new("x").label("app", "db").node("n3").build(),
                 PodBuilder::new("y").label("other", "1").node("n2").build(),
             ],
-            want: vec![anti_miss("n1"), ok("n2"), anti_miss("n3"), ok("n4")],
+            want: want([anti_miss, ok, anti_miss, ok]),
         },
         Case {
             name: "an existing pod's anti-affinity keeps the incoming pod out of its zone",
@@ -280,24 +269,19 @@ fn filter_table() {
             existing: vec![
                 PodBuilder::new("e")
                     .node("n3")
-                    .required_pod_anti_affinity(pod_term(&[("app", "web")], ZONE))
+                    .required_pod_anti_affinity(web_term(ZONE))
                     .build(),
             ],
-            want: vec![ok("n1"), ok("n2"), existing_miss("n3"), ok("n4")],
+            want: want([ok, ok, existing_miss, ok]),
         },
         Case {
             name: "affinity is checked before anti-affinity",
             pod: PodBuilder::new("p")
-                .required_pod_affinity(pod_term(&[("app", "web")], ZONE))
-                .required_pod_anti_affinity(pod_term(&[("app", "web")], HOST))
+                .required_pod_affinity(web_term(ZONE))
+                .required_pod_anti_affinity(web_term(HOST))
                 .build(),
             existing: vec![web_on("w1", "n1")],
-            want: vec![
-                anti_miss("n1"),
-                ok("n2"),
-                affinity_miss("n3"),
-                affinity_miss("n4"),
-            ],
+            want: want([anti_miss, ok, affinity_miss, affinity_miss]),
         },
         Case {
             name: "matchLabelKeys narrows the term to the pod's own value",
@@ -305,7 +289,7 @@ fn filter_table() {
                 .label("rev", "2")
                 .required_pod_anti_affinity(PodAffinityTerm {
                     match_label_keys: Some(vec!["rev".into()]),
-                    ..pod_term(&[("app", "web")], HOST)
+                    ..web_term(HOST)
                 })
                 .build(),
             existing: vec![
@@ -320,7 +304,7 @@ fn filter_table() {
                     .node("n2")
                     .build(),
             ],
-            want: vec![ok("n1"), anti_miss("n2"), ok("n3"), ok("n4")],
+            want: want([ok, anti_miss, ok, ok]),
         },
         Case {
             name: "mismatchLabelKeys excludes the pod's own value",
@@ -345,7 +329,7 @@ fn filter_table() {
                     .node("n2")
                     .build(),
             ],
-            want: vec![ok("n1"), anti_miss("n2"), ok("n3"), ok("n4")],
+            want: want([ok, anti_miss, ok, ok]),
         },
     ];
     let pl = plugin(InterPodAffinityArgs::default());
@@ -401,24 +385,21 @@ fn namespace_selector_uses_the_namespace_lister() {
     let pod = PodBuilder::new("p")
         .required_pod_anti_affinity(PodAffinityTerm {
             namespace_selector: Some(label_selector(&[("env", "prod")], &[])),
-            ..pod_term(&[("app", "web")], HOST)
+            ..web_term(HOST)
         })
         .info();
     let got = run_filter(&pl, &pod, &snap).expect("prefilter");
-    assert_eq!(got, vec![anti_miss("n1"), ok("n2"), ok("n3"), ok("n4")]);
+    assert_eq!(got, want([anti_miss, ok, ok, ok]));
 
     // An empty namespaceSelector selects every namespace.
     let pod = PodBuilder::new("p")
         .required_pod_anti_affinity(PodAffinityTerm {
             namespace_selector: Some(label_selector(&[], &[])),
-            ..pod_term(&[("app", "web")], HOST)
+            ..web_term(HOST)
         })
         .info();
     let got = run_filter(&pl, &pod, &snap).expect("prefilter");
-    assert_eq!(
-        got,
-        vec![anti_miss("n1"), ok("n2"), anti_miss("n3"), ok("n4")]
-    );
+    assert_eq!(got, want([anti_miss, ok, anti_miss, ok]));
 
     // An existing pod's namespaceSelector is matched against the incoming pod's namespace
     // labels (default: team=a).
@@ -430,14 +411,14 @@ fn namespace_selector_uses_the_namespace_lister() {
                 .node("n2")
                 .required_pod_anti_affinity(PodAffinityTerm {
                     namespace_selector: Some(label_selector(&[("team", "a")], &[])),
-                    ..pod_term(&[("app", "web")], HOST)
+                    ..web_term(HOST)
                 })
                 .build(),
         ],
     );
     let pod = PodBuilder::new("p").label("app", "web").info();
     let got = run_filter(&pl, &pod, &snap).expect("prefilter");
-    assert_eq!(got, vec![ok("n1"), existing_miss("n2"), ok("n3"), ok("n4")]);
+    assert_eq!(got, want([ok, existing_miss, ok, ok]));
 }
 
 #[test]
@@ -446,7 +427,7 @@ fn add_and_remove_pod_update_the_state() {
     let victim = web_on("w1", "n1");
     let snap = snapshot(nodes(), vec![victim.clone()]);
     let pod = PodBuilder::new("p")
-        .required_pod_anti_affinity(pod_term(&[("app", "web")], HOST))
+        .required_pod_anti_affinity(web_term(HOST))
         .info();
     let mut state = CycleState::new();
     assert!(pl.pre_filter(&mut state, &pod, &snap).1.is_success());
@@ -472,7 +453,7 @@ fn add_and_remove_pod_update_the_state() {
     let incoming = PodBuilder::new("q").label("app", "web").info();
     let hater = PodBuilder::new("h")
         .node("n2")
-        .required_pod_anti_affinity(pod_term(&[("app", "web")], ZONE))
+        .required_pod_anti_affinity(web_term(ZONE))
         .build();
     let snap = snapshot(nodes(), vec![hater.clone()]);
     let mut state = CycleState::new();
@@ -552,7 +533,7 @@ fn score_table() {
             name: "preferred affinity by zone, weighted terms",
             args: InterPodAffinityArgs::default(),
             pod: PodBuilder::new("p")
-                .preferred_pod_affinity(5, pod_term(&[("app", "web")], ZONE))
+                .preferred_pod_affinity(5, web_term(ZONE))
                 .preferred_pod_affinity(3, pod_term(&[("app", "db")], ZONE))
                 .build(),
             existing: vec![web_on("w1", "n1"), db_on("d1", "n3")],
@@ -563,7 +544,7 @@ fn score_table() {
             name: "preferred anti-affinity goes negative; the least repelled node gets 100",
             args: InterPodAffinityArgs::default(),
             pod: PodBuilder::new("p")
-                .preferred_pod_anti_affinity(10, pod_term(&[("app", "web")], HOST))
+                .preferred_pod_anti_affinity(10, web_term(HOST))
                 .build(),
             existing: vec![web_on("w1", "n1"), web_on("w2", "n1"), web_on("w3", "n2")],
             // n1: -20, n2: -10, n3/n4: 0
@@ -576,7 +557,7 @@ fn score_table() {
             existing: vec![
                 PodBuilder::new("e")
                     .node("n3")
-                    .required_pod_affinity(pod_term(&[("app", "web")], ZONE))
+                    .required_pod_affinity(web_term(ZONE))
                     .build(),
             ],
             want: scores(&[("n1", 0), ("n2", 0), ("n3", 100), ("n4", 0)]),
@@ -591,7 +572,7 @@ fn score_table() {
             existing: vec![
                 PodBuilder::new("e")
                     .node("n3")
-                    .required_pod_affinity(pod_term(&[("app", "web")], ZONE))
+                    .required_pod_affinity(web_term(ZONE))
                     .build(),
             ],
             want: None,
@@ -603,11 +584,11 @@ fn score_table() {
             existing: vec![
                 PodBuilder::new("likes")
                     .node("n1")
-                    .preferred_pod_affinity(8, pod_term(&[("app", "web")], HOST))
+                    .preferred_pod_affinity(8, web_term(HOST))
                     .build(),
                 PodBuilder::new("hates")
                     .node("n3")
-                    .preferred_pod_anti_affinity(8, pod_term(&[("app", "web")], ZONE))
+                    .preferred_pod_anti_affinity(8, web_term(ZONE))
                     .build(),
             ],
             // n1: 8, n2: 0, n3: -8, n4: 0 -> (x+8)*100/16
@@ -623,7 +604,7 @@ fn score_table() {
             existing: vec![
                 PodBuilder::new("likes")
                     .node("n1")
-                    .preferred_pod_affinity(8, pod_term(&[("app", "web")], HOST))
+                    .preferred_pod_affinity(8, web_term(HOST))
                     .build(),
             ],
             want: None,
@@ -645,7 +626,7 @@ fn score_table() {
             name: "all nodes equal: all 0",
             args: InterPodAffinityArgs::default(),
             pod: PodBuilder::new("p")
-                .preferred_pod_affinity(1, pod_term(&[("app", "web")], "no-such-key"))
+                .preferred_pod_affinity(1, web_term("no-such-key"))
                 .build(),
             existing: vec![web_on("w1", "n1")],
             want: None,

@@ -64,6 +64,11 @@ fn zone_node(name: &str, zone: &str) -> NodeBuilder {
     NodeBuilder::new(name).label(ZONE, zone)
 }
 
+/// The incoming pod "p", labelled app=web.
+fn web_pod() -> PodBuilder {
+    PodBuilder::new("p").label("app", "web")
+}
+
 fn web_on(name: &str, node: &str) -> Pod {
     PodBuilder::new(name).label("app", "web").node(node).build()
 }
@@ -125,7 +130,7 @@ fn filter_table() {
     let cases = vec![
         Case {
             name: "maxSkew 1 by zone: the fuller zone is rejected, a node without the key is unresolvable",
-            pod: PodBuilder::new("p").label("app", "web").spread(zone1()),
+            pod: web_pod().spread(zone1()),
             nodes: nodes(),
             existing: vec![web_on("w1", "n1"), web_on("w2", "n2"), web_on("w3", "n3")],
             want: [NO, NO, OK, LBL],
@@ -139,42 +144,34 @@ fn filter_table() {
         },
         Case {
             name: "minDomains above the number of domains makes the global minimum 0",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
-                .spread(TopologySpreadConstraint {
-                    min_domains: Some(3),
-                    ..zone1()
-                }),
+            pod: web_pod().spread(TopologySpreadConstraint {
+                min_domains: Some(3),
+                ..zone1()
+            }),
             nodes: nodes(),
             existing: vec![web_on("w1", "n1"), web_on("w3", "n3")],
             want: [NO, NO, NO, LBL],
         },
         Case {
             name: "minDomains met: the usual minimum",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
-                .spread(TopologySpreadConstraint {
-                    min_domains: Some(2),
-                    ..zone1()
-                }),
+            pod: web_pod().spread(TopologySpreadConstraint {
+                min_domains: Some(2),
+                ..zone1()
+            }),
             nodes: nodes(),
             existing: vec![web_on("w1", "n1"), web_on("w3", "n3")],
             want: [OK, OK, OK, LBL],
         },
         Case {
             name: "nodeAffinityPolicy Honor (default): zones the pod cannot go to are not domains",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
-                .node_selector(ZONE, "a")
-                .spread(zone1()),
+            pod: web_pod().node_selector(ZONE, "a").spread(zone1()),
             nodes: nodes(),
             existing: vec![web_on("w1", "n1"), web_on("w2", "n1")],
             want: [OK, OK, OK, LBL],
         },
         Case {
             name: "nodeAffinityPolicy Ignore: the empty zone b counts",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
+            pod: web_pod()
                 .node_selector(ZONE, "a")
                 .spread(TopologySpreadConstraint {
                     node_affinity_policy: Some("Ignore".into()),
@@ -186,7 +183,7 @@ fn filter_table() {
         },
         Case {
             name: "nodeTaintsPolicy Ignore (default): a tainted empty zone counts",
-            pod: PodBuilder::new("p").label("app", "web").spread(zone1()),
+            pod: web_pod().spread(zone1()),
             nodes: with_nodes(
                 zone_node("n1", "a"),
                 zone_node("n3", "b").taint("k", "v", "NoSchedule"),
@@ -196,12 +193,10 @@ fn filter_table() {
         },
         Case {
             name: "nodeTaintsPolicy Honor: an untolerated tainted node is not a domain",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
-                .spread(TopologySpreadConstraint {
-                    node_taints_policy: Some("Honor".into()),
-                    ..zone1()
-                }),
+            pod: web_pod().spread(TopologySpreadConstraint {
+                node_taints_policy: Some("Honor".into()),
+                ..zone1()
+            }),
             nodes: with_nodes(
                 zone_node("n1", "a"),
                 zone_node("n3", "b").taint("k", "v", "NoSchedule"),
@@ -211,8 +206,7 @@ fn filter_table() {
         },
         Case {
             name: "nodeTaintsPolicy Honor with a toleration: the node counts again",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
+            pod: web_pod()
                 .toleration("k", "Exists", "", "")
                 .spread(TopologySpreadConstraint {
                     node_taints_policy: Some("Honor".into()),
@@ -227,8 +221,7 @@ fn filter_table() {
         },
         Case {
             name: "matchLabelKeys: only pods of the same revision count",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
+            pod: web_pod()
                 .label("rev", "2")
                 .spread(TopologySpreadConstraint {
                     match_label_keys: Some(vec!["rev".into()]),
@@ -256,7 +249,7 @@ fn filter_table() {
         },
         Case {
             name: "terminating pods and pods of other namespaces are not counted",
-            pod: PodBuilder::new("p").label("app", "web").spread(zone1()),
+            pod: web_pod().spread(zone1()),
             nodes: nodes(),
             existing: vec![
                 PodBuilder::new("t")
@@ -274,18 +267,19 @@ fn filter_table() {
         },
         Case {
             name: "zone and hostname constraints together",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
-                .spread(zone1())
-                .spread(spread_constraint(1, HOST, "DoNotSchedule", Some(WEB))),
+            pod: web_pod().spread(zone1()).spread(spread_constraint(
+                1,
+                HOST,
+                "DoNotSchedule",
+                Some(WEB),
+            )),
             nodes: nodes(),
             existing: vec![web_on("w1", "n1")],
             want: [NO, NO, OK, LBL],
         },
         Case {
             name: "ScheduleAnyway constraints never filter",
-            pod: PodBuilder::new("p")
-                .label("app", "web")
+            pod: web_pod()
                 .spread(spread_constraint(1, ZONE, "ScheduleAnyway", Some(WEB)))
                 .spread(zone1()),
             nodes: nodes(),
@@ -329,8 +323,7 @@ fn add_and_remove_pod_move_the_critical_paths() {
         nodes(),
         vec![w1.clone(), web_on("w2", "n2"), web_on("w3", "n3")],
     );
-    let pod = PodBuilder::new("p")
-        .label("app", "web")
+    let pod = web_pod()
         .spread(spread_constraint(1, ZONE, "DoNotSchedule", Some(WEB)))
         .info();
     let mut state = CycleState::new();
@@ -392,8 +385,7 @@ fn score_table() {
     let pl = plugin();
     // Zone: weight ln(2 zones + 2); n1, n2 (zone a, 2 pods) round(2*1.386)=3, n3 0; n4 lacks the
     // key and is ignored (0). Normalized: 100*(3+0-s)/3.
-    let pod = PodBuilder::new("p")
-        .label("app", "web")
+    let pod = web_pod()
         .spread(spread_constraint(1, ZONE, "ScheduleAnyway", Some(WEB)))
         .info();
     let snap = snapshot(nodes(), vec![web_on("w1", "n1"), web_on("w2", "n1")]);
@@ -401,8 +393,7 @@ fn score_table() {
 
     // Hostname, maxSkew 2: weight ln(4 nodes + 2); counts 2,1,0,0 -> round(2*1.79+1)=5,
     // round(1.79+1)=3, 1, 1 -> 100*(5+1-s)/5.
-    let pod = PodBuilder::new("p")
-        .label("app", "web")
+    let pod = web_pod()
         .spread(spread_constraint(2, HOST, "ScheduleAnyway", Some(WEB)))
         .info();
     let snap = snapshot(
@@ -467,8 +458,7 @@ fn default_selector_from_services_and_controller() {
     listers
         .services
         .apply(service("unrelated", &[("app", "db")]));
-    let pod = PodBuilder::new("p")
-        .label("app", "web")
+    let pod = web_pod()
         .label("hash", "h1")
         .label("tier", "front")
         .controller("apps/v1", "ReplicaSet", "rs1")
@@ -513,10 +503,7 @@ fn system_default_constraints_score_replica_set_pods() {
             .build()
     };
     let snap = snapshot(nodes(), vec![sibling("s1", "n1")]);
-    let pod = PodBuilder::new("p")
-        .label("app", "web")
-        .controller("apps/v1", "ReplicaSet", "rs1")
-        .info();
+    let pod = web_pod().controller("apps/v1", "ReplicaSet", "rs1").info();
     // Only ScheduleAnyway defaults: no filtering.
     assert_eq!(run_filter(&pl, &pod, &snap).unwrap_err().code(), Code::Skip);
     // hostname (maxSkew 3, weight ln 6) + zone (maxSkew 5, weight ln 5: zones a, b and "" since
@@ -525,8 +512,7 @@ fn system_default_constraints_score_replica_set_pods() {
     assert_eq!(run_score(&pl, &pod, &snap), Some(vec![22, 33, 55, 100]));
 
     // A pod with its own constraints ignores the defaults.
-    let own = PodBuilder::new("p")
-        .label("app", "web")
+    let own = web_pod()
         .controller("apps/v1", "ReplicaSet", "rs1")
         .spread(spread_constraint(1, ZONE, "DoNotSchedule", Some(WEB)))
         .info();
@@ -551,7 +537,7 @@ fn list_defaulting_applies_hard_default_constraints() {
         nodes(),
         vec![web_on("w1", "n1"), web_on("w2", "n2"), web_on("w3", "n3")],
     );
-    let pod = PodBuilder::new("p").label("app", "web").info();
+    let pod = web_pod().info();
     assert_eq!(run_filter(&pl, &pod, &snap), Ok(vec![NO, NO, OK, LBL]));
 }
 

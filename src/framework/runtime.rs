@@ -338,15 +338,7 @@ impl Framework {
             };
             let s = p.pre_enqueue(pod);
             if !s.is_success() {
-                if s.is_rejected() {
-                    return s.with_plugin(e.name.clone());
-                }
-                return Status::error(format!(
-                    "running PreEnqueue plugin {:?}: {}",
-                    e.name,
-                    s.message()
-                ))
-                .with_plugin(e.name.clone());
+                return rejection_or_error("PreEnqueue", &e.name, s).with_plugin(e.name.clone());
             }
         }
         Status::success()
@@ -739,15 +731,7 @@ impl Framework {
             };
             let s = p.reserve(state, pod, node_name);
             if !s.is_success() {
-                if s.is_rejected() {
-                    return s.with_plugin(e.name.clone());
-                }
-                return Status::error(format!(
-                    "running Reserve plugin {:?}: {}",
-                    e.name,
-                    s.message()
-                ))
-                .with_plugin(e.name.clone());
+                return rejection_or_error("Reserve", &e.name, s).with_plugin(e.name.clone());
             }
         }
         Status::success()
@@ -784,19 +768,11 @@ impl Framework {
             if s.is_success() {
                 continue;
             }
-            if s.is_rejected() {
-                return s.with_plugin(e.name.clone());
-            }
             if s.is_wait() {
                 waits.insert(e.name.to_string(), timeout.min(MAX_PERMIT_TIMEOUT));
                 continue;
             }
-            return Status::error(format!(
-                "running Permit plugin {:?}: {}",
-                e.name,
-                s.message()
-            ))
-            .with_plugin(e.name.clone());
+            return rejection_or_error("Permit", &e.name, s).with_plugin(e.name.clone());
         }
         if !waits.is_empty() {
             self.handle
@@ -849,14 +825,7 @@ impl Framework {
             };
             let s = p.pre_bind(state, pod, node_name).await;
             if !s.is_success() {
-                if s.is_rejected() {
-                    return s.with_plugin(e.name.clone());
-                }
-                return Status::error(format!(
-                    "running PreBind plugin {:?}: {}",
-                    e.name,
-                    s.message()
-                ));
+                return rejection_or_error("PreBind", &e.name, s);
             }
         }
         Status::success()
@@ -880,10 +849,7 @@ impl Framework {
                 continue;
             }
             if !s.is_success() {
-                if s.is_rejected() {
-                    return s.with_plugin(e.name.clone());
-                }
-                return Status::error(format!("running Bind plugin {:?}: {}", e.name, s.message()));
+                return rejection_or_error("Bind", &e.name, s);
             }
             return s;
         }
@@ -902,6 +868,15 @@ impl Framework {
 
 /// Below this many nodes, Filter/Score run on the calling thread (parallelism costs more).
 pub(crate) const PARALLEL_THRESHOLD: usize = 64;
+
+/// A non-success status from plugin `name` at `point`: a rejection as it is, tagged with the
+/// plugin; anything else the error "running {point} plugin {name:?}: {message}".
+fn rejection_or_error(point: &str, name: &Arc<str>, s: Status) -> Status {
+    if s.is_rejected() {
+        return s.with_plugin(name.clone());
+    }
+    Status::error(format!("running {point} plugin {name:?}: {}", s.message()))
+}
 
 fn instantiate(
     profile: &str,

@@ -5,7 +5,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use ksched::api::SchedulerProfile;
@@ -14,6 +14,7 @@ use ksched::operator::in_process::InProcessSchedulers;
 use ksched::operator::{OperatorOptions, run as run_operator};
 use kube::api::{Api, PostParams};
 use serde_json::json;
+use support::wait::{node_of, poll, unschedulable_message};
 use support::{Components, ControlPlane, control_plane, fixtures::kwok_node};
 
 const NS: &str = "ksched-system";
@@ -23,14 +24,11 @@ fn cp() -> &'static ControlPlane {
 }
 
 fn kubectl(args: &[&str]) -> String {
-    let (ok, out, err) = cp().kubectl_run(args);
-    assert!(ok, "kubectl {}: {err}", args.join(" "));
-    out
+    cp().kubectl_ok(args)
 }
 
 fn apply(yaml: &str) {
-    let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], yaml);
-    assert!(ok, "{err}");
+    cp().apply(yaml);
 }
 
 fn policy(mode: &str) -> String {
@@ -58,33 +56,21 @@ fn pod(name: &str, cpu: &str, leaf_ok: bool) -> Pod {
     .expect("pod literal")
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for: {what}\n{}",
-            kubectl(&["get", "sp,lcp,pods", "-A", "-o", "wide"])
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+/// Polls `f` for up to 120s; fails with the cluster's profiles, policies and pods.
+async fn eventually<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    poll(
+        what,
+        Duration::from_secs(120),
+        || kubectl(&["get", "sp,lcp,pods", "-A", "-o", "wide"]),
+        f,
+    )
+    .await
 }
 
-async fn node_of(pods: &Api<Pod>, name: &str) -> String {
-    eventually(&format!("{name} bound"), || async {
-        pods.get(name)
-            .await
-            .ok()?
-            .spec?
-            .node_name
-            .filter(|n| !n.is_empty())
+/// Waits until pod `name` is bound; its node.
+async fn bound_node(pods: &Api<Pod>, name: &str) -> String {
+    eventually(&format!("{name} bound"), async || {
+        node_of(pods, name).await.filter(|n| !n.is_empty())
     })
     .await
 }
@@ -158,7 +144,7 @@ async fn placement_modes_take_effect_through_the_operator() {
         )
         .await
         .expect("create");
-        placed.push(node_of(&pods, &format!("prefer-{i}")).await);
+        placed.push(bound_node(&pods, &format!("prefer-{i}")).await);
     }
     assert!(
         placed[..4].iter().all(|n| n.starts_with("host-")),
@@ -172,7 +158,7 @@ async fn placement_modes_take_effect_through_the_operator() {
     pods.create(&PostParams::default(), &pod("outside", "100m", false))
         .await
         .expect("create");
-    assert!(node_of(&pods, "outside").await.starts_with("host-"));
+    assert!(bound_node(&pods, "outside").await.starts_with("host-"));
 
     // LeafOnly: the operator re-renders the profile (new config hash) and selected pods go to leaf nodes only.
     let before = config_hash(&sps).await;
@@ -190,7 +176,7 @@ async fn placement_modes_take_effect_through_the_operator() {
         )
         .await
         .expect("create");
-        let node = node_of(&pods, &format!("leafonly-{i}")).await;
+        let node = bound_node(&pods, &format!("leafonly-{i}")).await;
         assert!(node.starts_with("leaf-"), "LeafOnly pod on {node}");
     }
 
@@ -206,14 +192,8 @@ async fn placement_modes_take_effect_through_the_operator() {
     pods.create(&PostParams::default(), &pod("hostonly", "3", true))
         .await
         .expect("create");
-    let message = eventually("hostonly reported unschedulable", || async {
-        let p = pods.get("hostonly").await.ok()?;
-        let c = p
-            .status?
-            .conditions?
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
-        c.message
+    let message = eventually("hostonly reported unschedulable", async || {
+        unschedulable_message(&pods.get("hostonly").await.ok()?)
     })
     .await;
     // Host nodes are full; leaf nodes are closed to HostOnly pods (their taint is not tolerated).
@@ -225,13 +205,7 @@ async fn placement_modes_take_effect_through_the_operator() {
         message.contains("HostOnly") || message.contains("{kosmos.io/node: true}"),
         "{message}"
     );
-    assert_eq!(
-        pods.get("hostonly")
-            .await
-            .ok()
-            .and_then(|p| p.spec?.node_name),
-        None
-    );
+    assert_eq!(node_of(&pods, "hostonly").await, None);
 
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(15), operator).await;

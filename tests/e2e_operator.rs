@@ -9,18 +9,18 @@ mod argocd_lua;
 mod support;
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Resource, ResourceExt};
@@ -29,6 +29,9 @@ use serde_json::json;
 use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use ksched::framework::registry::Registry;
 use ksched::operator::{EmbeddedError, EmbeddedSchedulers, OperatorOptions};
+use support::process::killed_with_parent;
+use support::scheduler::kube_scheduler_command;
+use support::wait::{poll, tail};
 use support::{Components, ControlPlane, control_plane, fixtures, path_str, repo_root};
 
 const NS: &str = "ksched-system";
@@ -84,15 +87,7 @@ fn spawn_kept(name: &str, mut cmd: Command) -> u32 {
         let log = std::fs::File::create(&log_path).expect("log file");
         let log2 = log.try_clone().expect("log file");
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        killed_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("starting {name}: {e}"));
@@ -107,18 +102,8 @@ fn spawn_kept(name: &str, mut cmd: Command) -> u32 {
 
 /// Upstream kube-scheduler as the cluster's default scheduler.
 fn kube_scheduler(name: &str) -> u32 {
-    let cp = cp();
-    let kubeconfig = path_str(&cp.kubeconfig);
-    let mut cmd = Command::new(cp.bin_dir.join("kube-scheduler"));
-    cmd.args([
-        format!("--kubeconfig={kubeconfig}"),
-        format!("--authentication-kubeconfig={kubeconfig}"),
-        format!("--authorization-kubeconfig={kubeconfig}"),
-        "--leader-elect=false".into(),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", support::free_port()),
-        "--v=1".into(),
-    ]);
+    let mut cmd = kube_scheduler_command(cp());
+    cmd.arg("--v=1");
     spawn_kept(name, cmd)
 }
 
@@ -209,29 +194,15 @@ async fn client() -> Client {
 }
 
 /// Polls `f` until it returns `Some` (generous deadline: this is not a timing test).
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out waiting for: {what}\n{}", diagnostics());
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+async fn eventually<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    poll(what, Duration::from_secs(180), diagnostics, f).await
 }
 
 /// What the operator and the cluster looked like, for a failure message.
 fn diagnostics() -> String {
     let tail = |file: &str| {
         let text = std::fs::read_to_string(cp().dir.join(file)).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        tail(&text, 40)
     };
     let (_, objects, _) = cp().kubectl_run(&["get", "sp,lcp,deploy,rs,pods", "-A", "-o", "wide"]);
     let (_, events, _) = cp().kubectl_run(&["get", "events", "-n", NS]);
@@ -282,8 +253,7 @@ fn table(out: &str) -> Vec<BTreeMap<String, String>> {
 }
 
 fn kubectl_apply(yaml: &str) {
-    let (ok, _, err) = cp().kubectl_stdin(&["apply", "-f", "-"], yaml);
-    assert!(ok, "kubectl apply: {err}\n{yaml}");
+    cp().apply(yaml);
 }
 
 async fn profile(c: &Client, name: &str) -> SchedulerProfile {
@@ -310,14 +280,31 @@ fn observed(p: &SchedulerProfile) -> bool {
     p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation
 }
 
+/// Polls profile `name` until `accept` takes it.
+async fn wait_profile(
+    c: &Client,
+    name: &str,
+    what: &str,
+    accept: impl Fn(&SchedulerProfile) -> bool,
+) -> SchedulerProfile {
+    eventually(&format!("profile {name}: {what}"), async || {
+        let p = profile(c, name).await;
+        accept(&p).then_some(p)
+    })
+    .await
+}
+
 async fn wait_ready(c: &Client, name: &str) -> SchedulerProfile {
-    let c = c.clone();
-    eventually(&format!("profile {name} Ready"), || {
-        let c = c.clone();
-        async move {
-            let p = profile(&c, name).await;
-            (observed(&p) && is_true(&p, "Ready")).then_some(p)
-        }
+    wait_profile(c, name, "Ready", |p| observed(p) && is_true(p, "Ready")).await
+}
+
+/// Waits until the operator's last call to the embedded-scheduler hook for `profile` is `op`.
+async fn wait_last_call(rec: &RecordingEmbedded, profile: &str, what: &str, op: &str) {
+    eventually(what, async || {
+        rec.calls_for(profile)
+            .last()
+            .filter(|(last, _)| last == op)
+            .map(|_| ())
     })
     .await
 }
@@ -329,6 +316,63 @@ where
     api.get_opt(name)
         .await
         .unwrap_or_else(|e| panic!("get {name}: {e}"))
+}
+
+/// Every object the operator renders for profile `name` by kind, with its owner references
+/// (`None` where it does not exist): the namespaced ones, then the ClusterRole and
+/// ClusterRoleBinding.
+async fn rendered_objects(
+    c: &Client,
+    name: &str,
+) -> Vec<(&'static str, Option<Vec<OwnerReference>>)> {
+    let obj = obj_name(name);
+    let svc = format!("{obj}-metrics");
+    let cluster = format!("ksched:{name}");
+    vec![
+        ("ConfigMap", owners::<ConfigMap>(c, NS, &obj).await),
+        (
+            "ServiceAccount",
+            owners::<ServiceAccount>(c, NS, &obj).await,
+        ),
+        ("Role", owners::<Role>(c, NS, &obj).await),
+        ("RoleBinding", owners::<RoleBinding>(c, NS, &obj).await),
+        (
+            "auth RoleBinding",
+            owners::<RoleBinding>(c, "kube-system", &obj).await,
+        ),
+        ("Lease", owners::<Lease>(c, NS, &obj).await),
+        ("Deployment", owners::<Deployment>(c, NS, &obj).await),
+        ("Service", owners::<Service>(c, NS, &svc).await),
+        (
+            "ClusterRole",
+            cluster_owners::<ClusterRole>(c, &cluster).await,
+        ),
+        (
+            "ClusterRoleBinding",
+            cluster_owners::<ClusterRoleBinding>(c, &cluster).await,
+        ),
+    ]
+}
+
+/// The owner references of the `K` named `name` in `ns`, if it exists.
+async fn owners<K>(c: &Client, ns: &str, name: &str) -> Option<Vec<OwnerReference>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let o = get_opt(&Api::<K>::namespaced(c.clone(), ns), name).await?;
+    Some(o.owner_references().to_vec())
+}
+
+/// The owner references of the cluster-scoped `K` named `name`, if it exists.
+async fn cluster_owners<K>(c: &Client, name: &str) -> Option<Vec<OwnerReference>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let o = get_opt(&Api::<K>::all(c.clone()), name).await?;
+    Some(o.owner_references().to_vec())
 }
 
 fn profile_yaml(name: &str, spec: &str) -> String {
@@ -373,17 +417,23 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     let p = wait_ready(&c, name).await;
     let uid = p.uid().expect("uid");
     let obj = format!("ksched-{name}");
-    let owned_by_profile =
-        |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
-            refs.iter()
-                .any(|o| o.uid == uid && o.kind == "SchedulerProfile" && o.controller == Some(true))
-        };
+    let owned_by_profile = |refs: &[OwnerReference]| {
+        refs.iter()
+            .any(|o| o.uid == uid && o.kind == "SchedulerProfile" && o.controller == Some(true))
+    };
 
     // Every object, namespaced ones owned by the profile.
+    for (kind, owners) in rendered_objects(&c, name).await {
+        let owners = owners.unwrap_or_else(|| panic!("{kind} missing"));
+        match kind {
+            "ClusterRole" => assert!(owners.is_empty(), "{kind}"),
+            "ClusterRoleBinding" => {}
+            _ => assert!(owned_by_profile(&owners), "{kind}"),
+        }
+    }
     let cm = get_opt(&Api::<ConfigMap>::namespaced(c.clone(), NS), &obj)
         .await
         .expect("ConfigMap");
-    assert!(owned_by_profile(cm.owner_references()));
     let config_yaml = cm
         .data
         .clone()
@@ -396,47 +446,9 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     assert_eq!(loaded.config.profiles[0].scheduler_name, name);
     assert_eq!(loaded.config.leader_election.resource_name, obj);
     assert_eq!(loaded.config.leader_election.resource_namespace, NS);
-    let sa = get_opt(&Api::<ServiceAccount>::namespaced(c.clone(), NS), &obj)
-        .await
-        .expect("SA");
-    assert!(owned_by_profile(sa.owner_references()));
-    let role = get_opt(&Api::<Role>::namespaced(c.clone(), NS), &obj)
-        .await
-        .expect("Role");
-    assert!(owned_by_profile(role.owner_references()));
-    let rb = get_opt(&Api::<RoleBinding>::namespaced(c.clone(), NS), &obj)
-        .await
-        .expect("RB");
-    assert!(owned_by_profile(rb.owner_references()));
-    let auth = get_opt(
-        &Api::<RoleBinding>::namespaced(c.clone(), "kube-system"),
-        &obj,
-    )
-    .await
-    .expect("auth RB");
-    assert!(owned_by_profile(auth.owner_references()));
-    let lease = get_opt(&Api::<Lease>::namespaced(c.clone(), NS), &obj)
-        .await
-        .expect("Lease");
-    assert!(owned_by_profile(lease.owner_references()));
     let dep = get_opt(&Api::<Deployment>::namespaced(c.clone(), NS), &obj)
         .await
         .expect("Deployment");
-    assert!(owned_by_profile(dep.owner_references()));
-    let svc = get_opt(
-        &Api::<Service>::namespaced(c.clone(), NS),
-        &format!("{obj}-metrics"),
-    )
-    .await
-    .expect("Service");
-    assert!(owned_by_profile(svc.owner_references()));
-    let cr = get_opt(
-        &Api::<ClusterRole>::all(c.clone()),
-        &format!("ksched:{name}"),
-    )
-    .await
-    .expect("ClusterRole");
-    assert!(cr.owner_references().is_empty());
     let crb = get_opt(
         &Api::<ClusterRoleBinding>::all(c.clone()),
         &format!("ksched:{name}"),
@@ -484,16 +496,13 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     );
     std::fs::write(&file, with_kubeconfig).expect("write config");
     ksched_scheduler("ksched-scheduler-op-plain", &file);
-    let leader = eventually("LeaderElected on op-plain", || {
-        let c = c.clone();
-        async move {
-            let p = profile(&c, name).await;
-            (is_true(&p, "LeaderElected"))
-                .then(|| p.status.and_then(|s| s.leader))
-                .flatten()
-        }
+    let leader = wait_profile(&c, name, "LeaderElected", |p| {
+        is_true(p, "LeaderElected") && p.status.as_ref().is_some_and(|s| s.leader.is_some())
     })
-    .await;
+    .await
+    .status
+    .and_then(|s| s.leader)
+    .expect("leader");
     // A pod naming the profile is scheduled by it.
     let ns = cp().namespace(&c, "op-plain").await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
@@ -505,19 +514,15 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("create pod");
-    eventually("pod bound by the profile's scheduler", || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("uses-profile").await.ok()?;
-            p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty())
-        }
+    eventually("pod bound by the profile's scheduler", async || {
+        let p = pods.get("uses-profile").await.ok()?;
+        p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty())
     })
     .await;
 
     // kubectl get sp prints real values (PENDING back to 0 once the pod is bound).
-    eventually("pendingPods = 0", || {
-        let c = c.clone();
-        async move { (profile(&c, name).await.status?.pending_pods == Some(0)).then_some(()) }
+    wait_profile(&c, name, "pendingPods = 0", |p| {
+        p.status.as_ref().and_then(|s| s.pending_pods) == Some(0)
     })
     .await;
     let (ok, out, err) = cp().kubectl_run(&["get", "sp", name]);
@@ -571,9 +576,8 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
             .await
             .expect("create pod");
     }
-    eventually("pendingPods = 2", || {
-        let c = c.clone();
-        async move { (profile(&c, name).await.status?.pending_pods == Some(2)).then_some(()) }
+    wait_profile(&c, name, "pendingPods = 2", |p| {
+        p.status.as_ref().and_then(|s| s.pending_pods) == Some(2)
     })
     .await;
     let (ok, out, _) = cp().kubectl_run(&["get", "sp", name]);
@@ -592,17 +596,13 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     cms.delete(&obj, &DeleteParams::default())
         .await
         .expect("delete cm");
-    eventually("ConfigMap recreated", || {
-        let cms = cms.clone();
-        let uid = before.uid();
-        async move {
-            cms.get_opt(&obj_name(name))
-                .await
-                .ok()
-                .flatten()
-                .filter(|c| c.uid() != uid)
-                .map(|_| ())
-        }
+    eventually("ConfigMap recreated", async || {
+        cms.get_opt(&obj_name(name))
+            .await
+            .ok()
+            .flatten()
+            .filter(|c| c.uid() != before.uid())
+            .map(|_| ())
     })
     .await;
     let again = cms.get(&obj).await.expect("cm");
@@ -611,15 +611,12 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     crs.delete(&format!("ksched:{name}"), &DeleteParams::default())
         .await
         .expect("delete cr");
-    eventually("ClusterRole recreated", || {
-        let crs = crs.clone();
-        async move {
-            crs.get_opt(&format!("ksched:{name}"))
-                .await
-                .ok()
-                .flatten()
-                .map(|_| ())
-        }
+    eventually("ClusterRole recreated", async || {
+        crs.get_opt(&format!("ksched:{name}"))
+            .await
+            .ok()
+            .flatten()
+            .map(|_| ())
     })
     .await;
     // Edited by hand: put back.
@@ -631,9 +628,8 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     )
     .await
     .expect("scale");
-    eventually("replicas put back to 1", || {
-        let deps = deps.clone();
-        async move { (deps.get(&obj_name(name)).await.ok()?.spec?.replicas == Some(1)).then_some(()) }
+    eventually("replicas put back to 1", async || {
+        (deps.get(&obj_name(name)).await.ok()?.spec?.replicas == Some(1)).then_some(())
     })
     .await;
 }
@@ -680,13 +676,8 @@ async fn spec_change_rolls_out_and_an_invalid_change_leaves_everything_as_it_was
         name,
         "  podMaxBackoffSeconds: 30\n  plugins:\n    score:\n      enabled:\n      - name: NodeResourcesFitt\n",
     ));
-    let p = eventually("ConfigValid=False", || {
-        let c = c.clone();
-        async move {
-            let p = profile(&c, name).await;
-            (observed(&p) && cond(&p, "ConfigValid").is_some_and(|c| c.status == "False"))
-                .then_some(p)
-        }
+    let p = wait_profile(&c, name, "ConfigValid=False", |p| {
+        observed(p) && cond(p, "ConfigValid").is_some_and(|c| c.status == "False")
     })
     .await;
     assert!(is_true(&p, "Stalled"));
@@ -707,21 +698,18 @@ async fn spec_change_rolls_out_and_an_invalid_change_leaves_everything_as_it_was
     );
     // A Warning event says so.
     let events: Api<Event> = Api::namespaced(c.clone(), "default");
-    eventually("InvalidConfiguration event", || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("InvalidConfiguration")
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                })
-        }
+    eventually("InvalidConfiguration event", async || {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("InvalidConfiguration")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
     })
     .await;
     // Nothing changed: same objects, byte for byte (and not even rewritten).
@@ -751,12 +739,8 @@ async fn a_profile_that_cannot_roll_out_is_progressing() {
         name,
         "  nodeSelector:\n    no-such-label: \"true\"\n",
     ));
-    let p = eventually("Reconciling=True", || {
-        let c = c.clone();
-        async move {
-            let p = profile(&c, name).await;
-            (observed(&p) && is_true(&p, "Reconciling")).then_some(p)
-        }
+    let p = wait_profile(&c, name, "Reconciling=True", |p| {
+        observed(p) && is_true(p, "Reconciling")
     })
     .await;
     assert!(!is_true(&p, "Ready"));
@@ -780,55 +764,14 @@ async fn deleting_a_profile_removes_namespaced_children_by_gc_and_cluster_ones_b
     kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
     let p = wait_ready(&c, name).await;
     assert!(p.finalizers().iter().any(|f| f == "ksched.io/cleanup"));
-    let obj = obj_name(name);
     let (ok, _, err) = cp().kubectl_run(&["delete", "sp", name, "--wait=true", "--timeout=120s"]);
     assert!(ok, "{err}");
-    let cluster = format!("ksched:{name}");
-    eventually("every child gone", || {
-        let c = c.clone();
-        let obj = obj.clone();
-        let cluster = cluster.clone();
-        async move {
-            let gone = [
-                get_opt(&Api::<ConfigMap>::namespaced(c.clone(), NS), &obj)
-                    .await
-                    .is_none(),
-                get_opt(&Api::<ServiceAccount>::namespaced(c.clone(), NS), &obj)
-                    .await
-                    .is_none(),
-                get_opt(&Api::<Role>::namespaced(c.clone(), NS), &obj)
-                    .await
-                    .is_none(),
-                get_opt(&Api::<RoleBinding>::namespaced(c.clone(), NS), &obj)
-                    .await
-                    .is_none(),
-                get_opt(
-                    &Api::<RoleBinding>::namespaced(c.clone(), "kube-system"),
-                    &obj,
-                )
-                .await
-                .is_none(),
-                get_opt(&Api::<Lease>::namespaced(c.clone(), NS), &obj)
-                    .await
-                    .is_none(),
-                get_opt(&Api::<Deployment>::namespaced(c.clone(), NS), &obj)
-                    .await
-                    .is_none(),
-                get_opt(
-                    &Api::<Service>::namespaced(c.clone(), NS),
-                    &format!("{obj}-metrics"),
-                )
-                .await
-                .is_none(),
-                get_opt(&Api::<ClusterRole>::all(c.clone()), &cluster)
-                    .await
-                    .is_none(),
-                get_opt(&Api::<ClusterRoleBinding>::all(c.clone()), &cluster)
-                    .await
-                    .is_none(),
-            ];
-            gone.iter().all(|g| *g).then_some(())
-        }
+    eventually("every child gone", async || {
+        let objects = rendered_objects(&c, name).await;
+        objects
+            .iter()
+            .all(|(_, owners)| owners.is_none())
+            .then_some(())
     })
     .await;
 }
@@ -872,32 +815,14 @@ async fn embedded_profile_runs_through_the_hook_and_stops_on_suspend_and_delete(
     );
 
     kubectl_apply(&profile_yaml(name, "  mode: Embedded\n  suspend: true\n"));
-    eventually("stop on suspend", || {
-        let rec = rec.clone();
-        async move {
-            rec.calls_for(name)
-                .last()
-                .filter(|(op, _)| op == "stop")
-                .map(|_| ())
-        }
-    })
-    .await;
+    wait_last_call(&rec, name, "stop on suspend", "stop").await;
     let p = wait_ready(&c, name).await;
     assert_eq!(
         cond(&p, "Ready").map(|c| c.reason.as_str()),
         Some("Suspended")
     );
     kubectl_apply(&profile_yaml(name, "  mode: Embedded\n"));
-    eventually("ensure again", || {
-        let rec = rec.clone();
-        async move {
-            rec.calls_for(name)
-                .last()
-                .filter(|(op, _)| op == "ensure")
-                .map(|_| ())
-        }
-    })
-    .await;
+    wait_last_call(&rec, name, "ensure again", "ensure").await;
     let (ok, _, err) = cp().kubectl_run(&["delete", "sp", name, "--wait=true", "--timeout=120s"]);
     assert!(ok, "{err}");
     assert_eq!(
@@ -914,14 +839,9 @@ async fn suspend_scales_to_zero_and_keeps_the_config() {
     let p = wait_ready(&c, name).await;
     let hash = p.status.and_then(|s| s.config_hash);
     kubectl_apply(&profile_yaml(name, "  suspend: true\n"));
-    let p = eventually("suspended", || {
-        let c = c.clone();
-        async move {
-            let p = profile(&c, name).await;
-            (observed(&p)
-                && cond(&p, "Ready").is_some_and(|c| c.reason == "Suspended" && c.status == "True"))
-            .then_some(p)
-        }
+    let p = wait_profile(&c, name, "suspended", |p| {
+        observed(p)
+            && cond(p, "Ready").is_some_and(|c| c.reason == "Suspended" && c.status == "True")
     })
     .await;
     assert_eq!(p.status.as_ref().and_then(|s| s.config_hash.clone()), hash);
@@ -990,14 +910,10 @@ async fn leaf_policy_taints_exactly_the_matching_nodes_and_only_its_own_taint() 
     let has = |t: &Vec<(String, Option<String>, String)>, x: &(String, Option<String>, String)| {
         t.contains(x)
     };
-    eventually("leaf nodes tainted", || {
-        let nodes = nodes.clone();
-        let ours = ours.clone();
-        async move {
-            (has(&taints_of(&nodes, "op-leaf-a").await, &ours)
-                && has(&taints_of(&nodes, "op-leaf-b").await, &ours))
-            .then_some(())
-        }
+    eventually("leaf nodes tainted", async || {
+        (has(&taints_of(&nodes, "op-leaf-a").await, &ours)
+            && has(&taints_of(&nodes, "op-leaf-b").await, &ours))
+        .then_some(())
     })
     .await;
     assert!(
@@ -1011,16 +927,13 @@ async fn leaf_policy_taints_exactly_the_matching_nodes_and_only_its_own_taint() 
     assert!(!has(&taints_of(&nodes, "op-host-0").await, &ours));
 
     let policies: Api<LeafClusterPolicy> = Api::all(c.clone());
-    let lcp = eventually("policy status", || {
-        let policies = policies.clone();
-        async move {
-            let p = policies.get("op-leaves").await.ok()?;
-            let s = p.status.clone()?;
-            (s.leaf_nodes == Some(2)
-                && s.tainted_nodes == Some(2)
-                && s.observed_generation == p.metadata.generation)
-                .then_some(p)
-        }
+    let lcp = eventually("policy status", async || {
+        let p = policies.get("op-leaves").await.ok()?;
+        let s = p.status.clone()?;
+        (s.leaf_nodes == Some(2)
+            && s.tainted_nodes == Some(2)
+            && s.observed_generation == p.metadata.generation)
+            .then_some(p)
     })
     .await;
     assert!(lcp.status.as_ref().is_some_and(|s| {
@@ -1048,14 +961,10 @@ async fn leaf_policy_taints_exactly_the_matching_nodes_and_only_its_own_taint() 
         )
         .await
         .expect("unlabel");
-    eventually("c tainted, b untainted", || {
-        let nodes = nodes.clone();
-        let ours = ours.clone();
-        async move {
-            (has(&taints_of(&nodes, "op-leaf-c").await, &ours)
-                && !has(&taints_of(&nodes, "op-leaf-b").await, &ours))
-            .then_some(())
-        }
+    eventually("c tainted, b untainted", async || {
+        (has(&taints_of(&nodes, "op-leaf-c").await, &ours)
+            && !has(&taints_of(&nodes, "op-leaf-b").await, &ours))
+        .then_some(())
     })
     .await;
     // Someone adds a taint meanwhile: it stays.
@@ -1105,17 +1014,14 @@ async fn a_policy_with_an_invalid_selector_is_stalled() {
         "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-bad-selector\nspec:\n  leafNodeSelector:\n    matchExpressions:\n    - key: kosmos.io/node\n      operator: Near\n      values: [\"true\"]\n  profiles: [\"x\"]\n",
     );
     let policies: Api<LeafClusterPolicy> = Api::all(c.clone());
-    let p = eventually("Stalled", || {
-        let policies = policies.clone();
-        async move {
-            let p = policies.get("op-bad-selector").await.ok()?;
-            p.status
-                .as_ref()?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Stalled" && c.status == "True")
-                .then_some(p)
-        }
+    let p = eventually("Stalled", async || {
+        let p = policies.get("op-bad-selector").await.ok()?;
+        p.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True")
+            .then_some(p)
     })
     .await;
     save_fixture("leafclusterpolicy-degraded", &p);

@@ -393,6 +393,21 @@ mod tests {
     };
     use parking_lot::Mutex;
 
+    /// `schedule_pod` with a fresh CycleState.
+    fn schedule(
+        alg: &mut Algorithm,
+        fwk: &Framework,
+        pod: &PodInfo,
+        snap: &Snapshot,
+    ) -> Result<ScheduleResult, ScheduleError> {
+        alg.schedule_pod(fwk, &mut CycleState::new(), pod, snap)
+    }
+
+    /// A fake plugin "A" with its own call log.
+    fn fake_a() -> Fake {
+        Fake::new("A", &Arc::new(Mutex::new(Vec::new())))
+    }
+
     fn fwk(fakes: Vec<Fake>, points: &[(ExtensionPoint, &[&str])]) -> Framework {
         let (reg, _) = registry_with(fakes);
         let (h, _) = handle();
@@ -527,17 +542,13 @@ mod tests {
         let fwk = Framework::new(&spec, &reg, h).expect("framework");
         let mut alg = Algorithm::new(0);
         let pod = PodBuilder::new("p").info();
-        let r = alg
-            .schedule_pod(&fwk, &mut CycleState::new(), &pod, &snap)
-            .expect("fits");
+        let r = schedule(&mut alg, &fwk, &pod, &snap).expect("fits");
         // No score plugins: the first feasible node is enough.
         assert_eq!(r.suggested_host, "ok");
         assert_eq!(r.feasible_nodes, 1);
 
         let pinned = PodBuilder::new("q").node("cordoned").info();
-        let e = alg
-            .schedule_pod(&fwk, &mut CycleState::new(), &pinned, &snap)
-            .expect_err("no fit");
+        let e = schedule(&mut alg, &fwk, &pinned, &snap).expect_err("no fit");
         assert_eq!(
             e.to_string(),
             "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match the requested node name."
@@ -554,28 +565,26 @@ mod tests {
         }
         let empty = Snapshot::new();
         assert_eq!(
-            alg.schedule_pod(&fwk, &mut CycleState::new(), &pod, &empty),
+            schedule(&mut alg, &fwk, &pod, &empty),
             Err(ScheduleError::NoNodesAvailable)
         );
     }
 
     #[test]
     fn prefilter_restricts_nodes_and_absent_nodes_get_a_status() {
-        let l = Arc::new(Mutex::new(Vec::new()));
-        let mut a = Fake::new("A", &l);
+        let mut a = fake_a();
         a.pre_filter = Some((Some(vec!["n2".into(), "gone".into()]), Code::Success));
         a.filter
             .insert("n2".into(), (Code::Unschedulable, "n2 is full".into()));
         let f = fwk(vec![a], &[(PreFilter, &["A"]), (Filter, &["A"])]);
         let snap = snapshot_of(&["n1", "n2", "n3"]);
-        let e = Algorithm::new(0)
-            .schedule_pod(
-                &f,
-                &mut CycleState::new(),
-                &PodBuilder::new("p").info(),
-                &snap,
-            )
-            .expect_err("no fit");
+        let e = schedule(
+            &mut Algorithm::new(0),
+            &f,
+            &PodBuilder::new("p").info(),
+            &snap,
+        )
+        .expect_err("no fit");
         assert_eq!(
             e.to_string(),
             "0/3 nodes are available: 1 n2 is full, 2 node(s) didn't satisfy plugin(s) [A]."
@@ -584,8 +593,7 @@ mod tests {
 
     #[test]
     fn scoring_picks_the_best_and_rotation_advances() {
-        let l = Arc::new(Mutex::new(Vec::new()));
-        let mut a = Fake::new("A", &l);
+        let mut a = fake_a();
         a.filter
             .insert("n1".into(), (Code::Unschedulable, "no".into()));
         a.score = [
@@ -597,14 +605,7 @@ mod tests {
         let f = fwk(vec![a], &[(Filter, &["A"]), (Score, &["A"])]);
         let snap = snapshot_of(&["n1", "n2", "n3", "n4"]);
         let mut alg = Algorithm::new(0);
-        let r = alg
-            .schedule_pod(
-                &f,
-                &mut CycleState::new(),
-                &PodBuilder::new("p").info(),
-                &snap,
-            )
-            .expect("fits");
+        let r = schedule(&mut alg, &f, &PodBuilder::new("p").info(), &snap).expect("fits");
         assert_eq!(
             r,
             ScheduleResult {
@@ -619,15 +620,12 @@ mod tests {
 
     #[test]
     fn nominated_node_is_tried_first() {
-        let l = Arc::new(Mutex::new(Vec::new()));
-        let mut a = Fake::new("A", &l);
+        let mut a = fake_a();
         a.score = [("n1".to_string(), 100)].into();
         let f = fwk(vec![a], &[(Filter, &["A"]), (Score, &["A"])]);
         let snap = snapshot_of(&["n1", "n2", "n3"]);
         let pod = PodBuilder::new("p").nominated_node("n3").info();
-        let r = Algorithm::new(0)
-            .schedule_pod(&f, &mut CycleState::new(), &pod, &snap)
-            .expect("fits");
+        let r = schedule(&mut Algorithm::new(0), &f, &pod, &snap).expect("fits");
         assert_eq!(r.suggested_host, "n3");
     }
 
@@ -647,8 +645,7 @@ mod tests {
     #[test]
     fn filters_in_parallel_equal_a_sequential_scan() {
         // 300 nodes, every third infeasible; percentage 50 -> 150 nodes to find.
-        let l = Arc::new(Mutex::new(Vec::new()));
-        let mut a = Fake::new("A", &l);
+        let mut a = fake_a();
         let names: Vec<String> = (0..300).map(|i| format!("n{i:03}")).collect();
         for (i, n) in names.iter().enumerate() {
             if i % 3 == 0 {
@@ -665,14 +662,7 @@ mod tests {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let snap = snapshot_of(&refs);
         let mut alg = Algorithm::new(0);
-        let r = alg
-            .schedule_pod(
-                &f,
-                &mut CycleState::new(),
-                &PodBuilder::new("p").info(),
-                &snap,
-            )
-            .expect("fits");
+        let r = schedule(&mut alg, &f, &PodBuilder::new("p").info(), &snap).expect("fits");
         assert_eq!(r.feasible_nodes, 150);
         // Sequentially: 150 feasible need 225 nodes (n000..n224), 75 of them rejected.
         assert_eq!(r.evaluated_nodes, 225);

@@ -1,13 +1,14 @@
 //! Helpers shared by several plugins: taint/toleration matching, node selector matching, label
 //! selectors, score normalization.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Expression, Selector, SelectorExt};
 
-use crate::framework::interface::{MAX_NODE_SCORE, NodeScore};
+use crate::framework::interface::{CycleState, MAX_NODE_SCORE, NodeScore, Status};
 
 /// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin named by a constant,
 /// returning itself from the accessor of every listed extension point, and gives the type an
@@ -47,6 +48,23 @@ macro_rules! impl_plugin {
     };
 }
 pub(crate) use impl_plugin;
+
+/// A PreFilter extension's AddPod/RemovePod: applies `update` to the PreFilter state `T` stored
+/// under `key`, or returns `missing()` when PreFilter did not store one.
+pub fn update_pre_filter_state<T: Any + Send + Sync + Clone>(
+    state: &mut CycleState,
+    key: &'static str,
+    missing: impl FnOnce() -> Status,
+    update: impl FnOnce(&mut T),
+) -> Status {
+    match state.get_mut::<T>(key) {
+        Some(s) => {
+            update(s);
+            Status::success()
+        }
+        None => missing(),
+    }
+}
 
 /// Whether `t` tolerates `taint` (upstream's `Toleration.ToleratesTaint`; the alpha Gt/Lt
 /// operators are off, as in upstream's default).

@@ -14,6 +14,7 @@ use crate::framework::interface::{
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::update_pre_filter_state;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -179,13 +180,10 @@ impl PreFilterPlugin for VolumeRestrictions {
 
 impl VolumeRestrictions {
     fn update(&self, state: &mut CycleState, pod: &PodInfo, sign: i64) -> Status {
-        match state.get_mut::<PreFilterState>(STATE_KEY) {
-            Some(s) => {
-                s.conflicting_pvc_ref_count += sign * s.conflicts_of(pod);
-                Status::success()
-            }
-            None => Status::error(format!("cannot read {STATE_KEY:?} from cycleState")),
-        }
+        let missing = || Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
+        update_pre_filter_state(state, STATE_KEY, missing, |s: &mut PreFilterState| {
+            s.conflicting_pvc_ref_count += sign * s.conflicts_of(pod)
+        })
     }
 }
 

@@ -11,6 +11,7 @@ use super::terms::{
 use crate::framework::interface::{
     CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::framework::plugins::helper::update_pre_filter_state;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
 pub const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
@@ -210,13 +211,12 @@ impl PreFilterExtensions for InterPodAffinity {
         pod_to_add: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        match state.get_mut::<PreFilterState>(PRE_FILTER_STATE_KEY) {
-            Some(s) => {
-                s.update_with_pod(pod_to_add, node, 1);
-                Status::success()
-            }
-            None => state_error(),
-        }
+        update_pre_filter_state(
+            state,
+            PRE_FILTER_STATE_KEY,
+            state_error,
+            |s: &mut PreFilterState| s.update_with_pod(pod_to_add, node, 1),
+        )
     }
 
     fn remove_pod(
@@ -226,13 +226,12 @@ impl PreFilterExtensions for InterPodAffinity {
         pod_to_remove: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        match state.get_mut::<PreFilterState>(PRE_FILTER_STATE_KEY) {
-            Some(s) => {
-                s.update_with_pod(pod_to_remove, node, -1);
-                Status::success()
-            }
-            None => state_error(),
-        }
+        update_pre_filter_state(
+            state,
+            PRE_FILTER_STATE_KEY,
+            state_error,
+            |s: &mut PreFilterState| s.update_with_pod(pod_to_remove, node, -1),
+        )
     }
 }
 

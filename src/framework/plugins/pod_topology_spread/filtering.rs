@@ -11,6 +11,7 @@ use super::common::{
 use crate::framework::interface::{
     CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::framework::plugins::helper::update_pre_filter_state;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
 pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str =
@@ -198,13 +199,12 @@ impl PreFilterExtensions for PodTopologySpread {
         pod_to_add: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        match state.get_mut::<PreFilterState>(PRE_FILTER_STATE_KEY) {
-            Some(s) => {
-                s.update_with_pod(pod_to_add, pod_to_schedule, node, 1);
-                Status::success()
-            }
-            None => state_error(),
-        }
+        update_pre_filter_state(
+            state,
+            PRE_FILTER_STATE_KEY,
+            state_error,
+            |s: &mut PreFilterState| s.update_with_pod(pod_to_add, pod_to_schedule, node, 1),
+        )
     }
 
     fn remove_pod(
@@ -214,13 +214,12 @@ impl PreFilterExtensions for PodTopologySpread {
         pod_to_remove: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        match state.get_mut::<PreFilterState>(PRE_FILTER_STATE_KEY) {
-            Some(s) => {
-                s.update_with_pod(pod_to_remove, pod_to_schedule, node, -1);
-                Status::success()
-            }
-            None => state_error(),
-        }
+        update_pre_filter_state(
+            state,
+            PRE_FILTER_STATE_KEY,
+            state_error,
+            |s: &mut PreFilterState| s.update_with_pod(pod_to_remove, pod_to_schedule, node, -1),
+        )
     }
 }
 

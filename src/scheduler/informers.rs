@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
+use super::trim::{trim_metadata, trim_node, trim_pod};
 use crate::framework::listers::{Informer, Listers, ObjectStore};
 use crate::framework::types::PodInfo;
 
@@ -60,9 +61,8 @@ fn node_relevant_change(old: &Node, new: &Node) -> bool {
         || images(old) != images(new)
 }
 
-/// Routes pod events; `profiles` are the scheduler names this process serves. Objects are kept
-/// without `managedFields` (as upstream's informer transform does): no plugin reads them, and they are
-/// often the largest part of an object.
+/// Routes pod events; `profiles` are the scheduler names this process serves. Pods are kept trimmed
+/// to what scheduling reads (`trim::trim_pod`).
 pub struct PodHandler {
     pub cache: Arc<Cache>,
     pub queue: Arc<SchedulingQueue>,
@@ -82,7 +82,7 @@ impl PodHandler {
 
     pub fn apply(&mut self, mut pod: Pod) {
         let key = pod_key(&pod);
-        pod.metadata.managed_fields = None;
+        trim_pod(&mut pod);
         let pod = Arc::new(pod);
         let old = self.known.insert(key.clone(), pod.clone());
         if !node_name(&pod).is_empty() {
@@ -167,7 +167,7 @@ pub async fn watch_nodes(
     let mut seen: HashSet<String> = HashSet::new();
     let apply = |mut node: Node, known: &mut HashMap<String, Arc<Node>>| {
         let name = node.metadata.name.clone().unwrap_or_default();
-        node.metadata.managed_fields = None;
+        trim_node(&mut node);
         let node = Arc::new(node);
         let relevant = known
             .get(&name)
@@ -233,7 +233,8 @@ async fn watch_store<K>(
     let mut initial: Vec<K> = Vec::new();
     loop {
         match stream.try_next().await {
-            Ok(Some(Event::Apply(obj))) => {
+            Ok(Some(Event::Apply(mut obj))) => {
+                trim_metadata(&mut obj);
                 store(&listers).apply(obj);
                 queue.move_all_to_active_or_backoff();
             }
@@ -242,7 +243,10 @@ async fn watch_store<K>(
                 queue.move_all_to_active_or_backoff();
             }
             Ok(Some(Event::Init)) => initial.clear(),
-            Ok(Some(Event::InitApply(obj))) => initial.push(obj),
+            Ok(Some(Event::InitApply(mut obj))) => {
+                trim_metadata(&mut obj);
+                initial.push(obj);
+            }
             Ok(Some(Event::InitDone)) => {
                 store(&listers).replace(initial.drain(..));
                 queue.move_all_to_active_or_backoff();

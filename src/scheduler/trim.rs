@@ -1,0 +1,238 @@
+//! What the scheduler keeps of a watched object: only what scheduling reads. Upstream's informers
+//! drop `managedFields`; ksched also drops the parts of a pod no plugin looks at (environment,
+//! commands, probes, volume mounts, projected/ConfigMap/Secret/downwardAPI/emptyDir volumes, the
+//! runtime's container state), which are most of a typical pod's size. Objects are never written
+//! back from the cache, so a trimmed pod is only ever read.
+//!
+//! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
+
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, Pod, PodStatus, Volume};
+use kube::Resource;
+
+/// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops the bookkeeping every kind carries that no plugin reads.
+pub fn trim_metadata<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// Keeps of a pod what the scheduler's plugins and queue read.
+pub fn trim_pod(pod: &mut Pod) {
+    trim_metadata(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            trim_container(c);
+        }
+        // Not counted in requests, not placed by the scheduler.
+        spec.ephemeral_containers = None;
+        if let Some(volumes) = spec.volumes.as_mut() {
+            volumes.retain(volume_matters_for_scheduling);
+            if volumes.is_empty() {
+                spec.volumes = None;
+            }
+        }
+    }
+    if let Some(status) = pod.status.as_mut() {
+        trim_pod_status(status);
+    }
+}
+
+/// Keeps of a node what the scheduler reads.
+pub fn trim_node(node: &mut Node) {
+    trim_metadata(node);
+}
+
+/// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring) and
+/// restartPolicy (sidecar init containers count like regular ones).
+fn trim_container(c: &mut Container) {
+    *c = Container {
+        name: std::mem::take(&mut c.name),
+        image: c.image.take(),
+        ports: c.ports.take(),
+        resources: c.resources.take(),
+        restart_policy: c.restart_policy.take(),
+        ..Default::default()
+    };
+}
+
+/// Volumes that carry a claim, a disk or a CSI driver matter to the volume plugins; the ones a kubelet
+/// fills from the API server or a scratch directory do not.
+fn volume_matters_for_scheduling(v: &Volume) -> bool {
+    v.projected.is_none()
+        && v.config_map.is_none()
+        && v.secret.is_none()
+        && v.downward_api.is_none()
+        && v.empty_dir.is_none()
+}
+
+/// Phase (finished pods), conditions (resize, disruption target), nominated node (preemption), start
+/// time (victim order), and the resources the kubelet allocated to each container (in-place resize).
+fn trim_pod_status(status: &mut PodStatus) {
+    let trim_all = |list: Option<Vec<ContainerStatus>>| {
+        list.map(|l| l.into_iter().map(trim_container_status).collect())
+    };
+    *status = PodStatus {
+        phase: status.phase.take(),
+        conditions: status.conditions.take(),
+        nominated_node_name: status.nominated_node_name.take(),
+        start_time: status.start_time.take(),
+        qos_class: status.qos_class.take(),
+        container_statuses: trim_all(status.container_statuses.take()),
+        init_container_statuses: trim_all(status.init_container_statuses.take()),
+        ..Default::default()
+    };
+}
+
+fn trim_container_status(s: ContainerStatus) -> ContainerStatus {
+    ContainerStatus {
+        name: s.name,
+        allocated_resources: s.allocated_resources,
+        resources: s.resources,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::types::PodInfo;
+    use serde_json::json;
+
+    /// A pod as the API server returns it once admission and the kubelet had their turn.
+    fn full_pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "shop", "uid": "u1", "labels": {"app": "web"},
+                "annotations": {"team": "a", LAST_APPLIED: "{\"kind\":\"Pod\"}"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "s1", "controller": true}],
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {
+                "schedulerName": "default-scheduler",
+                "nodeName": "n1",
+                "containers": [{"name": "app", "image": "nginx:1.25", "command": ["nginx"], "args": ["-g", "daemon off;"],
+                    "env": [{"name": "A", "value": "1"}], "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                    "livenessProbe": {"httpGet": {"path": "/", "port": 80}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "initContainers": [{"name": "proxy", "image": "envoy", "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "50m"}}, "env": [{"name": "B", "value": "2"}]}],
+                "ephemeralContainers": [{"name": "debug", "image": "busybox"}],
+                "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}},
+                    {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+                    {"name": "config", "configMap": {"name": "web"}},
+                    {"name": "tmp", "emptyDir": {}},
+                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}}
+                ],
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+            },
+            "status": {
+                "phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "qosClass": "Burstable",
+                "startTime": "2026-01-01T00:00:00Z", "nominatedNodeName": "n2",
+                "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}],
+                "containerStatuses": [{"name": "app", "image": "nginx:1.25", "imageID": "sha256:x", "ready": true,
+                    "restartCount": 3, "containerID": "containerd://abc", "state": {"running": {}},
+                    "allocatedResources": {"cpu": "200m"}, "resources": {"requests": {"cpu": "150m"}}}]
+            }
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn keeps_what_scheduling_reads() {
+        let original = full_pod();
+        let mut pod = original.clone();
+        trim_pod(&mut pod);
+        let (spec, orig_spec) = (pod.spec.as_ref().unwrap(), original.spec.as_ref().unwrap());
+        assert_eq!(pod.metadata.labels, original.metadata.labels);
+        assert_eq!(
+            pod.metadata.owner_references,
+            original.metadata.owner_references
+        );
+        assert_eq!(spec.node_name, orig_spec.node_name);
+        assert_eq!(spec.scheduler_name, orig_spec.scheduler_name);
+        assert_eq!(spec.tolerations, orig_spec.tolerations);
+        assert_eq!(spec.affinity, orig_spec.affinity);
+        let app = &spec.containers[0];
+        assert_eq!(app.image.as_deref(), Some("nginx:1.25"));
+        assert_eq!(app.ports, orig_spec.containers[0].ports);
+        assert_eq!(app.resources, orig_spec.containers[0].resources);
+        let sidecar = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["data", "scratch"]);
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.nominated_node_name.as_deref(), Some("n2"));
+        assert_eq!(
+            status.start_time,
+            original.status.as_ref().unwrap().start_time
+        );
+        assert_eq!(
+            status.conditions,
+            original.status.as_ref().unwrap().conditions
+        );
+        let cs = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.name, "app");
+        assert!(cs.allocated_resources.is_some() && cs.resources.is_some());
+    }
+
+    #[test]
+    fn drops_what_no_plugin_reads() {
+        let mut pod = full_pod();
+        trim_pod(&mut pod);
+        assert!(pod.metadata.managed_fields.is_none());
+        let annotations = pod.metadata.annotations.as_ref().unwrap();
+        assert!(!annotations.contains_key(LAST_APPLIED));
+        assert_eq!(annotations.get("team").map(String::as_str), Some("a"));
+        let spec = pod.spec.as_ref().unwrap();
+        let app = &spec.containers[0];
+        assert!(app.command.is_none() && app.args.is_none() && app.env.is_none());
+        assert!(app.liveness_probe.is_none() && app.volume_mounts.is_none());
+        assert!(spec.init_containers.as_ref().unwrap()[0].env.is_none());
+        assert!(spec.ephemeral_containers.is_none());
+        let status = pod.status.as_ref().unwrap();
+        assert!(status.host_ip.is_none() && status.pod_ip.is_none());
+        let cs = &status.container_statuses.as_ref().unwrap()[0];
+        assert!(cs.state.is_none() && cs.container_id.is_none() && cs.image.is_empty());
+    }
+
+    #[test]
+    fn scheduling_inputs_unchanged() {
+        let original = PodInfo::from_pod(full_pod());
+        let mut pod = full_pod();
+        trim_pod(&mut pod);
+        let trimmed = PodInfo::from_pod(pod);
+        assert_eq!(trimmed.requests, original.requests);
+        assert_eq!(trimmed.non_zero_cpu, original.non_zero_cpu);
+        assert_eq!(trimmed.non_zero_memory, original.non_zero_memory);
+        assert_eq!(trimmed.host_ports, original.host_ports);
+    }
+
+    #[test]
+    fn a_pod_without_volumes_or_status_stays_valid() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "t", "emptyDir": {}}]}
+        }))
+        .unwrap();
+        trim_pod(&mut pod);
+        assert!(pod.spec.as_ref().unwrap().volumes.is_none());
+        assert!(pod.status.is_none());
+    }
+}

@@ -2,11 +2,18 @@
 //! event (events.k8s.io/v1, reporting controller = the scheduler name) and the pod's `PodScheduled`
 //! condition.
 
-use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
+use parking_lot::Mutex;
 use serde_json::json;
 use tracing::warn;
 
@@ -15,22 +22,86 @@ pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
 /// `PodScheduled=False` reason for internal errors.
 pub const REASON_SCHEDULER_ERROR: &str = "SchedulerError";
 
+/// How long an event can be continued as a series (client-go's events broadcaster: 6 minutes).
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// Events remembered for series at most; beyond that a repeat becomes a new event.
+const SERIES_CAPACITY: usize = 4096;
+
 /// Publishes events and condition updates for one scheduler profile.
 #[derive(Clone)]
 pub struct PodReporter {
     client: Client,
-    recorder: Recorder,
+    controller: String,
+    instance: String,
+    series: Arc<Mutex<SeriesCache>>,
+}
+
+/// The events published in the last `SERIES_WINDOW`, by client-go's isomorphic key (object,
+/// reason, action, reporter), kept small: a hash of the key, the event's name and its count.
+#[derive(Default)]
+struct SeriesCache {
+    entries: HashMap<u64, SeriesEntry>,
+    swept: Option<Instant>,
+}
+
+struct SeriesEntry {
+    name: String,
+    count: i32,
+    last_seen: Instant,
+}
+
+impl SeriesCache {
+    /// The count this occurrence makes (1 for a new event) and, for a repeat, the event's name.
+    fn record(&mut self, key: u64, name: &str, now: Instant) -> (i32, Option<String>) {
+        if self
+            .swept
+            .is_none_or(|t| now.duration_since(t) > Duration::from_secs(60))
+            || self.entries.len() >= SERIES_CAPACITY
+        {
+            self.entries
+                .retain(|_, e| now.duration_since(e.last_seen) < SERIES_WINDOW);
+            self.swept = Some(now);
+        }
+        if let Some(e) = self.entries.get_mut(&key)
+            && now.duration_since(e.last_seen) < SERIES_WINDOW
+        {
+            e.count += 1;
+            e.last_seen = now;
+            return (e.count, Some(e.name.clone()));
+        }
+        if self.entries.len() < SERIES_CAPACITY {
+            let entry = SeriesEntry {
+                name: name.to_string(),
+                count: 1,
+                last_seen: now,
+            };
+            self.entries.insert(key, entry);
+        }
+        (1, None)
+    }
+}
+
+fn series_key(controller: &str, reference: &ObjectReference, reason: &str, action: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (controller, reason, action).hash(&mut h);
+    (
+        &reference.kind,
+        &reference.namespace,
+        &reference.name,
+        &reference.uid,
+        &reference.resource_version,
+    )
+        .hash(&mut h);
+    h.finish()
 }
 
 impl PodReporter {
     pub fn new(client: Client, scheduler_name: &str, instance: &str) -> Self {
-        let reporter = Reporter {
-            controller: scheduler_name.to_string(),
-            instance: Some(instance.to_string()),
-        };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
             client,
+            controller: scheduler_name.to_string(),
+            instance: instance.to_string(),
+            series: Arc::default(),
         }
     }
 
@@ -41,7 +112,7 @@ impl PodReporter {
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default()
         );
-        self.publish(pod, EventType::Normal, "Scheduled", "Binding", note)
+        self.publish(pod, "Normal", "Scheduled", "Binding", note)
             .await;
     }
 
@@ -57,7 +128,7 @@ impl PodReporter {
     ) {
         self.publish(
             pod,
-            EventType::Warning,
+            "Warning",
             "FailedScheduling",
             "Scheduling",
             message.to_string(),
@@ -95,17 +166,129 @@ impl PodReporter {
         }
     }
 
-    async fn publish(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
+    /// Creates an events.k8s.io/v1 event, or continues the series of the same event published
+    /// within the last 6 minutes (count and lastObservedTime), as client-go's broadcaster does.
+    async fn publish(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: String) {
         let reference = pod.object_ref(&());
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
+        let namespace = reference
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let now = Timestamp::now();
+        let name = format!(
+            "{}.{:x}",
+            reference.name.as_deref().unwrap_or(&self.controller),
+            now.as_nanosecond()
+        );
+        let key = series_key(&self.controller, &reference, reason, action);
+        let (count, existing) = self.series.lock().record(key, &name, Instant::now());
+        let result = match existing {
+            Some(existing) => {
+                let series = EventSeries {
+                    count,
+                    last_observed_time: MicroTime(now),
+                };
+                let patch = json!({ "series": series });
+                events
+                    .patch(&existing, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
+            }
+            None => {
+                let event = Event {
+                    metadata: ObjectMeta {
+                        name: Some(name),
+                        namespace: Some(namespace.clone()),
+                        ..Default::default()
+                    },
+                    event_time: Some(MicroTime(now)),
+                    action: Some(action.into()),
+                    reason: Some(reason.into()),
+                    note: Some(note),
+                    type_: Some(type_.into()),
+                    regarding: Some(reference),
+                    reporting_controller: Some(self.controller.clone()),
+                    reporting_instance: Some(self.instance.clone()),
+                    ..Default::default()
+                };
+                events
+                    .create(&PostParams::default(), &event)
+                    .await
+                    .map(drop)
+            }
         };
-        if let Err(err) = self.recorder.publish(&event, &reference).await {
+        if let Err(err) = result {
             warn!(%err, reason, "publishing an event failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(name: &str, rv: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            resource_version: Some(rv.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_repeat_within_the_window_continues_the_series() {
+        let mut cache = SeriesCache::default();
+        let t0 = Instant::now();
+        let key = series_key("s", &reference("p", "1"), "FailedScheduling", "Scheduling");
+        assert_eq!(cache.record(key, "p.1", t0), (1, None));
+        let again = cache.record(key, "p.2", t0 + Duration::from_secs(10));
+        assert_eq!(again, (2, Some("p.1".to_string())));
+        let third = cache.record(key, "p.3", t0 + Duration::from_secs(20));
+        assert_eq!(third, (3, Some("p.1".to_string())));
+    }
+
+    #[test]
+    fn a_repeat_after_the_window_is_a_new_event() {
+        let mut cache = SeriesCache::default();
+        let t0 = Instant::now();
+        let key = series_key("s", &reference("p", "1"), "FailedScheduling", "Scheduling");
+        cache.record(key, "p.1", t0);
+        let later = t0 + SERIES_WINDOW + Duration::from_secs(1);
+        assert_eq!(cache.record(key, "p.2", later), (1, None));
+    }
+
+    #[test]
+    fn other_objects_reasons_and_versions_are_other_events() {
+        let base = series_key("s", &reference("p", "1"), "FailedScheduling", "Scheduling");
+        let others = [
+            series_key("s", &reference("q", "1"), "FailedScheduling", "Scheduling"),
+            series_key("s", &reference("p", "2"), "FailedScheduling", "Scheduling"),
+            series_key("s", &reference("p", "1"), "Scheduled", "Binding"),
+            series_key(
+                "other",
+                &reference("p", "1"),
+                "FailedScheduling",
+                "Scheduling",
+            ),
+        ];
+        assert!(others.iter().all(|k| *k != base));
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut cache = SeriesCache::default();
+        let t0 = Instant::now();
+        for i in 0..(SERIES_CAPACITY as u64 + 100) {
+            cache.record(i, "e", t0);
+        }
+        assert_eq!(cache.entries.len(), SERIES_CAPACITY);
+        // Once the window passed, old entries make room again.
+        let later = t0 + SERIES_WINDOW + Duration::from_secs(1);
+        assert_eq!(cache.record(u64::MAX, "new", later), (1, None));
+        assert_eq!(cache.entries.len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod cache;
+pub mod client;
 pub mod command;
 pub mod events;
 pub mod http;
@@ -11,5 +12,6 @@ pub mod leader_election;
 pub mod metrics;
 pub mod queue;
 pub mod run;
+pub mod trim;
 
 pub use run::{SchedulerError, SchedulerOptions, run};

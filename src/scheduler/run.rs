@@ -16,6 +16,7 @@ use tracing::{debug, error, info};
 
 use super::api::KubeApi;
 use super::cache::Cache;
+use super::client::limited;
 use super::events::{PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
 use super::http::{self, HttpState, TlsFiles};
 use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
@@ -97,10 +98,14 @@ pub async fn run(
 ) -> Result<(), SchedulerError> {
     let config = &options.config;
     let first = config.profiles.first().ok_or(SchedulerError::NoProfiles)?;
+    // Leader election keeps the caller's client: renewals must not wait behind a burst of bindings.
+    let cc = &config.client_connection;
+    let api_client = limited(client.clone(), cc.qps, cc.burst);
+    let events_client = limited(client.clone(), cc.qps, cc.burst);
     let metrics = Arc::new(Metrics::new());
     let nominator = Arc::new(Nominator::new());
     let handle =
-        Handle::new(Arc::new(KubeApi::new(client.clone()))).with_nominator(nominator.clone());
+        Handle::new(Arc::new(KubeApi::new(api_client.clone()))).with_nominator(nominator.clone());
     let mut frameworks = HashMap::new();
     let mut reporters = HashMap::new();
     let mut informers = std::collections::BTreeSet::new();
@@ -116,7 +121,11 @@ pub async fn run(
         frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
         reporters.insert(
             profile.scheduler_name.clone(),
-            PodReporter::new(client.clone(), &profile.scheduler_name, &options.identity),
+            PodReporter::new(
+                events_client.clone(),
+                &profile.scheduler_name,
+                &options.identity,
+            ),
         );
     }
     let sort_fwk = frameworks
@@ -167,18 +176,18 @@ pub async fn run(
     let (nodes_synced_tx, mut nodes_synced) = watch::channel(false);
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(watch_pods(
-        client.clone(),
+        api_client.clone(),
         PodHandler::new(cache.clone(), queue.clone(), profiles),
         pods_synced_tx,
     )));
     tasks.push(tokio::spawn(watch_nodes(
-        client.clone(),
+        api_client.clone(),
         cache.clone(),
         queue.clone(),
         nodes_synced_tx,
     )));
     let (extra_tasks, mut extra_synced) =
-        start_informers(&client, &informers, &shared.handle.listers, &queue);
+        start_informers(&api_client, &informers, &shared.handle.listers, &queue);
     tasks.extend(extra_tasks);
     let all_synced = async {
         pods_synced.wait_for(|s| *s).await.map(|_| ())?;

@@ -1,0 +1,131 @@
+//! The scheduler's API clients, limited as upstream's are: `clientConnection.qps` and `burst` as a
+//! token bucket per client (client-go's rate limiter; events get a client of their own, as in
+//! kube-scheduler), plus a bound on requests in flight. Watches are long-lived and pass unlimited.
+//!
+//! The bound on requests in flight is ours: kube-rs speaks HTTP/1.1, so every request in flight holds
+//! a TLS connection (tens of KB on each side) where client-go multiplexes streams on one HTTP/2
+//! connection. A burst of binding cycles would otherwise open hundreds of connections.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use http::{Request, Response};
+use kube::Client;
+use kube::client::Body;
+use tokio::sync::Semaphore;
+
+/// Requests in flight per client at most; 64 keep the API server's binding path saturated (the
+/// benchmark's null binder reaches the ceiling with as many).
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// A client that sends through `client` within `qps`/`burst` (no rate limit when `qps <= 0`, as
+/// client-go) and [`MAX_IN_FLIGHT`].
+pub fn limited(client: Client, qps: f32, burst: i32) -> Client {
+    let namespace = client.default_namespace().to_string();
+    let service = Limited {
+        inner: client,
+        rate: token_bucket(qps, burst).map(Arc::new),
+        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+    };
+    Client::new(service, namespace)
+}
+
+/// client-go's token bucket: `burst` tokens, refilled at `qps` per second.
+fn token_bucket(qps: f32, burst: i32) -> Option<DefaultDirectRateLimiter> {
+    if !qps.is_finite() || qps <= 0.0 {
+        return None;
+    }
+    let period = Duration::from_secs_f64(1.0 / f64::from(qps));
+    let burst = NonZeroU32::new(burst.max(1).unsigned_abs()).unwrap_or(NonZeroU32::MIN);
+    Quota::with_period(period).map(|q| RateLimiter::direct(q.allow_burst(burst)))
+}
+
+#[derive(Clone)]
+struct Limited {
+    inner: Client,
+    rate: Option<Arc<DefaultDirectRateLimiter>>,
+    in_flight: Arc<Semaphore>,
+}
+
+fn is_watch<B>(req: &Request<B>) -> bool {
+    req.uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
+}
+
+impl tower::Service<Request<Body>> for Limited {
+    type Response = Response<Body>;
+    type Error = kube::Error;
+    type Future = BoxFuture<'static, Result<Response<Body>, kube::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            if is_watch(&req) {
+                return this.inner.send(req).await;
+            }
+            if let Some(rate) = &this.rate {
+                rate.until_ready().await;
+            }
+            // Held until the response headers are in; the semaphore is never closed.
+            let _permit = this.in_flight.acquire().await;
+            this.inner.send(req).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn request(uri: &str) -> Request<()> {
+        Request::get(uri).body(()).unwrap()
+    }
+
+    #[test]
+    fn watches_are_told_apart() {
+        assert!(is_watch(&request(
+            "/api/v1/pods?watch=true&resourceVersion=5"
+        )));
+        assert!(is_watch(&request("/api/v1/pods?fieldSelector=x&watch=1")));
+        assert!(!is_watch(&request("/api/v1/pods?limit=500")));
+        assert!(!is_watch(&request("/api/v1/namespaces/a/pods/p/binding")));
+        assert!(!is_watch(&request("/api/v1/pods?watchy=true")));
+    }
+
+    #[test]
+    fn no_rate_limit_without_positive_qps() {
+        assert!(token_bucket(0.0, 100).is_none());
+        assert!(token_bucket(-1.0, 100).is_none());
+        assert!(token_bucket(f32::NAN, 100).is_none());
+    }
+
+    #[test]
+    fn burst_then_qps() {
+        let bucket = token_bucket(10.0, 5).unwrap();
+        for i in 0..5 {
+            assert!(bucket.check().is_ok(), "request {i} of the burst");
+        }
+        assert!(bucket.check().is_err(), "the burst is spent");
+    }
+
+    #[tokio::test]
+    async fn refills_at_qps() {
+        let bucket = token_bucket(20.0, 1).unwrap();
+        let start = Instant::now();
+        for _ in 0..3 {
+            bucket.until_ready().await;
+        }
+        // One token at once, two more at 20/s: at least ~100 ms.
+        assert!(start.elapsed() >= Duration::from_millis(90));
+    }
+}

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use super::{
-    ResourceSpec, default_resources, for_each_allocatable_and_requested, pod_resource_requests,
+    ResourceSpec, for_each_allocatable_and_requested, pod_resource_requests, set_default_resources,
 };
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, duplicate, invalid, typed};
@@ -34,14 +34,7 @@ impl PluginArgs for NodeResourcesBalancedAllocationArgs {
     const KIND: &'static str = "NodeResourcesBalancedAllocationArgs";
 
     fn set_defaults(&mut self) {
-        if self.resources.is_empty() {
-            self.resources = default_resources();
-        }
-        for r in &mut self.resources {
-            if r.weight == 0 {
-                r.weight = 1;
-            }
-        }
+        set_default_resources(&mut self.resources);
     }
 
     fn validate(&self) -> Vec<FieldError> {

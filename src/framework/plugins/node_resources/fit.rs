@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ResourceSpec, default_resources, for_each_allocatable_and_requested, pod_resource_requests,
+    ResourceSpec, for_each_allocatable_and_requested, pod_resource_requests, set_default_resources,
     validate_resources,
 };
 use crate::config::FieldError;
@@ -70,14 +70,7 @@ impl PluginArgs for NodeResourcesFitArgs {
                 resources: Vec::new(),
                 requested_to_capacity_ratio: None,
             });
-        if s.resources.is_empty() {
-            s.resources = default_resources();
-        }
-        for r in &mut s.resources {
-            if r.weight == 0 {
-                r.weight = 1;
-            }
-        }
+        set_default_resources(&mut s.resources);
     }
 
     fn validate(&self) -> Vec<FieldError> {

@@ -22,6 +22,18 @@ pub struct ResourceSpec {
     pub weight: i64,
 }
 
+/// Upstream's defaulting of a resources list: empty is `cpu: 1, memory: 1`, a weight of 0 is 1.
+pub fn set_default_resources(resources: &mut Vec<ResourceSpec>) {
+    if resources.is_empty() {
+        *resources = default_resources();
+    }
+    for r in resources {
+        if r.weight == 0 {
+            r.weight = 1;
+        }
+    }
+}
+
 /// `cpu: 1, memory: 1`.
 pub fn default_resources() -> Vec<ResourceSpec> {
     vec![

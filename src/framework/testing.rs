@@ -4,15 +4,59 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerImage, ContainerPort, Node, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, NodeStatus, Pod, PodAffinityTerm,
-    PodAntiAffinity, PodSchedulingGate, PodSpec, PreferredSchedulingTerm, ResourceRequirements,
-    Taint, Toleration,
+    Affinity, Container, ContainerImage, ContainerPort, Namespace, Node, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, NodeStatus, Pod,
+    PodAffinityTerm, PodAntiAffinity, PodSchedulingGate, PodSpec, PreferredSchedulingTerm,
+    ResourceRequirements, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::types::{NodeInfo, PodInfo};
+
+/// A map of `pairs` (labels, annotations, selectors).
+pub fn string_map<M: FromIterator<(String, String)>>(pairs: &[(&str, &str)]) -> M {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Sets `k=v` in an optional map (labels, annotations).
+fn set_entry(map: &mut Option<BTreeMap<String, String>>, k: &str, v: &str) {
+    map.get_or_insert_with(Default::default)
+        .insert(k.into(), v.into());
+}
+
+/// Metadata of a cluster-scoped object.
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Metadata of a namespaced object: `name` in "default", its uid the name too.
+fn namespaced_meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        namespace: Some("default".to_string()),
+        uid: Some(name.to_string()),
+        ..meta(name)
+    }
+}
+
+/// A Namespace with `labels` and the `kubernetes.io/metadata.name` label the API server adds.
+pub fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
+    let mut labels: BTreeMap<String, String> = string_map(labels);
+    labels.insert("kubernetes.io/metadata.name".into(), name.into());
+    Namespace {
+        metadata: ObjectMeta {
+            labels: Some(labels),
+            ..meta(name)
+        },
+        ..Default::default()
+    }
+}
 
 fn quantities(list: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     list.iter()
@@ -28,12 +72,7 @@ impl PodBuilder {
     pub fn new(name: &str) -> PodBuilder {
         PodBuilder {
             pod: Pod {
-                metadata: ObjectMeta {
-                    name: Some(name.to_string()),
-                    namespace: Some("default".to_string()),
-                    uid: Some(name.to_string()),
-                    ..Default::default()
-                },
+                metadata: namespaced_meta(name),
                 spec: Some(PodSpec::default()),
                 status: None,
             },
@@ -55,11 +94,7 @@ impl PodBuilder {
     }
 
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.pod
-            .metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(k.into(), v.into());
+        set_entry(&mut self.pod.metadata.labels, k, v);
         self
     }
 
@@ -285,11 +320,7 @@ impl NodeBuilder {
     }
 
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.node
-            .metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(k.into(), v.into());
+        set_entry(&mut self.node.metadata.labels, k, v);
         self
     }
 
@@ -403,10 +434,7 @@ impl PvBuilder {
     pub fn new(name: &str) -> PvBuilder {
         PvBuilder {
             pv: PersistentVolume {
-                metadata: ObjectMeta {
-                    name: Some(name.to_string()),
-                    ..Default::default()
-                },
+                metadata: meta(name),
                 spec: Some(PersistentVolumeSpec::default()),
                 status: Some(PersistentVolumeStatus {
                     phase: Some("Available".into()),
@@ -426,11 +454,7 @@ impl PvBuilder {
     }
 
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.pv
-            .metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(k.into(), v.into());
+        set_entry(&mut self.pv.metadata.labels, k, v);
         self
     }
 
@@ -502,12 +526,7 @@ impl PvcBuilder {
     pub fn new(name: &str) -> PvcBuilder {
         PvcBuilder {
             pvc: PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(name.to_string()),
-                    namespace: Some("default".to_string()),
-                    uid: Some(name.to_string()),
-                    ..Default::default()
-                },
+                metadata: namespaced_meta(name),
                 spec: Some(PersistentVolumeClaimSpec::default()),
                 status: Some(PersistentVolumeClaimStatus {
                     phase: Some("Pending".into()),
@@ -532,11 +551,7 @@ impl PvcBuilder {
     }
 
     pub fn annotation(mut self, k: &str, v: &str) -> Self {
-        self.pvc
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(k.into(), v.into());
+        set_entry(&mut self.pvc.metadata.annotations, k, v);
         self
     }
 
@@ -591,10 +606,7 @@ impl PvcBuilder {
 /// A StorageClass; `mode` is its `volumeBindingMode` (None: unset).
 pub fn storage_class(name: &str, provisioner: &str, mode: Option<&str>) -> StorageClass {
     StorageClass {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
+        metadata: meta(name),
         provisioner: provisioner.to_string(),
         volume_binding_mode: mode.map(str::to_string),
         ..Default::default()
@@ -604,10 +616,7 @@ pub fn storage_class(name: &str, provisioner: &str, mode: Option<&str>) -> Stora
 /// A CSINode with `(driver, allocatable count)` drivers.
 pub fn csi_node(name: &str, drivers: &[(&str, Option<i32>)]) -> CSINode {
     CSINode {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
+        metadata: meta(name),
         spec: CSINodeSpec {
             drivers: drivers
                 .iter()
@@ -953,12 +962,7 @@ pub fn label_selector(
     exprs: &[(&str, &str, &[&str])],
 ) -> LabelSelector {
     LabelSelector {
-        match_labels: (!match_labels.is_empty()).then(|| {
-            match_labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        }),
+        match_labels: (!match_labels.is_empty()).then(|| string_map(match_labels)),
         match_expressions: (!exprs.is_empty()).then(|| {
             exprs
                 .iter()

@@ -22,16 +22,14 @@ fn args() {
     assert!(decode::<InterPodAffinityArgs>(Some(&json!({"hardPodAffinityWeigth": 1}))).is_err());
 }
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::filtering::PRE_FILTER_STATE_KEY;
 use crate::framework::interface::{
     Code, CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, Status,
 };
 use crate::framework::testing::{
-    HOSTNAME as HOST, PodBuilder, ZONE, label_selector, pod_term, pre_score_and_score,
+    HOSTNAME as HOST, PodBuilder, ZONE, label_selector, namespace, pod_term, pre_score_and_score,
     snapshot_with as snapshot, zone_nodes as nodes,
 };
 use crate::framework::types::{PodInfo, Snapshot};
@@ -338,22 +336,6 @@ fn filter_table() {
         let got = run_filter(&pl, &PodInfo::from_pod(c.pod), &snap)
             .unwrap_or_else(|s| panic!("{}: prefilter {s:?}", c.name));
         assert_eq!(got, c.want, "{}", c.name);
-    }
-}
-
-fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
-    Namespace {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect::<BTreeMap<_, _>>(),
-            ),
-            ..Default::default()
-        },
-        ..Default::default()
     }
 }
 

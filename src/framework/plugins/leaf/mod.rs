@@ -174,11 +174,12 @@ pub(crate) mod test_support {
 
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+    use k8s_openapi::api::core::v1::{Node, Pod};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
     use serde_json::json;
 
     use crate::framework::testing::NodeBuilder;
+    pub use crate::framework::testing::namespace;
 
     /// A Kosmos leaf node of `cluster`: labelled, annotated and tainted as Kosmos does.
     pub fn leaf_node(name: &str, cluster: &str) -> Node {
@@ -202,22 +203,6 @@ pub(crate) mod test_support {
             ..Default::default()
         }]);
         pod
-    }
-
-    pub fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
-        let mut l: BTreeMap<String, String> = labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        l.insert("kubernetes.io/metadata.name".into(), name.into());
-        Namespace {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(l),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
     }
 
     pub fn selector(v: serde_json::Value) -> LabelSelector {

@@ -270,10 +270,7 @@ mod tests {
 
     fn sample(labels: &[(&str, &str)], value: f64) -> Sample {
         Sample {
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            labels: crate::framework::testing::string_map(labels),
             value,
         }
     }

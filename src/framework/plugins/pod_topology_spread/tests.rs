@@ -34,8 +34,6 @@ fn args() {
     assert!(decode::<PodTopologySpreadArgs>(Some(&json!({"defaultingType": "Other"}))).is_err());
 }
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{Node, Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -45,7 +43,7 @@ use crate::framework::interface::{
 };
 use crate::framework::testing::{
     HOSTNAME as HOST, NodeBuilder, PodBuilder, ZONE, label_selector, pre_score_and_score,
-    score_values, snapshot_with as snapshot, spread_constraint, zone_nodes as nodes,
+    score_values, snapshot_with as snapshot, spread_constraint, string_map, zone_nodes as nodes,
 };
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 const WEB: &[(&str, &str)] = &[("app", "web")];
@@ -436,12 +434,7 @@ fn service(name: &str, selector: &[(&str, &str)]) -> Service {
     Service {
         metadata: meta(name),
         spec: Some(ServiceSpec {
-            selector: Some(
-                selector
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect::<BTreeMap<_, _>>(),
-            ),
+            selector: Some(string_map(selector)),
             ..Default::default()
         }),
         status: None,
@@ -464,11 +457,7 @@ fn default_selector_from_services_and_controller() {
         .controller("apps/v1", "ReplicaSet", "rs1")
         .build();
     let sel = default_selector(&pod, &listers);
-    let labels = |l: &[(&str, &str)]| -> BTreeMap<String, String> {
-        l.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
+    let labels = string_map;
     assert!(sel.matches(Some(&labels(&[
         ("app", "web"),
         ("hash", "h1"),

@@ -34,6 +34,9 @@ use crate::framework::testing::{
 };
 use crate::framework::types::{PodInfo, Snapshot};
 
+/// A node's Filter outcome: (node, code, message).
+type NodeOutcome = (String, Code, String);
+
 fn plugin(args: InterPodAffinityArgs) -> InterPodAffinity {
     InterPodAffinity::new(args, Arc::new(Listers::default()))
 }
@@ -44,7 +47,7 @@ fn run_filter(
     pl: &InterPodAffinity,
     pod: &PodInfo,
     snap: &Snapshot,
-) -> Result<Vec<(String, Code, String)>, Status> {
+) -> Result<Vec<NodeOutcome>, Status> {
     let mut state = CycleState::new();
     let (_, s) = pl.pre_filter(&mut state, pod, snap);
     if !s.is_success() {
@@ -58,8 +61,8 @@ fn filter_nodes(
     state: &CycleState,
     pod: &PodInfo,
     snap: &Snapshot,
-) -> Vec<(String, Code, String)> {
-    let mut out: Vec<(String, Code, String)> = snap
+) -> Vec<NodeOutcome> {
+    let mut out: Vec<NodeOutcome> = snap
         .nodes()
         .iter()
         .map(|n| {
@@ -71,11 +74,11 @@ fn filter_nodes(
     out
 }
 
-fn ok(n: &str) -> (String, Code, String) {
+fn ok(n: &str) -> NodeOutcome {
     (n.to_string(), Code::Success, String::new())
 }
 
-fn affinity_miss(n: &str) -> (String, Code, String) {
+fn affinity_miss(n: &str) -> NodeOutcome {
     (
         n.to_string(),
         Code::UnschedulableAndUnresolvable,
@@ -83,7 +86,7 @@ fn affinity_miss(n: &str) -> (String, Code, String) {
     )
 }
 
-fn anti_miss(n: &str) -> (String, Code, String) {
+fn anti_miss(n: &str) -> NodeOutcome {
     (
         n.to_string(),
         Code::Unschedulable,
@@ -91,7 +94,7 @@ fn anti_miss(n: &str) -> (String, Code, String) {
     )
 }
 
-fn existing_miss(n: &str) -> (String, Code, String) {
+fn existing_miss(n: &str) -> NodeOutcome {
     (
         n.to_string(),
         Code::Unschedulable,
@@ -100,7 +103,7 @@ fn existing_miss(n: &str) -> (String, Code, String) {
 }
 
 /// The Filter outcome on n1..n4, one of `ok`, `affinity_miss`, `anti_miss`, `existing_miss` each.
-fn want(per_node: [fn(&str) -> (String, Code, String); 4]) -> Vec<(String, Code, String)> {
+fn want(per_node: [fn(&str) -> NodeOutcome; 4]) -> Vec<NodeOutcome> {
     ["n1", "n2", "n3", "n4"]
         .iter()
         .zip(per_node)
@@ -145,7 +148,7 @@ fn filter_table() {
         name: &'static str,
         pod: Pod,
         existing: Vec<Pod>,
-        want: Vec<(String, Code, String)>,
+        want: Vec<NodeOutcome>,
     }
     let cases = vec![
         Case {

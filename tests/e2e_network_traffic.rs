@@ -20,7 +20,7 @@ use support::fixtures::pause_pod;
 use support::nodes::Nodes;
 use support::process::LoggedChild;
 use support::scheduler::{SchedulerProcess, validate};
-use support::wait::{create, wait_log};
+use support::wait::wait_log;
 use support::{Components, ControlPlane, control_plane, free_port};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -199,12 +199,12 @@ async fn quieter_node_wins_and_prometheus_down_does_not_block() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     for i in 0..2 {
         let name = format!("web-{i}");
-        create(
-            &pods,
-            &pause_pod(&name, "custom-scheduler", "100m", &[], json!({})),
-        )
-        .await;
-        let node = sched.bound(&pods, &name).await;
+        let node = sched
+            .create_bound(
+                &pods,
+                &pause_pod(&name, "custom-scheduler", "100m", &[], json!({})),
+            )
+            .await;
         assert_eq!(node, quiet, "{}", sched.logs());
     }
     assert!(!sched.logs().contains("querying Prometheus failed"));
@@ -213,12 +213,12 @@ async fn quieter_node_wins_and_prometheus_down_does_not_block() {
     prom.stop();
     for i in 0..3 {
         let name = format!("down-{i}");
-        create(
-            &pods,
-            &pause_pod(&name, "custom-scheduler", "100m", &[], json!({})),
-        )
-        .await;
-        sched.bound(&pods, &name).await;
+        sched
+            .create_bound(
+                &pods,
+                &pause_pod(&name, "custom-scheduler", "100m", &[], json!({})),
+            )
+            .await;
     }
     let log = sched.logs();
     assert_eq!(
@@ -242,11 +242,11 @@ async fn seed_003_runs_unchanged() {
     let sched = SchedulerProcess::start(cp, "seed-003", SEED_003);
     wait_log(|| sched.logs(), "starting to schedule").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    create(
-        &pods,
-        &pause_pod("web", "custom-scheduler", "100m", &[], json!({})),
-    )
-    .await;
-    sched.bound(&pods, "web").await;
+    sched
+        .create_bound(
+            &pods,
+            &pause_pod("web", "custom-scheduler", "100m", &[], json!({})),
+        )
+        .await;
     drop(nodes);
 }

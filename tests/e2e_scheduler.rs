@@ -90,26 +90,37 @@ async fn resources_taints_affinity_and_host_ports_decide_placement() {
     };
 
     // Resources: 4 CPUs fit neither the 1-CPU node nor (untolerated) the tainted one; not zone b.
-    create(
-        &pods,
-        &pod("cpu", "ksched-place", "4", affinity("NotIn", &[&zone_b])),
-    )
-    .await;
-    assert_eq!(sched.bound(&pods, "cpu").await, big);
+    assert_eq!(
+        sched
+            .create_bound(
+                &pods,
+                &pod("cpu", "ksched-place", "4", affinity("NotIn", &[&zone_b]))
+            )
+            .await,
+        big
+    );
 
     // Taints: tolerating the taint opens the tainted node, the only one left by the affinity.
     let mut spec = affinity("In", &[&tainted, &small]);
     spec["tolerations"] =
         json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
-    create(&pods, &pod("tolerates", "ksched-place", "2", spec)).await;
-    assert_eq!(sched.bound(&pods, "tolerates").await, tainted);
+    assert_eq!(
+        sched
+            .create_bound(&pods, &pod("tolerates", "ksched-place", "2", spec))
+            .await,
+        tainted
+    );
 
     // Node affinity on a label.
     let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}]}
     ]}}}});
-    create(&pods, &pod("zone", "ksched-place", "100m", spec)).await;
-    assert_eq!(sched.bound(&pods, "zone").await, zone_b);
+    assert_eq!(
+        sched
+            .create_bound(&pods, &pod("zone", "ksched-place", "100m", spec))
+            .await,
+        zone_b
+    );
 
     // Host ports: two pods asking for the same port on {big, zoneb} get one node each; a third waits.
     let with_port = || {
@@ -118,10 +129,12 @@ async fn resources_taints_affinity_and_host_ports_decide_placement() {
             "resources": {"requests": {"cpu": "100m"}}}]);
         spec
     };
-    create(&pods, &pod("port-1", "ksched-place", "100m", with_port())).await;
-    let first = sched.bound(&pods, "port-1").await;
-    create(&pods, &pod("port-2", "ksched-place", "100m", with_port())).await;
-    let second = sched.bound(&pods, "port-2").await;
+    let first = sched
+        .create_bound(&pods, &pod("port-1", "ksched-place", "100m", with_port()))
+        .await;
+    let second = sched
+        .create_bound(&pods, &pod("port-2", "ksched-place", "100m", with_port()))
+        .await;
     assert_ne!(first, second, "host port 9000 used twice on {first}");
     create(&pods, &pod("port-3", "ksched-place", "100m", with_port())).await;
     let message = wait_failed(&client, &ns, "port-3", &sched).await;
@@ -200,6 +213,17 @@ async fn unschedulable_pod_is_told_why_and_binds_once_a_fitting_node_joins() {
     );
 }
 
+/// Creates pods `<prefix>-0` to `<prefix>-4` of `ksched-ha`, then waits until `sched` bound each.
+async fn create_then_bind(pods: &Api<Pod>, prefix: &str, sched: &SchedulerProcess) {
+    for i in 0..5 {
+        let name = format!("{prefix}-{i}");
+        create(pods, &pod(&name, "ksched-ha", "100m", json!({}))).await;
+    }
+    for i in 0..5 {
+        sched.bound(pods, &format!("{prefix}-{i}")).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
     let _serial = SERIAL.lock().await;
@@ -222,16 +246,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
     };
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    for i in 0..5 {
-        create(
-            &pods,
-            &pod(&format!("before-{i}"), "ksched-ha", "100m", json!({})),
-        )
-        .await;
-    }
-    for i in 0..5 {
-        first.bound(&pods, &format!("before-{i}")).await;
-    }
+    create_then_bind(&pods, "before", &first).await;
     let leader_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert!(!leader_identity.is_empty());
     let scheduled = events(&client, &ns, "Scheduled").await;
@@ -260,16 +275,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
         leader.logs()
     );
     leader.kill();
-    for i in 0..5 {
-        create(
-            &pods,
-            &pod(&format!("after-{i}"), "ksched-ha", "100m", json!({})),
-        )
-        .await;
-    }
-    for i in 0..5 {
-        standby.bound(&pods, &format!("after-{i}")).await;
-    }
+    create_then_bind(&pods, "after", standby).await;
     let new_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert_ne!(new_identity, leader_identity);
     let scheduled = events(&client, &ns, "Scheduled").await;
@@ -321,8 +327,9 @@ async fn health_metrics_and_configz_answer_over_https() {
         Ok((200, "ok".to_string()))
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    create(&pods, &pod("p", "ksched-http", "100m", json!({}))).await;
-    sched.bound(&pods, "p").await;
+    sched
+        .create_bound(&pods, &pod("p", "ksched-http", "100m", json!({})))
+        .await;
     let (status, metrics) = support::https::get(&ca, sched.secure_port, "/metrics")
         .await
         .expect("metrics");

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
 use super::process::LoggedChild;
-use super::wait::wait_bound;
+use super::wait::{create_bound, wait_bound};
 use super::{ControlPlane, free_port, path_str};
 
 pub struct SchedulerProcess {
@@ -60,6 +60,11 @@ impl SchedulerProcess {
     /// Polls until pod `name` is bound (within 60s); its node. Fails with this scheduler's log.
     pub async fn bound(&self, pods: &Api<Pod>, name: &str) -> String {
         wait_bound(pods, name, Duration::from_secs(60), || self.logs()).await
+    }
+
+    /// Creates `pod` and polls until it is bound (within 60s); its node.
+    pub async fn create_bound(&self, pods: &Api<Pod>, pod: &Pod) -> String {
+        create_bound(pods, pod, Duration::from_secs(60), || self.logs()).await
     }
 }
 

@@ -74,6 +74,19 @@ pub async fn wait_bound(
     .await
 }
 
+/// Creates `pod` and polls until it is bound (within `within`); its node. `logs` explains a
+/// failure.
+pub async fn create_bound(
+    pods: &Api<Pod>,
+    pod: &Pod,
+    within: Duration,
+    logs: impl Fn() -> String,
+) -> String {
+    create(pods, pod).await;
+    let name = pod.metadata.name.as_deref().expect("pod name");
+    wait_bound(pods, name, within, logs).await
+}
+
 /// Waits (up to 60s) until `logs()` contains `needle`.
 pub async fn wait_log(logs: impl Fn() -> String, needle: &str) {
     poll(

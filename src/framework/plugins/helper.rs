@@ -3,12 +3,17 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Expression, Selector, SelectorExt};
 
-use crate::framework::interface::{CycleState, MAX_NODE_SCORE, NodeScore, Status};
+use crate::config::ExtensionPoint;
+use crate::framework::args::{PluginArgs, decode, typed};
+use crate::framework::interface::{CycleState, MAX_NODE_SCORE, NodeScore, Plugin, Status};
+use crate::framework::listers::{Informer, Listers};
+use crate::framework::registry::PluginRegistration;
 
 /// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin named by a constant,
 /// returning itself from the accessor of every listed extension point, and gives the type an
@@ -48,6 +53,19 @@ macro_rules! impl_plugin {
     };
 }
 pub(crate) use impl_plugin;
+
+/// The registration of a plugin built by `new` from its typed args and the handle's listers, which
+/// watch `informers`.
+pub fn registration_with_listers<A: PluginArgs + 'static, P: Plugin>(
+    extension_points: &[ExtensionPoint],
+    informers: &[Informer],
+    new: impl Fn(A, Arc<Listers>) -> Result<P, String> + Send + Sync + 'static,
+) -> PluginRegistration {
+    PluginRegistration::new(extension_points, decode::<A>, move |args, handle| {
+        Ok(Arc::new(new(typed(args)?, handle.listers.clone())?))
+    })
+    .with_informers(informers)
+}
 
 /// A PreFilter extension's AddPod/RemovePod: applies `update` to the PreFilter state `T` stored
 /// under `key`, or returns `missing()` when PreFilter did not store one.

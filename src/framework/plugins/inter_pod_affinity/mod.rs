@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use super::names;
 use crate::config::FieldError;
-use crate::framework::args::{PluginArgs, decode, invalid, typed};
+use crate::framework::args::{PluginArgs, invalid};
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::registry::PluginRegistration;
 
 pub use filtering::{
@@ -78,16 +78,9 @@ impl_plugin!(
 );
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
+    registration_with_listers(
         InterPodAffinity::EXTENSION_POINTS,
-        decode::<InterPodAffinityArgs>,
-        |args, handle| {
-            let args: InterPodAffinityArgs = typed(args)?;
-            Ok(Arc::new(InterPodAffinity::new(
-                args,
-                handle.listers.clone(),
-            )))
-        },
+        &[Informer::Namespaces],
+        |args, listers| Ok(InterPodAffinity::new(args, listers)),
     )
-    .with_informers(&[Informer::Namespaces])
 }

@@ -35,10 +35,10 @@ use super::{validate_pod_selection, validate_selector};
 use crate::api::leaf_cluster_policy::PlacementMode;
 use crate::config::FieldError;
 use crate::config::error::join_path;
-use crate::framework::args::{PluginArgs, decode, forbidden, invalid, typed};
+use crate::framework::args::{PluginArgs, forbidden, invalid};
 use crate::framework::interface::{CycleState, FilterPlugin, ScorePlugin, Status};
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::plugins::names;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
@@ -255,24 +255,18 @@ impl ScorePlugin for LeafNodeDistribution {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
+    registration_with_listers(
         LeafNodeDistribution::EXTENSION_POINTS,
-        decode::<LeafNodeDistributionArgs>,
-        |args, handle| {
-            let args: LeafNodeDistributionArgs = typed(args)?;
-            Ok(Arc::new(LeafNodeDistribution::new(
-                &args,
-                handle.listers.clone(),
-            )?))
-        },
+        &[Informer::Namespaces],
+        |args: LeafNodeDistributionArgs, listers| LeafNodeDistribution::new(&args, listers),
     )
-    .with_informers(&[Informer::Namespaces])
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
     use super::*;
+    use crate::framework::args::{decode, typed};
     use crate::framework::interface::Code;
     use crate::framework::testing::{NodeBuilder, PodBuilder};
     use serde_json::{Value, json};

@@ -20,13 +20,13 @@ use super::{PodMatcher, validate_pod_selection};
 use crate::api::leaf_cluster_policy::LeafTaint;
 use crate::config::FieldError;
 use crate::config::error::join_path;
-use crate::framework::args::{PluginArgs, decode, invalid, not_supported, required, typed};
+use crate::framework::args::{PluginArgs, invalid, not_supported, required};
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::helper::normalize_to_max;
+use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::plugins::names;
 use crate::framework::plugins::taint_toleration::{
     filter_tolerations, pre_score_tolerations, score_tolerations,
@@ -229,24 +229,18 @@ impl ScorePlugin for LeafNodeTaintToleration {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
+    registration_with_listers(
         LeafNodeTaintToleration::EXTENSION_POINTS,
-        decode::<LeafNodeTaintTolerationArgs>,
-        |args, handle| {
-            let args: LeafNodeTaintTolerationArgs = typed(args)?;
-            Ok(Arc::new(LeafNodeTaintToleration::new(
-                &args,
-                handle.listers.clone(),
-            )?))
-        },
+        &[Informer::Namespaces],
+        |args: LeafNodeTaintTolerationArgs, listers| LeafNodeTaintToleration::new(&args, listers),
     )
-    .with_informers(&[Informer::Namespaces])
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
     use super::*;
+    use crate::framework::args::{decode, typed};
     use crate::framework::interface::Code;
     use crate::framework::testing::{NodeBuilder, PodBuilder, score_nodes, score_values};
     use crate::framework::types::NodeInfo;

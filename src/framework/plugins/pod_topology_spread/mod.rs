@@ -18,11 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::names;
 use crate::config::FieldError;
-use crate::framework::args::{
-    PluginArgs, decode, duplicate, forbidden, invalid, not_supported, required, typed,
-};
+use crate::framework::args::{PluginArgs, duplicate, forbidden, invalid, not_supported, required};
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::registry::PluginRegistration;
 
 pub use common::default_selector;
@@ -150,21 +148,14 @@ impl_plugin!(
 );
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(
+    registration_with_listers(
         PodTopologySpread::EXTENSION_POINTS,
-        decode::<PodTopologySpreadArgs>,
-        |args, handle| {
-            let args: PodTopologySpreadArgs = typed(args)?;
-            Ok(Arc::new(PodTopologySpread::new(
-                args,
-                handle.listers.clone(),
-            )))
-        },
+        &[
+            Informer::Services,
+            Informer::ReplicationControllers,
+            Informer::ReplicaSets,
+            Informer::StatefulSets,
+        ],
+        |args, listers| Ok(PodTopologySpread::new(args, listers)),
     )
-    .with_informers(&[
-        Informer::Services,
-        Informer::ReplicationControllers,
-        Informer::ReplicaSets,
-        Informer::StatefulSets,
-    ])
 }

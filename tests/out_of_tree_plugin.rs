@@ -14,7 +14,7 @@ use support::fixtures::pause_pod;
 use support::nodes::Nodes;
 use support::process::LoggedChild;
 use support::scheduler::scheduler_command;
-use support::wait::{create, wait_bound, wait_log};
+use support::wait::{create_bound, wait_log};
 use support::{Components, control_plane, repo_root};
 
 /// Builds the example and returns its path.
@@ -78,12 +78,13 @@ async fn example_plugin_decides_placement() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     for i in 0..3 {
         let name = format!("p{i}");
-        create(
+        let node = create_bound(
             &pods,
             &pause_pod(&name, "labeled-scheduler", "500m", &[], json!({})),
+            Duration::from_secs(60),
+            || example.logs(),
         )
         .await;
-        let node = wait_bound(&pods, &name, Duration::from_secs(60), || example.logs()).await;
         assert_eq!(node, labeled, "{}", example.logs());
     }
     drop(nodes);

@@ -78,8 +78,9 @@ pub fn registration() -> PluginRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::{NodeBuilder, PodBuilder};
-    use crate::framework::types::Snapshot;
+    use crate::framework::testing::{
+        NodeBuilder, PodBuilder, score_nodes, score_values, snapshot_with,
+    };
 
     #[test]
     fn image_names() {
@@ -96,14 +97,10 @@ mod tests {
     }
 
     fn scores(pod: &PodInfo, nodes: Vec<k8s_openapi::api::core::v1::Node>) -> Vec<i64> {
-        let nodes: Vec<_> = nodes.into_iter().map(Arc::new).collect();
-        let snap = Snapshot::from_objects(&nodes, &[]);
+        let snap = snapshot_with(nodes, []);
         let mut state = CycleState::new();
         state.set_num_all_nodes(snap.num_nodes());
-        snap.nodes()
-            .iter()
-            .map(|n| ImageLocality.score(&state, pod, n).expect("score"))
-            .collect()
+        score_values(&score_nodes(&ImageLocality, &state, pod, snap.nodes()))
     }
 
     #[test]
@@ -120,58 +117,29 @@ mod tests {
                 .image(&["gcr.io/250:latest"], 250 * MB)
                 .image(&["gcr.io/10:latest", "gcr.io/10:v1"], 10 * MB)
         };
+        // The scores on machine1 and machine2 of a pod with one container per image.
+        let upstream_scores = |images: &[&str]| {
+            let pod = images.iter().fold(PodBuilder::new("p"), |b, i| b.image(i));
+            scores(
+                &pod.info(),
+                vec![node_40_140_2000().build(), node_250_10().build()],
+            )
+        };
         // Pod with gcr.io/40 and gcr.io/250:
         // machine1: 40MB * 1/2 = 20MB -> below min -> 0
         // machine2: 250MB * 1/2 = 125MB -> 100 * (125 - 23) / (2000 - 23) = 5
-        let pod = PodBuilder::new("p")
-            .image("gcr.io/40")
-            .image("gcr.io/250")
-            .info();
-        assert_eq!(
-            scores(
-                &pod,
-                vec![node_40_140_2000().build(), node_250_10().build()]
-            ),
-            [0, 5]
-        );
+        assert_eq!(upstream_scores(&["gcr.io/40", "gcr.io/250"]), [0, 5]);
 
         // Pod with gcr.io/40 and gcr.io/10:
         // machine1: 20MB -> 0; machine2: 10MB * 1/2 = 5MB -> 0
-        let pod = PodBuilder::new("p")
-            .image("gcr.io/40")
-            .image("gcr.io/10")
-            .info();
-        assert_eq!(
-            scores(
-                &pod,
-                vec![node_40_140_2000().build(), node_250_10().build()]
-            ),
-            [0, 0]
-        );
+        assert_eq!(upstream_scores(&["gcr.io/40", "gcr.io/10"]), [0, 0]);
 
         // Pod with gcr.io/2000 (one container): machine1 2000MB * 1/2 = 1000MB, capped at 1000MB -> 100.
-        let pod = PodBuilder::new("p").image("gcr.io/2000").info();
-        assert_eq!(
-            scores(
-                &pod,
-                vec![node_40_140_2000().build(), node_250_10().build()]
-            ),
-            [100, 0]
-        );
+        assert_eq!(upstream_scores(&["gcr.io/2000"]), [100, 0]);
 
         // Pod with gcr.io/2000 and gcr.io/10 (two containers):
         // machine1: 1000MB -> 100 * (1000 - 23) / (2000 - 23) = 49
-        let pod = PodBuilder::new("p")
-            .image("gcr.io/2000")
-            .image("gcr.io/10")
-            .info();
-        assert_eq!(
-            scores(
-                &pod,
-                vec![node_40_140_2000().build(), node_250_10().build()]
-            ),
-            [49, 0]
-        );
+        assert_eq!(upstream_scores(&["gcr.io/2000", "gcr.io/10"]), [49, 0]);
     }
 
     #[test]

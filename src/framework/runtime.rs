@@ -996,6 +996,34 @@ mod tests {
         Framework::new(&profile(points), &reg, h).expect("framework")
     }
 
+    /// PreFilter with one fake per answer, named A, B, ... (`None`: a plain success; else the
+    /// result's nodes and the code): the status and the call log.
+    fn pre_filter_answers(answers: &[Option<(Option<&[&str]>, Code)>]) -> (Status, Vec<String>) {
+        let l = log();
+        let names = ["A", "B", "C"];
+        let fakes = answers
+            .iter()
+            .zip(names)
+            .map(|(answer, name)| {
+                let mut f = Fake::new(name, &l);
+                f.pre_filter = answer.map(|(nodes, code)| {
+                    (
+                        nodes.map(|n| n.iter().map(|n| n.to_string()).collect()),
+                        code,
+                    )
+                });
+                f
+            })
+            .collect();
+        let fwk = fwk_with(fakes, &[(PreFilter, &names[..answers.len()])]);
+        let (_, s, _) = fwk.run_pre_filter_plugins(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &snapshot_of(&[]),
+        );
+        (s, l.lock().clone())
+    }
+
     #[test]
     fn pre_filter_results_intersect_and_skip() {
         let l = log();
@@ -1017,61 +1045,30 @@ mod tests {
 
     #[test]
     fn pre_filter_disjoint_results_are_unresolvable() {
-        let l = log();
-        let mut a = Fake::new("A", &l);
-        a.pre_filter = Some((Some(vec!["n1".into()]), Code::Success));
-        let mut b = Fake::new("B", &l);
-        b.pre_filter = Some((Some(vec!["n2".into()]), Code::Success));
-        let fwk = fwk_with(vec![a, b], &[(PreFilter, &["A", "B"])]);
-        let (_, s, _) = fwk.run_pre_filter_plugins(
-            &mut CycleState::new(),
-            &PodBuilder::new("p").info(),
-            &snapshot_of(&[]),
-        );
+        let (s, _) = pre_filter_answers(&[
+            Some((Some(&["n1"]), Code::Success)),
+            Some((Some(&["n2"]), Code::Success)),
+        ]);
         assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
         assert_eq!(
             s.message(),
             "node(s) didn't satisfy plugin(s) [A B] simultaneously"
         );
 
-        let mut a = Fake::new("A", &l);
-        a.pre_filter = Some((Some(vec![]), Code::Success));
-        let fwk = fwk_with(vec![a], &[(PreFilter, &["A"])]);
-        let (_, s, _) = fwk.run_pre_filter_plugins(
-            &mut CycleState::new(),
-            &PodBuilder::new("p").info(),
-            &snapshot_of(&[]),
-        );
+        let (s, _) = pre_filter_answers(&[Some((Some(&[]), Code::Success))]);
         assert_eq!(s.message(), "node(s) didn't satisfy plugin A");
     }
 
     #[test]
     fn pre_filter_unschedulable_runs_the_rest_unresolvable_stops() {
-        let l = log();
-        let mut a = Fake::new("A", &l);
-        a.pre_filter = Some((None, Code::Unschedulable));
-        let b = Fake::new("B", &l);
-        let fwk = fwk_with(vec![a, b], &[(PreFilter, &["A", "B"])]);
-        let (_, s, _) = fwk.run_pre_filter_plugins(
-            &mut CycleState::new(),
-            &PodBuilder::new("p").info(),
-            &snapshot_of(&[]),
-        );
+        let (s, log) = pre_filter_answers(&[Some((None, Code::Unschedulable)), None]);
         assert_eq!((s.code(), s.plugin()), (Code::Unschedulable, Some("A")));
-        assert_eq!(l.lock().clone(), ["A.PreFilter", "B.PreFilter"]);
+        assert_eq!(log, ["A.PreFilter", "B.PreFilter"]);
 
-        let l = log();
-        let mut a = Fake::new("A", &l);
-        a.pre_filter = Some((None, Code::UnschedulableAndUnresolvable));
-        let b = Fake::new("B", &l);
-        let fwk = fwk_with(vec![a, b], &[(PreFilter, &["A", "B"])]);
-        let (_, s, _) = fwk.run_pre_filter_plugins(
-            &mut CycleState::new(),
-            &PodBuilder::new("p").info(),
-            &snapshot_of(&[]),
-        );
+        let (s, log) =
+            pre_filter_answers(&[Some((None, Code::UnschedulableAndUnresolvable)), None]);
         assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
-        assert_eq!(l.lock().clone(), ["A.PreFilter"]);
+        assert_eq!(log, ["A.PreFilter"]);
     }
 
     #[test]

@@ -298,6 +298,25 @@ async fn wait_ready(c: &Client, name: &str) -> SchedulerProfile {
     wait_profile(c, name, "Ready", |p| observed(p) && is_true(p, "Ready")).await
 }
 
+/// Applies profile `name` with `spec` (YAML lines under `spec:`) and waits until it is Ready.
+async fn apply_ready(c: &Client, name: &str, spec: &str) -> SchedulerProfile {
+    kubectl_apply(&profile_yaml(name, spec));
+    wait_ready(c, name).await
+}
+
+/// Creates a busybox pod `name` for `scheduler` (the default scheduler when `None`).
+async fn create_busybox(pods: &Api<Pod>, name: &str, scheduler: Option<&str>) {
+    let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+    if let Some(scheduler) = scheduler {
+        spec["schedulerName"] = json!(scheduler);
+    }
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+}
+
 /// Waits until the operator's last call to the embedded-scheduler hook for `profile` is `op`.
 async fn wait_last_call(rec: &RecordingEmbedded, profile: &str, what: &str, op: &str) {
     eventually(what, async || {
@@ -410,11 +429,8 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     let name = "op-plain";
     // DynamicResources off: the in-tree registry lists it at preScore, which upstream
     // kube-scheduler (started from this ConfigMap below) rejects.
-    kubectl_apply(&profile_yaml(
-        name,
-        "  logLevel: 3\n  plugins:\n    multiPoint:\n      disabled:\n      - name: DynamicResources\n",
-    ));
-    let p = wait_ready(&c, name).await;
+    let spec = "  logLevel: 3\n  plugins:\n    multiPoint:\n      disabled:\n      - name: DynamicResources\n";
+    let p = apply_ready(&c, name, spec).await;
     let uid = p.uid().expect("uid");
     let obj = format!("ksched-{name}");
     let owned_by_profile = |refs: &[OwnerReference]| {
@@ -506,14 +522,7 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     // A pod naming the profile is scheduled by it.
     let ns = cp().namespace(&c, "op-plain").await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "uses-profile"},
-        "spec": {"schedulerName": name, "containers": [{"name": "c", "image": "busybox"}]}
-    }))
-    .expect("pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("create pod");
+    create_busybox(&pods, "uses-profile", Some(name)).await;
     eventually("pod bound by the profile's scheduler", async || {
         let p = pods.get("uses-profile").await.ok()?;
         p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty())
@@ -559,22 +568,14 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
 async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     let c = client().await;
     let name = "op-repair";
-    kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
-    wait_ready(&c, name).await;
+    apply_ready(&c, name, "  replicas: 1\n").await;
     let obj = format!("ksched-{name}");
 
     // No scheduler runs for this profile (kwok runs no containers): its pods stay Pending.
     let ns = cp().namespace(&c, "op-repair").await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     for i in 0..2 {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("waits-{i}")},
-            "spec": {"schedulerName": name, "containers": [{"name": "c", "image": "busybox"}]}
-        }))
-        .expect("pod");
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod");
+        create_busybox(&pods, &format!("waits-{i}"), Some(name)).await;
     }
     wait_profile(&c, name, "pendingPods = 2", |p| {
         p.status.as_ref().and_then(|s| s.pending_pods) == Some(2)
@@ -642,8 +643,7 @@ fn obj_name(profile: &str) -> String {
 async fn spec_change_rolls_out_and_an_invalid_change_leaves_everything_as_it_was() {
     let c = client().await;
     let name = "op-change";
-    kubectl_apply(&profile_yaml(name, "  podMaxBackoffSeconds: 10\n"));
-    let p = wait_ready(&c, name).await;
+    let p = apply_ready(&c, name, "  podMaxBackoffSeconds: 10\n").await;
     let old_hash = p.status.and_then(|s| s.config_hash).expect("hash");
     let deps: Api<Deployment> = Api::namespaced(c.clone(), NS);
     let cms: Api<ConfigMap> = Api::namespaced(c.clone(), NS);
@@ -655,8 +655,7 @@ async fn spec_change_rolls_out_and_an_invalid_change_leaves_everything_as_it_was
             .and_then(|a| a.get("ksched.io/config-hash").cloned())
     };
 
-    kubectl_apply(&profile_yaml(name, "  podMaxBackoffSeconds: 20\n"));
-    let p = wait_ready(&c, name).await;
+    let p = apply_ready(&c, name, "  podMaxBackoffSeconds: 20\n").await;
     let new_hash = p.status.and_then(|s| s.config_hash).expect("hash");
     assert_ne!(new_hash, old_hash);
     let d = deps.get(&obj_name(name)).await.expect("deployment");
@@ -761,8 +760,7 @@ async fn a_profile_that_cannot_roll_out_is_progressing() {
 async fn deleting_a_profile_removes_namespaced_children_by_gc_and_cluster_ones_by_finalizer() {
     let c = client().await;
     let name = "op-delete";
-    kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
-    let p = wait_ready(&c, name).await;
+    let p = apply_ready(&c, name, "  replicas: 1\n").await;
     assert!(p.finalizers().iter().any(|f| f == "ksched.io/cleanup"));
     let (ok, _, err) = cp().kubectl_run(&["delete", "sp", name, "--wait=true", "--timeout=120s"]);
     assert!(ok, "{err}");
@@ -781,8 +779,7 @@ async fn embedded_profile_runs_through_the_hook_and_stops_on_suspend_and_delete(
     let c = client().await;
     let rec = env().clone();
     let name = "op-embedded";
-    kubectl_apply(&profile_yaml(name, "  mode: Embedded\n"));
-    let p = wait_ready(&c, name).await;
+    let p = apply_ready(&c, name, "  mode: Embedded\n").await;
     assert_eq!(
         cond(&p, "Ready").map(|c| c.reason.as_str()),
         Some("Running")
@@ -797,21 +794,11 @@ async fn embedded_profile_runs_through_the_hook_and_stops_on_suspend_and_delete(
     ksched::config::load(cfg.as_bytes(), &Registry::in_tree()).expect("valid config");
     assert!(cfg.contains(&format!("schedulerName: {name}")));
     // ConfigMap and RBAC, but no Deployment.
+    assert!(owners::<ConfigMap>(&c, NS, &obj_name(name)).await.is_some());
     assert!(
-        get_opt(
-            &Api::<ConfigMap>::namespaced(c.clone(), NS),
-            &obj_name(name)
-        )
-        .await
-        .is_some()
-    );
-    assert!(
-        get_opt(
-            &Api::<Deployment>::namespaced(c.clone(), NS),
-            &obj_name(name)
-        )
-        .await
-        .is_none()
+        owners::<Deployment>(&c, NS, &obj_name(name))
+            .await
+            .is_none()
     );
 
     kubectl_apply(&profile_yaml(name, "  mode: Embedded\n  suspend: true\n"));
@@ -835,8 +822,7 @@ async fn embedded_profile_runs_through_the_hook_and_stops_on_suspend_and_delete(
 async fn suspend_scales_to_zero_and_keeps_the_config() {
     let c = client().await;
     let name = "op-suspend";
-    kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
-    let p = wait_ready(&c, name).await;
+    let p = apply_ready(&c, name, "  replicas: 1\n").await;
     let hash = p.status.and_then(|s| s.config_hash);
     kubectl_apply(&profile_yaml(name, "  suspend: true\n"));
     let p = wait_profile(&c, name, "suspended", |p| {
@@ -850,14 +836,7 @@ async fn suspend_scales_to_zero_and_keeps_the_config() {
         .await
         .expect("deployment");
     assert_eq!(d.spec.and_then(|s| s.replicas), Some(0));
-    assert!(
-        get_opt(
-            &Api::<ConfigMap>::namespaced(c.clone(), NS),
-            &obj_name(name)
-        )
-        .await
-        .is_some()
-    );
+    assert!(owners::<ConfigMap>(&c, NS, &obj_name(name)).await.is_some());
 }
 
 fn node_taints(n: &Node) -> Vec<(String, Option<String>, String)> {
@@ -1033,13 +1012,7 @@ async fn a_misspelled_scheduler_name_gets_one_warning() {
     let c = client().await;
     let ns = cp().namespace(&c, "op-typo").await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "typo"},
-        "spec": {"schedulerName": "defualt-scheduler", "containers": [{"name": "c", "image": "busybox"}]}
-    })).expect("pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("create");
+    create_busybox(&pods, "typo", Some("defualt-scheduler")).await;
     let events: Api<Event> = Api::namespaced(c.clone(), &ns);
     let warnings = || {
         let events = events.clone();
@@ -1080,12 +1053,5 @@ async fn a_misspelled_scheduler_name_gets_one_warning() {
     assert_eq!(all.len(), 1, "{all:#?}");
     assert!(all[0].series.is_none(), "published once, not as a series");
     // A correctly named pod gets none.
-    let ok_pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "fine"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
-    }))
-    .expect("pod");
-    pods.create(&PostParams::default(), &ok_pod)
-        .await
-        .expect("create");
+    create_busybox(&pods, "fine", None).await;
 }

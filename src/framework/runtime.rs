@@ -996,9 +996,11 @@ mod tests {
         Framework::new(&profile(points), &reg, h).expect("framework")
     }
 
-    /// PreFilter with one fake per answer, named A, B, ... (`None`: a plain success; else the
-    /// result's nodes and the code): the status and the call log.
-    fn pre_filter_answers(answers: &[Option<(Option<&[&str]>, Code)>]) -> (Status, Vec<String>) {
+    /// A fake's PreFilter answer: `None` a plain success, else the result's nodes and the code.
+    type PreFilterAnswer = Option<(Option<&'static [&'static str]>, Code)>;
+
+    /// PreFilter with one fake per answer, named A, B, ...: the status and the call log.
+    fn pre_filter_answers(answers: &[PreFilterAnswer]) -> (Status, Vec<String>) {
         let l = log();
         let names = ["A", "B", "C"];
         let fakes = answers

@@ -911,6 +911,22 @@ pub fn zone_nodes() -> Vec<Node> {
     ]
 }
 
+/// A node allocating `cpu`, 10000 bytes of memory and 32 pods (upstream's resource-scoring
+/// examples), with `pods` on it.
+pub fn scoring_node(name: &str, cpu: &str, pods: Vec<Pod>) -> NodeInfo {
+    NodeBuilder::new(name)
+        .allocatable(&[("cpu", cpu), ("memory", "10000"), ("pods", "32")])
+        .info(pods)
+}
+
+/// Upstream's resource-scoring pod: 1000m/2000 and 2000m/3000 (cpu/memory) in two containers.
+pub fn scoring_pod() -> PodInfo {
+    PodBuilder::new("p")
+        .container(&[("cpu", "1000m"), ("memory", "2000")])
+        .container(&[("cpu", "2000m"), ("memory", "3000")])
+        .info()
+}
+
 /// Score of each of `nodes` by `pl` with `state` (running PreScore is the caller's part).
 pub fn score_nodes<N: std::borrow::Borrow<NodeInfo>>(
     pl: &dyn ScorePlugin,

@@ -166,22 +166,15 @@ pub fn registration() -> PluginRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use crate::framework::testing::{PodBuilder, scoring_node, scoring_pod};
     use serde_json::json;
 
     #[test]
     fn score() {
         let p = BalancedAllocation::new(NodeResourcesBalancedAllocationArgs::default());
-        let pod = PodBuilder::new("p")
-            .container(&[("cpu", "1000m"), ("memory", "2000")])
-            .container(&[("cpu", "2000m"), ("memory", "3000")])
-            .info();
-        let n1 = NodeBuilder::new("n1")
-            .allocatable(&[("cpu", "4000m"), ("memory", "10000"), ("pods", "32")])
-            .info(vec![]);
-        let n2 = NodeBuilder::new("n2")
-            .allocatable(&[("cpu", "6000m"), ("memory", "10000"), ("pods", "32")])
-            .info(vec![]);
+        let pod = scoring_pod();
+        let n1 = scoring_node("n1", "4000m", vec![]);
+        let n2 = scoring_node("n2", "6000m", vec![]);
         let mut state = CycleState::new();
         assert!(
             p.pre_score(&mut state, &pod, &Snapshot::new(), &[])
@@ -195,9 +188,7 @@ mod tests {
             .node("n3")
             .container(&[("cpu", "3000m")])
             .build();
-        let n3 = NodeBuilder::new("n3")
-            .allocatable(&[("cpu", "6000m"), ("memory", "10000"), ("pods", "32")])
-            .info(vec![existing]);
+        let n3 = scoring_node("n3", "6000m", vec![existing]);
         // cpu 6000/6000 = 1, mem 0.5 -> std 0.25 -> 75
         assert_eq!(p.score(&state, &pod, &n3), Ok(75));
     }

@@ -444,7 +444,7 @@ pub fn registration() -> PluginRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use crate::framework::testing::{NodeBuilder, PodBuilder, scoring_node, scoring_pod};
     use serde_json::json;
 
     fn fit(args: serde_json::Value) -> Fit {
@@ -613,17 +613,10 @@ mod tests {
     #[test]
     fn least_allocated() {
         // Upstream's example: node1 4000m/10000, node2 6000m/10000; pod 3000m/5000 (two containers).
-        let pod = PodBuilder::new("p")
-            .container(&[("cpu", "1000m"), ("memory", "2000")])
-            .container(&[("cpu", "2000m"), ("memory", "3000")])
-            .info();
+        let pod = scoring_pod();
         let nodes = [
-            NodeBuilder::new("n1")
-                .allocatable(&[("cpu", "4000m"), ("memory", "10000"), ("pods", "32")])
-                .info(vec![]),
-            NodeBuilder::new("n2")
-                .allocatable(&[("cpu", "6000m"), ("memory", "10000"), ("pods", "32")])
-                .info(vec![]),
+            scoring_node("n1", "4000m", vec![]),
+            scoring_node("n2", "6000m", vec![]),
         ];
         // n1: cpu (4000-3000)*100/4000 = 25, mem (10000-5000)*100/10000 = 50 -> 37
         // n2: cpu (6000-3000)*100/6000 = 50, mem 50 -> 50
@@ -642,9 +635,7 @@ mod tests {
         let pod = PodBuilder::new("p")
             .container(&[("cpu", "1000m"), ("memory", "2000")])
             .info();
-        let nodes = [NodeBuilder::new("n")
-            .allocatable(&[("cpu", "4000m"), ("memory", "10000"), ("pods", "32")])
-            .info(vec![])];
+        let nodes = [scoring_node("n", "4000m", vec![])];
         // cpu 1000*100/4000 = 25, mem 2000*100/10000 = 20 -> (25*1 + 20*1)/2 = 22
         let most = fit(json!({"scoringStrategy": {"type": "MostAllocated"}}));
         assert_eq!(scores(&most, &pod, &nodes), [22]);
@@ -672,12 +663,8 @@ mod tests {
             .container(&[("cpu", "3000m"), ("memory", "5000")])
             .info();
         let nodes = [
-            NodeBuilder::new("n1")
-                .allocatable(&[("cpu", "4000m"), ("memory", "10000"), ("pods", "32")])
-                .info(vec![]),
-            NodeBuilder::new("n2")
-                .allocatable(&[("cpu", "6000m"), ("memory", "10000"), ("pods", "32")])
-                .info(vec![]),
+            scoring_node("n1", "4000m", vec![]),
+            scoring_node("n2", "6000m", vec![]),
         ];
         // n1: cpu 75% -> 25, mem 50% -> 50 -> round(37.5) = 38; n2: 50, 50 -> 50
         assert_eq!(scores(&f, &pod, &nodes), [38, 50]);

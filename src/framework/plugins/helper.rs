@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Expression, Selector, SelectorExt};
 
 use crate::config::ExtensionPoint;
-use crate::framework::args::{PluginArgs, decode, typed};
+use crate::framework::args::{PluginArgs, decode, no_args, typed};
 use crate::framework::interface::{CycleState, MAX_NODE_SCORE, NodeScore, Plugin, Status};
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::registry::PluginRegistration;
@@ -53,6 +53,13 @@ macro_rules! impl_plugin {
     };
 }
 pub(crate) use impl_plugin;
+
+/// The registration of a plugin without args or state: a default `P` for every profile.
+pub fn registration_without_args<P: Plugin + Default>(
+    extension_points: &[ExtensionPoint],
+) -> PluginRegistration {
+    PluginRegistration::new(extension_points, no_args, |_, _| Ok(Arc::new(P::default())))
+}
 
 /// The registration of a plugin built by `new` from its typed args and the handle's listers, which
 /// watch `informers`.

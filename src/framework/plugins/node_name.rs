@@ -1,11 +1,8 @@
 //! NodeName: a pod with `spec.nodeName` set fits only that node.
 
-use std::sync::Arc;
-
 use super::names;
-use crate::framework::args::no_args;
 use crate::framework::interface::{CycleState, FilterPlugin, Status};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
 
@@ -33,9 +30,7 @@ impl FilterPlugin for NodeName {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(NodeName::EXTENSION_POINTS, no_args, |_, _| {
-        Ok(Arc::new(NodeName))
-    })
+    registration_without_args::<NodeName>(NodeName::EXTENSION_POINTS)
 }
 
 #[cfg(test)]

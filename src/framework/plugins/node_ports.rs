@@ -1,13 +1,10 @@
 //! NodePorts: a pod's host ports must be free on the node (`0.0.0.0` conflicts with every address).
 
-use std::sync::Arc;
-
 use super::names;
-use crate::framework::args::no_args;
 use crate::framework::interface::{
     CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{HostPort, NodeInfo, PodInfo, Snapshot};
 
@@ -49,9 +46,7 @@ impl FilterPlugin for NodePorts {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(NodePorts::EXTENSION_POINTS, no_args, |_, _| {
-        Ok(Arc::new(NodePorts))
-    })
+    registration_without_args::<NodePorts>(NodePorts::EXTENSION_POINTS)
 }
 
 #[cfg(test)]

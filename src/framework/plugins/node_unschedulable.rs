@@ -1,15 +1,12 @@
 //! NodeUnschedulable: cordoned nodes (`spec.unschedulable`) take only pods tolerating the
 //! `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Taint;
 
 use super::helper::tolerations_tolerate_taint;
 use super::names;
-use crate::framework::args::no_args;
 use crate::framework::interface::{CycleState, FilterPlugin, Status};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
 
@@ -49,9 +46,7 @@ impl FilterPlugin for NodeUnschedulable {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(NodeUnschedulable::EXTENSION_POINTS, no_args, |_, _| {
-        Ok(Arc::new(NodeUnschedulable))
-    })
+    registration_without_args::<NodeUnschedulable>(NodeUnschedulable::EXTENSION_POINTS)
 }
 
 #[cfg(test)]

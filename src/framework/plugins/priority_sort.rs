@@ -1,11 +1,8 @@
 //! PrioritySort: the queue orders pods by priority (higher first), then by queue timestamp.
 
-use std::sync::Arc;
-
 use super::names;
-use crate::framework::args::no_args;
 use crate::framework::interface::QueueSortPlugin;
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::QueuedPodInfo;
 
@@ -22,9 +19,7 @@ impl QueueSortPlugin for PrioritySort {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(PrioritySort::EXTENSION_POINTS, no_args, |_, _| {
-        Ok(Arc::new(PrioritySort))
-    })
+    registration_without_args::<PrioritySort>(PrioritySort::EXTENSION_POINTS)
 }
 
 #[cfg(test)]

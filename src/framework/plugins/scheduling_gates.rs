@@ -1,11 +1,8 @@
 //! SchedulingGates: a pod with `spec.schedulingGates` stays out of the active queue.
 
-use std::sync::Arc;
-
 use super::names;
-use crate::framework::args::no_args;
 use crate::framework::interface::{PreEnqueuePlugin, Status};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::PodInfo;
 
@@ -32,9 +29,7 @@ impl PreEnqueuePlugin for SchedulingGates {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(SchedulingGates::EXTENSION_POINTS, no_args, |_, _| {
-        Ok(Arc::new(SchedulingGates))
-    })
+    registration_without_args::<SchedulingGates>(SchedulingGates::EXTENSION_POINTS)
 }
 
 #[cfg(test)]

@@ -9,11 +9,10 @@ use super::helper::{
     find_matching_untolerated_taint, normalize_to_max, tolerations_tolerate_taint,
 };
 use super::names;
-use crate::framework::args::no_args;
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -156,9 +155,7 @@ impl ScorePlugin for TaintToleration {
 }
 
 pub fn registration() -> PluginRegistration {
-    PluginRegistration::new(TaintToleration::EXTENSION_POINTS, no_args, |_, _| {
-        Ok(Arc::new(TaintToleration))
-    })
+    registration_without_args::<TaintToleration>(TaintToleration::EXTENSION_POINTS)
 }
 
 #[cfg(test)]

@@ -40,6 +40,10 @@ pub fn trim_pod(pod: &mut Pod) {
                 spec.volumes = None;
             }
         }
+        // Decoding grows lists by doubling; a kept pod is never appended to.
+        shrink(&mut spec.volumes);
+        shrink(&mut spec.tolerations);
+        shrink(&mut spec.topology_spread_constraints);
     }
     if let Some(status) = pod.status.as_mut() {
         trim_pod_status(status);
@@ -90,6 +94,13 @@ fn trim_pod_status(status: &mut PodStatus) {
         init_container_statuses: trim_all(status.init_container_statuses.take()),
         ..Default::default()
     };
+    shrink(&mut status.conditions);
+}
+
+fn shrink<T>(list: &mut Option<Vec<T>>) {
+    if let Some(l) = list.as_mut() {
+        l.shrink_to_fit();
+    }
 }
 
 fn trim_container_status(s: ContainerStatus) -> ContainerStatus {

@@ -2,8 +2,12 @@
 //! ceiling), one after another on the same real control plane, with the same nodes, the same pods and
 //! the same client QPS/burst (5000/5000), on workloads after upstream's scheduler_perf.
 //!
-//! Options (after `--`): `--preset default|large|small`, `--workloads A,B`, `--contenders ksched,upstream,ceiling`.
-//! Output: one `BENCH ...` line per workload and target/bench/report.md.
+//! Options (after `--`): `--preset default|large|small`, `--workloads A,B`, `--contenders ksched,upstream,ceiling`,
+//! `--rounds N` (default 3; also BENCH_PRESET, BENCH_WORKLOADS, BENCH_CONTENDERS, BENCH_ROUNDS).
+//! Each round runs the contenders one after another (interleaved, so a slow phase of the machine hits
+//! all of them); a figure is the median over the rounds, since single runs on a small shared machine
+//! vary by tens of percent.
+//! Output: one `BENCH ...` line per workload and target/bench/report.md (medians, then every round).
 //!
 //! The same binary also runs the null binder (`--null-binder`), so the ceiling is a process of its
 //! own like the two schedulers.
@@ -320,6 +324,28 @@ async fn wait_all_bound(
     }
 }
 
+impl Figures {
+    /// Each figure's median over `rounds` (taken separately per figure).
+    fn median(rounds: &[Figures]) -> Figures {
+        let med = |f: fn(&Figures) -> f64| {
+            let mut v: Vec<f64> = rounds.iter().map(f).collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            match v.len() {
+                0 => 0.0,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+            }
+        };
+        Figures {
+            pods_per_second: med(|f| f.pods_per_second),
+            p50_ms: med(|f| f.p50_ms),
+            p99_ms: med(|f| f.p99_ms),
+            cpu_seconds: med(|f| f.cpu_seconds),
+            peak_rss_mb: med(|f| f.peak_rss_mb),
+        }
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -578,30 +604,55 @@ fn main() {
                 .collect()
         })
         .unwrap_or_else(|| vec![Contender::Ksched, Contender::Upstream, Contender::Ceiling]);
+    let rounds: usize = arg(&args, "--rounds")
+        .or_else(|| std::env::var("BENCH_ROUNDS").ok())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
+        .max(1);
 
     let cp = control_plane(Components::API_ONLY);
     priority_classes(cp);
-    let mut report = String::from(
-        "| workload | nodes | pods | contender | pods/s | p50 ms | p99 ms | CPU s | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|\n",
+    let mut report = format!(
+        "Medians of {rounds} rounds (preset {preset}).\n\n| workload | nodes | pods | contender | pods/s | p50 ms | p99 ms | CPU s | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|\n"
+    );
+    let mut every_round = String::from(
+        "| workload | round | contender | pods/s | p50 ms | p99 ms | CPU s | peak RSS MB |\n|---|---|---|---|---|---|---|---|\n",
     );
     let mut lines = Vec::new();
     runtime.block_on(async {
         let admin = client(&cp.kubeconfig).await;
-        for (round, w) in workloads(&preset).iter().enumerate() {
+        for (index, w) in workloads(&preset).iter().enumerate() {
             if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == w.name)) {
                 continue;
             }
             create_nodes(&admin, w.nodes).await;
-            let mut figures: HashMap<&str, Figures> = HashMap::new();
-            for (i, c) in contenders.iter().enumerate() {
-                eprintln!("== {} / {} ({} nodes, {} measured pods)", w.name, c.name(), w.nodes, w.measure_pods);
-                if let Some(f) = run_one(cp, &admin, w, *c, round * 10 + i).await {
+            let mut runs: HashMap<&str, Vec<Figures>> = HashMap::new();
+            for round in 0..rounds {
+                for (i, c) in contenders.iter().enumerate() {
+                    eprintln!(
+                        "== {} / {} round {}/{rounds} ({} nodes, {} measured pods)",
+                        w.name, c.name(), round + 1, w.nodes, w.measure_pods
+                    );
+                    let id = (index * rounds + round) * 10 + i;
+                    if let Some(f) = run_one(cp, &admin, w, *c, id).await {
+                        let _ = writeln!(
+                            every_round,
+                            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
+                            w.name, round + 1, c.name(), f.pods_per_second, f.p50_ms, f.p99_ms, f.cpu_seconds, f.peak_rss_mb
+                        );
+                        runs.entry(c.name()).or_default().push(f);
+                    }
+                }
+            }
+            let figures: HashMap<&str, Figures> =
+                runs.iter().map(|(c, r)| (*c, Figures::median(r))).collect();
+            for c in &contenders {
+                if let Some(f) = figures.get(c.name()) {
                     let _ = writeln!(
                         report,
                         "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
                         w.name, w.nodes, w.measure_pods, c.name(), f.pods_per_second, f.p50_ms, f.p99_ms, f.cpu_seconds, f.peak_rss_mb
                     );
-                    figures.insert(c.name(), f);
                 }
             }
             let get = |c: &str| figures.get(c).cloned().unwrap_or_default();
@@ -621,6 +672,8 @@ fn main() {
     for l in &lines {
         report.push_str(&format!("    {l}\n"));
     }
+    report.push_str("\nEvery round:\n\n");
+    report.push_str(&every_round);
     let dir = support::repo_root().join("target/bench");
     let _ = std::fs::create_dir_all(&dir);
     let _ = std::fs::write(dir.join("report.md"), &report);

@@ -5,7 +5,6 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -81,7 +80,6 @@ async fn example_plugin_decides_placement() {
         let node = create_bound(
             &pods,
             &pause_pod(&name, "labeled-scheduler", "500m", &[], json!({})),
-            Duration::from_secs(60),
             || example.logs(),
         )
         .await;

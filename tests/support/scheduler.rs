@@ -64,7 +64,7 @@ impl SchedulerProcess {
 
     /// Creates `pod` and polls until it is bound (within 60s); its node.
     pub async fn create_bound(&self, pods: &Api<Pod>, pod: &Pod) -> String {
-        create_bound(pods, pod, Duration::from_secs(60), || self.logs()).await
+        create_bound(pods, pod, || self.logs()).await
     }
 }
 

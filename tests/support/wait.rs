@@ -74,17 +74,11 @@ pub async fn wait_bound(
     .await
 }
 
-/// Creates `pod` and polls until it is bound (within `within`); its node. `logs` explains a
-/// failure.
-pub async fn create_bound(
-    pods: &Api<Pod>,
-    pod: &Pod,
-    within: Duration,
-    logs: impl Fn() -> String,
-) -> String {
+/// Creates `pod` and polls until it is bound (within 60s); its node. `logs` explains a failure.
+pub async fn create_bound(pods: &Api<Pod>, pod: &Pod, logs: impl Fn() -> String) -> String {
     create(pods, pod).await;
     let name = pod.metadata.name.as_deref().expect("pod name");
-    wait_bound(pods, name, within, logs).await
+    wait_bound(pods, name, Duration::from_secs(60), logs).await
 }
 
 /// Waits (up to 60s) until `logs()` contains `needle`.

@@ -459,6 +459,21 @@ mod tests {
     }
 
     /// PreFilter then Filter on n1 and n2.
+    /// The cycle state after PreFilter, Filter and a successful Reserve on `node`.
+    fn reserved(pl: &VolumeBinding, pod: &PodInfo, node: &str) -> CycleState {
+        let (mut cs, _, _) = filter(pl, pod);
+        assert!(pl.reserve(&mut cs, pod, node).is_success());
+        cs
+    }
+
+    /// An annotation of `meta`'s object.
+    fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
     fn filter(pl: &VolumeBinding, pod: &PodInfo) -> (CycleState, Status, Vec<Status>) {
         let mut cs = CycleState::new();
         let (_, pre) = pl.pre_filter(&mut cs, pod, &Snapshot::new());
@@ -737,8 +752,7 @@ mod tests {
     async fn pre_bind_annotates_the_claim_and_waits_for_the_binding() {
         let (pl, api, handle) = plugin(listers());
         let p = pod(&["wffc"]);
-        let (mut cs, _, _) = filter(&pl, &p);
-        assert!(pl.reserve(&mut cs, &p, "n2").is_success());
+        let cs = reserved(&pl, &p, "n2");
         // Play the provisioner once the claim update is seen.
         let listers = handle.listers.clone();
         let provisioner = {
@@ -765,12 +779,7 @@ mod tests {
         assert_eq!(pl.pre_bind(&cs, &p, "n2").await, Status::success());
         let updated = provisioner.await.expect("provisioner");
         assert_eq!(
-            updated
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(binder::ANN_SELECTED_NODE))
-                .map(String::as_str),
+            annotation(&updated.metadata, binder::ANN_SELECTED_NODE),
             Some("n2")
         );
     }
@@ -780,16 +789,14 @@ mod tests {
         // The informer still shows the PV without claimRef at the version we wrote: reset.
         let (pl, _, _) = plugin(listers());
         let p = pod(&["local-2g"]);
-        let (mut cs, _, _) = filter(&pl, &p);
-        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        let cs = reserved(&pl, &p, "n1");
         assert_eq!(
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("ClaimRef got reset for pv \"pv-local-n1-5g\"")
         );
 
         let (pl, api, handle) = plugin(listers());
-        let (mut cs, _, _) = filter(&pl, &p);
-        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        let cs = reserved(&pl, &p, "n1");
         // The informer sees our PV update; nothing (no PV controller here) binds the claim.
         handle.listers.persistent_volumes.apply(
             PvBuilder::new("pv-local-n1-5g")
@@ -816,11 +823,7 @@ mod tests {
         assert_eq!(claim_ref.name.as_deref(), Some("local-2g"));
         assert_eq!(claim_ref.uid.as_deref(), Some("local-2g"));
         assert_eq!(
-            pv.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(binder::ANN_BOUND_BY_CONTROLLER))
-                .map(String::as_str),
+            annotation(&pv.metadata, binder::ANN_BOUND_BY_CONTROLLER),
             Some("yes")
         );
     }
@@ -830,8 +833,7 @@ mod tests {
         // The provisioner removes the selected-node annotation: provisioning failed.
         let (pl, api, handle) = plugin(listers());
         let p = pod(&["wffc"]);
-        let (mut cs, _, _) = filter(&pl, &p);
-        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        let cs = reserved(&pl, &p, "n1");
         handle.listers.persistent_volume_claims.apply(
             PvcBuilder::new("wffc")
                 .class(WFFC)
@@ -851,8 +853,7 @@ mod tests {
             "changed".into(),
         ));
         let p = pod(&["local-2g"]);
-        let (mut cs, _, _) = filter(&pl, &p);
-        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        let cs = reserved(&pl, &p, "n1");
         assert_eq!(
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("conflict: changed")
@@ -874,8 +875,7 @@ mod tests {
     async fn all_bound_claims_skip_pre_bind() {
         let (pl, api, _) = plugin(listers());
         let p = pod(&["bound-n1"]);
-        let (mut cs, _, _) = filter(&pl, &p);
-        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        let mut cs = reserved(&pl, &p, "n1");
         assert_eq!(pl.pre_bind(&cs, &p, "n1").await, Status::success());
         assert!(api.pv_updates.lock().is_empty());
         assert!(api.pvc_updates.lock().is_empty());

@@ -58,6 +58,15 @@ pub fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
     }
 }
 
+/// Listers holding the namespaces `(name, labels)`.
+pub fn listers_with_namespaces(namespaces: &[(&str, &[(&str, &str)])]) -> super::listers::Listers {
+    let listers = super::listers::Listers::default();
+    for (name, labels) in namespaces {
+        listers.namespaces.apply(namespace(name, labels));
+    }
+    listers
+}
+
 fn quantities(list: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     list.iter()
         .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))

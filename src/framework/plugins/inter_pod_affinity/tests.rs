@@ -29,8 +29,8 @@ use crate::framework::interface::{
     Code, CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, Status,
 };
 use crate::framework::testing::{
-    HOSTNAME as HOST, PodBuilder, ZONE, label_selector, namespace, pod_term, pre_score_and_score,
-    snapshot_with as snapshot, zone_nodes as nodes,
+    HOSTNAME as HOST, PodBuilder, ZONE, label_selector, listers_with_namespaces, pod_term,
+    pre_score_and_score, snapshot_with as snapshot, zone_nodes as nodes,
 };
 use crate::framework::types::{PodInfo, Snapshot};
 
@@ -344,16 +344,11 @@ fn filter_table() {
 
 #[test]
 fn namespace_selector_uses_the_namespace_lister() {
-    let listers = Arc::new(Listers::default());
-    listers
-        .namespaces
-        .apply(namespace("default", &[("team", "a")]));
-    listers
-        .namespaces
-        .apply(namespace("prod", &[("env", "prod")]));
-    listers
-        .namespaces
-        .apply(namespace("dev", &[("env", "dev")]));
+    let listers = Arc::new(listers_with_namespaces(&[
+        ("default", &[("team", "a")]),
+        ("prod", &[("env", "prod")]),
+        ("dev", &[("env", "dev")]),
+    ]));
     let pl = InterPodAffinity::new(InterPodAffinityArgs::default(), listers);
     let in_ns = |name: &str, ns: &str, node: &str| {
         PodBuilder::new(name)

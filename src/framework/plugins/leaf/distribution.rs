@@ -272,13 +272,8 @@ mod tests {
     use serde_json::{Value, json};
 
     fn plugin(policies: Value) -> LeafNodeDistribution {
-        let listers = Listers::default();
-        listers
-            .namespaces
-            .apply(namespace("prod", &[("env", "prod")]));
-        listers
-            .namespaces
-            .apply(namespace("dev", &[("env", "dev")]));
+        let listers =
+            listers_with_namespaces(&[("prod", &[("env", "prod")]), ("dev", &[("env", "dev")])]);
         let args = decode::<LeafNodeDistributionArgs>(Some(&json!({"policies": policies})))
             .expect("valid args");
         LeafNodeDistribution::new(&typed(&args).expect("typed"), Arc::new(listers)).expect("plugin")

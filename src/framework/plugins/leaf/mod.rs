@@ -179,7 +179,7 @@ pub(crate) mod test_support {
     use serde_json::json;
 
     use crate::framework::testing::NodeBuilder;
-    pub use crate::framework::testing::namespace;
+    pub use crate::framework::testing::listers_with_namespaces;
 
     /// A Kosmos leaf node of `cluster`: labelled, annotated and tainted as Kosmos does.
     pub fn leaf_node(name: &str, cluster: &str) -> Node {
@@ -223,10 +223,7 @@ mod tests {
 
     #[test]
     fn pod_selection_uses_full_label_selector_semantics() {
-        let listers = Listers::default();
-        listers
-            .namespaces
-            .apply(namespace("prod", &[("env", "prod"), ("team", "a")]));
+        let listers = listers_with_namespaces(&[("prod", &[("env", "prod"), ("team", "a")])]);
         let sel = PodMatcher::new(
             Some(&selector(json!({
                 "matchLabels": {"env": "prod"},

@@ -247,10 +247,7 @@ mod tests {
     use serde_json::json;
 
     fn plugin(args: serde_json::Value) -> LeafNodeTaintToleration {
-        let listers = Listers::default();
-        listers
-            .namespaces
-            .apply(namespace("leafy", &[("leaf", "ok")]));
+        let listers = listers_with_namespaces(&[("leafy", &[("leaf", "ok")])]);
         let normalized = decode::<LeafNodeTaintTolerationArgs>(Some(&args)).expect("valid args");
         LeafNodeTaintToleration::new(&typed(&normalized).expect("typed"), Arc::new(listers))
             .expect("plugin")

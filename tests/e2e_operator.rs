@@ -883,8 +883,10 @@ async fn leaf_policy_taints_exactly_the_matching_nodes_and_only_its_own_taint() 
         Some("yes".to_string()),
         "NoSchedule".to_string(),
     );
+    // A profile of its own: other tests here run in parallel and compare their profiles' rendered
+    // ConfigMaps, which a policy naming them all ("*") would re-render meanwhile.
     kubectl_apply(
-        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-leaves\nspec:\n  leafNodeSelector:\n    matchLabels:\n      ksched-e2e/leaf: \"yes\"\n  taint:\n    key: ksched-e2e/leaf\n    value: \"true\"\n    effect: NoSchedule\n  profiles: [\"*\"]\n",
+        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-leaves\nspec:\n  leafNodeSelector:\n    matchLabels:\n      ksched-e2e/leaf: \"yes\"\n  taint:\n    key: ksched-e2e/leaf\n    value: \"true\"\n    effect: NoSchedule\n  profiles: [\"op-leaves-only\"]\n",
     );
     let has = |t: &Vec<(String, Option<String>, String)>, x: &(String, Option<String>, String)| {
         t.contains(x)

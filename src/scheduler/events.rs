@@ -7,6 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -15,7 +16,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use parking_lot::Mutex;
 use serde_json::json;
-use tracing::warn;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
 
 /// `PodScheduled=False` reason for pods no node fits.
 pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
@@ -27,13 +29,36 @@ const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// Events remembered for series at most; beyond that a repeat becomes a new event.
 const SERIES_CAPACITY: usize = 4096;
 
-/// Publishes events and condition updates for one scheduler profile.
+/// Events waiting to be written at most; beyond that new ones are dropped, as client-go's broadcaster
+/// drops when its queue (also 1000) is full.
+const EVENT_QUEUE: usize = 1000;
+/// Event writes in flight at most. client-go's broadcaster writes one at a time; a few in flight keep
+/// up with a burst of bindings without taking the API server's attention from them.
+const EVENT_WRITES_IN_FLIGHT: usize = 4;
+
+/// Publishes events and condition updates for one scheduler profile. Events are queued and written
+/// by a task of their own (client-go's broadcaster does the same), so a binding cycle never waits
+/// for one; the condition update goes through the scheduler's API client.
 #[derive(Clone)]
 pub struct PodReporter {
     client: Client,
+    events: mpsc::Sender<PendingEvent>,
+}
+
+struct PendingEvent {
+    regarding: ObjectReference,
+    type_: &'static str,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+/// Writes queued events with the events client.
+struct EventWriter {
+    client: Client,
     controller: String,
     instance: String,
-    series: Arc<Mutex<SeriesCache>>,
+    series: Mutex<SeriesCache>,
 }
 
 /// The events published in the last `SERIES_WINDOW`, by client-go's isomorphic key (object,
@@ -96,24 +121,59 @@ fn series_key(controller: &str, reference: &ObjectReference, reason: &str, actio
 }
 
 impl PodReporter {
-    pub fn new(client: Client, scheduler_name: &str, instance: &str) -> Self {
-        Self {
-            client,
+    /// `client` updates pod status; `events_client` writes events. Spawns the event writer, which
+    /// ends when the last clone of the reporter is dropped.
+    pub fn new(
+        client: Client,
+        events_client: Client,
+        scheduler_name: &str,
+        instance: &str,
+    ) -> Self {
+        let (events, mut queue) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
+        let writer = Arc::new(EventWriter {
+            client: events_client,
             controller: scheduler_name.to_string(),
             instance: instance.to_string(),
-            series: Arc::default(),
+            series: Mutex::default(),
+        });
+        let pending = futures::stream::poll_fn(move |cx| queue.poll_recv(cx));
+        tokio::spawn(
+            pending.for_each_concurrent(EVENT_WRITES_IN_FLIGHT, move |event| {
+                let writer = writer.clone();
+                async move { writer.write(event).await }
+            }),
+        );
+        Self { client, events }
+    }
+
+    fn publish(
+        &self,
+        pod: &Pod,
+        type_: &'static str,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        let event = PendingEvent {
+            regarding: pod.object_ref(&()),
+            type_,
+            reason,
+            action,
+            note,
+        };
+        if self.events.try_send(event).is_err() {
+            debug!(reason, "event queue full; event dropped");
         }
     }
 
     /// `Scheduled`: "Successfully assigned ns/name to node".
-    pub async fn scheduled(&self, pod: &Pod, node: &str) {
+    pub fn scheduled(&self, pod: &Pod, node: &str) {
         let note = format!(
             "Successfully assigned {}/{} to {node}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default()
         );
-        self.publish(pod, "Normal", "Scheduled", "Binding", note)
-            .await;
+        self.publish(pod, "Normal", "Scheduled", "Binding", note);
     }
 
     /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
@@ -132,8 +192,7 @@ impl PodReporter {
             "FailedScheduling",
             "Scheduling",
             message.to_string(),
-        )
-        .await;
+        );
         let mut status = json!({
             "conditions": [{
                 "type": "PodScheduled",
@@ -165,11 +224,19 @@ impl PodReporter {
             warn!(pod = %format!("{ns}/{name}"), %err, "updating the PodScheduled condition failed");
         }
     }
+}
 
+impl EventWriter {
     /// Creates an events.k8s.io/v1 event, or continues the series of the same event published
     /// within the last 6 minutes (count and lastObservedTime), as client-go's broadcaster does.
-    async fn publish(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: String) {
-        let reference = pod.object_ref(&());
+    async fn write(&self, event: PendingEvent) {
+        let PendingEvent {
+            regarding: reference,
+            type_,
+            reason,
+            action,
+            note,
+        } = event;
         let namespace = reference
             .namespace
             .clone()

@@ -122,6 +122,7 @@ pub async fn run(
         reporters.insert(
             profile.scheduler_name.clone(),
             PodReporter::new(
+                api_client.clone(),
                 events_client.clone(),
                 &profile.scheduler_name,
                 &options.identity,
@@ -514,7 +515,7 @@ async fn binding_cycle(
     shared.queue.done(&key);
     record_attempt(shared, &profile, "scheduled", started);
     if let Some(reporter) = shared.reporters.get(&profile) {
-        reporter.scheduled(&assumed.pod, &host).await;
+        reporter.scheduled(&assumed.pod, &host);
     }
     fwk.run_post_bind_plugins(&state, &assumed, &host).await;
 }

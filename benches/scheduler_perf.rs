@@ -5,7 +5,7 @@
 //! Options (after `--`): `--preset default|large|small`, `--workloads A,B`, `--contenders ksched,upstream,ceiling`,
 //! `--rounds N` (default 3; also BENCH_PRESET, BENCH_WORKLOADS, BENCH_CONTENDERS, BENCH_ROUNDS).
 //! Each round runs the contenders one after another (interleaved, so a slow phase of the machine hits
-//! all of them); a figure is the median over the rounds, since single runs on a small shared machine
+//! all of them; the order rotates from round to round); a figure is the median over the rounds, since single runs on a small shared machine
 //! vary by tens of percent.
 //! Output: one `BENCH ...` line per workload and target/bench/report.md (medians, then every round).
 //!
@@ -628,7 +628,11 @@ fn main() {
             create_nodes(&admin, w.nodes).await;
             let mut runs: HashMap<&str, Vec<Figures>> = HashMap::new();
             for round in 0..rounds {
-                for (i, c) in contenders.iter().enumerate() {
+                // Each round starts with the next contender: the first run after the nodes are created
+                // meets a colder API server and etcd.
+                let mut order: Vec<(usize, &Contender)> = contenders.iter().enumerate().collect();
+                order.rotate_left(round % contenders.len().max(1));
+                for (i, c) in order {
                     eprintln!(
                         "== {} / {} round {}/{rounds} ({} nodes, {} measured pods)",
                         w.name, c.name(), round + 1, w.nodes, w.measure_pods

@@ -178,7 +178,7 @@ impl PodReporter {
 
     /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
     /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
-    /// when preemption chose one.
+    /// when preemption chose one. A pod that already shows all of it is not patched again.
     pub async fn failed(
         &self,
         pod: &Pod,
@@ -193,19 +193,11 @@ impl PodReporter {
             "Scheduling",
             message.to_string(),
         );
-        let mut status = json!({
-            "conditions": [{
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": reason,
-                "message": message,
-                "lastProbeTime": null,
-                "lastTransitionTime": Timestamp::now().to_string(),
-            }]
-        });
-        if let Some(node) = nominated_node {
-            status["nominatedNodeName"] = json!(node);
-        }
+        let Some(status) =
+            pod_scheduled_patch(pod, reason, message, nominated_node, Timestamp::now())
+        else {
+            return;
+        };
         let (Some(ns), Some(name)) = (
             pod.metadata.namespace.as_deref(),
             pod.metadata.name.as_deref(),
@@ -224,6 +216,51 @@ impl PodReporter {
             warn!(pod = %format!("{ns}/{name}"), %err, "updating the PodScheduled condition failed");
         }
     }
+}
+
+/// The status a failed attempt writes, or none when the pod already shows it: upstream's `updatePod`
+/// skips an unchanged condition, and the transition time moves only when the condition's status does.
+fn pod_scheduled_patch(
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+    nominated_node: Option<&str>,
+    now: Timestamp,
+) -> Option<serde_json::Value> {
+    let status = pod.status.as_ref();
+    let old = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+    let nomination_changed = nominated_node
+        .is_some_and(|n| status.and_then(|s| s.nominated_node_name.as_deref()) != Some(n));
+    let unchanged = old.is_some_and(|c| {
+        c.status == "False"
+            && c.reason.as_deref() == Some(reason)
+            && c.message.as_deref() == Some(message)
+    });
+    if unchanged && !nomination_changed {
+        return None;
+    }
+    let transition = match old {
+        Some(c) if c.status == "False" && c.last_transition_time.is_some() => {
+            json!(c.last_transition_time)
+        }
+        _ => json!(now.to_string()),
+    };
+    let mut patch = json!({
+        "conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": null,
+            "lastTransitionTime": transition,
+        }]
+    });
+    if let Some(node) = nominated_node {
+        patch["nominatedNodeName"] = json!(node);
+    }
+    Some(patch)
 }
 
 impl EventWriter {
@@ -294,6 +331,64 @@ impl EventWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn failed_pod(message: &str, transition: &str, nominated: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "status": {"nominatedNodeName": nominated, "conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": message, "lastTransitionTime": transition}]}
+        }))
+        .unwrap()
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-21T12:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn an_unchanged_condition_is_not_written_again() {
+        let pod = failed_pod("0/3 nodes are available", "2026-11-21T10:00:00Z", None);
+        let patch = pod_scheduled_patch(
+            &pod,
+            "Unschedulable",
+            "0/3 nodes are available",
+            None,
+            now(),
+        );
+        assert_eq!(patch, None);
+    }
+
+    #[test]
+    fn a_new_message_keeps_the_transition_time() {
+        let pod = failed_pod("0/3 nodes are available", "2026-11-21T10:00:00Z", None);
+        let patch = pod_scheduled_patch(
+            &pod,
+            "Unschedulable",
+            "0/4 nodes are available",
+            None,
+            now(),
+        );
+        let c = &patch.unwrap()["conditions"][0];
+        assert_eq!(c["message"], "0/4 nodes are available");
+        assert_eq!(c["lastTransitionTime"], "2026-11-21T10:00:00Z");
+    }
+
+    #[test]
+    fn a_first_failure_or_a_new_nomination_is_written() {
+        let fresh: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+        let patch = pod_scheduled_patch(&fresh, "Unschedulable", "m", None, now()).unwrap();
+        assert_eq!(
+            patch["conditions"][0]["lastTransitionTime"],
+            "2026-11-21T12:00:00Z"
+        );
+        let pod = failed_pod("m", "2026-11-21T10:00:00Z", Some("n1"));
+        assert_eq!(
+            pod_scheduled_patch(&pod, "Unschedulable", "m", Some("n1"), now()),
+            None
+        );
+        let moved = pod_scheduled_patch(&pod, "Unschedulable", "m", Some("n2"), now()).unwrap();
+        assert_eq!(moved["nominatedNodeName"], "n2");
+    }
 
     fn reference(name: &str, rv: &str) -> ObjectReference {
         ObjectReference {

@@ -36,16 +36,23 @@ const EVENT_QUEUE: usize = 1000;
 /// up with a burst of bindings without taking the API server's attention from them.
 const EVENT_WRITES_IN_FLIGHT: usize = 4;
 
-/// Publishes events and condition updates for one scheduler profile. Events are queued and written
-/// by a task of their own (client-go's broadcaster does the same), so a binding cycle never waits
-/// for one; the condition update goes through the scheduler's API client.
+/// Publishes events and condition updates for one scheduler profile. Events go to the process's
+/// [`EventQueue`], so a binding cycle never waits for one; the condition update goes through the
+/// scheduler's API client.
 #[derive(Clone)]
 pub struct PodReporter {
     client: Client,
-    events: mpsc::Sender<PendingEvent>,
+    events: EventQueue,
+    controller: Arc<str>,
 }
 
+/// The events of every profile of the process, written by one task (client-go's broadcaster does
+/// the same); the task ends when the last clone of the queue is dropped.
+#[derive(Clone)]
+pub struct EventQueue(mpsc::Sender<PendingEvent>);
+
 struct PendingEvent {
+    controller: Arc<str>,
     regarding: ObjectReference,
     type_: &'static str,
     reason: &'static str,
@@ -56,7 +63,6 @@ struct PendingEvent {
 /// Writes queued events with the events client.
 struct EventWriter {
     client: Client,
-    controller: String,
     instance: String,
     series: Mutex<SeriesCache>,
 }
@@ -120,19 +126,12 @@ fn series_key(controller: &str, reference: &ObjectReference, reason: &str, actio
     h.finish()
 }
 
-impl PodReporter {
-    /// `client` updates pod status; `events_client` writes events. Spawns the event writer, which
-    /// ends when the last clone of the reporter is dropped.
-    pub fn new(
-        client: Client,
-        events_client: Client,
-        scheduler_name: &str,
-        instance: &str,
-    ) -> Self {
+impl EventQueue {
+    /// Spawns the writer; `events_client` writes, `instance` is the reporting instance.
+    pub fn start(events_client: Client, instance: &str) -> Self {
         let (events, mut queue) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
         let writer = Arc::new(EventWriter {
             client: events_client,
-            controller: scheduler_name.to_string(),
             instance: instance.to_string(),
             series: Mutex::default(),
         });
@@ -143,7 +142,18 @@ impl PodReporter {
                 async move { writer.write(event).await }
             }),
         );
-        Self { client, events }
+        Self(events)
+    }
+}
+
+impl PodReporter {
+    /// `client` updates pod status; events of `scheduler_name` go to `events`.
+    pub fn new(client: Client, events: EventQueue, scheduler_name: &str) -> Self {
+        Self {
+            client,
+            events,
+            controller: scheduler_name.into(),
+        }
     }
 
     fn publish(
@@ -155,13 +165,14 @@ impl PodReporter {
         note: String,
     ) {
         let event = PendingEvent {
+            controller: self.controller.clone(),
             regarding: pod.object_ref(&()),
             type_,
             reason,
             action,
             note,
         };
-        if self.events.try_send(event).is_err() {
+        if self.events.0.try_send(event).is_err() {
             debug!(reason, "event queue full; event dropped");
         }
     }
@@ -268,6 +279,7 @@ impl EventWriter {
     /// within the last 6 minutes (count and lastObservedTime), as client-go's broadcaster does.
     async fn write(&self, event: PendingEvent) {
         let PendingEvent {
+            controller,
             regarding: reference,
             type_,
             reason,
@@ -282,10 +294,10 @@ impl EventWriter {
         let now = Timestamp::now();
         let name = format!(
             "{}.{:x}",
-            reference.name.as_deref().unwrap_or(&self.controller),
+            reference.name.as_deref().unwrap_or(&controller),
             now.as_nanosecond()
         );
-        let key = series_key(&self.controller, &reference, reason, action);
+        let key = series_key(&controller, &reference, reason, action);
         let (count, existing) = self.series.lock().record(key, &name, Instant::now());
         let result = match existing {
             Some(existing) => {
@@ -312,7 +324,7 @@ impl EventWriter {
                     note: Some(note),
                     type_: Some(type_.into()),
                     regarding: Some(reference),
-                    reporting_controller: Some(self.controller.clone()),
+                    reporting_controller: Some(controller.to_string()),
                     reporting_instance: Some(self.instance.clone()),
                     ..Default::default()
                 };

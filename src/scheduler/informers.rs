@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
-use super::trim::{trim_metadata, trim_node, trim_pod};
+use super::trim::{trim_metadata, trim_pod};
 use crate::framework::listers::{Informer, Listers, ObjectStore};
 use crate::framework::types::PodInfo;
 
@@ -167,7 +167,7 @@ pub async fn watch_nodes(
     let mut seen: HashSet<String> = HashSet::new();
     let apply = |mut node: Node, known: &mut HashMap<String, Arc<Node>>| {
         let name = node.metadata.name.clone().unwrap_or_default();
-        trim_node(&mut node);
+        trim_metadata(&mut node);
         let node = Arc::new(node);
         let relevant = known
             .get(&name)

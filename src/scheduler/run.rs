@@ -17,7 +17,7 @@ use tracing::{debug, error, info};
 use super::api::KubeApi;
 use super::cache::Cache;
 use super::client::limited;
-use super::events::{PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
+use super::events::{EventQueue, PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
 use super::http::{self, HttpState, TlsFiles};
 use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
 use super::leader_election::{LeaderElectionConfig, LeaderElector};
@@ -101,7 +101,8 @@ pub async fn run(
     // Leader election keeps the caller's client: renewals must not wait behind a burst of bindings.
     let cc = &config.client_connection;
     let api_client = limited(client.clone(), cc.qps, cc.burst);
-    let events_client = limited(client.clone(), cc.qps, cc.burst);
+    // Events have a client of their own, as upstream's; one queue serves every profile.
+    let events = EventQueue::start(limited(client.clone(), cc.qps, cc.burst), &options.identity);
     let metrics = Arc::new(Metrics::new());
     let nominator = Arc::new(Nominator::new());
     let handle =
@@ -121,12 +122,7 @@ pub async fn run(
         frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
         reporters.insert(
             profile.scheduler_name.clone(),
-            PodReporter::new(
-                api_client.clone(),
-                events_client.clone(),
-                &profile.scheduler_name,
-                &options.identity,
-            ),
+            PodReporter::new(api_client.clone(), events.clone(), &profile.scheduler_name),
         );
     }
     let sort_fwk = frameworks

@@ -6,7 +6,7 @@
 //!
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, Pod, PodStatus, Volume};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume};
 use kube::Resource;
 
 /// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
@@ -48,11 +48,6 @@ pub fn trim_pod(pod: &mut Pod) {
     if let Some(status) = pod.status.as_mut() {
         trim_pod_status(status);
     }
-}
-
-/// Keeps of a node what the scheduler reads.
-pub fn trim_node(node: &mut Node) {
-    trim_metadata(node);
 }
 
 /// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring) and

@@ -85,7 +85,63 @@ impl tower::Service<Request<Body>> for Limited {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
+
+    /// An API stand-in that answers `{}` after 20 ms and records the most requests it saw at once.
+    #[derive(Clone, Default)]
+    struct Counting {
+        now: Arc<AtomicUsize>,
+        max: Arc<AtomicUsize>,
+    }
+
+    impl tower::Service<Request<Body>> for Counting {
+        type Response = Response<Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<'static, Result<Response<Body>, Self::Error>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: Request<Body>) -> Self::Future {
+            let this = self.clone();
+            Box::pin(async move {
+                let n = this.now.fetch_add(1, Ordering::SeqCst) + 1;
+                this.max.fetch_max(n, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                this.now.fetch_sub(1, Ordering::SeqCst);
+                Ok(Response::new(Body::from(b"{}".to_vec())))
+            })
+        }
+    }
+
+    /// Sends `count` GETs of `uri` at once through a limited client; the most seen at once.
+    async fn most_at_once(uri: &str, count: usize) -> usize {
+        let api = Counting::default();
+        let client = limited(Client::new(api.clone(), "default"), 0.0, 0);
+        let sends = (0..count).map(|_| {
+            let request = Request::get(uri).body(Body::empty()).unwrap();
+            client.send(request)
+        });
+        for response in futures::future::join_all(sends).await {
+            assert!(response.is_ok());
+        }
+        api.max.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_in_flight_are_bounded() {
+        let most = most_at_once("/api/v1/namespaces/a/pods/p/binding", 3 * MAX_IN_FLIGHT).await;
+        assert!(most <= MAX_IN_FLIGHT, "{most} in flight");
+        assert!(most > 1, "requests were not concurrent at all");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn watches_are_not_bounded() {
+        let most = most_at_once("/api/v1/pods?watch=true", 2 * MAX_IN_FLIGHT).await;
+        assert!(most > MAX_IN_FLIGHT, "only {most} watches at once");
+    }
 
     fn request(uri: &str) -> Request<()> {
         Request::get(uri).body(()).unwrap()

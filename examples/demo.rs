@@ -196,17 +196,7 @@ fn main() {
         "the workload to be placed",
         Duration::from_secs(120),
         || {
-            let nodes = kubectl(
-                cp,
-                &[
-                    "get",
-                    "pods",
-                    "-n",
-                    "demo",
-                    "-o",
-                    "jsonpath={.items[*].spec.nodeName}",
-                ],
-            );
+            let nodes = workload_nodes(cp);
             nodes.split_whitespace().count() == 6
         },
     );
@@ -219,17 +209,7 @@ fn main() {
         "$ kubectl get pods -n demo -o wide\n{}",
         kubectl(cp, &["get", "pods", "-n", "demo", "-o", "wide"])
     );
-    let nodes = kubectl(
-        cp,
-        &[
-            "get",
-            "pods",
-            "-n",
-            "demo",
-            "-o",
-            "jsonpath={.items[*].spec.nodeName}",
-        ],
-    );
+    let nodes = workload_nodes(cp);
     let on_leaf = nodes
         .split_whitespace()
         .filter(|n| n.starts_with("leaf-"))
@@ -255,4 +235,19 @@ fn main() {
     let _ = scheduler.kill();
     let _ = scheduler.wait();
     println!("demo done; everything stopped (DEMO_KEEP=1 keeps it running)");
+}
+
+/// The nodes the demo's workload pods are on, space-separated (empty for pods not placed yet).
+fn workload_nodes(cp: &ControlPlane) -> String {
+    kubectl(
+        cp,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ],
+    )
 }

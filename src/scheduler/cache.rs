@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 use tracing::warn;
 
@@ -91,8 +91,7 @@ impl Cache {
     }
 
     /// A pod the informer sees assigned to a node: confirms an assumed pod, else adds or updates it.
-    pub fn add_or_update_pod(&self, pod: Arc<Pod>) {
-        let info = Arc::new(PodInfo::new(pod));
+    pub fn add_or_update_pod(&self, info: Arc<PodInfo>) {
         let key = info.key();
         let node = info.node_name().to_string();
         let mut inner = self.inner.lock();
@@ -299,12 +298,12 @@ mod tests {
             Err(CacheError::AlreadyPresent("default/a".into()))
         );
         cache.forget_pod("default/a").expect("forget");
-        cache.add_or_update_pod(Arc::new(
+        cache.add_or_update_pod(
             PodBuilder::new("b")
                 .container(&[("cpu", "1")])
                 .node("n1")
-                .build(),
-        ));
+                .arc_info(),
+        );
         assert!(!cache.is_assumed("default/b"), "the informer confirmed b");
         assert_eq!(
             cache.forget_pod("default/b"),
@@ -342,7 +341,7 @@ mod tests {
     fn removed_node_leaves_the_snapshot() {
         let cache = Cache::default();
         cache.add_node(node("n1"));
-        cache.add_or_update_pod(Arc::new(PodBuilder::new("p").node("n1").build()));
+        cache.add_or_update_pod(PodBuilder::new("p").node("n1").arc_info());
         let mut snap = Snapshot::new();
         cache.update_snapshot(&mut snap);
         cache.remove_node("n1");
@@ -357,18 +356,18 @@ mod tests {
         let cache = Cache::default();
         cache.add_node(node("n1"));
         cache.add_node(node("n2"));
-        cache.add_or_update_pod(Arc::new(
+        cache.add_or_update_pod(
             PodBuilder::new("p")
                 .container(&[("cpu", "1")])
                 .node("n1")
-                .build(),
-        ));
-        cache.add_or_update_pod(Arc::new(
+                .arc_info(),
+        );
+        cache.add_or_update_pod(
             PodBuilder::new("p")
                 .container(&[("cpu", "1")])
                 .node("n2")
-                .build(),
-        ));
+                .arc_info(),
+        );
         let mut snap = Snapshot::new();
         cache.update_snapshot(&mut snap);
         assert_eq!(

@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
-use super::trim::{trim_metadata, trim_pod};
+use super::trim::{assigned_pod_info, trim_metadata, trim_pod};
 use crate::framework::listers::{Informer, Listers, ObjectStore};
 use crate::framework::types::PodInfo;
 
@@ -62,7 +62,7 @@ fn node_relevant_change(old: &Node, new: &Node) -> bool {
 }
 
 /// Routes pod events; `profiles` are the scheduler names this process serves. Pods are kept trimmed
-/// to what scheduling reads (`trim::trim_pod`).
+/// to what scheduling reads (`trim::trim_pod`, `trim::assigned_pod_info`).
 pub struct PodHandler {
     pub cache: Arc<Cache>,
     pub queue: Arc<SchedulingQueue>,
@@ -82,14 +82,16 @@ impl PodHandler {
 
     pub fn apply(&mut self, mut pod: Pod) {
         let key = pod_key(&pod);
+        if !node_name(&pod).is_empty() {
+            let info = Arc::new(assigned_pod_info(pod));
+            self.known.insert(key.clone(), info.pod.clone());
+            self.queue.delete(&key);
+            self.cache.add_or_update_pod(info);
+            return;
+        }
         trim_pod(&mut pod);
         let pod = Arc::new(pod);
         let old = self.known.insert(key.clone(), pod.clone());
-        if !node_name(&pod).is_empty() {
-            self.queue.delete(&key);
-            self.cache.add_or_update_pod(pod);
-            return;
-        }
         if !self.profiles.contains(scheduler_name(&pod)) {
             return;
         }

@@ -6,8 +6,12 @@
 //!
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume};
 use kube::Resource;
+
+use crate::framework::types::PodInfo;
 
 /// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -50,6 +54,20 @@ pub fn trim_pod(pod: &mut Pod) {
     }
 }
 
+/// The `PodInfo` of a pod bound to a node. Such a pod is only ever read as a pod already on its
+/// node: its labels, affinity, volumes, priority, start time and conditions; what its containers
+/// ask for (requests, host ports) is computed into the `PodInfo` first. So its containers are
+/// dropped: each is a 2 KB struct, most of a kept pod.
+pub fn assigned_pod_info(mut pod: Pod) -> PodInfo {
+    trim_pod(&mut pod);
+    let mut info = PodInfo::new(Arc::new(pod));
+    if let Some(spec) = Arc::get_mut(&mut info.pod).and_then(|p| p.spec.as_mut()) {
+        spec.containers = Vec::new();
+        spec.init_containers = None;
+    }
+    info
+}
+
 /// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring) and
 /// restartPolicy (sidecar init containers count like regular ones).
 fn trim_container(c: &mut Container) {
@@ -73,24 +91,32 @@ fn volume_matters_for_scheduling(v: &Volume) -> bool {
         && v.empty_dir.is_none()
 }
 
-/// Phase (finished pods), conditions (resize, disruption target), nominated node (preemption), start
+/// Phase (finished pods), the conditions the scheduler reads, nominated node (preemption), start
 /// time (victim order), and the resources the kubelet allocated to each container (in-place resize).
 fn trim_pod_status(status: &mut PodStatus) {
-    let trim_all = |list: Option<Vec<ContainerStatus>>| {
-        list.map(|l| l.into_iter().map(trim_container_status).collect())
-    };
     *status = PodStatus {
         phase: status.phase.take(),
         conditions: status.conditions.take(),
         nominated_node_name: status.nominated_node_name.take(),
         start_time: status.start_time.take(),
         qos_class: status.qos_class.take(),
-        container_statuses: trim_all(status.container_statuses.take()),
-        init_container_statuses: trim_all(status.init_container_statuses.take()),
+        container_statuses: trim_container_statuses(status.container_statuses.take()),
+        init_container_statuses: trim_container_statuses(status.init_container_statuses.take()),
         ..Default::default()
     };
-    shrink(&mut status.conditions);
+    if let Some(conditions) = status.conditions.as_mut() {
+        conditions.retain(|c| CONDITIONS_READ.contains(&c.type_.as_str()));
+        conditions.shrink_to_fit();
+    }
+    if status.conditions.as_ref().is_some_and(Vec::is_empty) {
+        status.conditions = None;
+    }
 }
+
+/// PodScheduled (a failed attempt writes it only when it changes), PodResizePending (an infeasible
+/// resize counts the spec's requests), DisruptionTarget (a victim already being preempted). Ready,
+/// Initialized and the kubelet's other conditions are never read.
+const CONDITIONS_READ: [&str; 3] = ["PodScheduled", "PodResizePending", "DisruptionTarget"];
 
 fn shrink<T>(list: &mut Option<Vec<T>>) {
     if let Some(l) = list.as_mut() {
@@ -98,19 +124,26 @@ fn shrink<T>(list: &mut Option<Vec<T>>) {
     }
 }
 
-fn trim_container_status(s: ContainerStatus) -> ContainerStatus {
-    ContainerStatus {
-        name: s.name,
-        allocated_resources: s.allocated_resources,
-        resources: s.resources,
-        ..Default::default()
-    }
+/// Keeps a container's status only when it carries allocated or actual resources: a status without
+/// them counts exactly as no status (the spec's requests), and each `ContainerStatus` is 752 bytes even
+/// when empty.
+fn trim_container_statuses(list: Option<Vec<ContainerStatus>>) -> Option<Vec<ContainerStatus>> {
+    let kept: Vec<ContainerStatus> = list?
+        .into_iter()
+        .filter(|s| s.allocated_resources.is_some() || s.resources.is_some())
+        .map(|s| ContainerStatus {
+            name: s.name,
+            allocated_resources: s.allocated_resources,
+            resources: s.resources,
+            ..Default::default()
+        })
+        .collect();
+    (!kept.is_empty()).then_some(kept)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::types::PodInfo;
     use serde_json::json;
 
     /// A pod as the API server returns it once admission and the kubelet had their turn.
@@ -145,10 +178,13 @@ mod tests {
             "status": {
                 "phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "qosClass": "Burstable",
                 "startTime": "2026-01-01T00:00:00Z", "nominatedNodeName": "n2",
-                "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}],
+                "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"},
+                    {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [{"name": "app", "image": "nginx:1.25", "imageID": "sha256:x", "ready": true,
                     "restartCount": 3, "containerID": "containerd://abc", "state": {"running": {}},
-                    "allocatedResources": {"cpu": "200m"}, "resources": {"requests": {"cpu": "150m"}}}]
+                    "allocatedResources": {"cpu": "200m"}, "resources": {"requests": {"cpu": "150m"}}}],
+                "initContainerStatuses": [{"name": "proxy", "image": "envoy", "imageID": "sha256:y", "ready": true,
+                    "restartCount": 0, "state": {"running": {}}}]
             }
         }))
         .expect("pod")
@@ -189,10 +225,13 @@ mod tests {
             status.start_time,
             original.status.as_ref().unwrap().start_time
         );
-        assert_eq!(
-            status.conditions,
-            original.status.as_ref().unwrap().conditions
-        );
+        let conditions: Vec<&str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(conditions, ["PodResizePending", "PodScheduled"]);
         let cs = &status.container_statuses.as_ref().unwrap()[0];
         assert_eq!(cs.name, "app");
         assert!(cs.allocated_resources.is_some() && cs.resources.is_some());
@@ -216,6 +255,10 @@ mod tests {
         assert!(status.host_ip.is_none() && status.pod_ip.is_none());
         let cs = &status.container_statuses.as_ref().unwrap()[0];
         assert!(cs.state.is_none() && cs.container_id.is_none() && cs.image.is_empty());
+        // Without allocated or actual resources a status says nothing the spec does not.
+        assert!(status.init_container_statuses.is_none());
+        let conditions = status.conditions.iter().flatten();
+        assert!(conditions.map(|c| c.type_.as_str()).all(|t| t != "Ready"));
     }
 
     #[test]
@@ -228,6 +271,27 @@ mod tests {
         assert_eq!(trimmed.non_zero_cpu, original.non_zero_cpu);
         assert_eq!(trimmed.non_zero_memory, original.non_zero_memory);
         assert_eq!(trimmed.host_ports, original.host_ports);
+    }
+
+    #[test]
+    fn an_assigned_pod_keeps_its_requests_and_ports_without_its_containers() {
+        let full = PodInfo::from_pod(full_pod());
+        let assigned = assigned_pod_info(full_pod());
+        let spec = assigned.pod.spec.as_ref().unwrap();
+        assert!(spec.containers.is_empty() && spec.init_containers.is_none());
+        assert_eq!(assigned.requests, full.requests);
+        assert_eq!(
+            (assigned.non_zero_cpu, assigned.non_zero_memory),
+            (full.non_zero_cpu, full.non_zero_memory)
+        );
+        assert_eq!(assigned.host_ports, full.host_ports);
+        assert_eq!(spec.affinity, full.pod.spec.as_ref().unwrap().affinity);
+        assert_eq!(
+            assigned.has_required_anti_affinity(),
+            full.has_required_anti_affinity()
+        );
+        assert_eq!(assigned.pod.metadata.labels, full.pod.metadata.labels);
+        assert_eq!(spec.volumes.as_ref().map(Vec::len), Some(2));
     }
 
     #[test]

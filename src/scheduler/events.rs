@@ -452,6 +452,33 @@ mod tests {
         assert!(others.iter().all(|k| *k != base));
     }
 
+    /// A reporter never waits on the writer: beyond the queue's capacity, events are dropped (as
+    /// client-go's broadcaster drops them), and the ones queued are the first ones.
+    #[tokio::test]
+    async fn a_full_queue_drops_events_instead_of_waiting() {
+        let (sender, mut queued) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
+        let unreachable = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let reporter = PodReporter::new(
+            Client::try_from(unreachable).unwrap(),
+            EventQueue(sender),
+            "s",
+        );
+        let pod = failed_pod("m", "2026-11-21T12:00:00Z", None);
+        for i in 0..EVENT_QUEUE + 10 {
+            reporter.scheduled(&pod, &format!("n{i}"));
+        }
+        let mut notes = Vec::new();
+        while let Ok(event) = queued.try_recv() {
+            notes.push(event.note);
+        }
+        assert_eq!(notes.len(), EVENT_QUEUE);
+        assert_eq!(notes[0], "Successfully assigned ns/p to n0");
+        assert_eq!(
+            notes[EVENT_QUEUE - 1],
+            format!("Successfully assigned ns/p to n{}", EVENT_QUEUE - 1)
+        );
+    }
+
     #[test]
     fn memory_is_bounded() {
         let mut cache = SeriesCache::default();

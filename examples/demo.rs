@@ -8,13 +8,14 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ksched::framework::registry::Registry;
 use ksched::operator::in_process::InProcessSchedulers;
 use ksched::operator::{OperatorOptions, run as run_operator};
+use support::process::LoggedChild;
 use support::{Components, ControlPlane, control_plane, fixtures::kwok_node};
 
 const NAMESPACE: &str = "ksched-system";
@@ -37,24 +38,19 @@ fn apply(cp: &ControlPlane, yaml: &str) {
 }
 
 /// Upstream kube-scheduler as the cluster's default scheduler (for the sample profiles' own
-/// Deployments, as in a real cluster).
-fn default_scheduler(cp: &ControlPlane) -> Child {
+/// Deployments, as in a real cluster). Killed with the demo, however the demo ends.
+fn default_scheduler(cp: &ControlPlane) -> LoggedChild {
     let kubeconfig = cp.kubeconfig.display().to_string();
-    let log = std::fs::File::create(cp.dir.join("kube-scheduler.log")).expect("log file");
-    Command::new(cp.bin_dir.join("kube-scheduler"))
-        .args([
-            format!("--kubeconfig={kubeconfig}"),
-            format!("--authentication-kubeconfig={kubeconfig}"),
-            format!("--authorization-kubeconfig={kubeconfig}"),
-            "--leader-elect=false".into(),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={}", support::free_port()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log file"))
-        .stderr(log)
-        .spawn()
-        .expect("start kube-scheduler")
+    let mut cmd = Command::new(cp.bin_dir.join("kube-scheduler"));
+    cmd.args([
+        format!("--kubeconfig={kubeconfig}"),
+        format!("--authentication-kubeconfig={kubeconfig}"),
+        format!("--authorization-kubeconfig={kubeconfig}"),
+        "--leader-elect=false".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", support::free_port()),
+    ]);
+    LoggedChild::spawn(cmd, cp.dir.join("kube-scheduler.log"))
 }
 
 const WORKLOAD: &str = r#"apiVersion: apps/v1
@@ -232,8 +228,7 @@ fn main() {
     let _ = stop_tx.send(());
     let _ =
         runtime.block_on(async { tokio::time::timeout(Duration::from_secs(15), operator).await });
-    let _ = scheduler.kill();
-    let _ = scheduler.wait();
+    scheduler.kill();
     println!("demo done; everything stopped (DEMO_KEEP=1 keeps it running)");
 }
 

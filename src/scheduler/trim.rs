@@ -55,15 +55,20 @@ pub fn trim_pod(pod: &mut Pod) {
 }
 
 /// The `PodInfo` of a pod bound to a node. Such a pod is only ever read as a pod already on its
-/// node: its labels, affinity, volumes, priority, start time and conditions; what its containers
-/// ask for (requests, host ports) is computed into the `PodInfo` first. So its containers are
-/// dropped: each is a 2 KB struct, most of a kept pod.
+/// node: its labels, pod (anti-)affinity, volumes, priority, start time and conditions; what its
+/// containers ask for (requests, host ports) is computed into the `PodInfo` first. So its
+/// containers are dropped (each is a 2 KB struct, most of a kept pod), and so are its tolerations
+/// and node affinity, which only matter while a pod looks for a node.
 pub fn assigned_pod_info(mut pod: Pod) -> PodInfo {
     trim_pod(&mut pod);
     let mut info = PodInfo::new(Arc::new(pod));
     if let Some(spec) = Arc::get_mut(&mut info.pod).and_then(|p| p.spec.as_mut()) {
         spec.containers = Vec::new();
         spec.init_containers = None;
+        spec.tolerations = None;
+        if let Some(affinity) = spec.affinity.as_mut() {
+            affinity.node_affinity = None;
+        }
     }
     info
 }
@@ -173,7 +178,9 @@ mod tests {
                 ],
                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+                    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]},
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
             },
             "status": {
                 "phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "qosClass": "Burstable",
@@ -274,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn an_assigned_pod_keeps_its_requests_and_ports_without_its_containers() {
+    fn an_assigned_pod_keeps_what_existing_pods_are_read_for() {
         let full = PodInfo::from_pod(full_pod());
         let assigned = assigned_pod_info(full_pod());
         let spec = assigned.pod.spec.as_ref().unwrap();
@@ -285,7 +292,14 @@ mod tests {
             (full.non_zero_cpu, full.non_zero_memory)
         );
         assert_eq!(assigned.host_ports, full.host_ports);
-        assert_eq!(spec.affinity, full.pod.spec.as_ref().unwrap().affinity);
+        // Only a pod looking for a node reads its node affinity and tolerations.
+        let (affinity, full_affinity) = (
+            spec.affinity.as_ref().unwrap(),
+            full.pod.spec.as_ref().unwrap().affinity.as_ref().unwrap(),
+        );
+        assert_eq!(affinity.pod_anti_affinity, full_affinity.pod_anti_affinity);
+        assert!(affinity.node_affinity.is_none() && full_affinity.node_affinity.is_some());
+        assert!(spec.tolerations.is_none());
         assert_eq!(
             assigned.has_required_anti_affinity(),
             full.has_required_anti_affinity()

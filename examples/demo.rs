@@ -8,7 +8,6 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,7 @@ use ksched::framework::registry::Registry;
 use ksched::operator::in_process::InProcessSchedulers;
 use ksched::operator::{OperatorOptions, run as run_operator};
 use support::process::LoggedChild;
+use support::scheduler::kube_scheduler_command;
 use support::{Components, ControlPlane, control_plane, fixtures::kwok_node};
 
 const NAMESPACE: &str = "ksched-system";
@@ -40,17 +40,10 @@ fn apply(cp: &ControlPlane, yaml: &str) {
 /// Upstream kube-scheduler as the cluster's default scheduler (for the sample profiles' own
 /// Deployments, as in a real cluster). Killed with the demo, however the demo ends.
 fn default_scheduler(cp: &ControlPlane) -> LoggedChild {
-    let kubeconfig = cp.kubeconfig.display().to_string();
-    let mut cmd = Command::new(cp.bin_dir.join("kube-scheduler"));
-    cmd.args([
-        format!("--kubeconfig={kubeconfig}"),
-        format!("--authentication-kubeconfig={kubeconfig}"),
-        format!("--authorization-kubeconfig={kubeconfig}"),
-        "--leader-elect=false".into(),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", support::free_port()),
-    ]);
-    LoggedChild::spawn(cmd, cp.dir.join("kube-scheduler.log"))
+    LoggedChild::spawn(
+        kube_scheduler_command(cp),
+        cp.dir.join("kube-scheduler.log"),
+    )
 }
 
 const WORKLOAD: &str = r#"apiVersion: apps/v1

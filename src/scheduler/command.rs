@@ -182,8 +182,9 @@ async fn wait_for_signal() {
 /// glibc gives each thread that allocates an arena of its own (up to 8 per core) and never hands
 /// memory back across arenas, so the runtime's and rayon's threads each grow to their own peak:
 /// measured at 1.5-2x the live heap. One arena keeps resident memory near the live heap; the
-/// scheduler's threads allocate little on the hot path, so the shared lock costs nothing measurable
-/// (`make bench`). An operator's `MALLOC_ARENA_MAX` wins. Called before any thread starts.
+/// scheduler's threads allocate little on the hot path, so the shared lock cost no throughput or CPU
+/// measurable beyond noise (SchedulingBasic, ksched-only bench rounds with `MALLOC_ARENA_MAX=1` vs
+/// `8`). An operator's `MALLOC_ARENA_MAX` wins. Called before any thread starts.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

@@ -1,8 +1,9 @@
 //! What the scheduler keeps of a watched object: only what scheduling reads. Upstream's informers
 //! drop `managedFields`; ksched also drops the parts of a pod no plugin looks at (environment,
 //! commands, probes, volume mounts, projected/ConfigMap/Secret/downwardAPI/emptyDir volumes, the
-//! runtime's container state), which are most of a typical pod's size. Objects are never written
-//! back from the cache, so a trimmed pod is only ever read.
+//! runtime's container state), which are most of a typical pod's size; a pod bound to a node keeps
+//! even less ([`assigned_pod_info`]). Objects are never written back from the cache, so a trimmed
+//! pod is only ever read.
 //!
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
 
@@ -111,11 +112,11 @@ fn trim_pod_status(status: &mut PodStatus) {
     };
     if let Some(conditions) = status.conditions.as_mut() {
         conditions.retain(|c| CONDITIONS_READ.contains(&c.type_.as_str()));
-        conditions.shrink_to_fit();
     }
     if status.conditions.as_ref().is_some_and(Vec::is_empty) {
         status.conditions = None;
     }
+    shrink(&mut status.conditions);
 }
 
 /// PodScheduled (a failed attempt writes it only when it changes), PodResizePending (an infeasible

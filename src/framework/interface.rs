@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::types::{NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
+use super::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
 
 /// The highest score a Score plugin may return after NormalizeScore.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -493,7 +493,7 @@ pub trait PreFilterExtensions: Send + Sync {
         &self,
         state: &mut CycleState,
         pod_to_schedule: &PodInfo,
-        pod_to_add: &PodInfo,
+        pod_to_add: &AssignedPod,
         node: &NodeInfo,
     ) -> Status;
 
@@ -501,7 +501,7 @@ pub trait PreFilterExtensions: Send + Sync {
         &self,
         state: &mut CycleState,
         pod_to_schedule: &PodInfo,
-        pod_to_remove: &PodInfo,
+        pod_to_remove: &AssignedPod,
         node: &NodeInfo,
     ) -> Status;
 }

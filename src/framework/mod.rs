@@ -32,6 +32,7 @@
 //! ```
 
 pub mod args;
+pub mod assigned_pod;
 #[cfg(test)]
 mod integration_tests;
 pub mod interface;

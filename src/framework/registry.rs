@@ -39,10 +39,11 @@ pub trait ApiHandle: Send + Sync {
     /// Binds the pod to the node (the `pods/binding` subresource).
     async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError>;
 
-    /// Patches the pod's status: a condition and/or the nominated node name.
+    /// Patches the status of pod `namespace/name`: a condition and/or the nominated node name.
     async fn patch_pod_status(
         &self,
-        pod: &PodInfo,
+        namespace: &str,
+        name: &str,
         condition: Option<PodCondition>,
         nominating: Option<NominatingInfo>,
     ) -> Result<(), ApiError>;
@@ -388,13 +389,14 @@ impl ApiHandle for RecordingApi {
 
     async fn patch_pod_status(
         &self,
-        pod: &PodInfo,
+        namespace: &str,
+        name: &str,
         condition: Option<PodCondition>,
         nominating: Option<NominatingInfo>,
     ) -> Result<(), ApiError> {
         self.status_patches
             .lock()
-            .push((pod.key(), condition, nominating));
+            .push((format!("{namespace}/{name}"), condition, nominating));
         Ok(())
     }
 

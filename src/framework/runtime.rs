@@ -13,7 +13,7 @@ use super::interface::{
     Plugin, PostFilterResult, PreFilterExtensions, PreFilterResult, Status,
 };
 use super::registry::{Handle, Registry, RegistryEntry};
-use super::types::{NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
+use super::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
 use super::waiting_pods::{WaitingPod, WaitingPods};
 use crate::config::{ExtensionPoint, PluginCatalog};
 
@@ -436,7 +436,7 @@ impl Framework {
         &self,
         state: &mut CycleState,
         pod_to_schedule: &PodInfo,
-        pod_to_add: &PodInfo,
+        pod_to_add: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
         self.run_pre_filter_extension(state, "AddPod", |ext, state| {
@@ -449,7 +449,7 @@ impl Framework {
         &self,
         state: &mut CycleState,
         pod_to_schedule: &PodInfo,
-        pod_to_remove: &PodInfo,
+        pod_to_remove: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
         self.run_pre_filter_extension(state, "RemovePod", |ext, state| {
@@ -534,8 +534,9 @@ impl Framework {
         let mut state_out = state.clone();
         let mut node_out = node.clone();
         for p in to_add {
+            let p = Arc::new(AssignedPod::from_pod_info(p));
             node_out.add_pod(p.clone());
-            let s = self.run_pre_filter_extension_add_pod(&mut state_out, pod, p, &node_out);
+            let s = self.run_pre_filter_extension_add_pod(&mut state_out, pod, &p, &node_out);
             if !s.is_success() {
                 return s;
             }

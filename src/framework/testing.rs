@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use super::types::{NodeInfo, PodInfo};
+use super::types::{AssignedPod, NodeInfo, PodInfo};
 
 /// A map of `pairs` (labels, annotations, selectors).
 pub fn string_map<M: FromIterator<(String, String)>>(pairs: &[(&str, &str)]) -> M {
@@ -290,6 +290,11 @@ impl PodBuilder {
         PodInfo::from_pod(self.pod)
     }
 
+    /// The pod as a node keeps it.
+    pub fn assigned(self) -> AssignedPod {
+        AssignedPod::new(self.pod)
+    }
+
     pub fn arc_info(self) -> Arc<PodInfo> {
         Arc::new(self.info())
     }
@@ -386,7 +391,7 @@ impl NodeBuilder {
     pub fn info(self, pods: Vec<Pod>) -> NodeInfo {
         NodeInfo::with_node(
             Arc::new(self.node),
-            pods.into_iter().map(|p| Arc::new(PodInfo::from_pod(p))),
+            pods.into_iter().map(|p| Arc::new(AssignedPod::new(p))),
         )
     }
 }

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+pub use super::assigned_pod::{AssignedPod, PodView};
 use crate::quantity;
 
 /// The CPU request assumed for scoring a container that requests none (upstream's
@@ -710,9 +711,9 @@ impl ImageStates {
 pub struct NodeInfo {
     node: Option<Arc<Node>>,
     name: Arc<str>,
-    pub pods: Vec<Arc<PodInfo>>,
-    pub pods_with_affinity: Vec<Arc<PodInfo>>,
-    pub pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
+    pub pods: Vec<Arc<AssignedPod>>,
+    pub pods_with_affinity: Vec<Arc<AssignedPod>>,
+    pub pods_with_required_anti_affinity: Vec<Arc<AssignedPod>>,
     pub used_ports: HostPortInfo,
     /// Sum of the pods' requests.
     pub requested: Resource,
@@ -760,7 +761,10 @@ impl NodeInfo {
     }
 
     /// A NodeInfo for `node` with `pods` (images not tracked across nodes; see [`ImageStates`]).
-    pub fn with_node(node: Arc<Node>, pods: impl IntoIterator<Item = Arc<PodInfo>>) -> NodeInfo {
+    pub fn with_node(
+        node: Arc<Node>,
+        pods: impl IntoIterator<Item = Arc<AssignedPod>>,
+    ) -> NodeInfo {
         let mut ni = NodeInfo::new();
         ni.set_node(node);
         for p in pods {
@@ -821,7 +825,7 @@ impl NodeInfo {
         self.generation = next_generation();
     }
 
-    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+    pub fn add_pod(&mut self, pod: Arc<AssignedPod>) {
         self.update(&pod, 1);
         if pod.has_affinity() {
             self.pods_with_affinity.push(pod.clone());
@@ -833,7 +837,7 @@ impl NodeInfo {
     }
 
     /// Removes the pod with `pod`'s UID.
-    pub fn remove_pod(&mut self, pod: &PodInfo) -> Result<Arc<PodInfo>, PodNotFound> {
+    pub fn remove_pod(&mut self, pod: &AssignedPod) -> Result<Arc<AssignedPod>, PodNotFound> {
         let uid = pod.uid();
         let Some(i) = self.pods.iter().position(|p| p.uid() == uid) else {
             return Err(PodNotFound {
@@ -849,7 +853,7 @@ impl NodeInfo {
         Ok(removed)
     }
 
-    fn update(&mut self, pod: &PodInfo, sign: i64) {
+    fn update(&mut self, pod: &AssignedPod, sign: i64) {
         let r = &pod.requests;
         self.requested.milli_cpu += sign * r.milli_cpu;
         self.requested.memory += sign * r.memory;
@@ -871,10 +875,9 @@ impl NodeInfo {
             }
         }
         let ns = pod.namespace();
-        let volumes = pod.spec().and_then(|s| s.volumes.as_ref());
-        for claim in volumes
-            .into_iter()
-            .flatten()
+        for claim in pod
+            .volumes()
+            .iter()
             .filter_map(|v| v.persistent_volume_claim.as_ref())
         {
             let key = format!("{ns}/{}", claim.claim_name);
@@ -971,7 +974,7 @@ impl Snapshot {
                 .and_then(|s| s.node_name.as_deref())
                 .unwrap_or("");
             if let Some(&i) = by_name.get(node_name) {
-                infos[i].add_pod(Arc::new(PodInfo::new(pod.clone())));
+                infos[i].add_pod(Arc::new(AssignedPod::new(Pod::clone(pod))));
             }
         }
         Snapshot::from_node_infos(infos.into_iter().map(Arc::new))
@@ -1362,7 +1365,7 @@ mod tests {
         let mut ni = NodeInfo::with_node(node, []);
         assert_eq!(ni.allocatable.milli_cpu, 4000);
         assert_eq!(ni.allocatable.allowed_pod_number, 110);
-        let p = Arc::new(PodInfo::from_pod(
+        let p = Arc::new(AssignedPod::new(
             PodBuilder::new("a")
                 .uid("ua")
                 .container(&[("cpu", "1")])
@@ -1397,9 +1400,7 @@ mod tests {
 
         // Replace one node's info: same position, new Arc.
         let mut changed = (*s.get("b1").cloned().expect("b1")).clone();
-        changed.add_pod(Arc::new(PodInfo::from_pod(
-            PodBuilder::new("x").uid("x").build(),
-        )));
+        changed.add_pod(Arc::new(PodBuilder::new("x").uid("x").assigned()));
         let changed = Arc::new(changed);
         s.update_from([NodeChange::Upsert(changed.clone())]);
         assert!(Arc::ptr_eq(s.get("b1").expect("b1"), &changed));

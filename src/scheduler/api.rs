@@ -69,7 +69,8 @@ impl ApiHandle for KubeApi {
 
     async fn patch_pod_status(
         &self,
-        pod: &PodInfo,
+        namespace: &str,
+        name: &str,
         condition: Option<PodCondition>,
         nominating: Option<NominatingInfo>,
     ) -> Result<(), ApiError> {
@@ -90,9 +91,9 @@ impl ApiHandle for KubeApi {
         if status.is_empty() {
             return Ok(());
         }
-        self.pods(pod.namespace())
+        self.pods(namespace)
             .patch_status(
-                pod.name(),
+                name,
                 &PatchParams::default(),
                 &Patch::Strategic(json!({ "status": status })),
             )

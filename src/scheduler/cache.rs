@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 use tracing::warn;
 
-use crate::framework::types::{ImageStates, NodeChange, NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, ImageStates, NodeChange, NodeInfo, PodInfo, Snapshot};
 
 /// How long an assumed pod whose binding finished may wait for the informer to confirm it.
 pub const DEFAULT_ASSUMED_TTL: Duration = Duration::from_secs(30);
@@ -28,7 +28,7 @@ pub enum CacheError {
 }
 
 struct PodEntry {
-    info: Arc<PodInfo>,
+    info: Arc<AssignedPod>,
     node: String,
     assumed: bool,
     /// Set when binding finished: the assumed pod expires then, unless confirmed.
@@ -90,10 +90,10 @@ impl Cache {
         }
     }
 
-    /// A pod the informer sees assigned to a node: confirms an assumed pod, else adds or updates it.
-    pub fn add_or_update_pod(&self, info: Arc<PodInfo>) {
+    /// A pod the informer sees assigned to `node`: confirms an assumed pod, else adds or updates it.
+    pub fn add_or_update_pod(&self, node: &str, info: Arc<AssignedPod>) {
         let key = info.key();
-        let node = info.node_name().to_string();
+        let node = node.to_string();
         let mut inner = self.inner.lock();
         if let Some(old) = inner.pods.remove(&key) {
             inner.remove_from_node(&old.node, &old.info);
@@ -119,18 +119,19 @@ impl Cache {
     }
 
     /// Accounts `pod` (whose `spec.nodeName` is set to the chosen node) before it is bound.
-    pub fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), CacheError> {
+    pub fn assume_pod(&self, pod: &PodInfo) -> Result<(), CacheError> {
         let key = pod.key();
         let mut inner = self.inner.lock();
         if inner.pods.contains_key(&key) {
             return Err(CacheError::AlreadyPresent(key));
         }
         let node = pod.node_name().to_string();
-        inner.node_mut(&node).add_pod(pod.clone());
+        let info = Arc::new(AssignedPod::from_pod_info(pod));
+        inner.node_mut(&node).add_pod(info.clone());
         inner.pods.insert(
             key,
             PodEntry {
-                info: pod,
+                info,
                 node,
                 assumed: true,
                 deadline: None,
@@ -227,7 +228,7 @@ impl Inner {
         Arc::make_mut(entry)
     }
 
-    fn remove_from_node(&mut self, node: &str, pod: &PodInfo) {
+    fn remove_from_node(&mut self, node: &str, pod: &AssignedPod) {
         if !self.nodes.contains_key(node) {
             return;
         }
@@ -254,11 +255,11 @@ mod tests {
         )
     }
 
-    fn assumed(name: &str, node: &str, cpu: &str) -> Arc<PodInfo> {
+    fn assumed(name: &str, node: &str, cpu: &str) -> PodInfo {
         PodBuilder::new(name)
             .container(&[("cpu", cpu)])
             .node(node)
-            .arc_info()
+            .info()
     }
 
     fn requested_cpu(snapshot: &Snapshot, node: &str) -> i64 {
@@ -279,7 +280,7 @@ mod tests {
         let n2_before = snap.get("n2").cloned().expect("n2");
 
         cache
-            .assume_pod(assumed("p", "n1", "500m"))
+            .assume_pod(&assumed("p", "n1", "500m"))
             .expect("assume");
         cache.update_snapshot(&mut snap);
         assert_eq!(requested_cpu(&snap, "n1"), 500);
@@ -291,18 +292,25 @@ mod tests {
     fn forget_releases_an_assumed_pod_and_confirm_keeps_it() {
         let cache = Cache::default();
         cache.add_node(node("n1"));
-        cache.assume_pod(assumed("a", "n1", "1")).expect("assume a");
-        cache.assume_pod(assumed("b", "n1", "1")).expect("assume b");
+        cache
+            .assume_pod(&assumed("a", "n1", "1"))
+            .expect("assume a");
+        cache
+            .assume_pod(&assumed("b", "n1", "1"))
+            .expect("assume b");
         assert_eq!(
-            cache.assume_pod(assumed("a", "n1", "1")),
+            cache.assume_pod(&assumed("a", "n1", "1")),
             Err(CacheError::AlreadyPresent("default/a".into()))
         );
         cache.forget_pod("default/a").expect("forget");
         cache.add_or_update_pod(
-            PodBuilder::new("b")
-                .container(&[("cpu", "1")])
-                .node("n1")
-                .arc_info(),
+            "n1",
+            Arc::new(
+                PodBuilder::new("b")
+                    .container(&[("cpu", "1")])
+                    .node("n1")
+                    .assigned(),
+            ),
         );
         assert!(!cache.is_assumed("default/b"), "the informer confirmed b");
         assert_eq!(
@@ -318,7 +326,7 @@ mod tests {
     fn assumed_pods_expire_only_after_binding_finished_and_ttl() {
         let cache = Cache::new(Duration::from_secs(30));
         cache.add_node(node("n1"));
-        cache.assume_pod(assumed("p", "n1", "1")).expect("assume");
+        cache.assume_pod(&assumed("p", "n1", "1")).expect("assume");
         let now = Instant::now();
         assert!(
             cache
@@ -341,7 +349,7 @@ mod tests {
     fn removed_node_leaves_the_snapshot() {
         let cache = Cache::default();
         cache.add_node(node("n1"));
-        cache.add_or_update_pod(PodBuilder::new("p").node("n1").arc_info());
+        cache.add_or_update_pod("n1", Arc::new(PodBuilder::new("p").node("n1").assigned()));
         let mut snap = Snapshot::new();
         cache.update_snapshot(&mut snap);
         cache.remove_node("n1");
@@ -357,16 +365,22 @@ mod tests {
         cache.add_node(node("n1"));
         cache.add_node(node("n2"));
         cache.add_or_update_pod(
-            PodBuilder::new("p")
-                .container(&[("cpu", "1")])
-                .node("n1")
-                .arc_info(),
+            "n1",
+            Arc::new(
+                PodBuilder::new("p")
+                    .container(&[("cpu", "1")])
+                    .node("n1")
+                    .assigned(),
+            ),
         );
         cache.add_or_update_pod(
-            PodBuilder::new("p")
-                .container(&[("cpu", "1")])
-                .node("n2")
-                .arc_info(),
+            "n2",
+            Arc::new(
+                PodBuilder::new("p")
+                    .container(&[("cpu", "1")])
+                    .node("n2")
+                    .assigned(),
+            ),
         );
         let mut snap = Snapshot::new();
         cache.update_snapshot(&mut snap);

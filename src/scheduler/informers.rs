@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
-use super::trim::{assigned_pod_info, trim_metadata, trim_pod};
+use super::trim::{assigned_pod, trim_metadata, trim_pod};
 use crate::framework::listers::{Informer, Listers, ObjectStore};
 use crate::framework::types::PodInfo;
 
@@ -67,7 +67,14 @@ pub struct PodHandler {
     pub cache: Arc<Cache>,
     pub queue: Arc<SchedulingQueue>,
     pub profiles: HashSet<String>,
-    known: HashMap<String, Arc<Pod>>,
+    known: HashMap<String, KnownPod>,
+}
+
+/// What the handler remembers of a pod it has seen: a pending pod whole (its next update is
+/// compared against it), an assigned one only as such (the cache keeps it).
+enum KnownPod {
+    Pending(Arc<Pod>),
+    Assigned,
 }
 
 impl PodHandler {
@@ -83,15 +90,22 @@ impl PodHandler {
     pub fn apply(&mut self, mut pod: Pod) {
         let key = pod_key(&pod);
         if !node_name(&pod).is_empty() {
-            let info = Arc::new(assigned_pod_info(pod));
-            self.known.insert(key.clone(), info.pod.clone());
+            let node = node_name(&pod).to_string();
+            self.known.insert(key.clone(), KnownPod::Assigned);
             self.queue.delete(&key);
-            self.cache.add_or_update_pod(info);
+            self.cache
+                .add_or_update_pod(&node, Arc::new(assigned_pod(pod)));
             return;
         }
         trim_pod(&mut pod);
         let pod = Arc::new(pod);
-        let old = self.known.insert(key.clone(), pod.clone());
+        let old = match self
+            .known
+            .insert(key.clone(), KnownPod::Pending(pod.clone()))
+        {
+            Some(KnownPod::Pending(old)) => Some(old),
+            _ => None,
+        };
         if !self.profiles.contains(scheduler_name(&pod)) {
             return;
         }
@@ -112,7 +126,7 @@ impl PodHandler {
         let Some(old) = self.known.remove(key) else {
             return;
         };
-        if node_name(&old).is_empty() {
+        if let KnownPod::Pending(_) = old {
             self.queue.delete(key);
         } else {
             self.cache.remove_pod(key);

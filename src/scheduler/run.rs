@@ -439,7 +439,7 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
     let assumed = Arc::new(PodInfo::new(Arc::new(with_node_name(&pod.pod, &host))));
     // The pod is counted on its node from now on; a nomination would count it twice.
     shared.queue.nominator().delete(&key);
-    if let Err(err) = shared.cache.assume_pod(assumed.clone()) {
+    if let Err(err) = shared.cache.assume_pod(&assumed) {
         fail(
             shared,
             &profile,

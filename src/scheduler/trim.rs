@@ -7,12 +7,10 @@
 //!
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume};
 use kube::Resource;
 
-use crate::framework::types::PodInfo;
+use crate::framework::types::AssignedPod;
 
 /// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -55,23 +53,15 @@ pub fn trim_pod(pod: &mut Pod) {
     }
 }
 
-/// The `PodInfo` of a pod bound to a node. Such a pod is only ever read as a pod already on its
-/// node: its labels, pod (anti-)affinity, volumes, priority, start time and conditions; what its
-/// containers ask for (requests, host ports) is computed into the `PodInfo` first. So its
-/// containers are dropped (each is a 2 KB struct, most of a kept pod), and so are its tolerations
-/// and node affinity, which only matter while a pod looks for a node.
-pub fn assigned_pod_info(mut pod: Pod) -> PodInfo {
-    trim_pod(&mut pod);
-    let mut info = PodInfo::new(Arc::new(pod));
-    if let Some(spec) = Arc::get_mut(&mut info.pod).and_then(|p| p.spec.as_mut()) {
-        spec.containers = Vec::new();
-        spec.init_containers = None;
-        spec.tolerations = None;
-        if let Some(affinity) = spec.affinity.as_mut() {
-            affinity.node_affinity = None;
-        }
+/// What is kept of a pod bound to a node: an [`AssignedPod`] (identity, labels, pod
+/// (anti-)affinity, the volumes that matter for scheduling, priority, start time, what it requests),
+/// a few hundred bytes instead of the whole `Pod`.
+pub fn assigned_pod(mut pod: Pod) -> AssignedPod {
+    trim_metadata(&mut pod);
+    if let Some(volumes) = pod.spec.as_mut().and_then(|s| s.volumes.as_mut()) {
+        volumes.retain(volume_matters_for_scheduling);
     }
-    info
+    AssignedPod::new(pod)
 }
 
 /// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring) and
@@ -150,6 +140,7 @@ fn trim_container_statuses(list: Option<Vec<ContainerStatus>>) -> Option<Vec<Con
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::types::{PodInfo, PodView};
     use serde_json::json;
 
     /// A pod as the API server returns it once admission and the kubelet had their turn.
@@ -284,29 +275,34 @@ mod tests {
     #[test]
     fn an_assigned_pod_keeps_what_existing_pods_are_read_for() {
         let full = PodInfo::from_pod(full_pod());
-        let assigned = assigned_pod_info(full_pod());
-        let spec = assigned.pod.spec.as_ref().unwrap();
-        assert!(spec.containers.is_empty() && spec.init_containers.is_none());
+        let assigned = assigned_pod(full_pod());
         assert_eq!(assigned.requests, full.requests);
         assert_eq!(
             (assigned.non_zero_cpu, assigned.non_zero_memory),
             (full.non_zero_cpu, full.non_zero_memory)
         );
         assert_eq!(assigned.host_ports, full.host_ports);
-        // Only a pod looking for a node reads its node affinity and tolerations.
-        let (affinity, full_affinity) = (
-            spec.affinity.as_ref().unwrap(),
-            full.pod.spec.as_ref().unwrap().affinity.as_ref().unwrap(),
-        );
+        // Only a pod looking for a node reads its node affinity.
+        let (affinity, full_affinity) = (assigned.affinity().unwrap(), full.affinity().unwrap());
         assert_eq!(affinity.pod_anti_affinity, full_affinity.pod_anti_affinity);
         assert!(affinity.node_affinity.is_none() && full_affinity.node_affinity.is_some());
-        assert!(spec.tolerations.is_none());
         assert_eq!(
             assigned.has_required_anti_affinity(),
             full.has_required_anti_affinity()
         );
-        assert_eq!(assigned.pod.metadata.labels, full.pod.metadata.labels);
-        assert_eq!(spec.volumes.as_ref().map(Vec::len), Some(2));
+        assert_eq!(PodView::labels(&assigned), full.labels());
+        assert_eq!(assigned.priority(), full.priority());
+        assert!(assigned.start_time().is_some());
+        // The ConfigMap and scratch volumes go as for a pending pod.
+        assert_eq!(assigned.volumes().len(), 2);
+    }
+
+    #[test]
+    fn an_assumed_pod_is_kept_as_the_informer_will_confirm_it() {
+        let mut pending = full_pod();
+        trim_pod(&mut pending);
+        let assumed = AssignedPod::from_pod_info(&PodInfo::from_pod(pending));
+        assert_eq!(assumed, assigned_pod(full_pod()));
     }
 
     #[test]

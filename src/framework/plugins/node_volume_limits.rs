@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::CSINode;
 
 use super::names;
@@ -22,7 +22,7 @@ use crate::framework::plugins::volume_binding::binder::{
     claim_class, claim_volume_name, ephemeral_claim_is_for_pod, volume_claim_name,
 };
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{NodeInfo, PodInfo, PodView, Snapshot};
 
 pub const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed max volume count";
 
@@ -82,12 +82,12 @@ impl NodeVolumeLimits {
     /// missing claim is an error for the new pod and ignored for pods already on the node.
     fn attachable_volumes(
         &self,
-        pod: &Pod,
+        pod: &impl PodView,
         new_pod: bool,
         out: &mut BTreeMap<String, String>,
     ) -> Result<(), String> {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        let ns = pod.namespace();
+        for vol in pod.volumes() {
             let Some((name, ephemeral)) = volume_claim_name(pod, vol) else {
                 continue;
             };
@@ -170,7 +170,7 @@ impl FilterPlugin for NodeVolumeLimits {
         }
         let mut attached = BTreeMap::new();
         for existing in &node.pods {
-            if let Err(e) = self.attachable_volumes(&existing.pod, false, &mut attached) {
+            if let Err(e) = self.attachable_volumes(existing, false, &mut attached) {
                 return Status::error(e);
             }
         }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::Volume;
 
 use super::names;
 use crate::framework::args::no_args;
@@ -16,7 +16,7 @@ use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::helper::update_pre_filter_state;
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
 const STATE_KEY: &str = "PreFilterVolumeRestrictions";
 
@@ -32,11 +32,9 @@ struct PreFilterState {
 }
 
 impl PreFilterState {
-    fn conflicts_of(&self, pod: &PodInfo) -> i64 {
-        pod.spec()
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten()
+    fn conflicts_of(&self, pod: &AssignedPod) -> i64 {
+        pod.volumes()
+            .iter()
             .filter_map(|v| v.persistent_volume_claim.as_ref())
             .filter(|c| self.read_write_once_pod_pvcs.contains(&c.claim_name))
             .count() as i64
@@ -48,9 +46,8 @@ fn have_overlap(a: &[String], b: &[String]) -> bool {
 }
 
 /// Upstream's `isVolumeConflict`: `volume` against every volume of `pod`.
-fn is_volume_conflict(volume: &Volume, pod: &Pod) -> bool {
-    let existing = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
-    existing.into_iter().flatten().any(|ev| {
+fn is_volume_conflict(volume: &Volume, pod: &AssignedPod) -> bool {
+    pod.volumes().iter().any(|ev| {
         if let (Some(d), Some(e)) = (&volume.gce_persistent_disk, &ev.gce_persistent_disk)
             && d.pd_name == e.pd_name
             && !(d.read_only.unwrap_or(false) && e.read_only.unwrap_or(false))
@@ -179,7 +176,7 @@ impl PreFilterPlugin for VolumeRestrictions {
 }
 
 impl VolumeRestrictions {
-    fn update(&self, state: &mut CycleState, pod: &PodInfo, sign: i64) -> Status {
+    fn update(&self, state: &mut CycleState, pod: &AssignedPod, sign: i64) -> Status {
         let missing = || Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
         update_pre_filter_state(state, STATE_KEY, missing, |s: &mut PreFilterState| {
             s.conflicting_pvc_ref_count += sign * s.conflicts_of(pod)
@@ -192,7 +189,7 @@ impl PreFilterExtensions for VolumeRestrictions {
         &self,
         state: &mut CycleState,
         _pod_to_schedule: &PodInfo,
-        pod_to_add: &PodInfo,
+        pod_to_add: &AssignedPod,
         _node: &NodeInfo,
     ) -> Status {
         self.update(state, pod_to_add, 1)
@@ -202,7 +199,7 @@ impl PreFilterExtensions for VolumeRestrictions {
         &self,
         state: &mut CycleState,
         _pod_to_schedule: &PodInfo,
-        pod_to_remove: &PodInfo,
+        pod_to_remove: &AssignedPod,
         _node: &NodeInfo,
     ) -> Status {
         self.update(state, pod_to_remove, -1)
@@ -214,7 +211,7 @@ impl FilterPlugin for VolumeRestrictions {
         let disk_conflict = pod_volumes(pod)
             .iter()
             .filter(|v| needs_restrictions_check(v))
-            .any(|v| node.pods.iter().any(|ep| is_volume_conflict(v, &ep.pod)));
+            .any(|v| node.pods.iter().any(|ep| is_volume_conflict(v, ep)));
         if disk_conflict {
             return Status::unschedulable(ERR_REASON_DISK_CONFLICT);
         }
@@ -462,7 +459,7 @@ mod tests {
 
         // RemovePod of the user (preemption) clears the conflict; AddPod brings it back.
         let pl = VolumeRestrictions::new(l);
-        let user_info = PodInfo::from_pod(user("rwop", "n1"));
+        let user_info = AssignedPod::new(user("rwop", "n1"));
         let node = NodeBuilder::new("n1").info(vec![user("rwop", "n1")]);
         let snapshot = Snapshot::from_node_infos([Arc::new(node.clone())]);
         let mut cs = CycleState::new();

@@ -23,7 +23,9 @@ use crate::framework::interface::{
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::Handle;
-use crate::framework::types::{NodeInfo, PodInfo, QueuedPodInfo, Resource, Snapshot};
+use crate::framework::types::{
+    AssignedPod, NodeInfo, PodInfo, PodView, QueuedPodInfo, Resource, Snapshot,
+};
 
 /// The longest PreFilter/PostFilter wait for the API when they count a group's pods.
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,23 +43,18 @@ pub const PHASE_FINISHED: &str = "Finished";
 pub const PHASE_FAILED: &str = "Failed";
 
 /// The PodGroup name a pod's label names (empty when none).
-pub fn pod_group_label(pod: &Pod) -> &str {
-    pod.metadata
-        .labels
-        .as_ref()
+pub fn pod_group_label(pod: &impl PodView) -> &str {
+    pod.labels()
         .and_then(|l| l.get(POD_GROUP_LABEL))
         .map(String::as_str)
         .unwrap_or_default()
 }
 
 /// `namespace/group` of the pod's PodGroup (empty when the pod has none).
-pub fn pod_group_full_name(pod: &Pod) -> String {
+pub fn pod_group_full_name(pod: &impl PodView) -> String {
     match pod_group_label(pod) {
         "" => String::new(),
-        pg => format!(
-            "{}/{pg}",
-            pod.metadata.namespace.as_deref().unwrap_or_default()
-        ),
+        pg => format!("{}/{pg}", pod.namespace()),
     }
 }
 
@@ -279,11 +276,7 @@ fn count_assigned(snapshot: &Snapshot, pg_name: &str, namespace: &str) -> usize 
         .nodes()
         .iter()
         .flat_map(|n| n.pods.iter())
-        .filter(|p| {
-            pod_group_label(&p.pod) == pg_name
-                && p.namespace() == namespace
-                && !p.node_name().is_empty()
-        })
+        .filter(|p| pod_group_label(*p) == pg_name && p.namespace() == namespace)
         .count()
 }
 
@@ -302,7 +295,7 @@ fn check_cluster_resource(
         let mut requested = info.requested.clone();
         let mut pods = info.pods.len() as i64;
         for p in &info.pods {
-            if pod_group_full_name(&p.pod) == full_name {
+            if pod_group_full_name(p) == full_name {
                 requested.sub(&p.requests);
                 pods -= 1;
             }
@@ -440,7 +433,7 @@ impl PreFilterPlugin for Coscheduling {
 }
 
 impl PreFilterExtensions for Coscheduling {
-    fn add_pod(&self, _: &mut CycleState, _: &PodInfo, _: &PodInfo, _: &NodeInfo) -> Status {
+    fn add_pod(&self, _: &mut CycleState, _: &PodInfo, _: &AssignedPod, _: &NodeInfo) -> Status {
         Status::success()
     }
 
@@ -449,11 +442,11 @@ impl PreFilterExtensions for Coscheduling {
         &self,
         _: &mut CycleState,
         to_schedule: &PodInfo,
-        to_remove: &PodInfo,
+        to_remove: &AssignedPod,
         _: &NodeInfo,
     ) -> Status {
-        let a = pod_group_full_name(&to_schedule.pod);
-        if !a.is_empty() && a == pod_group_full_name(&to_remove.pod) {
+        let a = pod_group_full_name(to_schedule);
+        if !a.is_empty() && a == pod_group_full_name(to_remove) {
             return Status::unschedulable(
                 "Pod to schedule and remote have the same pod group label",
             );

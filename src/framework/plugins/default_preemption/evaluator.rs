@@ -26,7 +26,7 @@ use crate::framework::plugins::names;
 use crate::framework::registry::{ApiError, Handle, PluginRegistration};
 use crate::framework::runtime::Framework;
 use crate::framework::schedule::{Diagnosis, FitError};
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
 /// A node where every lower-priority pod was removed and the pod still does not fit.
 pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
@@ -58,7 +58,7 @@ pub struct DefaultPreemption {
 pub struct Candidate {
     pub name: String,
     /// Most important first.
-    pub victims: Vec<Arc<PodInfo>>,
+    pub victims: Vec<Arc<AssignedPod>>,
     pub num_pdb_violations: usize,
 }
 
@@ -254,19 +254,19 @@ impl DefaultPreemption {
         pod: &PodInfo,
         node: &mut NodeInfo,
         pdbs: &[Arc<PodDisruptionBudget>],
-    ) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
-        let remove = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<PodInfo>| {
+    ) -> Result<(Vec<Arc<AssignedPod>>, usize), Status> {
+        let remove = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<AssignedPod>| {
             node.remove_pod(p)
                 .map_err(|e| Status::error(e.to_string()))?;
             let s = fwk.run_pre_filter_extension_remove_pod(state, pod, p, node);
             if s.is_success() { Ok(()) } else { Err(s) }
         };
-        let add = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<PodInfo>| {
+        let add = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<AssignedPod>| {
             node.add_pod(p.clone());
             let s = fwk.run_pre_filter_extension_add_pod(state, pod, p, node);
             if s.is_success() { Ok(()) } else { Err(s) }
         };
-        let mut potential: Vec<Arc<PodInfo>> = node
+        let mut potential: Vec<Arc<AssignedPod>> = node
             .pods
             .iter()
             .filter(|p| p.priority() < pod.priority())
@@ -287,7 +287,7 @@ impl DefaultPreemption {
         let (violating, non_violating) = filter_pods_with_pdb_violation(&potential, pdbs);
         let mut victims = Vec::new();
         let mut num_violating = 0;
-        let mut reprieve = |p: &Arc<PodInfo>, victims: &mut Vec<Arc<PodInfo>>| {
+        let mut reprieve = |p: &Arc<AssignedPod>, victims: &mut Vec<Arc<AssignedPod>>| {
             add(state, node, p)?;
             let fits = fwk
                 .run_filter_plugins_with_nominated_pods(state, pod, node)
@@ -316,10 +316,10 @@ impl DefaultPreemption {
     /// (upstream's asynchronous preemption): waiting pods are rejected, the others get the
     /// `DisruptionTarget` condition and are deleted gracefully.
     fn actuate(&self, pod: &PodInfo, c: &Candidate) {
-        let victims: Vec<Arc<PodInfo>> = c
+        let victims: Vec<Arc<AssignedPod>> = c
             .victims
             .iter()
-            .filter(|v| v.pod.metadata.deletion_timestamp.is_none())
+            .filter(|v| !v.is_terminating())
             .cloned()
             .collect();
         if victims.is_empty() {
@@ -348,7 +348,10 @@ impl DefaultPreemption {
                     nominated_node_name: String::new(),
                     mode: NominatingMode::Override,
                 };
-                if let Err(err) = api.patch_pod_status(p, None, Some(clear)).await {
+                if let Err(err) = api
+                    .patch_pod_status(p.namespace(), p.name(), None, Some(clear))
+                    .await
+                {
                     warn!(pod = %p.key(), %err, "cannot clear nominatedNodeName");
                 }
             }
@@ -368,7 +371,10 @@ impl DefaultPreemption {
                         last_transition_time: Some(Time(Timestamp::now())),
                         ..Default::default()
                     };
-                    let r = match api.patch_pod_status(v, Some(condition), None).await {
+                    let r = match api
+                        .patch_pod_status(v.namespace(), v.name(), Some(condition), None)
+                        .await
+                    {
                         Ok(()) => api.delete_pod(v.namespace(), v.name(), v.uid()).await,
                         Err(e) => Err(e),
                     };
@@ -406,44 +412,35 @@ fn aggregate(errors: &[String]) -> String {
 
 /// A victim the scheduler is already evicting: deleted, with `DisruptionTarget=True` by
 /// `PreemptionByScheduler`.
-fn terminating_by_preemption(p: &PodInfo) -> bool {
-    if p.pod.metadata.deletion_timestamp.is_none() {
-        return false;
-    }
-    let conditions = p.pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions
-        .and_then(|cs| cs.iter().find(|c| c.type_ == DISRUPTION_TARGET))
-        .is_some_and(|c| {
+fn terminating_by_preemption(p: &AssignedPod) -> bool {
+    p.is_terminating()
+        && p.disruption_target().is_some_and(|c| {
             c.status == "True" && c.reason.as_deref() == Some(REASON_PREEMPTION_BY_SCHEDULER)
         })
 }
 
 /// `status.startTime`, or `now` for pods not started yet (upstream's `GetPodStartTime`).
-fn start_time(p: &PodInfo, now: Timestamp) -> Timestamp {
-    p.pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .map_or(now, |t| t.0)
+fn start_time(p: &AssignedPod, now: Timestamp) -> Timestamp {
+    p.start_time().map_or(now, |t| t.0)
 }
 
-fn more_important_cmp(a: &PodInfo, b: &PodInfo, now: Timestamp) -> Ordering {
+fn more_important_cmp(a: &AssignedPod, b: &AssignedPod, now: Timestamp) -> Ordering {
     b.priority()
         .cmp(&a.priority())
         .then_with(|| start_time(a, now).cmp(&start_time(b, now)))
 }
 
 /// Higher priority, or equal priority and started earlier (upstream's `MoreImportantPod`).
-pub fn more_important_pod(a: &PodInfo, b: &PodInfo) -> bool {
+pub fn more_important_pod(a: &AssignedPod, b: &AssignedPod) -> bool {
     more_important_cmp(a, b, Timestamp::now()) == Ordering::Less
 }
 
 /// Splits `pods` (most important first) into those whose eviction would exceed a PDB's allowed
 /// disruptions and the others (upstream's `filterPodsWithPDBViolation`).
 fn filter_pods_with_pdb_violation(
-    pods: &[Arc<PodInfo>],
+    pods: &[Arc<AssignedPod>],
     pdbs: &[Arc<PodDisruptionBudget>],
-) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+) -> (Vec<Arc<AssignedPod>>, Vec<Arc<AssignedPod>>) {
     let mut allowed: Vec<i32> = pdbs
         .iter()
         .map(|p| {
@@ -544,7 +541,7 @@ pub fn pick_one_node_for_preemption(candidates: &[Candidate]) -> usize {
 
 /// The earliest start time among the highest-priority victims (upstream's
 /// `GetEarliestPodStartTime`).
-fn earliest_start_time(victims: &[Arc<PodInfo>], now: Timestamp) -> Timestamp {
+fn earliest_start_time(victims: &[Arc<AssignedPod>], now: Timestamp) -> Timestamp {
     let Some(top) = victims.iter().map(|p| p.priority()).max() else {
         return Timestamp::MIN;
     };
@@ -1157,7 +1154,7 @@ mod tests {
             victims: prios
                 .iter()
                 .enumerate()
-                .map(|(i, p)| pod(&format!("{name}-{i}"), *p, "1").arc_info())
+                .map(|(i, p)| Arc::new(pod(&format!("{name}-{i}"), *p, "1").assigned()))
                 .collect(),
             num_pdb_violations: pdb,
         };
@@ -1184,8 +1181,8 @@ mod tests {
             1
         );
         assert!(more_important_pod(
-            &pod("a", 2, "1").info(),
-            &pod("b", 1, "1").info()
+            &pod("a", 2, "1").assigned(),
+            &pod("b", 1, "1").assigned()
         ));
     }
 }

@@ -12,7 +12,7 @@ use crate::framework::interface::{
     CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::framework::plugins::helper::update_pre_filter_state;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
 
 pub const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
     "node(s) didn't satisfy existing pods anti-affinity rules";
@@ -39,10 +39,10 @@ pub(super) struct PreFilterState {
 }
 
 impl PreFilterState {
-    fn update_with_pod(&mut self, other: &PodInfo, node: &NodeInfo, multiplier: i64) {
+    fn update_with_pod(&mut self, other: &AssignedPod, node: &NodeInfo, multiplier: i64) {
         let Some(node) = node.node() else { return };
         if other.has_required_anti_affinity() {
-            let other_terms = PodTerms::of_existing(&other.pod);
+            let other_terms = PodTerms::of_existing(other);
             self.existing_anti_affinity_counts
                 .update_with_anti_affinity_terms(
                     &other_terms.required_anti_affinity,
@@ -54,13 +54,13 @@ impl PreFilterState {
         }
         self.affinity_counts.update_with_affinity_terms(
             &self.terms.required_affinity,
-            &other.pod,
+            other,
             node,
             multiplier,
         );
         self.anti_affinity_counts.update_with_anti_affinity_terms(
             &self.terms.required_anti_affinity,
-            &other.pod,
+            other,
             None,
             node,
             multiplier,
@@ -130,7 +130,7 @@ impl InterPodAffinity {
                 continue;
             };
             for p in &node_info.pods_with_required_anti_affinity {
-                let t = PodTerms::of_existing(&p.pod);
+                let t = PodTerms::of_existing(p);
                 existing.update_with_anti_affinity_terms(
                     &t.required_anti_affinity,
                     &pod.pod,
@@ -149,10 +149,10 @@ impl InterPodAffinity {
                     continue;
                 };
                 for p in &node_info.pods {
-                    affinity.update_with_affinity_terms(&terms.required_affinity, &p.pod, node, 1);
+                    affinity.update_with_affinity_terms(&terms.required_affinity, p, node, 1);
                     anti_affinity.update_with_anti_affinity_terms(
                         &terms.required_anti_affinity,
-                        &p.pod,
+                        p,
                         None,
                         node,
                         1,
@@ -208,7 +208,7 @@ impl PreFilterExtensions for InterPodAffinity {
         &self,
         state: &mut CycleState,
         _pod_to_schedule: &PodInfo,
-        pod_to_add: &PodInfo,
+        pod_to_add: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
         update_pre_filter_state(
@@ -223,7 +223,7 @@ impl PreFilterExtensions for InterPodAffinity {
         &self,
         state: &mut CycleState,
         _pod_to_schedule: &PodInfo,
-        pod_to_remove: &PodInfo,
+        pod_to_remove: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
         update_pre_filter_state(

@@ -10,7 +10,7 @@ use super::terms::{AffinityTerm, Labels, PodTerms, WeightedAffinityTerm, namespa
 use crate::framework::interface::{
     CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
 pub(super) const PRE_SCORE_STATE_KEY: &str = "PreScoreInterPodAffinity";
 
@@ -23,7 +23,7 @@ impl ScoreMap {
         &mut self,
         term: &AffinityTerm,
         weight: i64,
-        pod: &Pod,
+        pod: &impl PodView,
         ns_labels: Option<&Labels>,
         node: &Node,
     ) {
@@ -48,7 +48,7 @@ impl ScoreMap {
     fn process_terms(
         &mut self,
         terms: &[WeightedAffinityTerm],
-        pod: &Pod,
+        pod: &impl PodView,
         ns_labels: Option<&Labels>,
         node: &Node,
         multiplier: i64,
@@ -86,7 +86,7 @@ impl InterPodAffinity {
         incoming: &Pod,
         incoming_terms: &PodTerms,
         ns_labels: &Labels,
-        existing: &PodInfo,
+        existing: &AssignedPod,
         node: &Node,
         scores: &mut ScoreMap,
     ) {
@@ -94,16 +94,10 @@ impl InterPodAffinity {
             return;
         }
         // The incoming pod's preferred terms (namespace selectors merged: no labels needed).
-        scores.process_terms(
-            &incoming_terms.preferred_affinity,
-            &existing.pod,
-            None,
-            node,
-            1,
-        );
+        scores.process_terms(&incoming_terms.preferred_affinity, existing, None, node, 1);
         scores.process_terms(
             &incoming_terms.preferred_anti_affinity,
-            &existing.pod,
+            existing,
             None,
             node,
             -1,
@@ -111,7 +105,7 @@ impl InterPodAffinity {
         if !existing.has_affinity() {
             return;
         }
-        let existing_terms = PodTerms::of_existing(&existing.pod);
+        let existing_terms = PodTerms::of_existing(existing);
         let hard = i64::from(self.args.hard_pod_affinity_weight);
         if hard > 0 {
             for t in &existing_terms.required_affinity {
@@ -156,7 +150,7 @@ impl PreScorePlugin for InterPodAffinity {
         let ns_labels = namespace_labels(&self.listers, pod.namespace());
 
         let mut scores = ScoreMap::default();
-        let mut process = |node_info: &NodeInfo, pods: &[Arc<PodInfo>]| {
+        let mut process = |node_info: &NodeInfo, pods: &[Arc<AssignedPod>]| {
             let Some(node) = node_info.node() else { return };
             for p in pods {
                 self.process_existing_pod(&pod.pod, &terms, &ns_labels, p, node, &mut scores);

@@ -2,11 +2,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
+use k8s_openapi::api::core::v1::{Affinity, Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
 use kube::core::Expression;
 
 use crate::framework::listers::Listers;
 use crate::framework::plugins::helper::LabelMatcher;
+use crate::framework::types::{AssignedPod, PodView};
 
 pub(super) type Labels = BTreeMap<String, String>;
 
@@ -24,9 +25,9 @@ impl AffinityTerm {
     /// `namespaces` nor `namespaceSelector` is set; `matchLabelKeys`/`mismatchLabelKeys` add
     /// `key in (v)`/`key notin (v)` for the owner's label values (as the API server merges them at
     /// admission; merging again is idempotent).
-    pub fn new(owner: &Pod, term: &PodAffinityTerm) -> Result<AffinityTerm, String> {
+    pub fn new(owner: &impl PodView, term: &PodAffinityTerm) -> Result<AffinityTerm, String> {
         let mut selector = LabelMatcher::from_label_selector(term.label_selector.as_ref())?;
-        let owner_labels = owner.metadata.labels.as_ref();
+        let owner_labels = owner.labels();
         let value_of = |k: &String| owner_labels.and_then(|l| l.get(k)).cloned();
         if term.label_selector.is_some() {
             for k in term.match_label_keys.iter().flatten() {
@@ -44,7 +45,7 @@ impl AffinityTerm {
             LabelMatcher::from_label_selector(term.namespace_selector.as_ref())?;
         let listed = term.namespaces.as_deref().unwrap_or(&[]);
         let namespaces = if listed.is_empty() && term.namespace_selector.is_none() {
-            [owner.metadata.namespace.clone().unwrap_or_default()].into()
+            [owner.namespace().to_string()].into()
         } else {
             listed.iter().cloned().collect()
         };
@@ -58,10 +59,10 @@ impl AffinityTerm {
 
     /// Whether `pod` is in the term's namespaces (or its namespace's labels `ns_labels` match the
     /// namespace selector) and matches the label selector.
-    pub fn matches(&self, pod: &Pod, ns_labels: Option<&Labels>) -> bool {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    pub fn matches(&self, pod: &impl PodView, ns_labels: Option<&Labels>) -> bool {
+        let ns = pod.namespace();
         if self.namespaces.contains(ns) || self.namespace_selector.matches(ns_labels) {
-            return self.selector.matches(pod.metadata.labels.as_ref());
+            return self.selector.matches(pod.labels());
         }
         false
     }
@@ -99,7 +100,10 @@ pub(super) struct PodTerms {
     pub preferred_anti_affinity: Vec<WeightedAffinityTerm>,
 }
 
-fn required(pod: &Pod, terms: Option<&Vec<PodAffinityTerm>>) -> Result<Vec<AffinityTerm>, String> {
+fn required(
+    pod: &impl PodView,
+    terms: Option<&Vec<PodAffinityTerm>>,
+) -> Result<Vec<AffinityTerm>, String> {
     terms
         .into_iter()
         .flatten()
@@ -108,7 +112,7 @@ fn required(pod: &Pod, terms: Option<&Vec<PodAffinityTerm>>) -> Result<Vec<Affin
 }
 
 fn preferred(
-    pod: &Pod,
+    pod: &impl PodView,
     terms: Option<&Vec<WeightedPodAffinityTerm>>,
 ) -> Result<Vec<WeightedAffinityTerm>, String> {
     terms
@@ -126,7 +130,11 @@ fn preferred(
 impl PodTerms {
     /// All of the pod's terms; an unparseable selector is an error (upstream's `NewPodInfo`).
     pub fn of(pod: &Pod) -> Result<PodTerms, String> {
-        let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        PodTerms::declared(pod, pod.spec.as_ref().and_then(|s| s.affinity.as_ref()))
+    }
+
+    /// The terms of `affinity`, declared by `pod`.
+    fn declared(pod: &impl PodView, affinity: Option<&Affinity>) -> Result<PodTerms, String> {
         let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
         let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
         Ok(PodTerms {
@@ -163,10 +171,10 @@ impl PodTerms {
 
     /// An existing pod's terms; a pod the API server accepted always parses, so a failure (hand-made
     /// data) is logged and the pod counts as having no terms.
-    pub fn of_existing(pod: &Pod) -> PodTerms {
-        PodTerms::of(pod).unwrap_or_else(|e| {
+    pub fn of_existing(pod: &AssignedPod) -> PodTerms {
+        PodTerms::declared(pod, pod.affinity()).unwrap_or_else(|e| {
             tracing::warn!(
-                pod = pod.metadata.name.as_deref().unwrap_or(""),
+                pod = pod.name(),
                 error = %e,
                 "ignoring unparseable pod affinity terms"
             );
@@ -194,7 +202,7 @@ impl PodTerms {
 
 /// True iff `pod` matches every term (and there is at least one). The terms are the incoming
 /// pod's, with namespace selectors merged, so no namespace labels are needed.
-pub(super) fn pod_matches_all_affinity_terms(terms: &[AffinityTerm], pod: &Pod) -> bool {
+pub(super) fn pod_matches_all_affinity_terms(terms: &[AffinityTerm], pod: &impl PodView) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches(pod, None))
 }
 
@@ -234,7 +242,7 @@ impl TopologyCounts {
     pub fn update_with_anti_affinity_terms(
         &mut self,
         terms: &[AffinityTerm],
-        pod: &Pod,
+        pod: &impl PodView,
         ns_labels: Option<&Labels>,
         node: &Node,
         value: i64,
@@ -250,7 +258,7 @@ impl TopologyCounts {
     pub fn update_with_affinity_terms(
         &mut self,
         terms: &[AffinityTerm],
-        pod: &Pod,
+        pod: &impl PodView,
         node: &Node,
         value: i64,
     ) {

@@ -32,7 +32,7 @@ use crate::framework::testing::{
     HOSTNAME as HOST, PodBuilder, ZONE, label_selector, listers_with_namespaces, pod_term,
     pre_score_and_score, snapshot_with as snapshot, zone_nodes as nodes,
 };
-use crate::framework::types::{PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, PodInfo, Snapshot};
 
 /// A node's Filter outcome: (node, code, message).
 type NodeOutcome = (String, Code, String);
@@ -412,7 +412,7 @@ fn add_and_remove_pod_update_the_state() {
     let mut state = CycleState::new();
     assert!(pl.pre_filter(&mut state, &pod, &snap).1.is_success());
     let n1 = snap.get("n1").expect("n1").clone();
-    let victim = PodInfo::from_pod(victim);
+    let victim = AssignedPod::new(victim);
 
     // Preemption's what-if on a clone: removing the victim frees n1; the original is untouched.
     let mut sim = state.clone();
@@ -425,7 +425,7 @@ fn add_and_remove_pod_update_the_state() {
     assert!(pl.add_pod(&mut sim, &pod, &victim, &n1).is_success());
     assert_eq!(pl.filter(&sim, &pod, &n1).code(), Code::Unschedulable);
     let n3 = snap.get("n3").expect("n3").clone();
-    let other = PodInfo::from_pod(web_on("w3", "n3"));
+    let other = AssignedPod::new(web_on("w3", "n3"));
     assert!(pl.add_pod(&mut sim, &pod, &other, &n3).is_success());
     assert_eq!(pl.filter(&sim, &pod, &n3).code(), Code::Unschedulable);
 
@@ -445,7 +445,7 @@ fn add_and_remove_pod_update_the_state() {
     );
     let n2 = snap.get("n2").expect("n2").clone();
     assert!(
-        pl.remove_pod(&mut state, &incoming, &PodInfo::from_pod(hater), &n2)
+        pl.remove_pod(&mut state, &incoming, &AssignedPod::new(hater), &n2)
             .is_success()
     );
     assert!(pl.filter(&state, &incoming, &n1).is_success());

@@ -10,7 +10,7 @@ use super::PodTopologySpread;
 use crate::framework::listers::Listers;
 use crate::framework::plugins::helper::{LabelMatcher, find_matching_untolerated_taint};
 use crate::framework::plugins::node_affinity::pod_matches_node_selector_and_affinity;
-use crate::framework::types::{NodeInfo, PodInfo};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView};
 
 pub(super) const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 pub(super) const DO_NOT_SCHEDULE: &str = "DoNotSchedule";
@@ -61,7 +61,7 @@ pub(super) fn node_labels_match_spread_constraints(
 
 /// Pods in `namespace`, not being deleted, matching `selector` (an empty selector counts none).
 pub(super) fn count_pods_match_selector(
-    pods: &[std::sync::Arc<PodInfo>],
+    pods: &[std::sync::Arc<AssignedPod>],
     selector: &LabelMatcher,
     namespace: &str,
 ) -> i64 {
@@ -70,9 +70,7 @@ pub(super) fn count_pods_match_selector(
     }
     pods.iter()
         .filter(|p| {
-            p.pod.metadata.deletion_timestamp.is_none()
-                && p.namespace() == namespace
-                && selector.matches(p.labels())
+            !p.is_terminating() && p.namespace() == namespace && selector.matches(p.labels())
         })
         .count() as i64
 }

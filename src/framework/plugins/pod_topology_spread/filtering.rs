@@ -12,7 +12,7 @@ use crate::framework::interface::{
     CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::framework::plugins::helper::update_pre_filter_state;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
 pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str =
     "node(s) didn't match pod topology spread constraints";
@@ -85,7 +85,7 @@ impl PreFilterState {
 
     fn update_with_pod(
         &mut self,
-        updated: &PodInfo,
+        updated: &AssignedPod,
         preemptor: &PodInfo,
         node: &NodeInfo,
         delta: i64,
@@ -196,7 +196,7 @@ impl PreFilterExtensions for PodTopologySpread {
         &self,
         state: &mut CycleState,
         pod_to_schedule: &PodInfo,
-        pod_to_add: &PodInfo,
+        pod_to_add: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
         update_pre_filter_state(
@@ -211,7 +211,7 @@ impl PreFilterExtensions for PodTopologySpread {
         &self,
         state: &mut CycleState,
         pod_to_schedule: &PodInfo,
-        pod_to_remove: &PodInfo,
+        pod_to_remove: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
         update_pre_filter_state(

@@ -45,7 +45,7 @@ use crate::framework::testing::{
     HOSTNAME as HOST, NodeBuilder, PodBuilder, ZONE, label_selector, pre_score_and_score,
     score_values, snapshot_with as snapshot, spread_constraint, string_map, zone_nodes as nodes,
 };
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
 const WEB: &[(&str, &str)] = &[("app", "web")];
 
 fn plugin() -> PodTopologySpread {
@@ -331,7 +331,7 @@ fn add_and_remove_pod_move_the_critical_paths() {
     let n1 = snap.get("n1").expect("n1").clone();
     let mut sim = state.clone();
     assert!(
-        pl.remove_pod(&mut sim, &pod, &PodInfo::from_pod(w1.clone()), &n1)
+        pl.remove_pod(&mut sim, &pod, &AssignedPod::new(w1.clone()), &n1)
             .is_success()
     );
     assert_eq!(filter_codes(&pl, &sim, &pod, &snap), [OK, OK, OK, LBL]);
@@ -341,13 +341,13 @@ fn add_and_remove_pod_move_the_critical_paths() {
     // Adding two pods in zone b makes zone a the emptier one.
     let n3 = snap.get("n3").expect("n3").clone();
     for name in ["x1", "x2"] {
-        let p = PodInfo::from_pod(web_on(name, "n3"));
+        let p = AssignedPod::new(web_on(name, "n3"));
         assert!(pl.add_pod(&mut sim, &pod, &p, &n3).is_success());
     }
     assert_eq!(filter_codes(&pl, &sim, &pod, &snap), [OK, OK, NO, LBL]);
 
     // A pod of another namespace changes nothing.
-    let other = PodInfo::from_pod(
+    let other = AssignedPod::new(
         PodBuilder::new("o")
             .namespace("x")
             .label("app", "web")

@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::framework::types::PodView;
 use k8s_openapi::api::core::v1::{
     Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Volume,
 };
@@ -191,26 +192,22 @@ pub fn pv_node_affinity_matches(
 }
 
 /// The claim a pod volume uses: `(claim name, is ephemeral)`; `None` for other volume kinds.
-pub fn volume_claim_name(pod: &Pod, vol: &Volume) -> Option<(String, bool)> {
+pub fn volume_claim_name(pod: &impl PodView, vol: &Volume) -> Option<(String, bool)> {
     if let Some(c) = &vol.persistent_volume_claim {
         return Some((c.claim_name.clone(), false));
     }
-    vol.ephemeral.as_ref().map(|_| {
-        (
-            format!(
-                "{}-{}",
-                pod.metadata.name.as_deref().unwrap_or_default(),
-                vol.name
-            ),
-            true,
-        )
-    })
+    vol.ephemeral
+        .as_ref()
+        .map(|_| (format!("{}-{}", pod.name(), vol.name), true))
 }
 
 /// Upstream's `ephemeral.VolumeIsForPod`: the claim of a generic ephemeral volume must be controlled
 /// by the pod.
-pub fn ephemeral_claim_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<(), String> {
-    let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+pub fn ephemeral_claim_is_for_pod(
+    pod: &impl PodView,
+    pvc: &PersistentVolumeClaim,
+) -> Result<(), String> {
+    let pod_uid = pod.uid();
     let owned = pvc
         .metadata
         .owner_references
@@ -224,8 +221,8 @@ pub fn ephemeral_claim_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Res
             "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
             pvc.metadata.namespace.as_deref().unwrap_or_default(),
             pvc.metadata.name.as_deref().unwrap_or_default(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default(),
+            pod.namespace(),
+            pod.name(),
         ))
     }
 }

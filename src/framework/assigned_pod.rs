@@ -1,0 +1,324 @@
+//! What the scheduler keeps of a pod assigned to a node ([`AssignedPod`]), and [`PodView`], what
+//! plugins read of any pod whether it waits for a node or already has one.
+//!
+//! A pod on a node is only ever read as an existing pod: its identity and labels (selectors), its
+//! pod (anti-)affinity, its volumes, its priority and start time (preemption), and what it
+//! requests (computed once). Keeping just that instead of the whole `Pod` matters because most
+//! pods of a cluster are assigned: k8s-openapi's `Pod` is a 2.4 KB struct before any of its strings,
+//! an `AssignedPod` a few hundred bytes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Pod, PodCondition, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::types::{HostPort, PodInfo, Resource, calculate_pod_resource, pod_host_ports};
+
+/// What selectors and volume checks read of a pod: a `Pod`, a [`PodInfo`] being scheduled, an
+/// [`AssignedPod`] on a node.
+pub trait PodView {
+    fn name(&self) -> &str;
+    fn namespace(&self) -> &str;
+    fn uid(&self) -> &str;
+    fn labels(&self) -> Option<&BTreeMap<String, String>>;
+    fn volumes(&self) -> &[Volume];
+}
+
+impl<T: PodView + ?Sized> PodView for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn namespace(&self) -> &str {
+        (**self).namespace()
+    }
+
+    fn uid(&self) -> &str {
+        (**self).uid()
+    }
+
+    fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        (**self).labels()
+    }
+
+    fn volumes(&self) -> &[Volume] {
+        (**self).volumes()
+    }
+}
+
+impl PodView for Pod {
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or("")
+    }
+
+    fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or("")
+    }
+
+    fn uid(&self) -> &str {
+        self.metadata.uid.as_deref().unwrap_or("")
+    }
+
+    fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.metadata.labels.as_ref()
+    }
+
+    fn volumes(&self) -> &[Volume] {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_deref())
+            .unwrap_or(&[])
+    }
+}
+
+impl PodView for PodInfo {
+    fn name(&self) -> &str {
+        self.pod.name()
+    }
+
+    fn namespace(&self) -> &str {
+        self.pod.namespace()
+    }
+
+    fn uid(&self) -> &str {
+        self.pod.uid()
+    }
+
+    fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.pod.labels()
+    }
+
+    fn volumes(&self) -> &[Volume] {
+        self.pod.volumes()
+    }
+}
+
+/// A pod bound to a node, or assumed on it while its binding is in flight, as the node's
+/// `NodeInfo` keeps it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AssignedPod {
+    name: String,
+    namespace: String,
+    uid: String,
+    labels: Option<BTreeMap<String, String>>,
+    priority: i32,
+    start_time: Option<Time>,
+    terminating: bool,
+    disruption_target: Option<Box<PodCondition>>,
+    /// Pod affinity and anti-affinity only (node affinity matters only while a pod looks for a
+    /// node); `None` when the pod has neither.
+    affinity: Option<Box<Affinity>>,
+    volumes: Box<[Volume]>,
+    /// Requests as [`PodInfo::requests`].
+    pub requests: Resource,
+    pub non_zero_cpu: i64,
+    pub non_zero_memory: i64,
+    pub host_ports: Vec<HostPort>,
+}
+
+/// The condition preemption marks its victims with.
+const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+impl AssignedPod {
+    /// Takes what is kept out of `pod` (a pod the informer sees with `spec.nodeName` set).
+    pub fn new(mut pod: Pod) -> AssignedPod {
+        let (requests, non_zero_cpu, non_zero_memory) = calculate_pod_resource(&pod);
+        let host_ports = pod_host_ports(&pod);
+        let meta = &mut pod.metadata;
+        let mut assigned = AssignedPod {
+            name: meta.name.take().unwrap_or_default(),
+            namespace: meta.namespace.take().unwrap_or_default(),
+            uid: meta.uid.take().unwrap_or_default(),
+            labels: meta.labels.take(),
+            terminating: meta.deletion_timestamp.is_some(),
+            requests,
+            non_zero_cpu,
+            non_zero_memory,
+            host_ports,
+            ..AssignedPod::default()
+        };
+        if let Some(spec) = pod.spec.as_mut() {
+            assigned.priority = spec.priority.unwrap_or(0);
+            assigned.affinity = spec.affinity.take().and_then(pod_affinity_only);
+            assigned.volumes = spec.volumes.take().unwrap_or_default().into_boxed_slice();
+        }
+        if let Some(status) = pod.status.as_mut() {
+            assigned.start_time = status.start_time.take();
+            assigned.disruption_target = status
+                .conditions
+                .take()
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == DISRUPTION_TARGET)
+                .map(Box::new);
+        }
+        assigned
+    }
+
+    /// The pod being scheduled as it will sit on its node (assumed pods, nominated pods counted
+    /// as running); its requests are not computed again.
+    pub fn from_pod_info(info: &PodInfo) -> AssignedPod {
+        let pod = &info.pod;
+        let spec = pod.spec.as_ref();
+        let status = pod.status.as_ref();
+        AssignedPod {
+            name: info.name().to_string(),
+            namespace: info.namespace().to_string(),
+            uid: info.uid().to_string(),
+            labels: pod.metadata.labels.clone(),
+            priority: info.priority(),
+            start_time: status.and_then(|s| s.start_time.clone()),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            disruption_target: status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == DISRUPTION_TARGET))
+                .map(|c| Box::new(c.clone())),
+            affinity: info.affinity().cloned().and_then(pod_affinity_only),
+            volumes: spec
+                .and_then(|s| s.volumes.clone())
+                .unwrap_or_default()
+                .into_boxed_slice(),
+            requests: info.requests.clone(),
+            non_zero_cpu: info.non_zero_cpu,
+            non_zero_memory: info.non_zero_memory,
+            host_ports: info.host_ports.clone(),
+        }
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// `.spec.priority`, 0 when unset.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// `.status.startTime`; `None` for a pod the kubelet has not started.
+    pub fn start_time(&self) -> Option<&Time> {
+        self.start_time.as_ref()
+    }
+
+    /// Whether the pod is being deleted (`metadata.deletionTimestamp` set).
+    pub fn is_terminating(&self) -> bool {
+        self.terminating
+    }
+
+    /// The pod's `DisruptionTarget` condition, if any.
+    pub fn disruption_target(&self) -> Option<&PodCondition> {
+        self.disruption_target.as_deref()
+    }
+
+    /// The pod's pod affinity and anti-affinity.
+    pub fn affinity(&self) -> Option<&Affinity> {
+        self.affinity.as_deref()
+    }
+
+    /// Whether the pod has pod affinity or anti-affinity.
+    pub fn has_affinity(&self) -> bool {
+        self.affinity.is_some()
+    }
+
+    pub fn has_required_anti_affinity(&self) -> bool {
+        self.affinity()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|t| !t.is_empty())
+    }
+}
+
+impl PodView for AssignedPod {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn uid(&self) -> &str {
+        &self.uid
+    }
+
+    fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.labels.as_ref()
+    }
+
+    fn volumes(&self) -> &[Volume] {
+        &self.volumes
+    }
+}
+
+/// `affinity` without its node affinity; `None` when nothing is left.
+fn pod_affinity_only(affinity: Affinity) -> Option<Box<Affinity>> {
+    (affinity.pod_affinity.is_some() || affinity.pod_anti_affinity.is_some()).then(|| {
+        Box::new(Affinity {
+            node_affinity: None,
+            ..affinity
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).expect("pod")
+    }
+
+    #[test]
+    fn keeps_pod_affinity_and_drops_node_affinity() {
+        let node_affinity = json!({"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}});
+        let only_node = AssignedPod::new(pod(json!({
+            "metadata": {"name": "a"},
+            "spec": {"containers": [], "affinity": {"nodeAffinity": node_affinity}}
+        })));
+        assert!(only_node.affinity().is_none() && !only_node.has_affinity());
+
+        let anti = AssignedPod::new(pod(json!({
+            "metadata": {"name": "b"},
+            "spec": {"containers": [], "affinity": {"nodeAffinity": node_affinity, "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}]}}}
+        })));
+        assert!(anti.has_affinity() && anti.has_required_anti_affinity());
+        let affinity = anti.affinity().expect("pod anti-affinity kept");
+        assert!(affinity.node_affinity.is_none() && affinity.pod_affinity.is_none());
+    }
+
+    #[test]
+    fn a_pod_being_evicted_keeps_its_disruption_target() {
+        let victim = AssignedPod::new(pod(json!({
+            "metadata": {"name": "v", "namespace": "ns", "uid": "u1", "labels": {"app": "db"},
+                "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"containers": [], "priority": 5},
+            "status": {"startTime": "2025-12-31T00:00:00Z", "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]}
+        })));
+        assert!(victim.is_terminating());
+        let condition = victim.disruption_target().expect("DisruptionTarget kept");
+        assert_eq!(condition.reason.as_deref(), Some("PreemptionByScheduler"));
+        assert_eq!(victim.priority(), 5);
+        assert!(victim.start_time().is_some());
+        assert_eq!(
+            (victim.namespace(), victim.name(), victim.uid()),
+            ("ns", "v", "u1")
+        );
+        assert_eq!(victim.key(), "ns/v");
+        assert_eq!(
+            victim
+                .labels()
+                .and_then(|l| l.get("app"))
+                .map(String::as_str),
+            Some("db")
+        );
+    }
+}

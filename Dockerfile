@@ -5,8 +5,8 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin ksched \
- && install -D -m 0755 target/release/ksched /out/ksched
+    cargo build --profile dist --locked --bin ksched \
+ && install -D -m 0755 target/dist/ksched /out/ksched
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/ksched /usr/local/bin/ksched

@@ -47,6 +47,6 @@ demo: testenv
 
 ## bench: ksched vs upstream kube-scheduler vs the API server's ceiling (BENCH_PRESET=large for 5000 nodes)
 bench: testenv
-	cargo build --release --bin ksched
-	cargo bench --bench scheduler_perf -- --preset $(or $(BENCH_PRESET),default)
+	cargo build --profile dist --bin ksched
+	KSCHED_BIN=$(CURDIR)/target/dist/ksched cargo bench --bench scheduler_perf -- --preset $(or $(BENCH_PRESET),default)
 	cargo bench --bench schedule_cycle

@@ -68,8 +68,12 @@ impl SchedulerProcess {
     }
 }
 
-/// The `ksched` binary: cargo names it for tests; an example (the demo) finds it beside itself.
+/// The `ksched` binary: `KSCHED_BIN` when set (`make bench` runs the `dist` build), else the one
+/// cargo names for tests; an example (the demo) finds it beside itself.
 pub fn ksched_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("KSCHED_BIN") {
+        return PathBuf::from(path);
+    }
     if let Some(path) = option_env!("CARGO_BIN_EXE_ksched") {
         return PathBuf::from(path);
     }

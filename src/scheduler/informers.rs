@@ -62,7 +62,7 @@ fn node_relevant_change(old: &Node, new: &Node) -> bool {
 }
 
 /// Routes pod events; `profiles` are the scheduler names this process serves. Pods are kept trimmed
-/// to what scheduling reads (`trim::trim_pod`, `trim::assigned_pod_info`).
+/// to what scheduling reads (`trim::trim_pod`, `trim::assigned_pod`).
 pub struct PodHandler {
     pub cache: Arc<Cache>,
     pub queue: Arc<SchedulingQueue>,

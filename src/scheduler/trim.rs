@@ -2,7 +2,7 @@
 //! drop `managedFields`; ksched also drops the parts of a pod no plugin looks at (environment,
 //! commands, probes, volume mounts, projected/ConfigMap/Secret/downwardAPI/emptyDir volumes, the
 //! runtime's container state), which are most of a typical pod's size; a pod bound to a node keeps
-//! even less ([`assigned_pod_info`]). Objects are never written back from the cache, so a trimmed
+//! even less ([`assigned_pod`]). Objects are never written back from the cache, so a trimmed
 //! pod is only ever read.
 //!
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.

@@ -117,7 +117,7 @@ pub struct AssignedPod {
 }
 
 /// The condition preemption marks its victims with.
-const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
 impl AssignedPod {
     /// Takes what is kept out of `pod` (a pod the informer sees with `spec.nodeName` set).

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::DefaultPreemptionArgs;
 use crate::framework::args::{decode, typed};
+use crate::framework::assigned_pod::DISRUPTION_TARGET;
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, NominatingInfo, NominatingMode, PostFilterPlugin,
     PostFilterResult, PreEnqueuePlugin, Status,
@@ -38,7 +39,6 @@ pub const NOT_ELIGIBLE_TERMINATING: &str =
 /// PreEnqueue's reason while the pod's own preemption is still evicting.
 pub const WAITING_FOR_PREEMPTION: &str = "waiting for the preemption for this pod to be finished";
 
-const DISRUPTION_TARGET: &str = "DisruptionTarget";
 const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
 
 /// Picks the random start among `n` potential nodes (upstream's `getOffsetRand`).

@@ -121,30 +121,52 @@ pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
 impl AssignedPod {
     /// Takes what is kept out of `pod` (a pod the informer sees with `spec.nodeName` set).
-    pub fn new(mut pod: Pod) -> AssignedPod {
+    pub fn new(pod: Pod) -> AssignedPod {
         let (requests, non_zero_cpu, non_zero_memory) = calculate_pod_resource(&pod);
         let host_ports = pod_host_ports(&pod);
+        AssignedPod::keep(
+            pod,
+            AssignedPod {
+                requests,
+                non_zero_cpu,
+                non_zero_memory,
+                host_ports,
+                ..AssignedPod::default()
+            },
+        )
+    }
+
+    /// The pod being scheduled as it will sit on its node (assumed pods, nominated pods counted
+    /// as running); its requests are not computed again.
+    pub fn from_pod_info(info: &PodInfo) -> AssignedPod {
+        AssignedPod::keep(
+            Pod::clone(&info.pod),
+            AssignedPod {
+                requests: info.requests.clone(),
+                non_zero_cpu: info.non_zero_cpu,
+                non_zero_memory: info.non_zero_memory,
+                host_ports: info.host_ports.clone(),
+                ..AssignedPod::default()
+            },
+        )
+    }
+
+    /// Moves what is kept of `pod` into `computed` (which carries the requests and host ports).
+    fn keep(mut pod: Pod, mut computed: AssignedPod) -> AssignedPod {
         let meta = &mut pod.metadata;
-        let mut assigned = AssignedPod {
-            name: meta.name.take().unwrap_or_default(),
-            namespace: meta.namespace.take().unwrap_or_default(),
-            uid: meta.uid.take().unwrap_or_default(),
-            labels: meta.labels.take(),
-            terminating: meta.deletion_timestamp.is_some(),
-            requests,
-            non_zero_cpu,
-            non_zero_memory,
-            host_ports,
-            ..AssignedPod::default()
-        };
+        computed.name = meta.name.take().unwrap_or_default();
+        computed.namespace = meta.namespace.take().unwrap_or_default();
+        computed.uid = meta.uid.take().unwrap_or_default();
+        computed.labels = meta.labels.take();
+        computed.terminating = meta.deletion_timestamp.is_some();
         if let Some(spec) = pod.spec.as_mut() {
-            assigned.priority = spec.priority.unwrap_or(0);
-            assigned.affinity = spec.affinity.take().and_then(pod_affinity_only);
-            assigned.volumes = spec.volumes.take().unwrap_or_default().into_boxed_slice();
+            computed.priority = spec.priority.unwrap_or(0);
+            computed.affinity = spec.affinity.take().and_then(pod_affinity_only);
+            computed.volumes = spec.volumes.take().unwrap_or_default().into_boxed_slice();
         }
         if let Some(status) = pod.status.as_mut() {
-            assigned.start_time = status.start_time.take();
-            assigned.disruption_target = status
+            computed.start_time = status.start_time.take();
+            computed.disruption_target = status
                 .conditions
                 .take()
                 .into_iter()
@@ -152,37 +174,7 @@ impl AssignedPod {
                 .find(|c| c.type_ == DISRUPTION_TARGET)
                 .map(Box::new);
         }
-        assigned
-    }
-
-    /// The pod being scheduled as it will sit on its node (assumed pods, nominated pods counted
-    /// as running); its requests are not computed again.
-    pub fn from_pod_info(info: &PodInfo) -> AssignedPod {
-        let pod = &info.pod;
-        let spec = pod.spec.as_ref();
-        let status = pod.status.as_ref();
-        AssignedPod {
-            name: info.name().to_string(),
-            namespace: info.namespace().to_string(),
-            uid: info.uid().to_string(),
-            labels: pod.metadata.labels.clone(),
-            priority: info.priority(),
-            start_time: status.and_then(|s| s.start_time.clone()),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
-            disruption_target: status
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == DISRUPTION_TARGET))
-                .map(|c| Box::new(c.clone())),
-            affinity: info.affinity().cloned().and_then(pod_affinity_only),
-            volumes: spec
-                .and_then(|s| s.volumes.clone())
-                .unwrap_or_default()
-                .into_boxed_slice(),
-            requests: info.requests.clone(),
-            non_zero_cpu: info.non_zero_cpu,
-            non_zero_memory: info.non_zero_memory,
-            host_ports: info.host_ports.clone(),
-        }
+        computed
     }
 
     /// `namespace/name`.
@@ -221,13 +213,7 @@ impl AssignedPod {
     }
 
     pub fn has_required_anti_affinity(&self) -> bool {
-        self.affinity()
-            .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .is_some_and(|t| !t.is_empty())
+        has_required_anti_affinity(self.affinity())
     }
 }
 
@@ -253,9 +239,25 @@ impl PodView for AssignedPod {
     }
 }
 
+/// Whether `affinity` has pod affinity or anti-affinity terms.
+pub fn has_pod_affinity(affinity: Option<&Affinity>) -> bool {
+    affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
+}
+
+/// Whether `affinity` has required pod anti-affinity terms.
+pub fn has_required_anti_affinity(affinity: Option<&Affinity>) -> bool {
+    affinity
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|t| !t.is_empty())
+}
+
 /// `affinity` without its node affinity; `None` when nothing is left.
 fn pod_affinity_only(affinity: Affinity) -> Option<Box<Affinity>> {
-    (affinity.pod_affinity.is_some() || affinity.pod_anti_affinity.is_some()).then(|| {
+    has_pod_affinity(Some(&affinity)).then(|| {
         Box::new(Affinity {
             node_affinity: None,
             ..affinity

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 pub use super::assigned_pod::{AssignedPod, PodView};
+use super::assigned_pod::{has_pod_affinity, has_required_anti_affinity};
 use crate::quantity;
 
 /// The CPU request assumed for scoring a container that requests none (upstream's
@@ -513,15 +514,8 @@ impl PodInfo {
         let (requests, non_zero_cpu, non_zero_memory) = calculate_pod_resource(&pod);
         let host_ports = pod_host_ports(&pod);
         let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
-        let has_affinity =
-            affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some());
-        let has_required_anti_affinity = affinity
-            .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .is_some_and(|t| !t.is_empty());
+        let has_affinity = has_pod_affinity(affinity);
+        let has_required_anti_affinity = has_required_anti_affinity(affinity);
         PodInfo {
             pod,
             requests,
@@ -538,15 +532,15 @@ impl PodInfo {
     }
 
     pub fn name(&self) -> &str {
-        self.pod.metadata.name.as_deref().unwrap_or("")
+        self.pod.name()
     }
 
     pub fn namespace(&self) -> &str {
-        self.pod.metadata.namespace.as_deref().unwrap_or("")
+        self.pod.namespace()
     }
 
     pub fn uid(&self) -> &str {
-        self.pod.metadata.uid.as_deref().unwrap_or("")
+        self.pod.uid()
     }
 
     /// `namespace/name`.
@@ -609,7 +603,7 @@ impl PodInfo {
     }
 
     pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.pod.metadata.labels.as_ref()
+        self.pod.labels()
     }
 
     /// Whether the pod has pod affinity or anti-affinity.

@@ -89,8 +89,8 @@ impl PodHandler {
 
     pub fn apply(&mut self, mut pod: Pod) {
         let key = pod_key(&pod);
-        if !node_name(&pod).is_empty() {
-            let node = node_name(&pod).to_string();
+        let node = node_name(&pod).to_string();
+        if !node.is_empty() {
             self.known.insert(key.clone(), KnownPod::Assigned);
             self.queue.delete(&key);
             self.cache

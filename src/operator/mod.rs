@@ -5,6 +5,7 @@
 //!
 //! Run it with [`run`] (`ksched operator` does; tests do it in-process with an impersonating client).
 
+pub mod backoff;
 pub mod command;
 pub mod embedded;
 pub mod in_process;
@@ -23,7 +24,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::Resource;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 
 use crate::config::PluginCatalog;
 
@@ -53,6 +55,10 @@ pub struct OperatorOptions {
     pub instance: String,
     /// How often a profile's status is refreshed without any change (Lease freshness, pending pods).
     pub resync: Duration,
+    /// The first wait before objects the API server refused are applied again (doubling per
+    /// failure up to `retry_max`; changed objects are applied at once).
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
 }
 
 impl OperatorOptions {
@@ -70,6 +76,8 @@ impl OperatorOptions {
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .unwrap_or_else(|_| "ksched-operator".into()),
             resync: Duration::from_secs(15),
+            retry_initial: Duration::from_secs(5),
+            retry_max: Duration::from_secs(300),
         }
     }
 
@@ -89,6 +97,8 @@ impl std::fmt::Debug for OperatorOptions {
             .field("known_schedulers", &self.known_schedulers)
             .field("instance", &self.instance)
             .field("resync", &self.resync)
+            .field("retry_initial", &self.retry_initial)
+            .field("retry_max", &self.retry_max)
             .finish_non_exhaustive()
     }
 }
@@ -118,6 +128,7 @@ pub(crate) struct Context {
     pub opts: OperatorOptions,
     pub embedded: Arc<dyn EmbeddedSchedulers>,
     pub recorder: Recorder,
+    pub apply_backoff: backoff::ApplyBackoff,
 }
 
 /// A clonable shutdown signal for the controllers.
@@ -140,11 +151,13 @@ pub async fn run(
             instance: Some(opts.instance.clone()),
         },
     );
+    let apply_backoff = backoff::ApplyBackoff::new(opts.retry_initial, opts.retry_max);
     let ctx = Arc::new(Context {
         client,
         opts,
         embedded,
         recorder,
+        apply_backoff,
     });
     tracing::info!(namespace = %ctx.opts.namespace, image = %ctx.opts.image, "operator starting");
     futures::join!(
@@ -152,8 +165,38 @@ pub async fn run(
         leaf_cluster_policy::run(ctx.clone(), shutdown.clone()),
         unknown_scheduler::run(ctx.clone(), shutdown.clone()),
     );
+    scheduler_profile::embedded_stopped(&ctx).await;
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Publishes an Event about `obj` (the note cut to the 1 kB the API allows); a failure is logged.
+pub(crate) async fn publish<K>(ctx: &Context, obj: &K, type_: EventType, reason: &str, note: String)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let ev = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(note, 1000)),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+        tracing::warn!(object = ?obj.meta().name, error = %e, "publishing event failed");
+    }
+}
+
+/// At most `max` bytes, cut at a character boundary.
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
 }
 
 /// `true` for a 404 from the API server.

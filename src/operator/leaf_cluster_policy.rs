@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use super::render::FIELD_MANAGER;
 use super::status::{self, BlockedNode, PolicyConflict, PolicyObservation};
 use super::taints::{self, Claim, Claimant, NodePlan, NodeView, Records, Standing};
-use super::{Context, Error, FINALIZER, Shutdown, is_conflict, is_not_found, publish};
+use super::{Context, Error, FINALIZER, Shutdown, announce, is_conflict, is_not_found};
 use crate::api::leaf_cluster_policy::LAST_VALID_SPEC_ANNOTATION;
 use crate::api::{LeafClusterPolicy, LeafClusterPolicyStatus, SchedulerProfile};
 use crate::framework::plugins::leaf::render::validate_policy;
@@ -420,7 +420,7 @@ async fn write_status(
     if policy.status.as_ref() == Some(&new_status) {
         return Ok(());
     }
-    announce(policy, &previous, &new_status, ctx).await;
+    announce_readiness(policy, &previous, &new_status, ctx).await;
     let patch = serde_json::json!({
         "apiVersion": LeafClusterPolicy::api_version(&()),
         "kind": LeafClusterPolicy::kind(&()),
@@ -438,7 +438,7 @@ async fn write_status(
 
 /// An Event on the policy when its Ready condition changes reason (or, while not Ready, message);
 /// a first status is announced only when it is not Ready.
-async fn announce(
+async fn announce_readiness(
     policy: &LeafClusterPolicy,
     previous: &LeafClusterPolicyStatus,
     new: &LeafClusterPolicyStatus,
@@ -460,7 +460,15 @@ async fn announce(
         } else {
             EventType::Normal
         };
-        publish(ctx, policy, type_, &after.reason, after.message.clone()).await;
+        announce(
+            ctx,
+            policy,
+            status::READY,
+            type_,
+            &after.reason,
+            after.message.clone(),
+        )
+        .await;
     }
 }
 

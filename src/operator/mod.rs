@@ -129,6 +129,8 @@ pub(crate) struct Context {
     pub embedded: Arc<dyn EmbeddedSchedulers>,
     pub recorder: Recorder,
     pub apply_backoff: backoff::ApplyBackoff,
+    /// The last Event [`announce`]d per (object, topic).
+    pub announced: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 /// A clonable shutdown signal for the controllers.
@@ -158,6 +160,7 @@ pub async fn run(
         embedded,
         recorder,
         apply_backoff,
+        announced: Default::default(),
     });
     tracing::info!(namespace = %ctx.opts.namespace, image = %ctx.opts.image, "operator starting");
     futures::join!(
@@ -168,6 +171,49 @@ pub async fn run(
     scheduler_profile::embedded_stopped(&ctx).await;
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Publishes an Event about `obj` unless the last one this operator announced about it on `topic`
+/// said the same: a reconcile that runs on a not-yet-updated copy of the object (the watch cache
+/// lags behind the status just written) does not repeat it.
+pub(crate) async fn announce<K>(
+    ctx: &Context,
+    obj: &K,
+    topic: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) where
+    K: Resource<DynamicType = ()>,
+{
+    let said = format!("{reason}: {note}");
+    {
+        let mut last = ctx.announced.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (announce_key(obj), topic.to_string());
+        if last.get(&key) == Some(&said) {
+            return;
+        }
+        last.insert(key, said);
+    }
+    publish(ctx, obj, type_, reason, note).await;
+}
+
+/// What was announced about `obj` on `topic` is over (the next announcement goes out even if it
+/// repeats an older one).
+pub(crate) fn forget_announced<K>(ctx: &Context, obj: &K, topic: &str)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let mut last = ctx.announced.lock().unwrap_or_else(|p| p.into_inner());
+    last.remove(&(announce_key(obj), topic.to_string()));
+}
+
+fn announce_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}",
+        K::kind(&()),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Publishes an Event about `obj` (the note cut to the 1 kB the API allows); a failure is logged.

@@ -34,7 +34,7 @@ use super::render::{
 use super::status::{
     self, ApplyError, ConfigOutcome, DeploymentState, LeaseState, ProfileObservation,
 };
-use super::{Context, Error, Shutdown, is_not_found, publish};
+use super::{Context, Error, Shutdown, announce, forget_announced, is_not_found, publish};
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicy, SchedulerProfile, SchedulerProfileStatus};
 use crate::config::GoDuration;
@@ -174,6 +174,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
             for w in &r.warnings {
                 tracing::info!(profile = %name, warning = %w, "configuration warning");
             }
+            forget_announced(ctx, profile, REFUSAL);
             ignored_policies = r.ignored_policies.iter().map(ToString::to_string).collect();
             report_ignored_policies(ctx, profile, &previous, &ignored_policies).await;
             apply_error = apply_with_backoff(&r, profile, ctx).await;
@@ -285,6 +286,9 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
     Ok(Action::requeue(next))
 }
 
+/// Topic of the Events that say a profile is refused (see [`announce`]).
+const REFUSAL: &str = "Refusal";
+
 /// How soon a profile waiting for its scheduler to take the Lease is looked at again.
 const LEADER_POLL: Duration = Duration::from_secs(3);
 
@@ -314,9 +318,10 @@ async fn report_refusal(
         "nothing was changed: the running scheduler keeps its last valid configuration"
     };
     tracing::warn!(profile = %profile.name_any(), reason, %message, outcome, "profile refused");
-    publish(
+    announce(
         ctx,
         profile,
+        REFUSAL,
         EventType::Warning,
         reason,
         format!("{message} ({outcome})"),
@@ -332,15 +337,17 @@ async fn report_ignored_policies(
     ignored: &[String],
 ) {
     if ignored.is_empty() {
+        forget_announced(ctx, profile, status::LEAF_POLICIES_VALID);
         return;
     }
     let message = ignored.join("; ");
     let already_reported = status::condition(&previous.conditions, status::LEAF_POLICIES_VALID)
         .is_some_and(|c| c.status == "False" && c.message == message);
     if !already_reported {
-        publish(
+        announce(
             ctx,
             profile,
+            status::LEAF_POLICIES_VALID,
             EventType::Warning,
             "LeafPolicyIgnored",
             message,

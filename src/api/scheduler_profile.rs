@@ -98,6 +98,9 @@ pub struct SchedulerProfileSpec {
 
     /// Tolerations of the scheduler pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])").message("tolerations[].operator must be Exists or Equal (the API server refuses any other operator in the scheduler's Deployment)"))]
+    #[x_kube(validation = Rule::new("self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])").message("tolerations[].effect must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"))]
     pub tolerations: Vec<Toleration>,
 
     /// Affinity of the scheduler pods.

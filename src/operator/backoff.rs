@@ -7,6 +7,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// How the API server starts a 500 for an applied object that does not fit the type's schema.
+const TYPED_PATCH_FAILED: &str = "failed to create typed patch object";
+
 /// Applying one object failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApplyFailure {
@@ -22,7 +25,12 @@ impl ApplyFailure {
     /// The API server refused the object itself: retrying it unchanged cannot help. Conflicts,
     /// timeouts and throttling (409, 408, 429) pass; server errors and transport errors may too.
     pub fn permanent(&self) -> bool {
-        matches!(self.code, Some(c) if (400..500).contains(&c) && !matches!(c, 408 | 409 | 429))
+        match self.code {
+            Some(c) if (400..500).contains(&c) => !matches!(c, 408 | 409 | 429),
+            // Server-side apply cannot even type the object against its schema.
+            Some(500) => self.message.starts_with(TYPED_PATCH_FAILED),
+            _ => false,
+        }
     }
 }
 
@@ -179,6 +187,11 @@ mod tests {
         for code in [Some(409), Some(429), Some(408), Some(500), None] {
             assert!(!failure(code).permanent(), "{code:?}");
         }
+        let untyped = ApplyFailure {
+            message: "failed to create typed patch object (ns/ksched-p; apps/v1, Kind=Deployment): .spec: expected string".into(),
+            ..failure(Some(500))
+        };
+        assert!(untyped.permanent());
         assert_eq!(
             failure(Some(422)).to_string(),
             "applying Deployment ns/ksched-p: spec.template.spec.containers[0].resources.requests: Invalid value (HTTP 422)"

@@ -78,6 +78,38 @@ fn leaf_cluster_policies() {
 }
 
 #[test]
+fn a_profile_the_api_server_refuses_is_degraded_in_plain_words() {
+    let (status, message) = health(&fixture("schedulerprofile-applyfailed"));
+    assert_eq!(status, "Degraded", "{message}");
+    assert!(
+        message.starts_with("ApplyFailed: applying Deployment")
+            && message.contains("must be less than or equal to cpu limit"),
+        "{message}"
+    );
+    // Also when only Ready says so (a transient failure, no Stalled condition).
+    let mut obj = fixture("schedulerprofile-applyfailed");
+    if let Some(conds) = obj["status"]["conditions"].as_array_mut() {
+        conds.retain(|c| c["type"] != "Stalled");
+    }
+    assert_eq!(health(&obj).0, "Degraded");
+}
+
+#[test]
+fn a_conflicting_policy_is_degraded() {
+    let (status, message) = health(&fixture("leafclusterpolicy-conflict"));
+    assert_eq!(status, "Degraded", "{message}");
+    assert!(
+        message.starts_with("Conflict: ") && message.contains("older LeafClusterPolicy"),
+        "{message}"
+    );
+    let mut obj = fixture("leafclusterpolicy-conflict");
+    if let Some(conds) = obj["status"]["conditions"].as_array_mut() {
+        conds.retain(|c| c["type"] != "Stalled");
+    }
+    assert_eq!(health(&obj).0, "Degraded");
+}
+
+#[test]
 fn argocd_cm_carries_the_script_verbatim() {
     let script = std::fs::read_to_string(root().join("manifests/argocd/health.lua")).expect("lua");
     let cm: serde_json::Value = serde_saphyr::from_str(

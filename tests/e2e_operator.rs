@@ -1134,13 +1134,14 @@ async fn a_policy_with_an_invalid_selector_is_stalled_and_its_profile_is_not() {
 
     // The profile it names is not stalled: it says which policy it leaves out and why, with the
     // policy's own field path.
-    let sp = wait_profile(&c, target, "LeafPoliciesValid=False", |p| {
-        observed(p) && cond(p, "LeafPoliciesValid").is_some_and(|c| c.status == "False")
+    let sp = wait_profile(&c, target, "Ready with LeafPoliciesValid=False", |p| {
+        observed(p)
+            && is_true(p, "Ready")
+            && cond(p, "LeafPoliciesValid").is_some_and(|c| c.status == "False")
     })
     .await;
     assert!(cond(&sp, "Stalled").is_none(), "{:?}", sp.status);
     assert!(is_true(&sp, "ConfigValid"));
-    assert!(is_true(&sp, "Ready"), "{:?}", sp.status);
     let ignored = cond(&sp, "LeafPoliciesValid")
         .map(|c| c.message.clone())
         .unwrap_or_default();

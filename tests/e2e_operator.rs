@@ -1533,6 +1533,25 @@ async fn kosmos_taints_that_were_there_are_never_removed() {
     }
 }
 
+/// Applies policy `name` a second after the ones before it (so it is newer) and waits until it
+/// reports Conflict; the policy and its Ready message.
+async fn apply_newer_in_conflict(
+    c: &Client,
+    name: &str,
+    spec: &str,
+) -> (LeafClusterPolicy, String) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    kubectl_apply(&policy_yaml(name, spec));
+    let p = wait_policy(c, name, "Conflict", |p| {
+        policy_cond(p, "Stalled").is_some_and(|c| c.reason == "Conflict")
+    })
+    .await;
+    let message = policy_cond(&p, "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    (p, message)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_policies_conflict_once_and_never_flap() {
     let c = client().await;
@@ -1568,19 +1587,8 @@ async fn overlapping_policies_conflict_once_and_never_flap() {
             && p.status.as_ref().and_then(|s| s.tainted_nodes) == Some(2)
     })
     .await;
-    // Created later: newer.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    kubectl_apply(&policy_yaml(
-        "op-overlap-b",
-        &spec("b", "op-overlap.io/leaf"),
-    ));
-    let b = wait_policy(&c, "op-overlap-b", "Conflict", |p| {
-        policy_cond(p, "Stalled").is_some_and(|c| c.reason == "Conflict")
-    })
-    .await;
-    let message = policy_cond(&b, "Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let (b, message) =
+        apply_newer_in_conflict(&c, "op-overlap-b", &spec("b", "op-overlap.io/leaf")).await;
     assert!(
         message.contains("op-overlap-2")
             && !message.contains("op-overlap-3")
@@ -1602,18 +1610,8 @@ async fn overlapping_policies_conflict_once_and_never_flap() {
     .await;
 
     // A third policy with another taint on a's nodes: conflict too, and no write.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    kubectl_apply(&policy_yaml(
-        "op-overlap-c",
-        &spec("a", "op-overlap.io/other"),
-    ));
-    let c_policy = wait_policy(&c, "op-overlap-c", "Conflict", |p| {
-        policy_cond(p, "Stalled").is_some_and(|c| c.reason == "Conflict")
-    })
-    .await;
-    let message = policy_cond(&c_policy, "Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let (_, message) =
+        apply_newer_in_conflict(&c, "op-overlap-c", &spec("a", "op-overlap.io/other")).await;
     assert!(
         message.contains("which this policy's profiles do not tolerate"),
         "{message}"

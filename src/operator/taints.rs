@@ -382,67 +382,65 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_writer_adds_its_taint_and_records_it_keeping_other_taints() {
+    /// The plan of policy `p` (selector `kosmos.io/node=true`, Kosmos's taint), alone in the
+    /// cluster, for a node with `labels`, `taints` and `recorded`; `live: false` as if `p` were being
+    /// deleted.
+    fn plan_alone(
+        labels: &[(&str, &str)],
+        taints: Vec<Taint>,
+        recorded: Records,
+        live: bool,
+    ) -> NodePlan {
         let s = sel("kosmos.io/node", "true");
         let t = kosmos();
-        let other = node_taint("dedicated", Some("gpu"), "NoSchedule");
-        let n = Node::new(
-            &[("kosmos.io/node", "true")],
-            vec![other.clone()],
-            Records::default(),
-        );
+        let n = Node::new(labels, taints, recorded);
         let cs = [claimant("p", 0, &s, &t)];
-        let plan = plan_node("p", &t, &n.view(), &cs);
+        plan_node("p", &t, &n.view(), if live { &cs } else { &[] })
+    }
+
+    const LEAF: &[(&str, &str)] = &[("kosmos.io/node", "true")];
+
+    #[test]
+    fn the_writer_adds_its_taint_and_records_it_keeping_other_taints() {
+        let t = kosmos();
+        let other = node_taint("dedicated", Some("gpu"), "NoSchedule");
+        let plan = plan_alone(LEAF, vec![other.clone()], Records::default(), true);
         assert_eq!(plan.standing, Standing::Writer);
+        assert!(plan.tainted && !plan.preexisting);
         let change = plan.change.expect("a write");
         assert_eq!(change.taints, vec![other, to_node_taint(&t)]);
-        assert_eq!(change.records, records(&[("p", t.clone())]));
-        assert!(plan.tainted && !plan.preexisting);
+        assert_eq!(change.records, records(&[("p", t)]));
     }
 
     #[test]
     fn a_taint_that_was_there_is_preexisting_and_never_recorded_nor_removed() {
-        let s = sel("kosmos.io/node", "true");
-        let t = kosmos();
-        let n = Node::new(
-            &[("kosmos.io/node", "true")],
-            vec![to_node_taint(&t)],
-            Records::default(),
-        );
-        let cs = [claimant("p", 0, &s, &t)];
-        let plan = plan_node("p", &t, &n.view(), &cs);
+        let there = vec![to_node_taint(&kosmos())];
+        let plan = plan_alone(LEAF, there.clone(), Records::default(), true);
         assert_eq!(plan.change, None);
         assert!(plan.tainted && plan.preexisting);
-        // The node stops matching, or the policy is deleted (not a claimant): still nothing.
-        let gone = Node::new(&[], vec![to_node_taint(&t)], Records::default());
-        assert_eq!(plan_node("p", &t, &gone.view(), &cs).change, None);
-        assert_eq!(plan_node("p", &t, &n.view(), &[]).change, None);
+        // The node stops matching, or the policy is deleted: still nothing.
+        assert_eq!(
+            plan_alone(&[], there.clone(), Records::default(), true).change,
+            None
+        );
+        assert_eq!(
+            plan_alone(LEAF, there, Records::default(), false).change,
+            None
+        );
     }
 
     #[test]
     fn a_recorded_taint_is_removed_when_the_node_stops_matching_or_the_policy_goes() {
-        let s = sel("kosmos.io/node", "true");
         let t = kosmos();
         let other = node_taint("x", None, "NoExecute");
-        let n = Node::new(
-            &[],
-            vec![other.clone(), to_node_taint(&t)],
-            records(&[("p", t.clone())]),
-        );
-        let cs = [claimant("p", 0, &s, &t)];
-        let change = plan_node("p", &t, &n.view(), &cs).change.expect("write");
-        assert_eq!(change.taints, vec![other.clone()]);
-        assert_eq!(change.records, Records::default());
-        // Deleted (no longer a claimant) while the node still matches.
-        let n = Node::new(
-            &[("kosmos.io/node", "true")],
-            vec![to_node_taint(&t), other.clone()],
-            records(&[("p", t.clone())]),
-        );
-        let change = plan_node("p", &t, &n.view(), &[]).change.expect("write");
-        assert_eq!(change.taints, vec![other]);
-        assert_eq!(change.records.to_annotation(), None);
+        let taints = vec![other.clone(), to_node_taint(&t)];
+        for (labels, live) in [(&[][..], true), (LEAF, false)] {
+            let change = plan_alone(labels, taints.clone(), records(&[("p", t.clone())]), live)
+                .change
+                .expect("write");
+            assert_eq!(change.taints, vec![other.clone()]);
+            assert_eq!(change.records.to_annotation(), None);
+        }
     }
 
     #[test]
@@ -463,16 +461,8 @@ mod tests {
 
     #[test]
     fn a_foreign_taint_with_the_same_key_and_effect_blocks_and_is_left_alone() {
-        let s = sel("kosmos.io/node", "true");
-        let t = kosmos();
         let foreign = node_taint("kosmos.io/node", Some("false"), "NoSchedule");
-        let n = Node::new(
-            &[("kosmos.io/node", "true")],
-            vec![foreign.clone()],
-            Records::default(),
-        );
-        let cs = [claimant("p", 0, &s, &t)];
-        let plan = plan_node("p", &t, &n.view(), &cs);
+        let plan = plan_alone(LEAF, vec![foreign.clone()], Records::default(), true);
         assert_eq!(plan.change, None);
         assert_eq!(plan.blocked_by, Some(foreign));
         assert!(!plan.tainted);
@@ -480,15 +470,10 @@ mod tests {
 
     #[test]
     fn someone_removing_the_recorded_taint_gets_it_back() {
-        let s = sel("kosmos.io/node", "true");
         let t = kosmos();
-        let n = Node::new(
-            &[("kosmos.io/node", "true")],
-            vec![],
-            records(&[("p", t.clone())]),
-        );
-        let cs = [claimant("p", 0, &s, &t)];
-        let change = plan_node("p", &t, &n.view(), &cs).change.expect("write");
+        let change = plan_alone(LEAF, vec![], records(&[("p", t.clone())]), true)
+            .change
+            .expect("write");
         assert_eq!(change.taints, vec![to_node_taint(&t)]);
         assert_eq!(change.records, records(&[("p", t)]));
     }

@@ -290,7 +290,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
 const REFUSAL: &str = "Refusal";
 
 /// How soon a profile waiting for its scheduler to take the Lease is looked at again.
-const LEADER_POLL: Duration = Duration::from_secs(3);
+const LEADER_POLL: Duration = Duration::from_secs(5);
 
 fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)

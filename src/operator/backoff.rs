@@ -50,7 +50,9 @@ pub struct Pending {
     pub failure: ApplyFailure,
     /// Failed attempts with these objects.
     pub attempts: u32,
-    /// Until the next attempt.
+    /// The wait chosen after the last failure (stays the same while waiting).
+    pub delay: Duration,
+    /// What is left of it.
     pub wait: Duration,
 }
 
@@ -59,6 +61,7 @@ struct Entry {
     fingerprint: String,
     failure: ApplyFailure,
     attempts: u32,
+    delay: Duration,
     next: Instant,
 }
 
@@ -92,6 +95,7 @@ impl ApplyBackoff {
         (e.fingerprint == fingerprint && now < e.next).then(|| Pending {
             failure: e.failure.clone(),
             attempts: e.attempts,
+            delay: e.delay,
             wait: e.next - now,
         })
     }
@@ -118,12 +122,14 @@ impl ApplyBackoff {
                 fingerprint: fingerprint.to_string(),
                 failure: failure.clone(),
                 attempts,
+                delay: wait,
                 next: now + wait,
             },
         );
         Pending {
             failure,
             attempts,
+            delay: wait,
             wait,
         }
     }
@@ -164,6 +170,7 @@ mod tests {
             .expect("waiting");
         assert_eq!(p.attempts, 5);
         assert_eq!(p.wait, Duration::from_secs(24));
+        assert_eq!(p.delay, Duration::from_secs(30));
         assert_eq!(b.waiting("p", "a", t0 + Duration::from_secs(34)), None);
     }
 

@@ -161,6 +161,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         )),
     };
     let mut apply_error = None;
+    let mut retry_in = None;
     let mut embedded = None;
     let mut embedded_identity = None;
     let mut ignored_policies = Vec::new();
@@ -177,7 +178,10 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
             forget_announced(ctx, profile, REFUSAL);
             ignored_policies = r.ignored_policies.iter().map(ToString::to_string).collect();
             report_ignored_policies(ctx, profile, &previous, &ignored_policies).await;
-            apply_error = apply_with_backoff(&r, profile, ctx).await;
+            if let Some((error, wait)) = apply_with_backoff(&r, profile, ctx).await {
+                apply_error = Some(error);
+                retry_in = Some(wait.max(Duration::from_secs(1)));
+            }
             embedded = sync_embedded(profile, &r, ctx).await;
             if matches!(embedded, Some(Ok(()))) {
                 embedded_identity = ctx.embedded.identity(&name).await;
@@ -238,9 +242,6 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         .ok()
         .and_then(|d| d.to_std())
         .map_or(15, |d| d.as_secs() as i64);
-    let retry_in = apply_error
-        .as_ref()
-        .map(|e: &ApplyError| Duration::from_secs(e.retry_in_seconds.max(1)));
     let obs = ProfileObservation {
         generation: profile.metadata.generation,
         mode: profile.spec.mode,
@@ -406,11 +407,12 @@ async fn name_in_use(name: &str, ctx: &Context) -> Result<Option<String>, Error>
 }
 
 /// Applies the rendered objects unless these very objects failed and their retry is not due.
+/// `Some` when they are not applied: why, and how long until the next attempt.
 async fn apply_with_backoff(
     r: &Rendered,
     profile: &SchedulerProfile,
     ctx: &Context,
-) -> Option<ApplyError> {
+) -> Option<(ApplyError, Duration)> {
     let name = profile.name_any();
     let fingerprint = r
         .to_yaml()
@@ -438,12 +440,13 @@ async fn apply_with_backoff(
             }
         },
     };
-    Some(ApplyError {
+    let error = ApplyError {
         message: pending.failure.to_string(),
         permanent: pending.failure.permanent(),
         attempts: pending.attempts,
-        retry_in_seconds: pending.wait.as_secs_f64().ceil() as u64,
-    })
+        retry_after_seconds: pending.delay.as_secs_f64().ceil() as u64,
+    };
+    Some((error, pending.wait))
 }
 
 /// Applies every rendered object; an Embedded profile loses the Deployment and Service it had.

@@ -158,8 +158,9 @@ pub struct ApplyError {
     pub permanent: bool,
     /// Failed attempts with these very objects.
     pub attempts: u32,
-    /// When the next attempt is made (unless the spec changes first).
-    pub retry_in_seconds: u64,
+    /// The wait before the next attempt, as chosen after the last one (unless the spec changes
+    /// first); it doubles with every attempt.
+    pub retry_after_seconds: u64,
 }
 
 /// Everything one reconcile of a profile observed.
@@ -350,8 +351,8 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
     };
     if let Some(err) = &obs.apply_error {
         let message = format!(
-            "{}; attempt {}, next in {}s",
-            err.message, err.attempts, err.retry_in_seconds
+            "{}; attempt {}, retried after {}s",
+            err.message, err.attempts, err.retry_after_seconds
         );
         if err.permanent {
             let message = format!(
@@ -1034,7 +1035,7 @@ mod tests {
             message: "applying Deployment ns/ksched-p: etcdserver: request timed out".into(),
             permanent: false,
             attempts: 2,
-            retry_in_seconds: 10,
+            retry_after_seconds: 10,
         };
         o.apply_error = Some(error.clone());
         let s = profile_status(&SchedulerProfileStatus::default(), &o);
@@ -1042,7 +1043,7 @@ mod tests {
         assert_eq!(status_of(&s, RECONCILING).as_deref(), Some("True"));
         assert!(get(&s, STALLED).is_none());
         assert!(
-            get(&s, READY).is_some_and(|c| c.message.contains("attempt 2, next in 10s")),
+            get(&s, READY).is_some_and(|c| c.message.contains("attempt 2, retried after 10s")),
             "{:?}",
             get(&s, READY)
         );

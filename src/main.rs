@@ -32,6 +32,8 @@ enum Command {
     Operator(ksched::operator::command::OperatorArgs),
     /// Print the objects the operator renders for profiles (and policies) in files, or the errors.
     Render(ksched::operator::command::RenderArgs),
+    /// What a profile would do, before it does it: pending pods placed, or why not, with no writes.
+    Simulate(ksched::simulate::command::SimulateArgs),
     /// Print the version.
     Version,
 }
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         Command::Config(ConfigCommand::Validate { file }) => validate_config(&file),
         Command::Operator(args) => ksched::operator::command::operator_main(args),
         Command::Render(args) => ksched::operator::command::render_main(args),
+        Command::Simulate(args) => ksched::simulate::command::main(args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
         Command::Version => {
             println!("ksched {}", env!("CARGO_PKG_VERSION"));

@@ -289,6 +289,19 @@ impl Registry {
         Ok(())
     }
 
+    /// Swaps the registration of the built plugin `name` (same name, args and extension points,
+    /// another factory: `ksched simulate` runs NetworkTraffic without Prometheus). False when no
+    /// built plugin has that name.
+    pub fn replace(&mut self, name: &str, registration: PluginRegistration) -> bool {
+        match self.entries.get_mut(name) {
+            Some(entry @ RegistryEntry::Built(_)) => {
+                *entry = RegistryEntry::Built(registration);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Replaces or removes nothing: merges `other`'s entries, failing on a duplicate name.
     pub fn merge(&mut self, other: Registry) -> Result<(), RegistryError> {
         for (name, entry) in other.entries {

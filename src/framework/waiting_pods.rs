@@ -103,6 +103,11 @@ impl WaitingPod {
         v
     }
 
+    /// Allowed (success) or rejected, once decided; `None` while the pod still waits.
+    pub fn outcome(&self) -> Option<Status> {
+        self.state.lock().outcome.clone()
+    }
+
     /// `plugin` lets the pod go; when no plugin is left, the pod is allowed.
     pub fn allow(&self, plugin: &str) {
         let mut st = self.state.lock();

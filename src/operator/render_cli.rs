@@ -54,24 +54,24 @@ pub fn render_paths(
     render_inputs(&inputs, opts, catalog)
 }
 
-/// Renders every SchedulerProfile in `inputs` (multi-document YAML), with the LeafClusterPolicies in
-/// them: the objects as one YAML stream on stdout (exit 0), or `error: <path>: <reason>` lines on
-/// stderr (exit 1) and nothing on stdout. Warnings go to stderr as `warning: ...` either way.
-pub fn render_inputs(
-    inputs: &[Input],
-    opts: &RenderOptions,
-    catalog: &dyn PluginCatalog,
-) -> RenderOutput {
-    let mut profiles: Vec<(String, SchedulerProfile)> = Vec::new();
-    let mut policies: Vec<LeafClusterPolicy> = Vec::new();
-    let mut stderr = String::new();
-    let mut failed = false;
+/// The SchedulerProfiles (with the file each came from) and LeafClusterPolicies in `inputs`
+/// (multi-document YAML), and an `error: <path>: <reason>` line for anything else.
+#[derive(Debug, Default)]
+pub struct ParsedInputs {
+    pub profiles: Vec<(String, SchedulerProfile)>,
+    pub policies: Vec<LeafClusterPolicy>,
+    pub errors: Vec<String>,
+}
+
+/// Sorts the documents of `inputs` into profiles and policies (`ksched render`, `ksched simulate`).
+pub fn parse_inputs(inputs: &[Input]) -> ParsedInputs {
+    let mut out = ParsedInputs::default();
     for input in inputs {
         let docs: Vec<serde_json::Value> = match serde_saphyr::from_multiple(&input.text) {
             Ok(d) => d,
             Err(e) => {
-                stderr.push_str(&format!("error: {}: not YAML: {e}\n", input.name));
-                failed = true;
+                out.errors
+                    .push(format!("error: {}: not YAML: {e}", input.name));
                 continue;
             }
         };
@@ -83,31 +83,41 @@ pub fn render_inputs(
             let at = format!("{} (document {})", input.name, i + 1);
             match kind {
                 "SchedulerProfile" => match serde_json::from_value::<SchedulerProfile>(doc) {
-                    Ok(p) => profiles.push((input.name.clone(), p)),
-                    Err(e) => {
-                        stderr
-                            .push_str(&format!("error: {at}: not a valid SchedulerProfile: {e}\n"));
-                        failed = true;
-                    }
+                    Ok(p) => out.profiles.push((input.name.clone(), p)),
+                    Err(e) => out
+                        .errors
+                        .push(format!("error: {at}: not a valid SchedulerProfile: {e}")),
                 },
                 "LeafClusterPolicy" => match serde_json::from_value::<LeafClusterPolicy>(doc) {
-                    Ok(p) => policies.push(p),
-                    Err(e) => {
-                        stderr.push_str(&format!(
-                            "error: {at}: not a valid LeafClusterPolicy: {e}\n"
-                        ));
-                        failed = true;
-                    }
+                    Ok(p) => out.policies.push(p),
+                    Err(e) => out
+                        .errors
+                        .push(format!("error: {at}: not a valid LeafClusterPolicy: {e}")),
                 },
-                other => {
-                    stderr.push_str(&format!(
-                        "error: {at}: kind {other:?} is not rendered: expected SchedulerProfile or LeafClusterPolicy\n"
-                    ));
-                    failed = true;
-                }
+                other => out.errors.push(format!(
+                    "error: {at}: kind {other:?} is not rendered: expected SchedulerProfile or LeafClusterPolicy"
+                )),
             }
         }
     }
+    out
+}
+
+/// Renders every SchedulerProfile in `inputs` (multi-document YAML), with the LeafClusterPolicies in
+/// them: the objects as one YAML stream on stdout (exit 0), or `error: <path>: <reason>` lines on
+/// stderr (exit 1) and nothing on stdout. Warnings go to stderr as `warning: ...` either way.
+pub fn render_inputs(
+    inputs: &[Input],
+    opts: &RenderOptions,
+    catalog: &dyn PluginCatalog,
+) -> RenderOutput {
+    let ParsedInputs {
+        profiles,
+        policies,
+        errors,
+    } = parse_inputs(inputs);
+    let mut failed = !errors.is_empty();
+    let mut stderr: String = errors.iter().map(|e| format!("{e}\n")).collect();
     if profiles.is_empty() && !failed {
         stderr.push_str("error: no SchedulerProfile in the input\n");
         failed = true;

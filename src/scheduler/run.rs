@@ -2,7 +2,7 @@
 //! endpoint and (optionally) leader election, then runs the scheduling cycle one pod at a time while
 //! binding cycles run concurrently, as upstream's `scheduleOne` does.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -25,6 +25,7 @@ use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics,
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
 use crate::framework::interface::{CycleState, NominatingMode, Status};
+use crate::framework::listers::Informer;
 use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
 use crate::framework::schedule::{Algorithm, ScheduleError};
@@ -90,6 +91,56 @@ pub fn profile_spec(profile: &EffectiveProfile, registry: &Registry) -> ProfileS
     spec
 }
 
+/// The frameworks of a configuration, by scheduler name.
+pub type Frameworks = HashMap<String, Arc<Framework>>;
+
+/// One framework per profile of `config`, by scheduler name, sharing `handle`; and the object kinds
+/// their plugins read (the informers to start). `ksched simulate` builds its frameworks here too.
+pub fn build_frameworks(
+    config: &Config,
+    registry: &Registry,
+    handle: &Handle,
+) -> Result<(Frameworks, BTreeSet<Informer>), FrameworkError> {
+    let mut frameworks = HashMap::new();
+    let mut informers = BTreeSet::new();
+    for profile in &config.profiles {
+        let spec = profile_spec(profile, registry);
+        let enabled = spec
+            .plugins
+            .values()
+            .flatten()
+            .map(|(name, _)| name.as_str());
+        informers.extend(registry.informers_for(enabled));
+        let fwk = Framework::new(&spec, registry, handle.clone())?;
+        frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
+    }
+    Ok((frameworks, informers))
+}
+
+/// The queue for `frameworks`: ordered by the first profile's QueueSort (upstream requires every
+/// profile to use the same), gated by each pod's own profile's PreEnqueue plugins.
+pub fn scheduling_queue(
+    config: &Config,
+    frameworks: &Frameworks,
+) -> Result<SchedulingQueue, SchedulerError> {
+    let first = config.profiles.first().ok_or(SchedulerError::NoProfiles)?;
+    let sort_fwk = frameworks
+        .get(&first.scheduler_name)
+        .cloned()
+        .ok_or(SchedulerError::NoProfiles)?;
+    let gate_fwks = frameworks.clone();
+    Ok(SchedulingQueue::new(
+        Arc::new(move |a: &QueuedPodInfo, b: &QueuedPodInfo| sort_fwk.queue_sort_less(a, b)),
+        Arc::new(move |pod: &PodInfo| {
+            let fwk = gate_fwks.get(pod.scheduler_name())?;
+            let status = fwk.run_pre_enqueue_plugins(pod);
+            (!status.is_success()).then(|| status.plugin().unwrap_or("PreEnqueue").to_string())
+        }),
+        Duration::from_secs(u64::try_from(config.pod_initial_backoff_seconds).unwrap_or(1)),
+        Duration::from_secs(u64::try_from(config.pod_max_backoff_seconds).unwrap_or(10)),
+    ))
+}
+
 /// Runs the scheduler until `shutdown` fires (Ok) or leadership is lost (Err).
 pub async fn run(
     client: Client,
@@ -97,7 +148,6 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), SchedulerError> {
     let config = &options.config;
-    let first = config.profiles.first().ok_or(SchedulerError::NoProfiles)?;
     // Leader election keeps the caller's client: renewals must not wait behind a burst of bindings.
     let cc = &config.client_connection;
     let api_client = limited(client.clone(), cc.qps, cc.burst);
@@ -107,42 +157,15 @@ pub async fn run(
     let nominator = Arc::new(Nominator::new());
     let handle =
         Handle::new(Arc::new(KubeApi::new(api_client.clone()))).with_nominator(nominator.clone());
-    let mut frameworks = HashMap::new();
-    let mut reporters = HashMap::new();
-    let mut informers = std::collections::BTreeSet::new();
-    for profile in &config.profiles {
-        let spec = profile_spec(profile, &options.registry);
-        let enabled = spec
-            .plugins
-            .values()
-            .flatten()
-            .map(|(name, _)| name.as_str());
-        informers.extend(options.registry.informers_for(enabled));
-        let fwk = Framework::new(&spec, &options.registry, handle.clone())?;
-        frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
-        reporters.insert(
-            profile.scheduler_name.clone(),
-            PodReporter::new(api_client.clone(), events.clone(), &profile.scheduler_name),
-        );
-    }
-    let sort_fwk = frameworks
-        .get(&first.scheduler_name)
-        .cloned()
-        .ok_or(SchedulerError::NoProfiles)?;
-    let gate_fwks = frameworks.clone();
-    let queue = Arc::new(
-        SchedulingQueue::new(
-            Arc::new(move |a: &QueuedPodInfo, b: &QueuedPodInfo| sort_fwk.queue_sort_less(a, b)),
-            Arc::new(move |pod: &PodInfo| {
-                let fwk = gate_fwks.get(pod.scheduler_name())?;
-                let status = fwk.run_pre_enqueue_plugins(pod);
-                (!status.is_success()).then(|| status.plugin().unwrap_or("PreEnqueue").to_string())
-            }),
-            Duration::from_secs(u64::try_from(config.pod_initial_backoff_seconds).unwrap_or(1)),
-            Duration::from_secs(u64::try_from(config.pod_max_backoff_seconds).unwrap_or(10)),
-        )
-        .with_nominator(nominator),
-    );
+    let (frameworks, informers) = build_frameworks(config, &options.registry, &handle)?;
+    let reporters: HashMap<String, PodReporter> = frameworks
+        .keys()
+        .map(|name| {
+            let reporter = PodReporter::new(api_client.clone(), events.clone(), name);
+            (name.clone(), reporter)
+        })
+        .collect();
+    let queue = Arc::new(scheduling_queue(config, &frameworks)?.with_nominator(nominator));
     let cache = Arc::new(Cache::default());
     let shared = Arc::new(Shared {
         cache: cache.clone(),
@@ -603,7 +626,8 @@ fn fail(
     });
 }
 
-fn with_node_name(pod: &Pod, node: &str) -> Pod {
+/// A copy of `pod` bound to `node` (what the cache assumes).
+pub fn with_node_name(pod: &Pod, node: &str) -> Pod {
     let mut pod = pod.clone();
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = Some(node.to_string());

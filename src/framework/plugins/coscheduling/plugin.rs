@@ -63,9 +63,12 @@ fn min_member(pg: &PodGroup) -> usize {
 }
 
 /// Runs `f` to completion from a synchronous extension point (they run on a blocking-capable
-/// worker of the multi-threaded runtime); `None` without such a runtime or on timeout.
+/// worker of the multi-threaded runtime); `None` on a current-thread runtime or on timeout.
+/// Without any runtime (`ksched simulate`, whose API answers from memory) it runs here.
 fn block_on<F: Future>(f: F) -> Option<F::Output> {
-    let rt = tokio::runtime::Handle::try_current().ok()?;
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return Some(futures::executor::block_on(f));
+    };
     if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
         return None;
     }

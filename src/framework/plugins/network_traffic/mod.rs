@@ -215,6 +215,32 @@ pub fn factory(args: &Value, _handle: &Handle) -> Result<Arc<dyn Plugin>, String
     Ok(Arc::new(NetworkTraffic::new(&args, Arc::new(client))))
 }
 
+/// Measures nothing: every node scores the same. For `ksched simulate`, which makes no network
+/// calls besides reading the cluster.
+struct NoMeasurements;
+
+impl MetricsSource for NoMeasurements {
+    fn query(&self, _query: &str, _timeout: Duration) -> Result<Vec<Sample>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// NetworkTraffic without Prometheus (see [`NoMeasurements`]).
+pub fn offline_registration() -> PluginRegistration {
+    PluginRegistration::new(
+        NetworkTraffic::EXTENSION_POINTS,
+        crate::framework::args::decode::<NetworkTrafficArgs>,
+        |args, _handle| {
+            let args: NetworkTrafficArgs =
+                serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+            Ok(Arc::new(NetworkTraffic::new(
+                &args,
+                Arc::new(NoMeasurements),
+            )))
+        },
+    )
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkTrafficArgs {

@@ -168,8 +168,13 @@ fn run(args: &SimulateArgs) -> Result<ExitCode, CommandError> {
         }
         (None, Some(path)) => {
             let input = read(path)?;
-            ClusterState::parse(&input.name, &input.text)
-                .map_err(|e| CommandError::Message(format!("the snapshot cannot be used:\n{e}")))?
+            let state = ClusterState::parse(&input.name, &input.text)
+                .map_err(|e| CommandError::Message(format!("the snapshot cannot be used:\n{e}")))?;
+            // A live read lists every kind the plugins need; a file may have left some out.
+            state
+                .check_complete(&needs)
+                .map_err(|e| CommandError::Message(format!("the snapshot is incomplete:\n{e}")))?;
+            state
         }
         (None, None) => {
             return Err(CommandError::Message(
@@ -177,10 +182,12 @@ fn run(args: &SimulateArgs) -> Result<ExitCode, CommandError> {
             ));
         }
     };
-    state
-        .check_complete(&needs)
-        .map_err(|e| CommandError::Message(format!("the snapshot is incomplete:\n{e}")))?;
     let report = simulate_with_progress(state, &profile, &registry, &request)?;
+    if args.output == OutputFormat::Table {
+        for w in &report.warnings {
+            eprintln!("warning: {w}");
+        }
+    }
     let out = render(&report, args.output).map_err(CommandError::Message)?;
     print!("{out}");
     if args.fail_on_pending && report.has_pending() {

@@ -210,14 +210,11 @@ impl Report {
         self.pods.iter().any(|p| p.result.stays_pending())
     }
 
-    /// The table: one row per pod; for a pod that does not get a node, its message and the
-    /// rejecting plugins with the nodes they rejected; then the summary (and, in Explain mode,
-    /// every plugin's verdict per node).
+    /// The table (warnings are for stderr): one row per pod; for a pod that does not get a node,
+    /// its message and the rejecting plugins with the nodes they rejected; then the summary (and,
+    /// in Explain mode, every plugin's verdict per node).
     pub fn to_table(&self) -> String {
         let mut out = String::new();
-        for w in &self.warnings {
-            let _ = writeln!(out, "warning: {w}");
-        }
         let rows: Vec<[String; 5]> = self
             .pods
             .iter()

@@ -467,25 +467,6 @@ impl ClusterState {
                 format!("claim {} is bound to one", ObjectStore::key_of(&**c)),
             );
         }
-        if needs.contains(&Informer::StorageClasses)
-            && l.storage_classes.is_empty()
-            && let Some(c) = claims.iter().find(|c| {
-                c.spec.as_ref().is_some_and(|s| {
-                    s.volume_name.as_deref().unwrap_or("").is_empty()
-                        && s.storage_class_name
-                            .as_deref()
-                            .is_some_and(|n| !n.is_empty())
-                })
-            })
-        {
-            missing(
-                "StorageClass",
-                format!(
-                    "unbound claim {} names a storage class",
-                    ObjectStore::key_of(&**c)
-                ),
-            );
-        }
         if needs.contains(&Informer::PodGroups)
             && l.pod_groups.is_empty()
             && let Some(pod) = &group_member

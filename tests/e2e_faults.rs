@@ -139,7 +139,10 @@ fn pod(name: &str, scheduler: &str, cpu: &str) -> Pod {
 
 async fn bound_pods(pods: &Api<Pod>) -> Vec<Pod> {
     let list = pods.list(&ListParams::default()).await.expect("list pods");
-    list.items.into_iter().filter(|p| node(p).is_some()).collect()
+    list.items
+        .into_iter()
+        .filter(|p| node(p).is_some())
+        .collect()
 }
 
 /// Millicores requested per node by the pods of `pods`.
@@ -221,10 +224,15 @@ async fn a_partitioned_leader_stops_binding_before_the_lease_moves() {
     old.relay.restore();
     let healed_at = Instant::now();
 
-    let all = poll("all 32 pods bound", Duration::from_secs(90), logs, async || {
-        let bound = bound_pods(&pods).await;
-        (bound.len() == 32).then_some(bound)
-    })
+    let all = poll(
+        "all 32 pods bound",
+        Duration::from_secs(90),
+        logs,
+        async || {
+            let bound = bound_pods(&pods).await;
+            (bound.len() == 32).then_some(bound)
+        },
+    )
     .await;
 
     let moved = standby
@@ -367,7 +375,8 @@ fn cpu_time(pid: i32) -> Duration {
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     Duration::from_millis(ticks * 1000 / per_second)
@@ -435,7 +444,9 @@ async fn an_unreachable_api_server_costs_little_log_and_cpu() {
     for (i, r) in replicas.iter().enumerate() {
         let (logged, cpu) = figures[i];
         let log = r.logs();
-        let during = log.get(usize::try_from(before[i].0).unwrap_or(0)..).unwrap_or("");
+        let during = log
+            .get(usize::try_from(before[i].0).unwrap_or(0)..)
+            .unwrap_or("");
         assert!(
             logged <= OUTAGE_LOG_BOUND && cpu <= OUTAGE_CPU_BOUND,
             "{} logged {logged} bytes and used {cpu:?} of CPU during the outage (at most \
@@ -484,7 +495,10 @@ async fn sigterm_writes_the_queued_events_and_releases_the_lease() {
     )
     .await;
     // SAFETY: signalling our own child process.
-    assert_eq!(unsafe { libc::kill(replica.process.pid(), libc::SIGTERM) }, 0);
+    assert_eq!(
+        unsafe { libc::kill(replica.process.pid(), libc::SIGTERM) },
+        0
+    );
     let terminated = Instant::now();
     poll(
         "the scheduler exited after SIGTERM",
@@ -501,6 +515,10 @@ async fn sigterm_writes_the_queued_events_and_releases_the_lease() {
         "Scheduled events written before exit\n{}",
         tail(&replica.logs(), 40)
     );
-    assert_eq!(holder(&leases, name).await, None, "the lease was not released");
+    assert_eq!(
+        holder(&leases, name).await,
+        None,
+        "the lease was not released"
+    );
     eprintln!("SIGTERM: exited {exit_took:?} after the signal with every event written");
 }

@@ -17,9 +17,7 @@ use tracing::{debug, error, info};
 use super::api::KubeApi;
 use super::cache::Cache;
 use super::client::Clients;
-use super::events::{
-    EventFlusher, EventQueue, PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE,
-};
+use super::events::{EventQueue, PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
 use super::http::{self, HttpState, TlsFiles};
 use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
 use super::leader_election::{
@@ -289,23 +287,16 @@ pub async fn run(
     } else {
         EVENT_FLUSH_ON_SHUTDOWN
     };
-    stop(event_flusher, flush_within, stop_elector, elector_task).await
-}
-
-/// Writes the queued events, then stops the elector (which releases the lease) and reports why
-/// leadership ended.
-async fn stop(
-    events: EventFlusher,
-    within: Duration,
-    stop_elector: watch::Sender<bool>,
-    elector: Option<tokio::task::JoinHandle<Result<(), LeaderElectionError>>>,
-) -> Result<(), SchedulerError> {
-    events.flush(within).await;
-    let _ = stop_elector.send(true);
-    match elector {
-        Some(task) => elector_result(task.await),
-        None => Ok(()),
+    event_flusher.flush(flush_within).await;
+    let Some(elector) = elector_task else {
+        return Ok(());
+    };
+    // On a loss the elector ends by itself (its own deadline) with the cause; on shutdown it is
+    // told to stop, and releases the lease last.
+    if !lost {
+        let _ = stop_elector.send(true);
     }
+    elector_result(elector.await)
 }
 
 fn elector_result(

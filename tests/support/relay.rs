@@ -56,7 +56,13 @@ pub struct Logged {
 
 impl Logged {
     pub fn is_bind(&self) -> bool {
-        self.method == "POST" && self.path.split('?').next().unwrap_or("").ends_with("/binding")
+        self.method == "POST"
+            && self
+                .path
+                .split('?')
+                .next()
+                .unwrap_or("")
+                .ends_with("/binding")
     }
 
     /// A successful write of the Lease `name` (create or update): the lease is ours from then on.

@@ -106,46 +106,127 @@ impl Replica {
     }
 }
 
-fn all_logs(replicas: &[&Replica]) -> String {
-    replicas
-        .iter()
-        .map(|r| format!("--- {}:\n{}", r.name, tail(&r.logs(), 60)))
-        .collect::<Vec<_>>()
-        .join("\n")
+/// One test's scheduler `ksched-<test>`: its namespace (which holds its Lease and pods), its nodes
+/// and its replicas, one of which leads.
+struct Scheduler {
+    name: String,
+    ns: String,
+    client: kube::Client,
+    leases: Api<Lease>,
+    pods: Api<Pod>,
+    replicas: Vec<Replica>,
+    leader: usize,
+    _nodes: Nodes,
 }
 
-async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
-    let lease = leases.get_opt(name).await.ok()??;
-    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+impl Scheduler {
+    /// Creates nodes `<test>-<suffix>` with `cores` each, starts `replicas` replicas (with
+    /// `client_connection` fields), and waits until one leads.
+    async fn start(
+        test: &str,
+        nodes: &[&str],
+        cores: &str,
+        replicas: usize,
+        client_connection: &str,
+    ) -> Scheduler {
+        let cp = cp();
+        let client = cp.client().await;
+        let ns = cp.namespace(&client, test).await;
+        let name = format!("ksched-{test}");
+        let node_set = Nodes::new(cp, test);
+        for n in nodes {
+            node_set.create(n, cores, &[]);
+        }
+        let config = ha_config(&name, &ns, client_connection);
+        let mut started = Vec::new();
+        for i in 1..=replicas {
+            started.push(Replica::start(cp, &format!("{test}-{i}"), &config).await);
+        }
+        let mut s = Scheduler {
+            leases: Api::namespaced(client.clone(), &ns),
+            pods: Api::namespaced(client.clone(), &ns),
+            name,
+            ns,
+            client,
+            replicas: started,
+            leader: 0,
+            _nodes: node_set,
+        };
+        s.leader = poll(
+            "a leader elected",
+            Duration::from_secs(60),
+            || s.logs(),
+            async || {
+                let id = s.holder().await?;
+                s.replicas.iter().position(|r| r.identity_is(&id))
+            },
+        )
+        .await;
+        s
+    }
+
+    /// The leader at start and the other replica (of two).
+    fn leader_and_standby(&self) -> (&Replica, &Replica) {
+        (&self.replicas[self.leader], &self.replicas[1 - self.leader])
+    }
+
+    async fn holder(&self) -> Option<String> {
+        let lease = self.leases.get_opt(&self.name).await.ok()??;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    }
+
+    fn logs(&self) -> String {
+        self.replicas
+            .iter()
+            .map(|r| format!("--- {}:\n{}", r.name, tail(&r.logs(), 60)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Creates pod `name` of this scheduler requesting `cpu`.
+    async fn create(&self, name: &str, cpu: &str) {
+        create(
+            &self.pods,
+            &pause_pod(name, &self.name, cpu, &[], json!({})),
+        )
+        .await;
+    }
+
+    async fn bound_pods(&self) -> Vec<Pod> {
+        let list = self
+            .pods
+            .list(&ListParams::default())
+            .await
+            .expect("list pods");
+        list.items
+            .into_iter()
+            .filter(|p| node(p).is_some())
+            .collect()
+    }
+
+    /// Waits (up to 30 s) until `replica` has exited.
+    async fn exited(&self, replica: &Replica, who: &str) {
+        let what = format!("{who} exited");
+        let exited = async || replica.exited().then_some(());
+        poll(&what, Duration::from_secs(30), || self.logs(), exited).await;
+    }
+
+    /// Waits until `n` pods are bound; them.
+    async fn bound(&self, n: usize, within: Duration) -> Vec<Pod> {
+        poll(
+            &format!("{n} pods bound"),
+            within,
+            || self.logs(),
+            async || {
+                let bound = self.bound_pods().await;
+                (bound.len() >= n).then_some(bound)
+            },
+        )
+        .await
+    }
 }
 
-/// Waits for a holder of `name` that is one of `replicas`; its index.
-async fn leader(leases: &Api<Lease>, name: &str, replicas: &[&Replica]) -> usize {
-    poll(
-        "a leader elected",
-        Duration::from_secs(60),
-        || all_logs(replicas),
-        async || {
-            let id = holder(leases, name).await?;
-            replicas.iter().position(|r| r.identity_is(&id))
-        },
-    )
-    .await
-}
-
-fn pod(name: &str, scheduler: &str, cpu: &str) -> Pod {
-    pause_pod(name, scheduler, cpu, &[], json!({}))
-}
-
-async fn bound_pods(pods: &Api<Pod>) -> Vec<Pod> {
-    let list = pods.list(&ListParams::default()).await.expect("list pods");
-    list.items
-        .into_iter()
-        .filter(|p| node(p).is_some())
-        .collect()
-}
-
-/// Millicores requested per node by the pods of `pods`.
+/// Millicores requested per node by `pods`.
 fn millicores_per_node(pods: &[Pod]) -> BTreeMap<String, i64> {
     let mut per_node = BTreeMap::new();
     for p in pods {
@@ -154,12 +235,7 @@ fn millicores_per_node(pods: &[Pod]) -> BTreeMap<String, i64> {
             .iter()
             .flat_map(|s| &s.containers)
             .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get("cpu"))
-            .map(|q| {
-                let q = q.0.as_str();
-                q.strip_suffix('m')
-                    .map(|m| m.parse::<i64>().expect("millicores"))
-                    .unwrap_or_else(|| q.parse::<i64>().expect("cores") * 1000)
-            })
+            .map(|q| ksched::quantity::milli_value(q).expect("a cpu quantity"))
             .sum();
         *per_node.entry(node(p).unwrap_or_default()).or_insert(0) += cpu;
     }
@@ -173,39 +249,16 @@ fn millicores_per_node(pods: &[Pod]) -> BTreeMap<String, i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_stops_binding_before_the_lease_moves() {
     let _serial = SERIAL.lock().await;
-    let cp = cp();
-    let client = cp.client().await;
-    let ns = cp.namespace(&client, "cut").await;
-    let name = "ksched-cut";
     // 4 nodes of 2 cores and 32 pods of 250m: full to the last pod, so two leaders placing pods
-    // from different caches would overcommit a node or leave a pod unschedulable.
-    let nodes = Nodes::new(cp, "cut");
-    for n in ["a", "b", "c", "d"] {
-        nodes.create(n, "2", &[]);
-    }
-    // Binds at 2 a second: the leader still has binding cycles to run when the lease moves.
-    let config = ha_config(name, &ns, "qps: 2, burst: 1");
-    let first = Replica::start(cp, "cut-1", &config).await;
-    let second = Replica::start(cp, "cut-2", &config).await;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let both = [&first, &second];
-    let l = leader(&leases, name, &both).await;
-    let (old, standby) = if l == 0 {
-        (first, second)
-    } else {
-        (second, first)
-    };
-    let old_identity = holder(&leases, name).await.expect("holder");
-
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // from different caches would overcommit a node or leave a pod unschedulable. Binds at 2 a
+    // second: the leader still has binding cycles to run when the lease moves.
+    let s = Scheduler::start("cut", &["a", "b", "c", "d"], "2", 2, "qps: 2, burst: 1").await;
+    let (old, standby) = s.leader_and_standby();
+    let old_identity = s.holder().await.expect("holder");
     for i in 0..32 {
-        create(&pods, &pod(&format!("p-{i}"), name, "250m")).await;
+        s.create(&format!("p-{i}"), "250m").await;
     }
-    let logs = || all_logs(&[&old, &standby]);
-    poll("4 pods bound", Duration::from_secs(60), logs, async || {
-        (bound_pods(&pods).await.len() >= 4).then_some(())
-    })
-    .await;
+    s.bound(4, Duration::from_secs(60)).await;
     let cut_at = Instant::now();
     old.relay.cut();
 
@@ -213,30 +266,20 @@ async fn a_partitioned_leader_stops_binding_before_the_lease_moves() {
     let new_identity = poll(
         "the lease moved to the standby",
         Duration::from_secs(60),
-        logs,
-        async || holder(&leases, name).await.filter(|h| *h != old_identity),
+        || s.logs(),
+        async || s.holder().await.filter(|h| *h != old_identity),
     )
     .await;
-    assert!(standby.identity_is(&new_identity), "{}", logs());
+    assert!(standby.identity_is(&new_identity), "{}", s.logs());
     // Cut for longer than the lease, then heal.
     let cut_for = LEASE_DURATION + Duration::from_secs(4);
     tokio::time::sleep(cut_for.saturating_sub(cut_at.elapsed())).await;
     old.relay.restore();
     let healed_at = Instant::now();
-
-    let all = poll(
-        "all 32 pods bound",
-        Duration::from_secs(90),
-        logs,
-        async || {
-            let bound = bound_pods(&pods).await;
-            (bound.len() == 32).then_some(bound)
-        },
-    )
-    .await;
+    let all = s.bound(32, Duration::from_secs(90)).await;
 
     let moved = standby
-        .acquired_lease(name)
+        .acquired_lease(&s.name)
         .expect("the standby's lease write went through its relay");
     let old_binds = old.binds();
     let late: Vec<_> = old_binds.iter().filter(|b| b.arrived >= moved).collect();
@@ -244,7 +287,7 @@ async fn a_partitioned_leader_stops_binding_before_the_lease_moves() {
         late.is_empty(),
         "the old leader sent {} binds after the lease moved: {late:?}\n{}",
         late.len(),
-        logs()
+        s.logs()
     );
     let last_bind = old_binds.iter().map(|b| b.arrived).max();
     let in_cut = old_binds.iter().filter(|b| b.arrived >= cut_at).count();
@@ -265,13 +308,7 @@ async fn a_partitioned_leader_stops_binding_before_the_lease_moves() {
         );
     }
     // The old leader says why it stopped, and exits, as upstream's does.
-    let stopped = poll(
-        "the old leader exited",
-        Duration::from_secs(30),
-        logs,
-        async || old.exited().then_some(()),
-    );
-    stopped.await;
+    s.exited(old, "the old leader").await;
     let old_log = old.logs();
     assert!(
         old_log.contains("stopped leading")
@@ -313,25 +350,10 @@ impl Drop for Frozen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_api_server_makes_the_leader_step_down() {
     let _serial = SERIAL.lock().await;
-    let cp = cp();
-    let client = cp.client().await;
-    let ns = cp.namespace(&client, "stop").await;
-    let name = "ksched-stop";
-    let nodes = Nodes::new(cp, "stop");
-    nodes.create("a", "8", &[]);
-    let config = ha_config(name, &ns, "");
-    let first = Replica::start(cp, "stop-1", &config).await;
-    let second = Replica::start(cp, "stop-2", &config).await;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let l = leader(&leases, name, &[&first, &second]).await;
-    let (old, standby) = if l == 0 {
-        (first, second)
-    } else {
-        (second, first)
-    };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    create(&pods, &pod("before", name, "100m")).await;
-    old.process.bound(&pods, "before").await;
+    let s = Scheduler::start("stop", &["a"], "8", 2, "").await;
+    let (old, standby) = s.leader_and_standby();
+    s.create("before", "100m").await;
+    old.process.bound(&s.pods, "before").await;
 
     let apiserver = pid_of("kube-apiserver").expect("kube-apiserver pid");
     let frozen = Frozen::freeze(apiserver);
@@ -347,22 +369,24 @@ async fn a_frozen_api_server_makes_the_leader_step_down() {
     let exited_while_frozen = old.exited();
     drop(frozen);
 
-    let logs = || all_logs(&[&old, &standby]);
     let stepped_down = stepped_down.unwrap_or_else(|| {
         panic!(
             "the leader did not step down while the API server was frozen for {freeze_for:?}\n{}",
-            logs()
+            s.logs()
         )
     });
-    assert!(exited_while_frozen, "{}", logs());
+    assert!(exited_while_frozen, "{}", s.logs());
     let old_log = old.logs();
     assert!(
-        old_log.contains("not renewed within the renew deadline (4s); last attempt: the API server did not answer within 2s"),
+        old_log.contains(
+            "not renewed within the renew deadline (4s); last attempt: the API server did not \
+             answer within 2s"
+        ),
         "{}",
         tail(&old_log, 40)
     );
-    create(&pods, &pod("after", name, "100m")).await;
-    standby.process.bound(&pods, "after").await;
+    s.create("after", "100m").await;
+    standby.process.bound(&s.pods, "after").await;
     eprintln!("frozen API server: the leader stepped down {stepped_down:?} after the freeze");
 }
 
@@ -392,37 +416,21 @@ const OUTAGE_CPU_BOUND: Duration = Duration::from_secs(2);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_api_server_costs_little_log_and_cpu() {
     let _serial = SERIAL.lock().await;
-    let cp = cp();
-    let client = cp.client().await;
-    let ns = cp.namespace(&client, "down").await;
-    let name = "ksched-down";
-    let nodes = Nodes::new(cp, "down");
-    nodes.create("a", "8", &[]);
-    let config = ha_config(name, &ns, "");
-    let replicas = vec![
-        Replica::start(cp, "down-1", &config).await,
-        Replica::start(cp, "down-2", &config).await,
-    ];
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let l = leader(&leases, name, &replicas.iter().collect::<Vec<_>>()).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    create(&pods, &pod("before", name, "100m")).await;
-    replicas[l].process.bound(&pods, "before").await;
+    let s = Scheduler::start("down", &["a"], "8", 2, "").await;
+    s.create("before", "100m").await;
+    s.replicas[s.leader].process.bound(&s.pods, "before").await;
 
-    let log_size = |r: &Replica| std::fs::metadata(&r.process.process.log).map_or(0, |m| m.len());
-    let before: Vec<(u64, Duration)> = replicas
-        .iter()
-        .map(|r| (log_size(r), cpu_time(r.process.pid())))
-        .collect();
-    for r in &replicas {
+    let measure = |r: &Replica| {
+        let log = std::fs::metadata(&r.process.process.log).map_or(0, |m| m.len());
+        (log, cpu_time(r.process.pid()))
+    };
+    let before: Vec<(u64, Duration)> = s.replicas.iter().map(measure).collect();
+    for r in &s.replicas {
         r.relay.down();
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let after: Vec<(u64, Duration)> = replicas
-        .iter()
-        .map(|r| (log_size(r), cpu_time(r.process.pid())))
-        .collect();
-    for r in &replicas {
+    let after: Vec<(u64, Duration)> = s.replicas.iter().map(measure).collect();
+    for r in &s.replicas {
         r.relay.restore();
     }
 
@@ -431,17 +439,18 @@ async fn an_unreachable_api_server_costs_little_log_and_cpu() {
         .zip(&after)
         .map(|(b, a)| (a.0 - b.0, a.1.saturating_sub(b.1)))
         .collect();
-    let report: Vec<String> = replicas
+    let report: Vec<String> = s
+        .replicas
         .iter()
         .zip(&figures)
         .enumerate()
         .map(|(i, (r, (logged, cpu)))| {
-            let role = if i == l { "leader" } else { "standby" };
+            let role = if i == s.leader { "leader" } else { "standby" };
             format!("{} ({role}): {logged} bytes of log, {cpu:?} CPU", r.name)
         })
         .collect();
     eprintln!("30 s outage: {}", report.join("; "));
-    for (i, r) in replicas.iter().enumerate() {
+    for (i, r) in s.replicas.iter().enumerate() {
         let (logged, cpu) = figures[i];
         let log = r.logs();
         let during = log
@@ -456,12 +465,13 @@ async fn an_unreachable_api_server_costs_little_log_and_cpu() {
         );
     }
     // Scheduling resumes: the replica still running leads and binds.
-    create(&pods, &pod("after", name, "100m")).await;
-    let running = replicas
+    s.create("after", "100m").await;
+    let running = s
+        .replicas
         .iter()
-        .position(|r| !r.exited())
+        .find(|r| !r.exited())
         .expect("a replica is still running");
-    replicas[running].process.bound(&pods, "after").await;
+    running.process.bound(&s.pods, "after").await;
 }
 
 /// SIGTERM right after a burst of bindings: the queued events are written before the process
@@ -469,56 +479,29 @@ async fn an_unreachable_api_server_costs_little_log_and_cpu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_writes_the_queued_events_and_releases_the_lease() {
     let _serial = SERIAL.lock().await;
-    let cp = cp();
-    let client = cp.client().await;
-    let ns = cp.namespace(&client, "term").await;
-    let name = "ksched-term";
-    let nodes = Nodes::new(cp, "term");
     // 110 pods fit on a node.
-    for n in ["a", "b", "c"] {
-        nodes.create(n, "16", &[]);
-    }
-    let config = ha_config(name, &ns, "qps: 200, burst: 200");
-    let replica = Replica::start(cp, "term-1", &config).await;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    leader(&leases, name, &[&replica]).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let s = Scheduler::start("term", &["a", "b"], "16", 1, "qps: 200, burst: 200").await;
     let count = 200;
     for i in 0..count {
-        create(&pods, &pod(&format!("p-{i}"), name, "10m")).await;
+        s.create(&format!("p-{i}"), "10m").await;
     }
-    poll(
-        "all pods bound",
-        Duration::from_secs(180),
-        || tail(&replica.logs(), 40),
-        async || (bound_pods(&pods).await.len() == count).then_some(()),
-    )
-    .await;
+    s.bound(count, Duration::from_secs(180)).await;
+    let replica = &s.replicas[0];
     // SAFETY: signalling our own child process.
     assert_eq!(
         unsafe { libc::kill(replica.process.pid(), libc::SIGTERM) },
         0
     );
     let terminated = Instant::now();
-    poll(
-        "the scheduler exited after SIGTERM",
-        Duration::from_secs(30),
-        || tail(&replica.logs(), 40),
-        async || replica.exited().then_some(()),
-    )
-    .await;
+    s.exited(replica, "the scheduler, after SIGTERM,").await;
     let exit_took = terminated.elapsed();
-    let scheduled = support::events::with_reason(&client, &ns, "Scheduled").await;
+    let scheduled = support::events::with_reason(&s.client, &s.ns, "Scheduled").await;
     assert_eq!(
         scheduled.len(),
         count,
         "Scheduled events written before exit\n{}",
-        tail(&replica.logs(), 40)
+        s.logs()
     );
-    assert_eq!(
-        holder(&leases, name).await,
-        None,
-        "the lease was not released"
-    );
+    assert_eq!(s.holder().await, None, "the lease was not released");
     eprintln!("SIGTERM: exited {exit_took:?} after the signal with every event written");
 }

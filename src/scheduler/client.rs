@@ -171,11 +171,23 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
 
-    /// An API stand-in that answers `{}` after 20 ms and records the most requests it saw at once.
+    /// An API stand-in that answers `{}` after 20 ms (or never, when `silent`) and records how many
+    /// requests it saw and the most it saw at once.
     #[derive(Clone, Default)]
     struct Counting {
+        silent: bool,
+        seen: Arc<AtomicUsize>,
         now: Arc<AtomicUsize>,
         max: Arc<AtomicUsize>,
+    }
+
+    impl Counting {
+        fn silent() -> Self {
+            Self {
+                silent: true,
+                ..Self::default()
+            }
+        }
     }
 
     impl tower::Service<Request<Body>> for Counting {
@@ -190,6 +202,10 @@ mod tests {
         fn call(&mut self, _req: Request<Body>) -> Self::Future {
             let this = self.clone();
             Box::pin(async move {
+                this.seen.fetch_add(1, Ordering::SeqCst);
+                if this.silent {
+                    std::future::pending::<()>().await;
+                }
                 let n = this.now.fetch_add(1, Ordering::SeqCst) + 1;
                 this.max.fetch_max(n, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -226,27 +242,6 @@ mod tests {
         assert!(most > MAX_IN_FLIGHT, "only {most} watches at once");
     }
 
-    /// An API server that takes requests and never answers.
-    #[derive(Clone, Default)]
-    struct Silent {
-        seen: Arc<AtomicUsize>,
-    }
-
-    impl tower::Service<Request<Body>> for Silent {
-        type Response = Response<Body>;
-        type Error = std::convert::Infallible;
-        type Future = BoxFuture<'static, Result<Response<Body>, Self::Error>>;
-
-        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _req: Request<Body>) -> Self::Future {
-            self.seen.fetch_add(1, Ordering::SeqCst);
-            Box::pin(std::future::pending())
-        }
-    }
-
     async fn get(client: Client) -> Result<Response<Body>, kube::Error> {
         let request = Request::get("/api/v1/namespaces/a/pods/p")
             .body(Body::empty())
@@ -260,7 +255,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_without_answer_times_out() {
-        let api = Silent::default();
+        let api = Counting::silent();
         let client = limit(
             Client::new(api.clone(), "default"),
             0.0,
@@ -304,7 +299,7 @@ mod tests {
     async fn a_request_in_flight_is_abandoned_when_leadership_ends() {
         let leadership = Leadership::always();
         let client = limit(
-            Client::new(Silent::default(), "default"),
+            Client::new(Counting::silent(), "default"),
             0.0,
             0,
             REQUEST_TIMEOUT,

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
-use support::events::{about, regarding, with_reason as events};
+use support::events::{about, at_least, regarding, with_reason as events};
 use support::fixtures::pause_pod;
 use support::nodes::Nodes;
 use support::scheduler::{SchedulerProcess, config};
@@ -249,7 +249,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
     create_then_bind(&pods, "before", &first).await;
     let leader_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert!(!leader_identity.is_empty());
-    let scheduled = events(&client, &ns, "Scheduled").await;
+    let scheduled = at_least(&client, &ns, "Scheduled", 5).await;
     assert_eq!(scheduled.len(), 5);
     for e in &scheduled {
         assert_eq!(
@@ -278,7 +278,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
     create_then_bind(&pods, "after", standby).await;
     let new_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert_ne!(new_identity, leader_identity);
-    let scheduled = events(&client, &ns, "Scheduled").await;
+    let scheduled = at_least(&client, &ns, "Scheduled", 10).await;
     let mut per_pod: BTreeMap<String, usize> = BTreeMap::new();
     for e in &scheduled {
         *per_pod.entry(regarding(e).to_string()).or_default() += 1;

@@ -17,12 +17,15 @@ use crate::framework::registry::{ApiError, ApiHandle};
 use crate::framework::types::PodInfo;
 
 pub struct KubeApi {
+    /// Binds only, so nothing else the scheduler writes waits in front of a bind.
+    binds: Client,
     client: Client,
 }
 
 impl KubeApi {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// `binds` sends bindings, `client` everything else.
+    pub fn new(binds: Client, client: Client) -> Self {
+        Self { binds, client }
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
@@ -55,7 +58,7 @@ impl ApiHandle for KubeApi {
             },
         };
         // The API answers a binding with a Status object, not a Pod.
-        self.pods(pod.namespace())
+        Api::<Pod>::namespaced(self.binds.clone(), pod.namespace())
             .create_subresource::<Binding, ApiStatus>(
                 "binding",
                 pod.name(),

@@ -6,10 +6,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -140,12 +142,25 @@ impl PodHandler {
     }
 }
 
+/// The list-then-watch stream of `api`, retried after an error with client-go's reflector backoff
+/// (0.8 s doubling to 30 s, with jitter, reset after 2 min without error): an unreachable API
+/// server costs a few requests and log lines a minute, not hundreds a second.
+fn informer<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> BoxStream<'static, watcher::Result<Event<K>>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff().boxed()
+}
+
 /// Watches pods that are not finished (as upstream: `status.phase!=Succeeded,status.phase!=Failed`;
 /// a pod that finishes leaves the watch as a deletion). Sets `synced` after the first list.
 pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::Sender<bool>) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    let mut stream = watcher::watcher(api, config).boxed();
+    let mut stream = informer(api, config);
     let mut seen: HashSet<String> = HashSet::new();
     loop {
         match stream.try_next().await {
@@ -165,7 +180,7 @@ pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::
                 debug!("pod informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "pod watch failed; retrying"),
+            Err(err) => warn!(%err, "pod watch failed; retrying with backoff"),
         }
     }
 }
@@ -178,7 +193,7 @@ pub async fn watch_nodes(
     synced: watch::Sender<bool>,
 ) {
     let api: Api<Node> = Api::all(client);
-    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut stream = informer(api, watcher::Config::default());
     let mut known: HashMap<String, Arc<Node>> = HashMap::new();
     let mut seen: HashSet<String> = HashSet::new();
     let apply = |mut node: Node, known: &mut HashMap<String, Arc<Node>>| {
@@ -222,7 +237,7 @@ pub async fn watch_nodes(
                 debug!("node informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "node watch failed; retrying"),
+            Err(err) => warn!(%err, "node watch failed; retrying with backoff"),
         }
     }
 }
@@ -245,7 +260,7 @@ async fn watch_store<K>(
         + 'static,
     K::DynamicType: Default,
 {
-    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut stream = informer(api, watcher::Config::default());
     let mut initial: Vec<K> = Vec::new();
     loop {
         match stream.try_next().await {
@@ -269,7 +284,10 @@ async fn watch_store<K>(
                 let _ = synced.send(true);
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "watch failed; retrying"),
+            Err(err) => {
+                let kind = K::kind(&Default::default()).into_owned();
+                warn!(%err, "{kind} watch failed; retrying with backoff")
+            }
         }
     }
 }

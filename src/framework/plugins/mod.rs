@@ -11,6 +11,7 @@ pub mod leaf;
 pub mod names;
 pub mod network_traffic;
 pub mod node_affinity;
+pub mod node_declared_features;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources;
@@ -86,6 +87,10 @@ pub fn register_in_tree(r: &mut Registry) {
         (
             names::POD_TOPOLOGY_SPREAD,
             pod_topology_spread::registration(),
+        ),
+        (
+            names::NODE_DECLARED_FEATURES,
+            node_declared_features::registration(),
         ),
     ];
     for (name, reg) in built {

@@ -1,0 +1,4 @@
+pub mod allocator;
+pub mod cel;
+#[cfg(test)]
+pub mod testing;

@@ -352,6 +352,15 @@ pub fn start_informers(
             Informer::StatefulSets => {
                 tokio::spawn(watch_store(Api::all(c), l, |l| &l.stateful_sets, q, tx))
             }
+            Informer::ResourceClaims => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_claims, q, tx))
+            }
+            Informer::ResourceSlices => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_slices, q, tx))
+            }
+            Informer::DeviceClasses => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.device_classes, q, tx))
+            }
         };
         tasks.push(task);
     }

@@ -1319,6 +1319,14 @@ mod tests {
             .collect()
     }
 
+    /// Name, allocator, claims, the devices each claim gets (`request=pool/device`).
+    type Case = (
+        &'static str,
+        Allocator,
+        Vec<Arc<ResourceClaim>>,
+        Option<Vec<Vec<&'static str>>>,
+    );
+
     fn allocator(slices: Vec<Arc<ResourceSlice>>, allocated: &[&str]) -> Allocator {
         let classes = [
             class("gpu", &[]),
@@ -1367,12 +1375,7 @@ mod tests {
     #[test]
     fn allocation_table() {
         let n1 = || node_slice("n1", gpus(4));
-        let cases: Vec<(
-            &str,
-            Allocator,
-            Vec<Arc<ResourceClaim>>,
-            Option<Vec<Vec<&str>>>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "one device: the first",
                 allocator(vec![n1()], &[]),

@@ -488,7 +488,7 @@ fn ordering(o: Ordering) -> i64 {
 fn f_quantity<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let s = str_arg(&args, "quantity")?;
     Quantity::parse(s)
-        .map(|q| CowVal::owned(q))
+        .map(CowVal::owned)
         .map_err(|e| ExecutionError::function_error("quantity", e))
 }
 
@@ -563,7 +563,7 @@ fn f_quantity_sub<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
 fn f_semver<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let s = str_arg(&args, "semver")?;
     Semver::parse(s)
-        .map(|v| CowVal::owned(v))
+        .map(CowVal::owned)
         .map_err(|e| ExecutionError::function_error("semver", e))
 }
 

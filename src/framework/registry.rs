@@ -606,15 +606,18 @@ mod tests {
                 other => panic!("{n}: {other:?}"),
             }
         }
-        match r.availability(names::DYNAMIC_RESOURCES) {
-            PluginAvailability::NotBuiltYet { reason, .. } => {
-                assert_eq!(
-                    reason,
-                    "DynamicResources is not supported yet by ksched; disable it"
-                )
-            }
-            other => panic!("{other:?}"),
-        }
+        // Upstream 1.36's extension points for its two newest default plugins.
+        use ExtensionPoint::*;
+        assert_eq!(
+            r.availability(names::DYNAMIC_RESOURCES),
+            PluginAvailability::Built(vec![
+                PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
+            ])
+        );
+        assert_eq!(
+            r.availability(names::NODE_DECLARED_FEATURES),
+            PluginAvailability::Built(vec![PreFilter, Filter])
+        );
         assert_eq!(r.availability("NoSuchPlugin"), PluginAvailability::Unknown);
         assert!(r.decode_args("NoSuchPlugin", None).is_err());
         assert_eq!(r.decode_args(names::NODE_NAME, None), Ok(Value::Null));

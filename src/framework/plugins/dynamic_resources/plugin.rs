@@ -73,8 +73,9 @@ struct State {
     node_allocations: Mutex<HashMap<String, Vec<AllocationResult>>>,
     /// Reserve's allocation per claim index.
     reserved: Mutex<HashMap<usize, AllocationResult>>,
-    /// A feature ksched does not implement that the pod needs (refused in Filter).
-    unsupported: Option<String>,
+    /// Extended resources the pod requests that a DeviceClass provides: ksched does not allocate
+    /// them (DRAExtendedResource), so only nodes whose device plugin has them fit.
+    extended: Vec<String>,
 }
 
 type SharedState = Arc<State>;
@@ -231,13 +232,7 @@ impl DynamicResources {
                 self.filter_timeout,
             ));
         }
-        let extended = self.dra_extended_resources(pod);
-        if !extended.is_empty() {
-            st.unsupported = Some(format!(
-                "extended resource(s) {} backed by DRA (DRAExtendedResource) are not supported by ksched",
-                extended.join(", ")
-            ));
-        }
+        st.extended = self.dra_extended_resources(pod);
         *st.claims.get_mut() = claims;
         Ok(st)
     }
@@ -388,25 +383,23 @@ fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
 }
 
 impl FilterPlugin for DynamicResources {
-    fn filter(&self, cs: &CycleState, pod: &PodInfo, node_info: &NodeInfo) -> Status {
+    fn filter(&self, cs: &CycleState, _pod: &PodInfo, node_info: &NodeInfo) -> Status {
         let Some(st) = state(cs) else {
             return Status::error(format!("error reading {STATE_KEY:?} from cycle-state"));
         };
         let Some(node) = node_info.node() else {
             return Status::error("node not found");
         };
-        if let Some(reason) = &st.unsupported {
-            let provided = st.unsupported.is_some()
-                && self.dra_extended_resources(pod).iter().all(|r| {
-                    node_info
-                        .allocatable
-                        .scalar_resources
-                        .get(r)
-                        .is_some_and(|v| *v > 0)
-                });
-            if !provided {
-                return Status::unresolvable(reason.clone());
-            }
+        let allocatable = &node_info.allocatable.scalar_resources;
+        if !st
+            .extended
+            .iter()
+            .all(|r| allocatable.get(r).is_some_and(|v| *v > 0))
+        {
+            return Status::unresolvable(format!(
+                "extended resource(s) {} backed by DRA (DRAExtendedResource) are not supported by ksched",
+                st.extended.join(", ")
+            ));
         }
         let claims = st.claims.lock().clone();
         if claims.is_empty() {

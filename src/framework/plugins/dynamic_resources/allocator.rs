@@ -24,6 +24,7 @@ use k8s_openapi::api::resource::v1::{
 };
 
 use super::cel::{Cache, DeviceInput};
+use super::claims::requests;
 use crate::framework::plugins::helper::node_selector_terms_match;
 
 /// Upstream's `resourceapi.AllocationResultsMaxSize`.
@@ -611,9 +612,7 @@ impl<'a> Search<'a> {
     fn prepare(&mut self) -> Result<(), AllocateError> {
         for (ci, claim) in self.claims.iter().enumerate() {
             let devices = claim.spec.devices.as_ref();
-            let requests = devices
-                .and_then(|d| d.requests.as_deref())
-                .unwrap_or_default();
+            let requests = requests(claim);
             let mut min_per_claim = 0usize;
             for (ri, request) in requests.iter().enumerate() {
                 match (&request.exactly, request.first_available.as_deref()) {
@@ -756,12 +755,7 @@ impl<'a> Search<'a> {
 
     /// The request key `validate` is computing data for (requests are validated in order).
     fn next_key_for(&self, ci: usize, parent: Option<&str>, name: &str) -> RequestKey {
-        let requests = self.claims[ci]
-            .spec
-            .devices
-            .as_ref()
-            .and_then(|d| d.requests.as_deref())
-            .unwrap_or_default();
+        let requests = requests(&self.claims[ci]);
         for (ri, r) in requests.iter().enumerate() {
             match parent {
                 None if r.name == name => return (ci, ri, 0),
@@ -781,12 +775,7 @@ impl<'a> Search<'a> {
     }
 
     fn num_requests(&self, ci: usize) -> usize {
-        self.claims[ci]
-            .spec
-            .devices
-            .as_ref()
-            .and_then(|d| d.requests.as_ref())
-            .map_or(0, Vec::len)
+        requests(&self.claims[ci]).len()
     }
 
     /// Upstream's `allocateOne`: true once every claim has all its devices.
@@ -1146,12 +1135,7 @@ impl<'a> Search<'a> {
     fn configs(&self, ci: usize, claim: &ResourceClaim) -> Vec<DeviceAllocationConfiguration> {
         let mut config: Vec<DeviceAllocationConfiguration> = Vec::new();
         let mut class_ranges: HashMap<String, (usize, usize)> = HashMap::new();
-        let requests = claim
-            .spec
-            .devices
-            .as_ref()
-            .and_then(|d| d.requests.as_deref())
-            .unwrap_or_default();
+        let requests = requests(claim);
         for ri in 0..requests.len() {
             let sub = self.selected_sub.get(&(ci, ri)).copied().unwrap_or(0);
             let Some(data) = self.request_data.get(&(ci, ri, sub)) else {

@@ -246,6 +246,31 @@ fn attribute_value(attr: &DeviceAttribute) -> Result<Box<dyn Val>, String> {
     Err("unsupported attribute value".to_string())
 }
 
+/// The parts of [`Val`] every value type of this module has the same way: its one CEL type, its
+/// copy, and its downcast (with [`StaticVal`]).
+macro_rules! static_val {
+    ($cel_type:expr) => {
+        fn get_type(&self) -> &Type {
+            <Self as Val>::cel_type()
+        }
+
+        fn cel_type() -> &'static Type {
+            &$cel_type
+        }
+
+        fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
+        where
+            Self: 'w,
+        {
+            Box::new(<Self as Clone>::clone(self))
+        }
+
+        fn as_any(&self) -> Option<&dyn Any> {
+            Some(self)
+        }
+    };
+}
+
 /// `device.attributes` and `device.capacity`: domain -> id -> value, where an unknown domain is an
 /// empty map (upstream's `newStringInterfaceMapWithDefault`).
 #[derive(Debug, Clone)]
@@ -268,13 +293,7 @@ impl DomainMap {
 }
 
 impl Val for DomainMap {
-    fn get_type(&self) -> &Type {
-        <Self as Val>::cel_type()
-    }
-
-    fn cel_type() -> &'static Type {
-        &types::MAP_TYPE
-    }
+    static_val!(types::MAP_TYPE);
 
     fn as_container(&self) -> Option<&dyn Container> {
         Some(self)
@@ -302,17 +321,6 @@ impl Val for DomainMap {
         other
             .downcast_ref::<DomainMap>()
             .is_some_and(|o| self.domains.equals(&o.domains))
-    }
-
-    fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
-    where
-        Self: 'w,
-    {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
     }
 }
 
@@ -372,27 +380,10 @@ impl Quantity {
 }
 
 impl Val for Quantity {
-    fn get_type(&self) -> &Type {
-        <Self as Val>::cel_type()
-    }
-
-    fn cel_type() -> &'static Type {
-        &QUANTITY_TYPE
-    }
+    static_val!(QUANTITY_TYPE);
 
     fn equals(&self, other: &dyn Val) -> bool {
         other.downcast_ref::<Quantity>() == Some(self)
-    }
-
-    fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
-    where
-        Self: 'w,
-    {
-        Box::new(*self)
-    }
-
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
     }
 }
 
@@ -415,29 +406,12 @@ impl Semver {
 }
 
 impl Val for Semver {
-    fn get_type(&self) -> &Type {
-        <Self as Val>::cel_type()
-    }
-
-    fn cel_type() -> &'static Type {
-        &SEMVER_TYPE
-    }
+    static_val!(SEMVER_TYPE);
 
     fn equals(&self, other: &dyn Val) -> bool {
         other
             .downcast_ref::<Semver>()
             .is_some_and(|o| o.0.cmp_precedence(&self.0) == Ordering::Equal)
-    }
-
-    fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
-    where
-        Self: 'w,
-    {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
     }
 }
 

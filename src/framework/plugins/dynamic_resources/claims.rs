@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
+use k8s_openapi::api::resource::v1::{
+    DeviceRequest, ResourceClaim, ResourceClaimConsumerReference,
+};
 
 use super::tracker::ClaimTracker;
 use crate::framework::listers::ObjectStore;
@@ -93,6 +95,16 @@ pub fn reserved_for(claim: &ResourceClaim) -> &[ResourceClaimConsumerReference] 
         .status
         .as_ref()
         .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+}
+
+/// The claim's device requests.
+pub fn requests(claim: &ResourceClaim) -> &[DeviceRequest] {
+    claim
+        .spec
+        .devices
+        .as_ref()
+        .and_then(|d| d.requests.as_deref())
         .unwrap_or_default()
 }
 

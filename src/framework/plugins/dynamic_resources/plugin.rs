@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use super::allocator::{AllocateError, Allocator};
 use super::cel::Cache;
-use super::claims::{claim_key, is_allocated, pod_claims, reserved_for_pod};
+use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PostFilterResult,
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
@@ -182,12 +182,7 @@ impl DynamicResources {
                     claim_key(claim)
                 )));
             }
-            let requests = claim
-                .spec
-                .devices
-                .as_ref()
-                .and_then(|d| d.requests.as_deref())
-                .unwrap_or_default();
+            let requests = requests(claim);
             for request in requests {
                 match (&request.exactly, request.first_available.as_deref()) {
                     (Some(exact), _) => {
@@ -544,12 +539,7 @@ impl ScorePlugin for DynamicResources {
                 .map(|r| r.request.as_str())
                 .filter(|r| r.contains('/'))
                 .collect();
-            let requests = claim
-                .spec
-                .devices
-                .as_ref()
-                .and_then(|d| d.requests.as_deref())
-                .unwrap_or_default();
+            let requests = requests(claim);
             for req in requests.iter().filter(|r| r.exactly.is_none()) {
                 for (i, sub) in req.first_available.iter().flatten().enumerate() {
                     if allocated.contains(format!("{}/{}", req.name, sub.name).as_str()) {

@@ -34,7 +34,7 @@ pub struct SimulateArgs {
     /// Read the cluster state from this kubeconfig's cluster (get/list calls only, nothing written).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// Read the cluster state from a file: what `kubectl get nodes,pods,pv,pvc,storageclasses,csinodes,pdb,priorityclasses,podgroups -A -o yaml` prints.
+    /// Read the cluster state from a file: what `kubectl get nodes,pods,pv,pvc,storageclasses,csinodes,pdb,priorityclasses,podgroups,resourceclaims,resourceslices,deviceclasses -A -o yaml` prints.
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
     /// With --kubeconfig: write the cluster state to FILE as a snapshot and stop.

@@ -144,6 +144,9 @@ pub async fn read(
         Informer::CSINodes,
         Informer::PodDisruptionBudgets,
         Informer::PodGroups,
+        Informer::ResourceClaims,
+        Informer::ResourceSlices,
+        Informer::DeviceClasses,
     ];
     let kinds: BTreeSet<Informer> = needs.iter().copied().chain(snapshot_kinds).collect();
     for informer in kinds {
@@ -170,6 +173,9 @@ pub async fn read(
             }
             Informer::ReplicaSets => fill(client, &l.replica_sets, req, w).await?,
             Informer::StatefulSets => fill(client, &l.stateful_sets, req, w).await?,
+            Informer::ResourceClaims => fill(client, &l.resource_claims, req, w).await?,
+            Informer::ResourceSlices => fill(client, &l.resource_slices, req, w).await?,
+            Informer::DeviceClasses => fill(client, &l.device_classes, req, w).await?,
         }
     }
     Ok((state, warnings))

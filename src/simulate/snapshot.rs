@@ -1,5 +1,5 @@
 //! The cluster state a simulation runs on: what `kubectl get nodes,pods,pv,pvc,storageclasses,
-//! csinodes,pdb,priorityclasses,podgroups -A -o yaml` prints (a `List`, multi-document YAML, or
+//! csinodes,pdb,priorityclasses,podgroups,resourceclaims,resourceslices,deviceclasses -A -o yaml` prints (a `List`, multi-document YAML, or
 //! JSON), or the same kinds read from a live cluster with get/list calls only.
 //!
 //! Every object must say what it is (`apiVersion` and `kind`, as kubectl prints them); a kind or
@@ -18,7 +18,7 @@ use crate::api::POD_GROUP_LABEL;
 use crate::framework::listers::{Informer, Listers, ObjectStore};
 
 /// The kubectl command that prints a complete snapshot (the kinds the default plugins read).
-pub const KUBECTL_GET: &str = "kubectl get nodes,pods,pv,pvc,storageclasses,csinodes,pdb,priorityclasses,podgroups -A -o yaml";
+pub const KUBECTL_GET: &str = "kubectl get nodes,pods,pv,pvc,storageclasses,csinodes,pdb,priorityclasses,podgroups,resourceclaims,resourceslices,deviceclasses -A -o yaml";
 
 /// A snapshot that cannot be used: every problem found, one per line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +114,18 @@ const KINDS: &[KindInfo] = &[
         resource: "podgroups",
     },
     KindInfo {
+        kind: "ResourceClaim",
+        resource: "resourceclaims",
+    },
+    KindInfo {
+        kind: "ResourceSlice",
+        resource: "resourceslices",
+    },
+    KindInfo {
+        kind: "DeviceClass",
+        resource: "deviceclasses",
+    },
+    KindInfo {
         kind: "Namespace",
         resource: "namespaces",
     },
@@ -151,6 +163,9 @@ pub fn informer_kind(informer: Informer) -> &'static str {
         Informer::ReplicationControllers => "ReplicationController",
         Informer::ReplicaSets => "ReplicaSet",
         Informer::StatefulSets => "StatefulSet",
+        Informer::ResourceClaims => "ResourceClaim",
+        Informer::ResourceSlices => "ResourceSlice",
+        Informer::DeviceClasses => "DeviceClass",
     }
 }
 
@@ -333,6 +348,9 @@ impl ClusterState {
                 .apply(typed(v, item).map_err(err)?),
             "ReplicaSet" => l.replica_sets.apply(typed(v, item).map_err(err)?),
             "StatefulSet" => l.stateful_sets.apply(typed(v, item).map_err(err)?),
+            "ResourceClaim" => l.resource_claims.apply(typed(v, item).map_err(err)?),
+            "ResourceSlice" => l.resource_slices.apply(typed(v, item).map_err(err)?),
+            "DeviceClass" => l.device_classes.apply(typed(v, item).map_err(err)?),
             other => {
                 return Err(err(format!(
                     "kind {other:?} is not part of a snapshot: expected one of {}",
@@ -363,6 +381,9 @@ impl ClusterState {
             ("ReplicationController", l.replication_controllers.len()),
             ("ReplicaSet", l.replica_sets.len()),
             ("StatefulSet", l.stateful_sets.len()),
+            ("ResourceClaim", l.resource_claims.len()),
+            ("ResourceSlice", l.resource_slices.len()),
+            ("DeviceClass", l.device_classes.len()),
         ];
         all.into_iter().filter(|(_, n)| *n > 0).collect()
     }
@@ -387,6 +408,9 @@ impl ClusterState {
         sorted(store_values(&l.pod_disruption_budgets)?);
         sorted(to_values(self.priority_classes.iter())?);
         sorted(store_values(&l.pod_groups)?);
+        sorted(store_values(&l.resource_claims)?);
+        sorted(store_values(&l.resource_slices)?);
+        sorted(store_values(&l.device_classes)?);
         sorted(store_values(&l.namespaces)?);
         sorted(store_values(&l.services)?);
         sorted(store_values(&l.replication_controllers)?);
@@ -419,12 +443,19 @@ impl ClusterState {
         let mut claim_user = None;
         let mut group_member = None;
         let mut class_user = None;
+        let mut device_user = None;
         for pod in active {
             let spec = pod.spec.as_ref();
             let uses_claim = spec.and_then(|s| s.volumes.as_ref()).is_some_and(|v| {
                 v.iter()
                     .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
             });
+            let uses_device = spec
+                .and_then(|s| s.resource_claims.as_ref())
+                .is_some_and(|c| !c.is_empty());
+            if uses_device && device_user.is_none() {
+                device_user = Some(pod_key(pod));
+            }
             if uses_claim && claim_user.is_none() {
                 claim_user = Some(pod_key(pod));
             }
@@ -465,6 +496,30 @@ impl ClusterState {
             missing(
                 "PersistentVolume",
                 format!("claim {} is bound to one", ObjectStore::key_of(&**c)),
+            );
+        }
+        if needs.contains(&Informer::ResourceClaims)
+            && l.resource_claims.is_empty()
+            && let Some(pod) = &device_user
+        {
+            missing("ResourceClaim", format!("pod {pod} uses a resource claim"));
+        }
+        if needs.contains(&Informer::DeviceClasses)
+            && l.device_classes.is_empty()
+            && let Some(c) = l.resource_claims.list().iter().find(|c| {
+                c.spec
+                    .devices
+                    .as_ref()
+                    .and_then(|d| d.requests.as_ref())
+                    .is_some_and(|r| !r.is_empty())
+            })
+        {
+            missing(
+                "DeviceClass",
+                format!(
+                    "claim {} requests devices of a class",
+                    ObjectStore::key_of(&**c)
+                ),
             );
         }
         if needs.contains(&Informer::PodGroups)

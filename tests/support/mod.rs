@@ -11,6 +11,7 @@ pub mod https;
 pub mod nodes;
 pub mod pki;
 pub mod process;
+pub mod relay;
 pub mod scheduler;
 pub mod wait;
 

@@ -221,6 +221,9 @@ fn yaml_options(len: usize) -> serde_saphyr::Options {
     budget.max_reader_input_bytes = None;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
+    // YAML 1.2 booleans only: objects are read untyped first, and a node named `n` or `off` must
+    // stay a string (kubectl prints only true/false as booleans).
+    options.strict_booleans = true;
     options
 }
 
@@ -687,6 +690,9 @@ mod tests {
         );
         let e = error("metadata: {name: n1}\n");
         assert!(e.contains("(n1): no kind"), "{e}");
+        // `n` is a name, not YAML 1.1's false.
+        let e = error("apiVersion: v1\nmetadata: {name: n}\n");
+        assert!(e.contains("(n): no kind"), "{e}");
         let e = error("kind: Node\nmetadata: {name: n1}\n");
         assert!(e.contains("(Node n1): no apiVersion"), "{e}");
         // A wrong field names its path; every bad item is reported, not just the first.

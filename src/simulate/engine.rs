@@ -937,33 +937,25 @@ mod tests {
     #[test]
     fn a_gang_is_placed_once_its_last_member_is_permitted() {
         let profile = gang_profile();
-        let r = run(
-            vec![
-                node("a", "4", json!({}), json!({})),
-                group("g", 3),
-                member("m1", "g", "1"),
-                member("m2", "g", "1"),
-                member("m3", "g", "1"),
-            ],
-            &profile,
-            Request::Pending { all: false },
-        );
+        let gang = |last_cpu: &str| {
+            run(
+                vec![
+                    node("a", "4", json!({}), json!({})),
+                    group("g", 3),
+                    member("m1", "g", "1"),
+                    member("m2", "g", "1"),
+                    member("m3", "g", last_cpu),
+                ],
+                &profile,
+                Request::Pending { all: false },
+            )
+        };
         assert_eq!(
-            placements(&r),
+            placements(&gang("1")),
             [placed("m1", "a"), placed("m2", "a"), placed("m3", "a")]
         );
         // A member that cannot fit: the others were held at Permit and are rejected with it.
-        let r = run(
-            vec![
-                node("a", "4", json!({}), json!({})),
-                group("g", 3),
-                member("m1", "g", "1"),
-                member("m2", "g", "1"),
-                member("m3", "g", "8"),
-            ],
-            &profile,
-            Request::Pending { all: false },
-        );
+        let r = gang("8");
         let got = placements(&r);
         assert!(
             got.iter()

@@ -61,90 +61,28 @@ pub struct ClusterState {
     pub listers: Listers,
 }
 
-/// A kind a snapshot holds: how kubectl names it (for messages) and where it goes.
-struct KindInfo {
-    kind: &'static str,
-    resource: &'static str,
-}
-
-/// Every kind a snapshot may hold, in the order a saved snapshot lists them.
-const KINDS: &[KindInfo] = &[
-    KindInfo {
-        kind: "Node",
-        resource: "nodes",
-    },
-    KindInfo {
-        kind: "Pod",
-        resource: "pods",
-    },
-    KindInfo {
-        kind: "PersistentVolume",
-        resource: "pv",
-    },
-    KindInfo {
-        kind: "PersistentVolumeClaim",
-        resource: "pvc",
-    },
-    KindInfo {
-        kind: "StorageClass",
-        resource: "storageclasses",
-    },
-    KindInfo {
-        kind: "CSINode",
-        resource: "csinodes",
-    },
-    KindInfo {
-        kind: "CSIDriver",
-        resource: "csidrivers",
-    },
-    KindInfo {
-        kind: "CSIStorageCapacity",
-        resource: "csistoragecapacities",
-    },
-    KindInfo {
-        kind: "PodDisruptionBudget",
-        resource: "pdb",
-    },
-    KindInfo {
-        kind: "PriorityClass",
-        resource: "priorityclasses",
-    },
-    KindInfo {
-        kind: "PodGroup",
-        resource: "podgroups",
-    },
-    KindInfo {
-        kind: "ResourceClaim",
-        resource: "resourceclaims",
-    },
-    KindInfo {
-        kind: "ResourceSlice",
-        resource: "resourceslices",
-    },
-    KindInfo {
-        kind: "DeviceClass",
-        resource: "deviceclasses",
-    },
-    KindInfo {
-        kind: "Namespace",
-        resource: "namespaces",
-    },
-    KindInfo {
-        kind: "Service",
-        resource: "services",
-    },
-    KindInfo {
-        kind: "ReplicationController",
-        resource: "replicationcontrollers",
-    },
-    KindInfo {
-        kind: "ReplicaSet",
-        resource: "replicasets",
-    },
-    KindInfo {
-        kind: "StatefulSet",
-        resource: "statefulsets",
-    },
+/// Every kind a snapshot may hold, and kubectl's name for it (for "add ... to the kubectl get"
+/// hints), in the order a saved snapshot lists them.
+const KINDS: &[(&str, &str)] = &[
+    ("Node", "nodes"),
+    ("Pod", "pods"),
+    ("PersistentVolume", "pv"),
+    ("PersistentVolumeClaim", "pvc"),
+    ("StorageClass", "storageclasses"),
+    ("CSINode", "csinodes"),
+    ("CSIDriver", "csidrivers"),
+    ("CSIStorageCapacity", "csistoragecapacities"),
+    ("PodDisruptionBudget", "pdb"),
+    ("PriorityClass", "priorityclasses"),
+    ("PodGroup", "podgroups"),
+    ("ResourceClaim", "resourceclaims"),
+    ("ResourceSlice", "resourceslices"),
+    ("DeviceClass", "deviceclasses"),
+    ("Namespace", "namespaces"),
+    ("Service", "services"),
+    ("ReplicationController", "replicationcontrollers"),
+    ("ReplicaSet", "replicasets"),
+    ("StatefulSet", "statefulsets"),
 ];
 
 /// The kind (as in a snapshot) of the objects an informer watches.
@@ -173,12 +111,12 @@ pub fn informer_kind(informer: Informer) -> &'static str {
 fn resource_of(kind: &str) -> &'static str {
     KINDS
         .iter()
-        .find(|k| k.kind == kind)
-        .map_or("", |k| k.resource)
+        .find(|(k, _)| *k == kind)
+        .map_or("", |(_, resource)| resource)
 }
 
 fn supported_kinds() -> String {
-    KINDS.iter().map(|k| k.kind).collect::<Vec<_>>().join(", ")
+    KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
 }
 
 /// Decodes `item` as `K` after checking its apiVersion; errors name the field path.
@@ -768,6 +706,43 @@ mod tests {
             .check_complete(&needs)
             .expect_err("no nodes");
         assert!(e.to_string().contains("the snapshot has no Node"));
+    }
+
+    #[test]
+    fn dynamic_resources_kinds() {
+        let needs: BTreeSet<Informer> = [Informer::ResourceClaims, Informer::DeviceClasses].into();
+        let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: d}\nspec:\n  containers: []\n  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n";
+        let claim = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu, namespace: d}\nspec:\n  devices:\n    requests: [{name: r, exactly: {deviceClassName: gpu}}]\n";
+        let class =
+            "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu}\nspec: {}\n";
+        let slice = "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: n1-gpu}\nspec: {driver: gpu.example.com, nodeName: n1, pool: {name: n1, generation: 1, resourceSliceCount: 1}, devices: [{name: g0}]}\n";
+        let e = parse(&format!("{NODE}---\n{pod}"))
+            .expect("parse")
+            .check_complete(&needs)
+            .expect_err("no claims");
+        assert!(
+            e.to_string().contains(
+                "no ResourceClaim, but pod d/p uses a resource claim: take it with `resourceclaims`"
+            ),
+            "{e}"
+        );
+        let e = parse(&format!("{NODE}---\n{pod}---\n{claim}"))
+            .expect("parse")
+            .check_complete(&needs)
+            .expect_err("no classes");
+        assert!(
+            e.to_string()
+                .contains("no DeviceClass, but claim d/gpu requests devices of a class"),
+            "{e}"
+        );
+        let s = parse(&format!(
+            "{NODE}---\n{pod}---\n{claim}---\n{class}---\n{slice}"
+        ))
+        .expect("parse");
+        s.check_complete(&needs).expect("complete");
+        assert_eq!(s.counts()["ResourceSlice"], 1);
+        let saved = serde_saphyr::to_string(&s.to_list().expect("list")).expect("yaml");
+        assert_eq!(parse(&saved).expect("saved").counts(), s.counts());
     }
 
     #[test]

@@ -178,19 +178,22 @@ async fn placements_agree_with_the_scheduler() {
         &p("db", "1", &[("app", "db")], json!({"nodeName": f})),
     )
     .await;
+    // A pod that stays pending keeps its first message when the scheduler retries it later: the
+    // pods that end up on a and b are not preemption victims of fill-4 (priority 10 or more), and
+    // the pods that fail at priority 0 have no victims at all.
     let mut pending = vec![
         // NodeAffinity (nodeSelector).
         p(
             "pin-a",
             "500m",
             &[],
-            json!({"nodeSelector": {"kubernetes.io/hostname": a}}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": a}, "priorityClassName": "sim-p10"}),
         ),
         p(
             "pin-b",
             "500m",
             &[],
-            json!({"nodeSelector": {"kubernetes.io/hostname": b}}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": b}, "priorityClassName": "sim-p10"}),
         ),
         p(
             "pin-e",
@@ -259,7 +262,7 @@ async fn placements_agree_with_the_scheduler() {
     }
     for i in 1..=3 {
         // InterPodAffinity: one per zone, among two zones.
-        let mut affinity = placement(&[&a, &e], Some(&e));
+        let mut affinity = placement(&[&f, &e], Some(&e));
         affinity["podAntiAffinity"] = json!({"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "topology.kubernetes.io/zone"}]});
         pending.push(p(
@@ -289,6 +292,40 @@ async fn placements_agree_with_the_scheduler() {
             json!({"affinity": affinity}),
         ));
     }
+    // DynamicResources: one device, on e (as a driver would publish it); two pods with a claim
+    // each, the second finds the device taken by the first's (assumed) allocation. The message
+    // of a pod that stays pending must not change when the scheduler retries it later.
+    let driver = "gpu.simulate.ksched.io";
+    cp.apply(&format!(
+        r#"apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: {sched}-gpu}}
+spec:
+  selectors: [{{cel: {{expression: 'device.driver == "{driver}"'}}}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {e}-gpu}}
+spec:
+  driver: {driver}
+  nodeName: {e}
+  pool: {{name: {e}, generation: 1, resourceSliceCount: 1}}
+  devices: [{{name: gpu-0}}]
+"#
+    ));
+    for i in 1..=2 {
+        cp.apply(&format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: gpu-{i}, namespace: {ns}}}\nspec:\n  devices:\n    requests: [{{name: gpu, exactly: {{deviceClassName: {sched}-gpu}}}}]\n"
+        ));
+        pending.push(p(
+            &format!("dra-{i}"),
+            "100m",
+            &[],
+            // Kept to e: elsewhere NodeAffinity rejects it whenever the scheduler retries.
+            json!({"affinity": placement(&[&e], None),
+                   "resourceClaims": [{"name": "gpu", "resourceClaimName": format!("gpu-{i}")}]}),
+        ));
+    }
     for pod in &pending {
         create(&pods, pod).await;
     }
@@ -316,6 +353,8 @@ async fn placements_agree_with_the_scheduler() {
     assert_eq!(want["anti-3"].0, "Unschedulable");
     assert_eq!(want["spread-2"].0, "Unschedulable");
     assert_eq!(on("near-db-1").as_deref(), Some(f.as_str()));
+    assert_eq!(on("dra-1").as_deref(), Some(e.as_str()));
+    assert_eq!(want["dra-2"].0, "Unschedulable");
     // Nothing was written: every pod is still pending, and no event was made.
     let listed = pods.list(&ListParams::default()).await.expect("list pods");
     assert!(
@@ -334,6 +373,19 @@ async fn placements_agree_with_the_scheduler() {
             .items
             .is_empty()
     );
+
+    let allocated = |claim: &str| {
+        cp.kubectl_ok(&[
+            "get",
+            "resourceclaim",
+            claim,
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.status.allocation.devices.results[0].device}",
+        ])
+    };
+    assert_eq!(allocated("gpu-1"), "", "simulate allocated nothing");
 
     // Now the scheduler, on the same state.
     let scheduler = SchedulerProcess::start(cp, "agree", &config_yaml);
@@ -368,6 +420,21 @@ async fn placements_agree_with_the_scheduler() {
             );
         }
     }
+    // The scheduler allocated what simulate only assumed.
+    assert_eq!(allocated("gpu-1"), "gpu-0");
+    drop(scheduler);
+    cp.kubectl_ok(&[
+        "delete",
+        "resourceslice",
+        &format!("{e}-gpu"),
+        "--wait=false",
+    ]);
+    cp.kubectl_ok(&[
+        "delete",
+        "deviceclass",
+        &format!("{sched}-gpu"),
+        "--wait=false",
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -495,8 +495,8 @@ fn argo_health<T: serde::Serialize>(obj: &T) -> (String, String) {
 async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     let c = client().await;
     let name = "op-plain";
-    // DynamicResources off: the in-tree registry lists it at preScore, which upstream
-    // kube-scheduler (started from this ConfigMap below) rejects.
+    // The user's own plugin set reaches the rendered objects: with DynamicResources disabled the
+    // profile's ClusterRole grants nothing in resource.k8s.io (checked below).
     let spec = "  logLevel: 3\n  plugins:\n    multiPoint:\n      disabled:\n      - name: DynamicResources\n";
     kubectl_apply(&profile_yaml(name, spec));
     // Rolled out, but kwok runs no container: no replica holds the Lease, so not Ready.
@@ -544,6 +544,26 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     .await
     .expect("CRB");
     assert_eq!(crb.role_ref.name, format!("ksched:{name}"));
+    let role = get_opt(
+        &Api::<ClusterRole>::all(c.clone()),
+        &format!("ksched:{name}"),
+    )
+    .await
+    .expect("ClusterRole");
+    let dra_groups: Vec<_> = role
+        .rules
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| {
+            r.api_groups
+                .as_ref()
+                .is_some_and(|g| g.iter().any(|g| g == "resource.k8s.io"))
+        })
+        .collect();
+    assert!(
+        dra_groups.is_empty(),
+        "DynamicResources is disabled, yet the ClusterRole grants {dra_groups:?}"
+    );
     let hash = p
         .status
         .as_ref()

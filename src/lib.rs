@@ -7,3 +7,4 @@ pub mod framework;
 pub mod operator;
 pub mod quantity;
 pub mod scheduler;
+pub mod serving;

@@ -1,6 +1,7 @@
 //! The `ksched operator` and `ksched render` commands (argument parsing and process set-up; the
 //! work is in [`super::run`] and [`super::render_cli`]).
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use kube::{Client, Config};
 
 use super::in_process::InProcessSchedulers;
 use super::render::{DEFAULT_NAMESPACE, RenderOptions};
-use super::{OperatorOptions, render_cli};
+use super::{OperatorOptions, http, render_cli};
 use crate::framework::registry::Registry;
 
 /// The scheduler image when neither `--image` nor `KSCHED_IMAGE` says: this build's own tag.
@@ -32,6 +33,12 @@ pub struct OperatorArgs {
     /// get no UnknownSchedulerName warning. `default-scheduler` is always known.
     #[arg(long = "known-scheduler")]
     pub known_schedulers: Vec<String>,
+    /// Address of the HTTP endpoint (`/healthz`, `/readyz`, `/metrics`).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Port of the HTTP endpoint; 0 turns it off.
+    #[arg(long, default_value_t = http::DEFAULT_PORT)]
+    pub http_port: u16,
 }
 
 /// `ksched render`.
@@ -94,8 +101,18 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
         let registry = Arc::new(Registry::in_tree());
         let mut opts = OperatorOptions::new(args.namespace, args.image, registry.clone());
         opts.known_schedulers = args.known_schedulers;
+        let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+        if args.http_port != 0 {
+            let addr = SocketAddr::new(args.bind_address, args.http_port);
+            if let Err(e) = http::serve(addr, opts.health.clone(), http_stopped).await {
+                eprintln!("error: {e} (choose another --http-port, or 0 for none)");
+                return ExitCode::FAILURE;
+            }
+        }
         let embedded = InProcessSchedulers::new(client.clone(), registry, opts.instance.clone());
-        match super::run(client, opts, Arc::new(embedded), shutdown_signal()).await {
+        let result = super::run(client, opts, Arc::new(embedded), shutdown_signal()).await;
+        let _ = stop_http.send(true);
+        match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -7,8 +7,11 @@
 
 pub mod command;
 pub mod embedded;
+pub mod health;
+pub mod http;
 pub mod in_process;
 pub mod leaf_cluster_policy;
+pub mod metrics;
 pub mod render;
 pub mod render_cli;
 pub mod scheduler_profile;
@@ -53,6 +56,8 @@ pub struct OperatorOptions {
     pub instance: String,
     /// How often a profile's status is refreshed without any change (Lease freshness, pending pods).
     pub resync: Duration,
+    /// Readiness and metrics, served by [`http::serve`].
+    pub health: Arc<health::OperatorHealth>,
 }
 
 impl OperatorOptions {
@@ -70,6 +75,7 @@ impl OperatorOptions {
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .unwrap_or_else(|_| "ksched-operator".into()),
             resync: Duration::from_secs(15),
+            health: Arc::default(),
         }
     }
 
@@ -147,11 +153,16 @@ pub async fn run(
         recorder,
     });
     tracing::info!(namespace = %ctx.opts.namespace, image = %ctx.opts.image, "operator starting");
+    let health = ctx.opts.health.clone();
+    // Without leader election the one process reconciles.
+    health.metrics.set_leader(true);
     futures::join!(
         scheduler_profile::run(ctx.clone(), shutdown.clone()),
         leaf_cluster_policy::run(ctx.clone(), shutdown.clone()),
         unknown_scheduler::run(ctx.clone(), shutdown.clone()),
+        health::observe(ctx.client.clone(), health.clone(), shutdown.clone()),
     );
+    health.metrics.set_leader(false);
     tracing::info!("operator stopped");
     Ok(())
 }

@@ -22,20 +22,19 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use ksched::framework::registry::Registry;
 use ksched::operator::{EmbeddedError, EmbeddedSchedulers, OperatorOptions};
+use support::operator::OPERATOR_SA;
 use support::process::killed_with_parent;
 use support::scheduler::kube_scheduler_command;
 use support::wait::{poll, tail};
 use support::{Components, ControlPlane, control_plane, fixtures, path_str, repo_root};
 
 const NS: &str = "ksched-system";
-const OPERATOR_SA: &str = "system:serviceaccount:ksched-system:ksched-operator";
 
 fn cp() -> &'static ControlPlane {
     control_plane(Components::FULL)
@@ -180,12 +179,7 @@ fn env() -> &'static Arc<RecordingEmbedded> {
 
 /// A client with the operator ServiceAccount's permissions (admin credentials, impersonating it).
 async fn operator_client() -> Client {
-    let kc = Kubeconfig::read_from(&cp().kubeconfig).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    config.auth_info.impersonate = Some(OPERATOR_SA.into());
-    Client::try_from(config).expect("client")
+    support::operator::client_as(cp(), OPERATOR_SA).await
 }
 
 async fn client() -> Client {

@@ -10,6 +10,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use prometheus_client::registry::Registry;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -110,4 +111,22 @@ pub fn metrics(body: &str) -> Response<Full<Bytes>> {
 /// `404 page not found`, as the Go servers answer.
 pub fn not_found() -> Response<Full<Bytes>> {
     text(StatusCode::NOT_FOUND, "404 page not found")
+}
+
+/// Registers `metric` as `name` (prometheus-client appends `_total` to counters) and returns it:
+/// the caller keeps a handle sharing its values.
+pub fn register<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// The Prometheus text exposition of every metric in `registry`.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
 }

@@ -8,6 +8,7 @@
 mod support;
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -18,6 +19,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use ksched::api::SchedulerProfile;
+use ksched::operator::NoEmbeddedSchedulers;
 use support::nodes::Nodes;
 use support::operator::{InProcessOperator, OPERATOR_SA, sample, wait_profile_ready};
 use support::process::LoggedChild;
@@ -255,7 +257,7 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
     assert_eq!(status.available_replicas, Some(1), "{status:?}");
 
     // The operator with the chart's RBAC reconciles a profile to Ready, and says so on /metrics.
-    let operator = InProcessOperator::start(cp, NS, OPERATOR_SA);
+    let operator = InProcessOperator::start(cp, NS, OPERATOR_SA, Arc::new(NoEmbeddedSchedulers));
     let diag = || diagnostics(Some(&operator));
     poll(
         "operator /readyz",
@@ -309,15 +311,11 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
         .expect("the operator Deployment");
     let generation = dep.metadata.generation.expect("generation");
     assert!(generation > before, "generation {before} -> {generation}");
-    let annotations = dep
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.annotations.clone())
-        .unwrap_or_default();
+    let template =
+        serde_json::to_value(&dep).expect("Deployment as JSON")["spec"]["template"].clone();
     assert_eq!(
-        annotations.get("e2e-rollout").map(String::as_str),
-        Some("upgraded")
+        template["metadata"]["annotations"]["e2e-rollout"], "upgraded",
+        "{template}"
     );
     let status = dep.status.clone().unwrap_or_default();
     assert_eq!(status.observed_generation, Some(generation), "{status:?}");

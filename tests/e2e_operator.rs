@@ -27,8 +27,8 @@ use serde_json::json;
 
 use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use ksched::framework::registry::Registry;
-use ksched::operator::{EmbeddedError, EmbeddedSchedulers, OperatorOptions};
-use support::operator::OPERATOR_SA;
+use ksched::operator::{EmbeddedError, EmbeddedSchedulers};
+use support::operator::{InProcessOperator, OPERATOR_SA};
 use support::process::killed_with_parent;
 use support::scheduler::kube_scheduler_command;
 use support::wait::{poll, tail};
@@ -122,8 +122,8 @@ fn ksched_scheduler(name: &str, config: &std::path::Path) -> u32 {
 /// The shared environment: operator RBAC applied, kwok host nodes, the default scheduler, and the
 /// operator itself on its own runtime thread, impersonating its ServiceAccount.
 fn env() -> &'static Arc<RecordingEmbedded> {
-    static ENV: OnceLock<Arc<RecordingEmbedded>> = OnceLock::new();
-    ENV.get_or_init(|| {
+    static ENV: OnceLock<(Arc<RecordingEmbedded>, InProcessOperator)> = OnceLock::new();
+    &ENV.get_or_init(|| {
         let cp = cp();
         let install = repo_root().join("manifests/install");
         for file in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
@@ -143,43 +143,10 @@ fn env() -> &'static Arc<RecordingEmbedded> {
         kube_scheduler("kube-scheduler-default");
 
         let recording = Arc::new(RecordingEmbedded::default());
-        let embedded: Arc<dyn EmbeddedSchedulers> = recording.clone();
-        let log = std::fs::File::create(cp.dir.join("operator.log")).expect("operator log");
-        std::thread::Builder::new()
-            .name("operator".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("operator runtime");
-                let _ = tracing_subscriber::fmt()
-                    .with_env_filter("info,ksched=debug,kube_runtime=warn")
-                    .with_writer(Mutex::new(log))
-                    .with_ansi(false)
-                    .try_init();
-                rt.block_on(async move {
-                    let client = operator_client().await;
-                    let mut opts =
-                        OperatorOptions::new(NS, "ksched:e2e", Arc::new(Registry::in_tree()));
-                    opts.resync = Duration::from_secs(3);
-                    opts.instance = "e2e".into();
-                    if let Err(e) =
-                        ksched::operator::run(client, opts, embedded, futures::future::pending())
-                            .await
-                    {
-                        panic!("operator: {e}");
-                    }
-                });
-            })
-            .expect("operator thread");
-        recording
+        let operator = InProcessOperator::start(cp, NS, OPERATOR_SA, recording.clone());
+        (recording, operator)
     })
-}
-
-/// A client with the operator ServiceAccount's permissions (admin credentials, impersonating it).
-async fn operator_client() -> Client {
-    support::operator::client_as(cp(), OPERATOR_SA).await
+    .0
 }
 
 async fn client() -> Client {

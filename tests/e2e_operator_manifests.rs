@@ -4,19 +4,31 @@
 
 mod support;
 
+use std::path::Path;
+
 use support::{path_str, repo_root, testenv_bin_dir};
+
+/// (file name, contents) of each file in `dir` (empty for a directory).
+fn files(dir: &Path) -> Vec<(String, String)> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            (name, text)
+        })
+        .collect()
+}
 
 #[test]
 fn install_and_chart_crds_are_copies_of_crds_dir() {
     let root = repo_root();
-    for entry in std::fs::read_dir(root.join("crds")).expect("crds/") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
-        let crd = std::fs::read_to_string(&path).expect("crd");
+    for (name, crd) in files(&root.join("crds")) {
         for dir in ["manifests/install/crds", "charts/ksched/crds"] {
             assert_eq!(
                 std::fs::read_to_string(root.join(dir).join(&name)).unwrap_or_default(),
@@ -40,16 +52,10 @@ fn install_is_generated_from_the_chart() {
         .expect("run hack/generate-manifests.sh");
     assert!(status.success(), "hack/generate-manifests.sh failed");
     let mut generated = Vec::new();
-    for entry in std::fs::read_dir(out.path()).expect("generated") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
+    for (name, text) in files(out.path()) {
         assert_eq!(
             std::fs::read_to_string(root.join("manifests/install").join(&name)).unwrap_or_default(),
-            std::fs::read_to_string(&path).expect("generated file"),
+            text,
             "manifests/install/{name} is not what the chart generates: make manifests"
         );
         generated.push(name);
@@ -58,14 +64,7 @@ fn install_is_generated_from_the_chart() {
         generated.contains(&"deployment.yaml".to_string()),
         "{generated:?}"
     );
-    for entry in std::fs::read_dir(root.join("manifests/install")).expect("manifests/install") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
+    for (name, text) in files(&root.join("manifests/install")) {
         assert!(
             !text.starts_with("# Generated from charts/ksched") || generated.contains(&name),
             "manifests/install/{name} was generated from a template the chart no longer has: remove it"

@@ -14,6 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::serving::register;
+
 /// Controller names in the `controller` label.
 pub const SCHEDULER_PROFILE: &str = "schedulerprofile";
 pub const LEAF_CLUSTER_POLICY: &str = "leafclusterpolicy";
@@ -68,54 +70,45 @@ impl std::fmt::Debug for OperatorMetrics {
 impl OperatorMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let reconcile_total = Family::<ReconcileLabels, Counter>::default();
-        // prometheus-client appends `_total` to counters.
-        registry.register(
-            "controller_runtime_reconcile",
-            "Total number of reconciliations per controller",
-            reconcile_total.clone(),
-        );
-        let reconcile_errors = Family::<ControllerLabels, Counter>::default();
-        registry.register(
-            "controller_runtime_reconcile_errors",
-            "Total number of reconciliation errors per controller",
-            reconcile_errors.clone(),
-        );
-        let reconcile_time =
-            Family::<ControllerLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                reconcile_histogram,
-            );
-        registry.register(
-            "controller_runtime_reconcile_time_seconds",
-            "Length of time per reconciliation per controller",
-            reconcile_time.clone(),
-        );
-        let active_workers = Family::<ControllerLabels, Gauge>::default();
-        registry.register(
-            "controller_runtime_active_workers",
-            "Number of reconciliations running now per controller",
-            active_workers.clone(),
-        );
-        let queue_depth = Family::<ControllerLabels, Gauge>::default();
-        registry.register(
-            "ksched_operator_queue_depth",
-            "Objects whose latest generation the operator has not reconciled yet, or whose deletion waits for its finalizer",
-            queue_depth.clone(),
-        );
-        let leader = Family::<LeaderLabels, Gauge>::default();
-        registry.register(
-            "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
-            leader.clone(),
-        );
+        let r = &mut registry;
         Self {
+            reconcile_total: register(
+                r,
+                "controller_runtime_reconcile",
+                "Total number of reconciliations per controller",
+                Family::default(),
+            ),
+            reconcile_errors: register(
+                r,
+                "controller_runtime_reconcile_errors",
+                "Total number of reconciliation errors per controller",
+                Family::default(),
+            ),
+            reconcile_time: register(
+                r,
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                Family::new_with_constructor(reconcile_histogram),
+            ),
+            active_workers: register(
+                r,
+                "controller_runtime_active_workers",
+                "Number of reconciliations running now per controller",
+                Family::default(),
+            ),
+            queue_depth: register(
+                r,
+                "ksched_operator_queue_depth",
+                "Objects whose latest generation the operator has not reconciled yet, or whose deletion waits for its finalizer",
+                Family::default(),
+            ),
+            leader: register(
+                r,
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
+                Family::default(),
+            ),
             registry,
-            reconcile_total,
-            reconcile_errors,
-            reconcile_time,
-            active_workers,
-            queue_depth,
-            leader,
         }
     }
 
@@ -192,10 +185,7 @@ impl OperatorMetrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        crate::serving::encode(&self.registry)
     }
 }
 

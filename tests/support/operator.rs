@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use ksched::api::SchedulerProfile;
 use ksched::framework::registry::Registry;
-use ksched::operator::{NoEmbeddedSchedulers, OperatorOptions};
+use ksched::operator::{EmbeddedSchedulers, OperatorOptions};
 
 use super::ControlPlane;
 use super::wait::poll;
@@ -33,8 +33,8 @@ pub async fn client_as(cp: &ControlPlane, user: &str) -> Client {
     Client::try_from(config).expect("client")
 }
 
-/// `ksched::operator::run` on a thread of its own, as `user`, for Deployment-mode profiles;
-/// stopped (gracefully) when dropped.
+/// `ksched::operator::run` on a thread of its own, as `user`, with `embedded` running Embedded
+/// profiles, its log in `<control plane dir>/operator.log`; stopped (gracefully) when dropped.
 pub struct InProcessOperator {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -44,7 +44,12 @@ pub struct InProcessOperator {
 }
 
 impl InProcessOperator {
-    pub fn start(cp: &'static ControlPlane, namespace: &str, user: &str) -> InProcessOperator {
+    pub fn start(
+        cp: &'static ControlPlane,
+        namespace: &str,
+        user: &str,
+        embedded: Arc<dyn EmbeddedSchedulers>,
+    ) -> InProcessOperator {
         let log = cp.dir.join("operator.log");
         let file = std::fs::File::create(&log).expect("operator log");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -84,7 +89,7 @@ impl InProcessOperator {
                     let shutdown = async move {
                         let _ = stopped.await;
                     };
-                    ksched::operator::run(client, opts, Arc::new(NoEmbeddedSchedulers), shutdown)
+                    ksched::operator::run(client, opts, embedded, shutdown)
                         .await
                         .expect("operator");
                 });

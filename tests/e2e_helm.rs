@@ -35,9 +35,10 @@ fn chart() -> String {
     path_str(&repo_root().join("charts/ksched")).to_string()
 }
 
-/// helm with its caches and configuration in a directory of this test run, against `cp` when given.
+/// helm with its caches and configuration under target/tmp, against `cp` when given.
 fn helm(cp: Option<&ControlPlane>, args: &[&str]) -> (bool, String, String) {
-    let home = std::env::temp_dir().join(format!("ksched-e2e-helm-{}", std::process::id()));
+    // Under target/tmp, never the user's own helm configuration.
+    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm");
     let mut cmd = Command::new(testenv_bin_dir().join("helm"));
     cmd.env("HELM_CACHE_HOME", home.join("cache"))
         .env("HELM_CONFIG_HOME", home.join("config"))
@@ -208,6 +209,35 @@ fn cp() -> &'static ControlPlane {
     control_plane(Components::FULL)
 }
 
+/// Without permissions the operator is live but not ready, /readyz says why, and it still stops
+/// when asked (its watches never synced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_without_permissions_is_not_ready_says_why_and_stops() {
+    let cp = cp();
+    let mut operator = InProcessOperator::start(
+        cp,
+        "helm-nobody",
+        "system:serviceaccount:helm-nobody:nobody",
+        Arc::new(NoEmbeddedSchedulers),
+    );
+    let diag = || diagnostics(Some(&operator));
+    assert_eq!(operator.get("/healthz").await, (200, "ok".into()));
+    let why = poll(
+        "operator /readyz says why it is not ready",
+        Duration::from_secs(60),
+        diag,
+        async || {
+            let (code, body) = operator.get("/readyz").await;
+            (code == 503 && body.contains("forbidden")).then_some(body)
+        },
+    )
+    .await;
+    assert!(why.contains("ksched.io"), "{why}");
+    operator
+        .stop_within(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&operator.logs(), 20)));
+}
+
 fn diagnostics(operator: Option<&InProcessOperator>) -> String {
     let (_, objects, _) = cp().kubectl_run(&["get", "sp,deploy,rs,pods,svc", "-A", "-o", "wide"]);
     let (_, events, _) = cp().kubectl_run(&["get", "events", "-n", NS]);
@@ -256,12 +286,13 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
     let status = dep.status.clone().unwrap_or_default();
     assert_eq!(status.available_replicas, Some(1), "{status:?}");
 
-    // The operator with the chart's RBAC reconciles a profile to Ready, and says so on /metrics.
+    // The operator with the chart's RBAC gets ready, reconciles a profile to Ready, and says so on
+    // /metrics.
     let operator = InProcessOperator::start(cp, NS, OPERATOR_SA, Arc::new(NoEmbeddedSchedulers));
     let diag = || diagnostics(Some(&operator));
     poll(
         "operator /readyz",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         diag,
         async || (operator.get("/readyz").await.0 == 200).then_some(()),
     )

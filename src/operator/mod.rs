@@ -36,6 +36,8 @@ pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
 /// Finalizer of both kinds: removes what owner references cannot (ClusterRole/ClusterRoleBinding of
 /// a profile, the taints of a policy).
 pub const FINALIZER: &str = "ksched.io/cleanup";
+/// How long the controllers may take to stop after a shutdown request (reconciles in flight finish).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Scheduler names that are always served (besides every SchedulerProfile's name).
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
@@ -156,12 +158,26 @@ pub async fn run(
     let health = ctx.opts.health.clone();
     // Without leader election the one process reconciles.
     health.metrics.set_leader(true);
-    futures::join!(
-        scheduler_profile::run(ctx.clone(), shutdown.clone()),
-        leaf_cluster_policy::run(ctx.clone(), shutdown.clone()),
-        unknown_scheduler::run(ctx.clone(), shutdown.clone()),
-        health::observe(ctx.client.clone(), health.clone(), shutdown.clone()),
-    );
+    let controllers = async {
+        futures::join!(
+            scheduler_profile::run(ctx.clone(), shutdown.clone()),
+            leaf_cluster_policy::run(ctx.clone(), shutdown.clone()),
+            unknown_scheduler::run(ctx.clone(), shutdown.clone()),
+            health::observe(ctx.client.clone(), health.clone(), shutdown.clone()),
+        )
+    };
+    // kube-runtime's controllers finish a graceful shutdown only once their caches have synced: one
+    // whose watch never could (a missing permission or CRD) would keep the process alive forever.
+    let overdue = async {
+        shutdown.clone().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        _ = controllers => {}
+        _ = overdue => tracing::warn!(
+            "the controllers did not stop within {SHUTDOWN_GRACE:?} of the shutdown request; stopping them"
+        ),
+    }
     health.metrics.set_leader(false);
     tracing::info!("operator stopped");
     Ok(())

@@ -51,7 +51,13 @@ impl InProcessOperator {
         embedded: Arc<dyn EmbeddedSchedulers>,
     ) -> InProcessOperator {
         let log = cp.dir.join("operator.log");
-        let file = std::fs::File::create(&log).expect("operator log");
+        // Appended to: tracing's subscriber is global, so every operator of a test binary logs
+        // into the file of the first.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("operator log");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (namespace, user) = (namespace.to_string(), user.to_string());
@@ -114,13 +120,32 @@ impl InProcessOperator {
     }
 }
 
-impl Drop for InProcessOperator {
-    fn drop(&mut self) {
+impl InProcessOperator {
+    /// Asks it to stop and waits up to `within` for `ksched::operator::run` to return.
+    pub fn stop_within(&mut self, within: Duration) -> Result<(), String> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        let deadline = std::time::Instant::now() + within;
+        while self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("the operator did not stop within {within:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            thread
+                .join()
+                .map_err(|_| "the operator thread panicked".to_string())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for InProcessOperator {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_within(Duration::from_secs(60)) {
+            eprintln!("{e}; leaving its thread behind");
         }
     }
 }

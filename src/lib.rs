@@ -4,6 +4,7 @@
 pub mod api;
 pub mod config;
 pub mod framework;
+pub mod leader_election;
 pub mod operator;
 pub mod quantity;
 pub mod scheduler;

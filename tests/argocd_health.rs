@@ -20,6 +20,15 @@ fn fixture(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Fixture `name` without its Stalled condition: only Ready says what is wrong.
+fn without_stalled(name: &str) -> serde_json::Value {
+    let mut obj = fixture(name);
+    if let Some(conds) = obj["status"]["conditions"].as_array_mut() {
+        conds.retain(|c| c["type"] != "Stalled");
+    }
+    obj
+}
+
 fn health(obj: &serde_json::Value) -> (String, String) {
     argocd_lua::health(&root().join("manifests/argocd/health.lua"), obj)
 }
@@ -62,11 +71,10 @@ fn not_yet_observed_is_progressing() {
 
 #[test]
 fn ready_false_with_a_stalled_reason_is_degraded() {
-    let mut obj = fixture("schedulerprofile-degraded");
-    if let Some(conds) = obj["status"]["conditions"].as_array_mut() {
-        conds.retain(|c| c["type"] != "Stalled");
-    }
-    assert_eq!(health(&obj).0, "Degraded");
+    assert_eq!(
+        health(&without_stalled("schedulerprofile-degraded")).0,
+        "Degraded"
+    );
 }
 
 #[test]
@@ -75,6 +83,36 @@ fn leaf_cluster_policies() {
     let (status, message) = health(&fixture("leafclusterpolicy-degraded"));
     assert_eq!(status, "Degraded", "{message}");
     assert!(message.contains("leafNodeSelector"), "{message}");
+}
+
+#[test]
+fn a_profile_the_api_server_refuses_is_degraded_in_plain_words() {
+    let (status, message) = health(&fixture("schedulerprofile-applyfailed"));
+    assert_eq!(status, "Degraded", "{message}");
+    assert!(
+        message.starts_with("ApplyFailed: applying Deployment")
+            && message.contains("must be less than or equal to cpu limit"),
+        "{message}"
+    );
+    // Also when only Ready says so (a transient failure, no Stalled condition).
+    assert_eq!(
+        health(&without_stalled("schedulerprofile-applyfailed")).0,
+        "Degraded"
+    );
+}
+
+#[test]
+fn a_conflicting_policy_is_degraded() {
+    let (status, message) = health(&fixture("leafclusterpolicy-conflict"));
+    assert_eq!(status, "Degraded", "{message}");
+    assert!(
+        message.starts_with("Conflict: ") && message.contains("older LeafClusterPolicy"),
+        "{message}"
+    );
+    assert_eq!(
+        health(&without_stalled("leafclusterpolicy-conflict")).0,
+        "Degraded"
+    );
 }
 
 #[test]

@@ -145,6 +145,31 @@ const INVALID: &[(&str, &str, &str)] = &[
         "profiles lists the same profile more than once",
     ),
     (
+        "kube-scheduler's own name",
+        "kind: SchedulerProfile\nmetadata: {name: default-scheduler}\nspec: {}",
+        "metadata.name default-scheduler is the name kube-scheduler serves",
+    ),
+    (
+        "a toleration operator the API server refuses",
+        "kind: SchedulerProfile\nmetadata: {name: bad-toleration}\nspec: {tolerations: [{key: x, operator: Contains, value: 'y'}]}",
+        "tolerations[].operator must be Exists or Equal",
+    ),
+    (
+        "a selector that matches every node",
+        "kind: LeafClusterPolicy\nmetadata: {name: bad-all-nodes}\nspec: {profiles: [a], leafNodeSelector: {}}",
+        "leafNodeSelector: {} selects every node of the cluster, host nodes included",
+    ),
+    (
+        "an empty matchLabels matches every node too",
+        "kind: LeafClusterPolicy\nmetadata: {name: bad-all-nodes-2}\nspec: {profiles: [a], leafNodeSelector: {matchLabels: {}}}",
+        "or set selectAllNodes: true if every node really is a leaf node",
+    ),
+    (
+        "selectAllNodes with a selector",
+        "kind: LeafClusterPolicy\nmetadata: {name: bad-all-nodes-3}\nspec: {profiles: [a], selectAllNodes: true}",
+        "selectAllNodes: true goes only with leafNodeSelector: {}",
+    ),
+    (
         "unknown placement mode",
         "kind: LeafClusterPolicy\nmetadata: {name: bad-placement}\nspec: {profiles: [a], placement: {mode: Anywhere}}",
         "spec.placement.mode: Unsupported value: \"Anywhere\": supported values: ",
@@ -165,6 +190,13 @@ fn invalid_resources_are_rejected_with_our_messages() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(INVALID.len() >= 8);
+}
+
+#[test]
+fn every_node_as_a_leaf_node_takes_an_explicit_opt_in() {
+    let doc = "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata: {name: all-nodes}\nspec: {profiles: [a], leafNodeSelector: {}, selectAllNodes: true}\n";
+    let (ok, out, err) = cp().kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], doc);
+    assert!(ok, "{out}{err}");
 }
 
 fn header_columns(table: &str) -> Vec<String> {

@@ -389,7 +389,9 @@ fn rendered_config(name: &str, policies: &[LeafClusterPolicy]) -> String {
     let rendered = render_leaf_policies(name, policies);
     assert!(!rendered.is_empty());
     let mut profile = json!({"schedulerName": name});
-    rendered.apply_to_profile(&mut profile);
+    rendered
+        .apply_to_profile(&mut profile)
+        .expect("the policies apply");
     json!({
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",

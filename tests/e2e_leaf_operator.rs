@@ -1,12 +1,15 @@
 //! LeafClusterPolicies through the operator: the operator renders the policy into the Embedded
 //! profile's scheduler, which places pods as the placement mode says; changing the policy re-renders
-//! and restarts the scheduler with the new placement.
+//! and restarts the scheduler with the new placement. The profile's own args for the leaf plugins
+//! are validated and merged with the policy's (in the ConfigMap and in scheduling); the profile is
+//! Ready while its embedded scheduler holds the Lease, and says so when the operator stops.
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use ksched::api::SchedulerProfile;
 use ksched::framework::registry::Registry;
@@ -207,6 +210,150 @@ async fn placement_modes_take_effect_through_the_operator() {
     );
     assert_eq!(node_of(&pods, "hostonly").await, None);
 
+    // Ready means the embedded scheduler leads: the Lease names it.
+    let leafy = sps.get("leafy").await.expect("profile");
+    let leader = leafy
+        .status
+        .as_ref()
+        .and_then(|s| s.leader.clone())
+        .unwrap_or_default();
+    assert!(leader.starts_with("leaf-e2e_leafy_"), "{leader}");
+    assert_eq!(
+        lease_holder(&client).await.as_deref(),
+        Some(leader.as_str())
+    );
+    assert_eq!(ready_reason(&leafy).as_deref(), Some("Running"));
+
+    // The profile's own args for the leaf plugins: validated as the plugin's, the field named.
+    apply(&leafy_with_args("\"five\""));
+    let message = eventually("bindTimeoutSeconds \"five\" refused", async || {
+        let p = sps.get("leafy").await.ok()?;
+        let c = p
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "ConfigValid")?;
+        (c.status == "False").then_some(c.message)
+    })
+    .await;
+    assert!(
+        message.contains("spec.pluginConfig[0].args.bindTimeoutSeconds"),
+        "{message}"
+    );
+    // ... and merged with what the policies render, never dropped.
+    apply(&policy("Mix"));
+    apply(&leafy_with_args("5"));
+    let wanted = ["kosmos.io/node", "gpu.example.com/leaf"];
+    let (timeout, tolerated) = eventually(
+        "the profile re-rendered with its own leaf args",
+        async || {
+            let config = kubectl(&[
+                "get",
+                "configmap",
+                "-n",
+                NS,
+                "ksched-leafy",
+                "-o",
+                "jsonpath={.data.config\\.yaml}",
+            ]);
+            let loaded = ksched::config::load(config.as_bytes(), &Registry::in_tree()).ok()?;
+            let profile = &loaded.config.profiles[0];
+            let args = |name: &str| profile.plugin_args.get(name).cloned().unwrap_or_default();
+            let tolerated: Vec<String> = args("LeafNodeTaintToleration")["policies"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|p| {
+                    p["taints"][0]["key"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect();
+            let timeout = args("LeafNodeVolumeBinding")["bindTimeoutSeconds"].clone();
+            (tolerated.len() == wanted.len()).then_some((timeout, tolerated))
+        },
+    )
+    .await;
+    // The policy's entry first, then the profile's own; the profile's own timeout.
+    assert_eq!(tolerated, wanted);
+    assert_eq!(timeout, json!(5));
+    // In scheduling: a pod the profile's own entry selects tolerates the GPU nodes' taint.
+    apply(&kwok_node("gpu-host", "4", "16Gi", &[("gpu", "yes")]));
+    kubectl(&[
+        "taint",
+        "node",
+        "gpu-host",
+        "gpu.example.com/leaf=true:NoSchedule",
+    ]);
+    tokio::time::sleep(Duration::from_secs(2)).await; // the embedded scheduler restarts with it
+    for (name, selected) in [("gpu-ok", true), ("gpu-not", false)] {
+        let mut p = pod(name, "100m", false);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.node_selector = Some([("gpu".to_string(), "yes".to_string())].into());
+        }
+        if selected {
+            p.metadata.labels = Some([("gpu".to_string(), "yes".to_string())].into());
+        }
+        pods.create(&PostParams::default(), &p)
+            .await
+            .expect("create");
+    }
+    assert_eq!(bound_node(&pods, "gpu-ok").await, "gpu-host");
+    let message = eventually("gpu-not reported unschedulable", async || {
+        unschedulable_message(&pods.get("gpu-not").await.ok()?)
+    })
+    .await;
+    assert!(message.contains("untolerated taint"), "{message}");
+
+    // The operator stops, and its embedded scheduler with it: the profile says so instead of
+    // staying Ready.
     let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(15), operator).await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), operator).await;
+    let leafy = sps.get("leafy").await.expect("profile");
+    assert_eq!(
+        ready_reason(&leafy).as_deref(),
+        Some("OperatorStopped"),
+        "{:?}",
+        leafy.status
+    );
+    assert!(leafy.status.as_ref().is_some_and(|s| {
+        s.leader.is_none()
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False")
+    }));
+    assert_ne!(
+        lease_holder(&client).await.as_deref(),
+        Some(leader.as_str()),
+        "Lease released"
+    );
+}
+
+/// Profile `leafy` with its own args for LeafNodeVolumeBinding (`bindTimeoutSeconds`) and
+/// LeafNodeTaintToleration (GPU nodes' taint, for pods labelled gpu=yes).
+fn leafy_with_args(bind_timeout: &str) -> String {
+    format!(
+        "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {{name: leafy}}\nspec:\n  mode: Embedded\n  pluginConfig:\n  - name: LeafNodeVolumeBinding\n    args: {{bindTimeoutSeconds: {bind_timeout}}}\n  - name: LeafNodeTaintToleration\n    args:\n      policies:\n      - taints: [{{key: gpu.example.com/leaf, effect: NoSchedule}}]\n        podSelector: {{matchLabels: {{gpu: \"yes\"}}}}\n"
+    )
+}
+
+fn ready_reason(p: &SchedulerProfile) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone())
+}
+
+async fn lease_holder(client: &kube::Client) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), NS)
+        .get("ksched-leafy")
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
 }

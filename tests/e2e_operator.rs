@@ -27,23 +27,28 @@ use serde_json::json;
 
 use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use ksched::framework::registry::Registry;
+use ksched::operator::in_process::InProcessSchedulers;
 use ksched::operator::{EmbeddedError, EmbeddedSchedulers};
 use support::operator::{InProcessOperator, OPERATOR_SA};
 use support::process::killed_with_parent;
-use support::scheduler::kube_scheduler_command;
+use support::scheduler::{SchedulerProcess, kube_scheduler_command};
 use support::wait::{poll, tail};
 use support::{Components, ControlPlane, control_plane, fixtures, path_str, repo_root};
 
 const NS: &str = "ksched-system";
+/// A scheduler name the operator is told another scheduler serves (`--known-scheduler`).
+const KNOWN_ELSEWHERE: &str = "op-known-elsewhere";
 
 fn cp() -> &'static ControlPlane {
     control_plane(Components::FULL)
 }
 
-/// What the operator asked of the embedded-scheduler hook.
+/// What the operator asked of the embedded-scheduler hook, passed on to the real in-process
+/// schedulers (so an Embedded profile really schedules and takes its Lease).
 #[derive(Default)]
 struct RecordingEmbedded {
     calls: Mutex<Vec<(String, String, Option<String>)>>,
+    inner: OnceLock<InProcessSchedulers>,
 }
 
 #[async_trait]
@@ -54,17 +59,25 @@ impl EmbeddedSchedulers for RecordingEmbedded {
             profile.into(),
             Some(config_yaml.into()),
         ));
-        Ok(())
+        self.inner().ensure(profile, config_yaml).await
     }
     async fn stop(&self, profile: &str) {
         self.calls
             .lock()
             .expect("lock")
             .push(("stop".into(), profile.into(), None));
+        self.inner().stop(profile).await
+    }
+    async fn identity(&self, profile: &str) -> Option<String> {
+        self.inner().identity(profile).await
     }
 }
 
 impl RecordingEmbedded {
+    fn inner(&self) -> &InProcessSchedulers {
+        self.inner.get().expect("in-process schedulers set up")
+    }
+
     fn calls_for(&self, profile: &str) -> Vec<(String, Option<String>)> {
         self.calls
             .lock()
@@ -143,7 +156,23 @@ fn env() -> &'static Arc<RecordingEmbedded> {
         kube_scheduler("kube-scheduler-default");
 
         let recording = Arc::new(RecordingEmbedded::default());
-        let operator = InProcessOperator::start(cp, NS, OPERATOR_SA, recording.clone());
+        let recording_for_operator = recording.clone();
+        let operator = InProcessOperator::start_with(
+            cp,
+            NS,
+            OPERATOR_SA,
+            recording.clone(),
+            move |client, opts| {
+                let registry = Arc::new(Registry::in_tree());
+                let in_process = InProcessSchedulers::new(client.clone(), registry, "e2e");
+                if recording_for_operator.inner.set(in_process).is_err() {
+                    panic!("in-process schedulers set twice");
+                }
+                opts.retry_initial = Duration::from_secs(1);
+                opts.retry_max = Duration::from_secs(60);
+                opts.known_schedulers = vec![KNOWN_ELSEWHERE.into()];
+            },
+        );
         (recording, operator)
     })
     .0
@@ -263,6 +292,52 @@ async fn wait_ready(c: &Client, name: &str) -> SchedulerProfile {
 async fn apply_ready(c: &Client, name: &str, spec: &str) -> SchedulerProfile {
     kubectl_apply(&profile_yaml(name, spec));
     wait_ready(c, name).await
+}
+
+fn reason_of(p: &SchedulerProfile, t: &str) -> Option<String> {
+    cond(p, t).map(|c| c.reason.clone())
+}
+
+/// Waits until Deployment-mode profile `name` is rendered and rolled out: every replica ready,
+/// which on kwok nodes runs no scheduler, so nothing holds the Lease (Ready=False, NoLeader).
+async fn wait_rolled_out(c: &Client, name: &str) -> SchedulerProfile {
+    wait_profile(c, name, "rolled out, waiting for a leader", |p| {
+        observed(p)
+            && is_true(p, "ConfigValid")
+            && reason_of(p, "Ready").as_deref() == Some("NoLeader")
+    })
+    .await
+}
+
+/// The rendered `config.yaml` of profile `name`, once it exists.
+async fn rendered_config(c: &Client, name: &str) -> String {
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), NS);
+    eventually(&format!("ConfigMap of {name}"), async || {
+        cms.get_opt(&obj_name(name))
+            .await
+            .ok()
+            .flatten()?
+            .data?
+            .get("config.yaml")
+            .cloned()
+    })
+    .await
+}
+
+/// A replica of profile `name`'s scheduler: `ksched scheduler` with the rendered ConfigMap, as the
+/// Deployment's pod would run it (kwok runs no containers). Stops when dropped.
+async fn replica(c: &Client, name: &str) -> SchedulerProcess {
+    let config = rendered_config(c, name).await;
+    SchedulerProcess::start(cp(), &format!("replica-{name}"), &config)
+}
+
+/// Applies Deployment-mode profile `name`, runs a replica of its scheduler and waits until the
+/// profile is Ready (the replica holds its Lease).
+async fn apply_running(c: &Client, name: &str, spec: &str) -> (SchedulerProfile, SchedulerProcess) {
+    kubectl_apply(&profile_yaml(name, spec));
+    wait_rolled_out(c, name).await;
+    let r = replica(c, name).await;
+    (wait_ready(c, name).await, r)
 }
 
 /// Creates a busybox pod `name` for `scheduler` (the default scheduler when `None`).
@@ -391,7 +466,11 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     // DynamicResources off: the in-tree registry lists it at preScore, which upstream
     // kube-scheduler (started from this ConfigMap below) rejects.
     let spec = "  logLevel: 3\n  plugins:\n    multiPoint:\n      disabled:\n      - name: DynamicResources\n";
-    let p = apply_ready(&c, name, spec).await;
+    kubectl_apply(&profile_yaml(name, spec));
+    // Rolled out, but kwok runs no container: no replica holds the Lease, so not Ready.
+    let p = wait_rolled_out(&c, name).await;
+    assert!(!is_true(&p, "Ready"));
+    assert!(is_true(&p, "Reconciling") && cond(&p, "Stalled").is_none());
     let uid = p.uid().expect("uid");
     let obj = format!("ksched-{name}");
     let owned_by_profile = |refs: &[OwnerReference]| {
@@ -446,20 +525,10 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
         .and_then(|a| a.get("ksched.io/config-hash").cloned());
     assert_eq!(annotation.as_deref(), Some(hash.as_str()));
     assert!(is_true(&p, "ConfigValid"));
-    assert!(cond(&p, "Reconciling").is_none() && cond(&p, "Stalled").is_none());
-
-    // `kubectl wait` returns on the Ready condition.
-    let (ok, out, err) = cp().kubectl_run(&[
-        "wait",
-        "--for=condition=Ready",
-        &format!("sp/{name}"),
-        "--timeout=120s",
-    ]);
-    assert!(ok, "kubectl wait: {out}{err}");
 
     // `ksched scheduler` reads the rendered ConfigMap as a kubelet would mount it (only the
     // kubeconfig path is set, as a pod would get it from its ServiceAccount) and takes the
-    // profile's own Lease.
+    // profile's own Lease: a replica holds it, the profile is Ready.
     let dir = tempfile::tempdir().expect("tmp").keep();
     let file = dir.join("config.yaml");
     let with_kubeconfig = config_yaml.replacen(
@@ -472,7 +541,7 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
         "the rendered config has clientConnection.kubeconfig"
     );
     std::fs::write(&file, with_kubeconfig).expect("write config");
-    ksched_scheduler("ksched-scheduler-op-plain", &file);
+    let replica_pid = ksched_scheduler("ksched-scheduler-op-plain", &file);
     let leader = wait_profile(&c, name, "LeaderElected", |p| {
         is_true(p, "LeaderElected") && p.status.as_ref().is_some_and(|s| s.leader.is_some())
     })
@@ -480,6 +549,21 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     .status
     .and_then(|s| s.leader)
     .expect("leader");
+    // `kubectl wait` returns on the Ready condition.
+    let (ok, out, err) = cp().kubectl_run(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("sp/{name}"),
+        "--timeout=120s",
+    ]);
+    assert!(ok, "kubectl wait: {out}{err}");
+    let p = profile(&c, name).await;
+    assert!(cond(&p, "Reconciling").is_none() && cond(&p, "Stalled").is_none());
+    assert!(
+        cond(&p, "Ready").is_some_and(|r| r.message.contains(&leader)),
+        "{:?}",
+        cond(&p, "Ready")
+    );
     // A pod naming the profile is scheduled by it.
     let ns = cp().namespace(&c, "op-plain").await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
@@ -523,13 +607,34 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     let p = profile(&c, name).await;
     save_fixture("schedulerprofile-healthy", &p);
     assert_eq!(argo_health(&p).0, "Healthy");
+
+    // The replica dies without releasing the Lease: once the Lease expires, not Ready.
+    // SAFETY: kill(2) on the pid of a child this test binary started.
+    assert_eq!(unsafe { libc::kill(replica_pid as i32, libc::SIGKILL) }, 0);
+    let p = wait_profile(&c, name, "not Ready once the Lease expired", |p| {
+        reason_of(p, "Ready").as_deref() == Some("NoLeader")
+    })
+    .await;
+    assert!(!is_true(&p, "Ready"));
+    let message = cond(&p, "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("last held by {leader}")),
+        "{message}"
+    );
+    assert_eq!(
+        reason_of(&p, "LeaderElected").as_deref(),
+        Some("LeaseExpired")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     let c = client().await;
     let name = "op-repair";
-    apply_ready(&c, name, "  replicas: 1\n").await;
+    kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
+    wait_rolled_out(&c, name).await;
     let obj = format!("ksched-{name}");
 
     // No scheduler runs for this profile (kwok runs no containers): its pods stay Pending.
@@ -604,7 +709,7 @@ fn obj_name(profile: &str) -> String {
 async fn spec_change_rolls_out_and_an_invalid_change_leaves_everything_as_it_was() {
     let c = client().await;
     let name = "op-change";
-    let p = apply_ready(&c, name, "  podMaxBackoffSeconds: 10\n").await;
+    let (p, _replica) = apply_running(&c, name, "  podMaxBackoffSeconds: 10\n").await;
     let old_hash = p.status.and_then(|s| s.config_hash).expect("hash");
     let deps: Api<Deployment> = Api::namespaced(c.clone(), NS);
     let cms: Api<ConfigMap> = Api::namespaced(c.clone(), NS);
@@ -721,7 +826,8 @@ async fn a_profile_that_cannot_roll_out_is_progressing() {
 async fn deleting_a_profile_removes_namespaced_children_by_gc_and_cluster_ones_by_finalizer() {
     let c = client().await;
     let name = "op-delete";
-    let p = apply_ready(&c, name, "  replicas: 1\n").await;
+    kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
+    let p = wait_rolled_out(&c, name).await;
     assert!(p.finalizers().iter().any(|f| f == "ksched.io/cleanup"));
     let (ok, _, err) = cp().kubectl_run(&["delete", "sp", name, "--wait=true", "--timeout=120s"]);
     assert!(ok, "{err}");
@@ -744,6 +850,20 @@ async fn embedded_profile_runs_through_the_hook_and_stops_on_suspend_and_delete(
     assert_eq!(
         cond(&p, "Ready").map(|c| c.reason.as_str()),
         Some("Running")
+    );
+    // Ready means the in-process scheduler leads: it holds the profile's Lease.
+    let leader = p
+        .status
+        .as_ref()
+        .and_then(|s| s.leader.clone())
+        .unwrap_or_default();
+    assert!(leader.starts_with(&format!("e2e_{name}_")), "{leader}");
+    let lease = get_opt(&Api::<Lease>::namespaced(c.clone(), NS), &obj_name(name))
+        .await
+        .expect("Lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some(leader.as_str())
     );
     let calls = rec.calls_for(name);
     let (op, cfg) = calls
@@ -783,7 +903,8 @@ async fn embedded_profile_runs_through_the_hook_and_stops_on_suspend_and_delete(
 async fn suspend_scales_to_zero_and_keeps_the_config() {
     let c = client().await;
     let name = "op-suspend";
-    let p = apply_ready(&c, name, "  replicas: 1\n").await;
+    kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
+    let p = wait_rolled_out(&c, name).await;
     let hash = p.status.and_then(|s| s.config_hash);
     kubectl_apply(&profile_yaml(name, "  suspend: true\n"));
     let p = wait_profile(&c, name, "suspended", |p| {
@@ -846,6 +967,7 @@ async fn leaf_policy_taints_exactly_the_matching_nodes_and_only_its_own_taint() 
     );
     // A profile of its own: other tests here run in parallel and compare their profiles' rendered
     // ConfigMaps, which a policy naming them all ("*") would re-render meanwhile.
+    kubectl_apply(&profile_yaml("op-leaves-only", "  replicas: 0\n"));
     kubectl_apply(
         "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-leaves\nspec:\n  leafNodeSelector:\n    matchLabels:\n      ksched-e2e/leaf: \"yes\"\n  taint:\n    key: ksched-e2e/leaf\n    value: \"true\"\n    effect: NoSchedule\n  profiles: [\"op-leaves-only\"]\n",
     );
@@ -950,10 +1072,12 @@ async fn leaf_policy_taints_exactly_the_matching_nodes_and_only_its_own_taint() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_with_an_invalid_selector_is_stalled() {
+async fn a_policy_with_an_invalid_selector_is_stalled_and_its_profile_is_not() {
     let c = client().await;
+    let target = "op-bad-target";
+    kubectl_apply(&profile_yaml(target, "  replicas: 0\n"));
     kubectl_apply(
-        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-bad-selector\nspec:\n  leafNodeSelector:\n    matchExpressions:\n    - key: kosmos.io/node\n      operator: Near\n      values: [\"true\"]\n  profiles: [\"x\"]\n",
+        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-bad-selector\nspec:\n  leafNodeSelector:\n    matchExpressions:\n    - key: kosmos.io/node\n      operator: Near\n      values: [\"true\"]\n  profiles: [\"op-bad-target\"]\n",
     );
     let policies: Api<LeafClusterPolicy> = Api::all(c.clone());
     let p = eventually("Stalled", async || {
@@ -968,6 +1092,40 @@ async fn a_policy_with_an_invalid_selector_is_stalled() {
     .await;
     save_fixture("leafclusterpolicy-degraded", &p);
     assert_eq!(argo_health(&p).0, "Degraded");
+    let message = policy_cond(&p, "Stalled")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec.leafNodeSelector.matchExpressions[0].operator"),
+        "{message}"
+    );
+
+    // The profile it names is not stalled: it says which policy it leaves out and why, with the
+    // policy's own field path.
+    let sp = wait_profile(&c, target, "Ready with LeafPoliciesValid=False", |p| {
+        observed(p)
+            && is_true(p, "Ready")
+            && cond(p, "LeafPoliciesValid").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    assert!(cond(&sp, "Stalled").is_none(), "{:?}", sp.status);
+    assert!(is_true(&sp, "ConfigValid"));
+    let ignored = cond(&sp, "LeafPoliciesValid")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        ignored.contains("LeafClusterPolicy op-bad-selector")
+            && ignored.contains("spec.leafNodeSelector.matchExpressions[0].operator")
+            && !ignored.contains("pluginConfig"),
+        "{ignored}"
+    );
+    eventually("LeafPolicyIgnored event", async || {
+        events_about(&c, "LeafPolicyIgnored", target)
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1017,4 +1175,490 @@ async fn a_misspelled_scheduler_name_gets_one_warning() {
     assert!(all[0].series.is_none(), "published once, not as a series");
     // A correctly named pod gets none.
     create_busybox(&pods, "fine", None).await;
+}
+
+/// Warning events about `name` (cluster-scoped objects' events live in `default`) with `reason`.
+async fn events_about(c: &Client, reason: &str, name: &str) -> Vec<Event> {
+    support::events::about(c, "default", reason, name).await
+}
+
+/// `attempt N, retried after Ss` of an ApplyFailed message.
+fn attempt_and_wait(message: &str) -> Option<(u32, u64)> {
+    let rest = &message[message.find("attempt ")? + "attempt ".len()..];
+    let (attempt, rest) = rest.split_once(", retried after ")?;
+    let wait = rest.split('s').next()?;
+    Some((attempt.parse().ok()?, wait.parse().ok()?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unapplyable_deployment_is_stalled_in_plain_words_and_backs_off() {
+    let c = client().await;
+    let name = "op-unapplyable";
+    // The CRD cannot know that requests must not exceed limits; the API server refuses the
+    // Deployment (422).
+    let bad = "  resources:\n    requests: {cpu: \"2\"}\n    limits: {cpu: \"1\"}\n";
+    kubectl_apply(&profile_yaml(name, bad));
+    let p = wait_profile(&c, name, "Stalled, ApplyFailed", |p| {
+        observed(p) && reason_of(p, "Stalled").as_deref() == Some("ApplyFailed")
+    })
+    .await;
+    assert!(!is_true(&p, "Ready"));
+    assert_eq!(reason_of(&p, "Ready").as_deref(), Some("ApplyFailed"));
+    assert!(cond(&p, "Reconciling").is_none());
+    let message = cond(&p, "Stalled")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("applying Deployment {NS}/ksched-{name}"))
+            && message.contains("must be less than or equal to cpu limit")
+            && message.contains("HTTP 422")
+            && !message.contains("Status {")
+            && !message.contains("ErrorResponse"),
+        "{message}"
+    );
+    // A Warning event in the same words.
+    let event = eventually("ApplyFailed event", async || {
+        events_about(&c, "ApplyFailed", name)
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("must be less than or equal to cpu limit") && !note.contains("Status {"),
+        "{note}"
+    );
+    save_fixture("schedulerprofile-applyfailed", &p);
+    assert_eq!(argo_health(&p).0, "Degraded");
+
+    // Exponential backoff: every attempt with these same objects waits twice as long as the
+    // one before (this operator starts at 1s), whatever else triggers a reconcile meanwhile.
+    let first = attempt_and_wait(&message).expect("attempt in the message");
+    let mut seen = vec![first];
+    let later = eventually("a fourth attempt", async || {
+        let p = profile(&c, name).await;
+        let m = cond(&p, "Stalled")?.message.clone();
+        let now = attempt_and_wait(&m)?;
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+        (now.0 >= 4).then_some(seen.clone())
+    })
+    .await;
+    for (attempt, wait) in &later {
+        assert_eq!(
+            *wait,
+            1 << (attempt - 1),
+            "attempt {attempt} waits {wait}s: {later:?}"
+        );
+    }
+
+    // A changed spec is applied at once, and the profile recovers.
+    kubectl_apply(&profile_yaml(
+        name,
+        "  resources:\n    requests: {cpu: \"1\"}\n    limits: {cpu: \"1\"}\n",
+    ));
+    let p = wait_rolled_out(&c, name).await;
+    assert!(cond(&p, "Stalled").is_none(), "{:?}", p.status);
+    assert!(
+        get_opt(
+            &Api::<Deployment>::namespaced(c.clone(), NS),
+            &obj_name(name)
+        )
+        .await
+        .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_named_like_another_scheduler_is_refused() {
+    let c = client().await;
+    // kube-scheduler's name: refused by kubectl, with why and what to do.
+    let (ok, _, err) = cp().kubectl_stdin(
+        &["apply", "-f", "-"],
+        &profile_yaml("default-scheduler", "  replicas: 1\n"),
+    );
+    assert!(!ok, "default-scheduler accepted");
+    assert!(
+        err.contains("race it for every pod") && err.contains("Pick another name"),
+        "{err}"
+    );
+
+    // Another scheduler elects its leader on a Lease named like the profile.
+    let taken = "op-taken";
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-system");
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": taken},
+        "spec": {"holderIdentity": "other-scheduler-0_abc", "leaseDurationSeconds": 15}
+    }))
+    .expect("lease");
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create lease");
+    for (name, words) in [
+        (
+            taken,
+            "Lease kube-system/op-taken, held by other-scheduler-0_abc",
+        ),
+        (KNOWN_ELSEWHERE, "--known-scheduler"),
+    ] {
+        kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
+        let p = wait_profile(&c, name, "SchedulerNameInUse", |p| {
+            observed(p) && reason_of(p, "Stalled").as_deref() == Some("SchedulerNameInUse")
+        })
+        .await;
+        assert!(!is_true(&p, "Ready"));
+        let message = cond(&p, "Ready")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.contains(words)
+                && message.contains("rename the SchedulerProfile")
+                && message.contains("no scheduler runs for this profile yet"),
+            "{message}"
+        );
+        eventually("SchedulerNameInUse event", async || {
+            events_about(&c, "SchedulerNameInUse", name)
+                .await
+                .into_iter()
+                .find(|e| e.type_.as_deref() == Some("Warning"))
+        })
+        .await;
+        // Nothing rendered.
+        for (kind, owners) in rendered_objects(&c, name).await {
+            assert!(owners.is_none(), "{kind} rendered for {name}");
+        }
+        assert_eq!(argo_health(&p).0, "Degraded");
+    }
+}
+
+/// Each watched node's distinct (taints, ownership annotation) states, in order: the operator's
+/// writes (kwok's status heartbeats change neither).
+#[derive(Clone, Default)]
+struct TaintHistory(Arc<Mutex<BTreeMap<String, Vec<String>>>>);
+
+impl TaintHistory {
+    /// Watches the nodes labelled `label` from now on.
+    fn watch(c: &Client, label: &str) -> TaintHistory {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let history = TaintHistory::default();
+        let h = history.clone();
+        let nodes: Api<Node> = Api::all(c.clone());
+        let config = watcher::Config::default().labels(label);
+        tokio::spawn(async move {
+            let mut stream =
+                std::pin::pin!(watcher(nodes, config).default_backoff().applied_objects());
+            while let Some(Ok(node)) = stream.next().await {
+                let state = format!(
+                    "{:?} {:?}",
+                    node_taints(&node),
+                    node.annotations().get("ksched.io/leaf-taints")
+                );
+                let mut all = h.0.lock().expect("lock");
+                let states = all.entry(node.name_any()).or_default();
+                if states.last() != Some(&state) {
+                    states.push(state);
+                }
+            }
+        });
+        history
+    }
+
+    /// Waits until the watch has seen each of `nodes`.
+    async fn seen(&self, nodes: &[&str]) {
+        eventually("the node watch started", async || {
+            let all = self.0.lock().expect("lock");
+            nodes.iter().all(|n| all.contains_key(*n)).then_some(())
+        })
+        .await
+    }
+
+    fn writes(&self, node: &str) -> usize {
+        let all = self.0.lock().expect("lock");
+        all.get(node).map_or(0, |s| s.len().saturating_sub(1))
+    }
+
+    fn dump(&self) -> String {
+        format!("{:#?}", self.0.lock().expect("lock"))
+    }
+}
+
+fn policy_yaml(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+async fn wait_policy(
+    c: &Client,
+    name: &str,
+    what: &str,
+    accept: impl Fn(&LeafClusterPolicy) -> bool,
+) -> LeafClusterPolicy {
+    let policies: Api<LeafClusterPolicy> = Api::all(c.clone());
+    eventually(&format!("policy {name}: {what}"), async || {
+        let p = policies.get(name).await.ok()?;
+        let observed =
+            p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation;
+        (observed && accept(&p)).then_some(p)
+    })
+    .await
+}
+
+fn policy_cond<'a>(
+    p: &'a LeafClusterPolicy,
+    t: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+}
+
+fn taint(key: &str, value: &str, effect: &str) -> (String, Option<String>, String) {
+    (key.into(), Some(value.into()), effect.into())
+}
+
+/// Adds `taint` to node `name` as an admin would (`kubectl taint`).
+fn admin_taint(name: &str, taint: &str) {
+    let (ok, _, err) = cp().kubectl_run(&["taint", "node", name, taint]);
+    assert!(ok, "kubectl taint {name} {taint}: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kosmos_taints_that_were_there_are_never_removed() {
+    let c = client().await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    // Leaf nodes as Kosmos makes them: labelled and already tainted. One more leaf node that is
+    // not tainted yet, and a host node on which an admin put the same taint.
+    let label = ("op-kosmos.io/node", "true");
+    for n in ["op-kosmos-1", "op-kosmos-2", "op-kosmos-3"] {
+        kubectl_apply(&fixtures::kwok_node(n, "8", "16Gi", &[label]));
+    }
+    kubectl_apply(&fixtures::kwok_node("op-kosmos-host", "8", "16Gi", &[]));
+    for n in ["op-kosmos-1", "op-kosmos-2", "op-kosmos-host"] {
+        admin_taint(n, "op-kosmos.io/node=true:NoSchedule");
+    }
+    let kosmos = taint("op-kosmos.io/node", "true", "NoSchedule");
+    kubectl_apply(&profile_yaml("op-kosmos-sched", "  replicas: 0\n"));
+    kubectl_apply(&policy_yaml(
+        "op-kosmos",
+        "  leafNodeSelector:\n    matchLabels:\n      op-kosmos.io/node: \"true\"\n  taint: {key: op-kosmos.io/node, value: \"true\", effect: NoSchedule}\n  profiles: [op-kosmos-sched]\n",
+    ));
+    let p = wait_policy(&c, "op-kosmos", "Ready, 3 of 3 tainted", |p| {
+        let s = p.status.clone().unwrap_or_default();
+        s.tainted_nodes == Some(3) && policy_cond(p, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let s = p.status.clone().unwrap_or_default();
+    assert_eq!(s.leaf_nodes, Some(3));
+    assert_eq!(s.preexisting_taints, Some(2), "{s:?}");
+    // Only the node the operator tainted records it.
+    let records = |n: Node| n.annotations().get("ksched.io/leaf-taints").cloned();
+    assert_eq!(
+        records(nodes.get("op-kosmos-3").await.expect("node")).as_deref(),
+        Some(r#"{"op-kosmos":"op-kosmos.io/node=true:NoSchedule"}"#)
+    );
+    assert_eq!(records(nodes.get("op-kosmos-1").await.expect("node")), None);
+
+    // A node that stops matching keeps the taint it came with; the admin's host node keeps its
+    // taint all along.
+    nodes
+        .patch(
+            "op-kosmos-2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"op-kosmos.io/node": null}}})),
+        )
+        .await
+        .expect("unlabel");
+    wait_policy(&c, "op-kosmos", "2 leaf nodes", |p| {
+        p.status.as_ref().and_then(|s| s.leaf_nodes) == Some(2)
+    })
+    .await;
+    assert!(taints_of(&nodes, "op-kosmos-2").await.contains(&kosmos));
+    assert!(taints_of(&nodes, "op-kosmos-host").await.contains(&kosmos));
+
+    // Deleted: the taint the operator added goes; the ones it found stay.
+    let (ok, _, err) = cp().kubectl_run(&[
+        "delete",
+        "lcp",
+        "op-kosmos",
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!taints_of(&nodes, "op-kosmos-3").await.contains(&kosmos));
+    assert_eq!(records(nodes.get("op-kosmos-3").await.expect("node")), None);
+    for n in ["op-kosmos-1", "op-kosmos-2", "op-kosmos-host"] {
+        assert!(
+            taints_of(&nodes, n).await.contains(&kosmos),
+            "{n} lost the taint it had before the policy"
+        );
+    }
+}
+
+/// Applies policy `name` a second after the ones before it (so it is newer) and waits until it
+/// reports Conflict; the policy and its Ready message.
+async fn apply_newer_in_conflict(
+    c: &Client,
+    name: &str,
+    spec: &str,
+) -> (LeafClusterPolicy, String) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    kubectl_apply(&policy_yaml(name, spec));
+    let p = wait_policy(c, name, "Conflict", |p| {
+        policy_cond(p, "Stalled").is_some_and(|c| c.reason == "Conflict")
+    })
+    .await;
+    let message = policy_cond(&p, "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    (p, message)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_policies_conflict_once_and_never_flap() {
+    let c = client().await;
+    // o1: a; o2: a and b; o3: b.
+    let group = ("op-overlap", "yes");
+    for (n, labels) in [
+        ("op-overlap-1", vec![group, ("op-overlap/a", "yes")]),
+        (
+            "op-overlap-2",
+            vec![group, ("op-overlap/a", "yes"), ("op-overlap/b", "yes")],
+        ),
+        ("op-overlap-3", vec![group, ("op-overlap/b", "yes")]),
+    ] {
+        kubectl_apply(&fixtures::kwok_node(n, "8", "16Gi", &labels));
+    }
+    let history = TaintHistory::watch(&c, "op-overlap=yes");
+    history
+        .seen(&["op-overlap-1", "op-overlap-2", "op-overlap-3"])
+        .await;
+    kubectl_apply(&profile_yaml("op-overlap-sched", "  replicas: 0\n"));
+    let spec = |side: &str, key: &str| {
+        format!(
+            "  leafNodeSelector:\n    matchLabels:\n      op-overlap/{side}: \"yes\"\n  taint: {{key: {key}, value: \"true\", effect: NoSchedule}}\n  profiles: [op-overlap-sched]\n"
+        )
+    };
+    // The issue's incident: the same taint, different selectors.
+    kubectl_apply(&policy_yaml(
+        "op-overlap-a",
+        &spec("a", "op-overlap.io/leaf"),
+    ));
+    wait_policy(&c, "op-overlap-a", "Ready", |p| {
+        policy_cond(p, "Ready").is_some_and(|c| c.status == "True")
+            && p.status.as_ref().and_then(|s| s.tainted_nodes) == Some(2)
+    })
+    .await;
+    let (b, message) =
+        apply_newer_in_conflict(&c, "op-overlap-b", &spec("b", "op-overlap.io/leaf")).await;
+    assert!(
+        message.contains("op-overlap-2")
+            && !message.contains("op-overlap-3")
+            && message.contains("older LeafClusterPolicy op-overlap-a"),
+        "{message}"
+    );
+    assert_eq!(b.status.as_ref().and_then(|s| s.conflicting_nodes), Some(1));
+    save_fixture("leafclusterpolicy-conflict", &b);
+    assert_eq!(argo_health(&b).0, "Degraded");
+    // b still taints the node it alone selects.
+    let nodes: Api<Node> = Api::all(c.clone());
+    let leaf = taint("op-overlap.io/leaf", "true", "NoSchedule");
+    eventually("op-overlap-3 tainted by b", async || {
+        taints_of(&nodes, "op-overlap-3")
+            .await
+            .contains(&leaf)
+            .then_some(())
+    })
+    .await;
+
+    // A third policy with another taint on a's nodes: conflict too, and no write.
+    let (_, message) =
+        apply_newer_in_conflict(&c, "op-overlap-c", &spec("a", "op-overlap.io/other")).await;
+    assert!(
+        message.contains("which this policy's profiles do not tolerate"),
+        "{message}"
+    );
+
+    // While the conflict lasts, nothing flaps: each node was written once (its taint added).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for n in ["op-overlap-1", "op-overlap-2", "op-overlap-3"] {
+        assert_eq!(history.writes(n), 1, "{n}: {}", history.dump());
+    }
+    for n in ["op-overlap-1", "op-overlap-2"] {
+        assert!(
+            !taints_of(&nodes, n).await.contains(&taint(
+                "op-overlap.io/other",
+                "true",
+                "NoSchedule"
+            )),
+            "{n}"
+        );
+    }
+    // One Conflict event per newer policy.
+    for p in ["op-overlap-b", "op-overlap-c"] {
+        let events = events_about(&c, "Conflict", p).await;
+        assert_eq!(events.len(), 1, "{p}: {events:#?}");
+        assert!(events[0].series.is_none(), "{p}: {events:#?}");
+    }
+
+    // b goes: the node only it tainted loses the taint; the shared one stays a's.
+    let (ok, _, err) = cp().kubectl_run(&[
+        "delete",
+        "lcp",
+        "op-overlap-b",
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!taints_of(&nodes, "op-overlap-3").await.contains(&leaf));
+    assert!(taints_of(&nodes, "op-overlap-2").await.contains(&leaf));
+    for p in ["op-overlap-a", "op-overlap-c"] {
+        let (ok, _, err) = cp().kubectl_run(&["delete", "lcp", p, "--wait=true", "--timeout=120s"]);
+        assert!(ok, "{err}");
+    }
+    for n in ["op-overlap-1", "op-overlap-2", "op-overlap-3"] {
+        assert!(taints_of(&nodes, n).await.is_empty(), "{n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_naming_a_missing_profile_says_so() {
+    let c = client().await;
+    kubectl_apply(&policy_yaml(
+        "op-missing",
+        "  leafNodeSelector:\n    matchLabels:\n      op-missing/none: \"yes\"\n  profiles: [op-missing-sched, op-missing-too]\n",
+    ));
+    let p = wait_policy(&c, "op-missing", "ProfileNotFound", |p| {
+        policy_cond(p, "Ready").is_some_and(|c| c.reason == "ProfileNotFound")
+    })
+    .await;
+    let resolved = policy_cond(&p, "ProfilesResolved").expect("ProfilesResolved");
+    assert_eq!(resolved.status, "False");
+    assert!(
+        resolved
+            .message
+            .contains("op-missing-sched, op-missing-too"),
+        "{}",
+        resolved.message
+    );
+    assert_eq!(
+        p.status.as_ref().map(|s| s.missing_profiles.clone()),
+        Some(vec![
+            "op-missing-sched".to_string(),
+            "op-missing-too".to_string()
+        ])
+    );
+    for name in ["op-missing-sched", "op-missing-too"] {
+        kubectl_apply(&profile_yaml(name, "  replicas: 0\n"));
+    }
+    wait_policy(&c, "op-missing", "Ready once the profiles exist", |p| {
+        policy_cond(p, "Ready").is_some_and(|c| c.status == "True")
+            && policy_cond(p, "ProfilesResolved").is_some_and(|c| c.status == "True")
+    })
+    .await;
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
-use support::events::{about, regarding, with_reason as events};
+use support::events::{about, at_least, regarding, with_reason as events};
 use support::fixtures::pause_pod;
 use support::nodes::Nodes;
 use support::scheduler::{SchedulerProcess, config};
@@ -143,7 +143,7 @@ async fn resources_taints_affinity_and_host_ports_decide_placement() {
         // Filters run in upstream's order (TaintToleration before NodeAffinity before NodePorts);
         // each node reports the first filter that rejected it. DefaultPreemption (default profile)
         // finds no lower-priority pods on the port-conflict nodes.
-        "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}, 2 node(s) didn't have free ports for the requested pod ports. preemption: 0/4 nodes are available: 2 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
+        "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}, 2 node(s) didn't have free ports for the requested pod ports. no new claims to deallocate, preemption: 0/4 nodes are available: 2 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
     );
 }
 
@@ -200,7 +200,7 @@ async fn unschedulable_pod_is_told_why_and_binds_once_a_fitting_node_joins() {
     assert_eq!(
         message,
         // 2 CPUs exceed the small nodes' allocatable: preemption cannot help anywhere (upstream).
-        "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu. no new claims to deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     );
     // A node that fits joins: the pod is retried on that event, long before the 5-minute flush.
     let started = Instant::now();
@@ -249,7 +249,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
     create_then_bind(&pods, "before", &first).await;
     let leader_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert!(!leader_identity.is_empty());
-    let scheduled = events(&client, &ns, "Scheduled").await;
+    let scheduled = at_least(&client, &ns, "Scheduled", 5).await;
     assert_eq!(scheduled.len(), 5);
     for e in &scheduled {
         assert_eq!(
@@ -278,7 +278,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_after_sigkill() {
     create_then_bind(&pods, "after", standby).await;
     let new_identity = holder(&leases.get("ksched-ha").await.expect("lease"));
     assert_ne!(new_identity, leader_identity);
-    let scheduled = events(&client, &ns, "Scheduled").await;
+    let scheduled = at_least(&client, &ns, "Scheduled", 10).await;
     let mut per_pod: BTreeMap<String, usize> = BTreeMap::new();
     for e in &scheduled {
         *per_pod.entry(regarding(e).to_string()).or_default() += 1;

@@ -1,6 +1,7 @@
 -- Argo CD health check for ksched.io SchedulerProfile and LeafClusterPolicy (kstatus conditions).
 -- Healthy: Ready=True for the current generation. Progressing: not observed yet, or Reconciling.
--- Degraded: Stalled=True, or Ready=False for a reason that needs a change to the spec.
+-- Degraded: Stalled=True, or Ready=False for a reason that needs the user to act (ApplyFailed,
+-- Conflict, InvalidConfiguration, ...).
 -- Lua 5.1 compatible (Argo CD runs gopher-lua).
 local hs = { status = "Progressing", message = "Waiting for the ksched operator" }
 if obj.status == nil then
@@ -24,7 +25,11 @@ if obj.status.conditions ~= nil then
     end
   end
 end
-local stalled_reasons = { InvalidConfiguration = true, InvalidSpec = true }
+-- Reasons that need a change by the user (to the spec, or to what it conflicts with).
+local stalled_reasons = {
+  InvalidConfiguration = true, InvalidSpec = true, ApplyFailed = true, SchedulerNameInUse = true,
+  Conflict = true, ForeignTaint = true, ProfileNotFound = true,
+}
 if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"
   hs.message = stalled.reason .. ": " .. (stalled.message or "")

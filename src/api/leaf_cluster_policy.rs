@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 /// Label (and taint key) Kosmos puts on the virtual nodes of leaf clusters.
 pub const KOSMOS_NODE_KEY: &str = "kosmos.io/node";
+/// Annotation the operator keeps on a policy: its spec as last seen valid (JSON). A profile keeps
+/// rendering that spec while the current one is invalid.
+pub const LAST_VALID_SPEC_ANNOTATION: &str = "ksched.io/last-valid-spec";
 
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -52,11 +55,19 @@ pub const KOSMOS_NODE_KEY: &str = "kosmos.io/node";
         priority = 1
     )
 )]
+#[x_kube(validation = Rule::new("(has(self.selectAllNodes) && self.selectAllNodes) || (has(self.leafNodeSelector.matchLabels) && self.leafNodeSelector.matchLabels.size() > 0) || (has(self.leafNodeSelector.matchExpressions) && self.leafNodeSelector.matchExpressions.size() > 0)").message("leafNodeSelector: {} selects every node of the cluster, host nodes included, and would taint them all: give a selector that matches only the leaf (virtual) nodes, such as matchLabels: {kosmos.io/node: \"true\"}, or set selectAllNodes: true if every node really is a leaf node"))]
+#[x_kube(validation = Rule::new("!(has(self.selectAllNodes) && self.selectAllNodes) || ((!has(self.leafNodeSelector.matchLabels) || self.leafNodeSelector.matchLabels.size() == 0) && (!has(self.leafNodeSelector.matchExpressions) || self.leafNodeSelector.matchExpressions.size() == 0))").message("selectAllNodes: true goes only with leafNodeSelector: {}: remove selectAllNodes to use the selector, or empty the selector"))]
 #[serde(rename_all = "camelCase")]
 pub struct LeafClusterPolicySpec {
     /// Which nodes are virtual nodes standing for leaf clusters (default `kosmos.io/node=true`).
+    /// An empty selector (`{}`) matches every node and is refused unless `selectAllNodes` is true.
     #[serde(default = "default_leaf_node_selector")]
     pub leaf_node_selector: LabelSelector,
+
+    /// Opt-in for `leafNodeSelector: {}`: every node of the cluster is a leaf node (and gets the
+    /// taint). Without it an empty selector is refused, as it would taint the host nodes too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub select_all_nodes: bool,
 
     /// The taint kept on every leaf node (default `kosmos.io/node=true:NoSchedule`).
     #[serde(default)]
@@ -96,7 +107,7 @@ fn default_leaf_node_selector() -> LabelSelector {
 }
 
 /// A node taint (no `timeAdded`: the policy keeps it, it does not evict).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct LeafTaint {
     #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')").message("taint.key must be a qualified name such as kosmos.io/node (an optional DNS prefix and '/', then letters, digits, '-', '_' or '.')"))]
     #[schemars(length(min = 1, max = 316))]
@@ -177,9 +188,20 @@ pub struct LeafClusterPolicyStatus {
     /// Nodes matching leafNodeSelector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_nodes: Option<i32>,
-    /// Matching nodes that carry the policy's taint.
+    /// Matching nodes that carry the policy's taint (whoever put it there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tainted_nodes: Option<i32>,
+    /// Matching nodes that already carried the policy's taint when the operator came to them (put
+    /// there by someone else, e.g. Kosmos): the operator never removes these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preexisting_taints: Option<i32>,
+    /// Matching nodes this policy leaves alone because an older policy also selects them
+    /// (condition `Conflict` names the policy and the nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflicting_nodes: Option<i32>,
+    /// Names in spec.profiles for which no SchedulerProfile exists.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_profiles: Vec<String>,
     /// Profiles resolved from spec.profiles (`*` expanded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub profiles: Vec<String>,

@@ -29,6 +29,15 @@ pub trait EmbeddedSchedulers: Send + Sync {
     async fn ensure(&self, profile: &str, config_yaml: &str) -> Result<(), EmbeddedError>;
     /// Stops the scheduler of `profile` if it runs.
     async fn stop(&self, profile: &str);
+    /// The leader-election identity of `profile`'s running scheduler: the profile is Ready only
+    /// while its Lease names this holder. `None` when not known (then any fresh holder counts).
+    async fn identity(&self, _profile: &str) -> Option<String> {
+        None
+    }
+    /// Stops every scheduler (the operator is shutting down); the profiles that were running.
+    async fn stop_all(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The default until the scheduler runtime is plugged in: runs nothing and says so, so an Embedded

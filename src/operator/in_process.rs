@@ -19,6 +19,7 @@ use crate::scheduler::{SchedulerOptions, run};
 
 struct Running {
     config_yaml: String,
+    identity: String,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -83,12 +84,13 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             shut_down(profile, old).await;
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let identity = format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..));
         let options = SchedulerOptions {
             config: loaded.config,
             registry: self.registry.clone(),
             secure_address: None,
             tls: Default::default(),
-            identity: format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..)),
+            identity: identity.clone(),
             configz: String::new(),
         };
         let client = self.client.clone();
@@ -106,6 +108,7 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             profile.to_string(),
             Running {
                 config_yaml: config_yaml.to_string(),
+                identity,
                 shutdown,
                 task,
             },
@@ -119,5 +122,26 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             shut_down(profile, r).await;
             info!(profile, "embedded scheduler stopped");
         }
+    }
+
+    async fn identity(&self, profile: &str) -> Option<String> {
+        let running = self.running.lock().await;
+        running
+            .get(profile)
+            .filter(|r| !r.task.is_finished())
+            .map(|r| r.identity.clone())
+    }
+
+    async fn stop_all(&self) -> Vec<String> {
+        let all: Vec<(String, Running)> = self.running.lock().await.drain().collect();
+        let mut stopped = Vec::new();
+        for (profile, r) in all {
+            let was_running = !r.task.is_finished();
+            shut_down(&profile, r).await;
+            if was_running {
+                stopped.push(profile);
+            }
+        }
+        stopped
     }
 }

@@ -1,60 +1,66 @@
-//! The LeafClusterPolicy reconciler: keeps the policy's taint on exactly the nodes matching
-//! `leafNodeSelector`, and nowhere else it put it; never touches another taint; updates each Node
-//! with its resourceVersion as a precondition and retries on 409 Conflict, so a concurrent edit is
-//! never lost.
+//! The LeafClusterPolicy reconciler: keeps the policy's taint on the nodes matching
+//! `leafNodeSelector` that it keeps, and removes only taints the operator itself added (recorded on
+//! each node, per policy: see [`taints`] for the rule and the planning, which is pure).
 //!
-//! The taint last applied is recorded on the policy (annotation `ksched.io/applied-taint`), so a
-//! changed `spec.taint`, `manageTaint: false` or a deleted policy (finalizer) removes exactly what
-//! the operator added. Triggers: the policy; any Node whose labels or taints change (all policies);
-//! any SchedulerProfile created or deleted (`profiles: ["*"]` resolves to them); a periodic resync.
+//! Each Node is updated with its resourceVersion as a precondition (taints and the ownership
+//! annotation in one write); on 409 Conflict it is read again and planned again, so a concurrent
+//! edit is never lost. A policy writes a node only when the plan changes something, so policies
+//! that overlap do not fight: the older keeps the node, the newer reports `Conflict` and writes
+//! nothing there.
+//!
+//! Triggers: the policy; any policy created, deleted or changed (ownership depends on all of them);
+//! any Node whose labels, taints or ownership annotation change; any SchedulerProfile created or
+//! deleted (`profiles: ["*"]` and missing profiles); a periodic resync.
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::core::{Selector, SelectorExt};
+use kube::core::Selector;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 
 use super::render::FIELD_MANAGER;
-use super::status::{self, PolicyObservation};
-use super::{Context, Error, FINALIZER, Shutdown, is_conflict, is_not_found, taints};
-use crate::api::leaf_cluster_policy::LeafTaint;
-use crate::api::{LeafClusterPolicy, SchedulerProfile};
+use super::status::{self, BlockedNode, PolicyConflict, PolicyObservation};
+use super::taints::{self, Claim, Claimant, NodePlan, NodeView, Records, Standing};
+use super::{Context, Error, FINALIZER, Shutdown, announce, is_conflict, is_not_found};
+use crate::api::leaf_cluster_policy::LAST_VALID_SPEC_ANNOTATION;
+use crate::api::{LeafClusterPolicy, LeafClusterPolicyStatus, SchedulerProfile};
+use crate::framework::plugins::leaf::render::validate_policy;
 
-/// Annotation on the policy: the taint the operator last put on nodes for it (`key=value:effect`).
-pub const APPLIED_TAINT_ANNOTATION: &str = "ksched.io/applied-taint";
 /// Attempts to update one Node before giving up until the next reconcile.
 const NODE_UPDATE_ATTEMPTS: u32 = 10;
+/// Resync of a policy whose nodes are where they should be.
+const RESYNC: Duration = Duration::from_secs(300);
+/// Retry of a policy some of whose nodes could not be updated.
+const RETRY: Duration = Duration::from_secs(5);
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let client = ctx.client.clone();
     let node_changes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .applied_objects()
-        .predicate_filter(node_labels_and_taints, Default::default())
+        .predicate_filter(node_ownership_inputs, Default::default())
         .filter_map(|n| async move { n.ok().map(|_| ()) });
-    let profile_changes = watcher(
-        Api::<SchedulerProfile>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .predicate_filter(predicates::generation, Default::default())
-    .filter_map(|p| async move { p.ok().map(|_| ()) });
+    let profile_changes = lifecycle_changes(Api::<SchedulerProfile>::all(client.clone()));
+    let policy_changes = lifecycle_changes(Api::<LeafClusterPolicy>::all(client.clone()));
     Controller::new(
         Api::<LeafClusterPolicy>::all(client),
         watcher::Config::default(),
     )
     .reconcile_all_on(node_changes)
     .reconcile_all_on(profile_changes)
+    .reconcile_all_on(policy_changes)
     .with_config(kube::runtime::Config::default().debounce(Duration::from_millis(500)))
     .graceful_shutdown_on(shutdown)
     .run(reconcile, error_policy, ctx)
@@ -67,10 +73,41 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     .await;
 }
 
-/// Hash of what decides a node's taints: its labels and taints.
-fn node_labels_and_taints(node: &Node) -> Option<u64> {
+/// One item whenever an object of `api` is created, deleted, changes its generation or starts
+/// being deleted (status updates and the like are not reported).
+fn lifecycle_changes<K>(api: Api<K>) -> impl Stream<Item = ()> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    // Per object: its generation and whether it is being deleted.
+    type Seen = HashMap<String, (Option<i64>, bool)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let seen = seen.clone();
+            async move {
+                let mut seen = seen.lock().ok()?;
+                let key = |o: &K| (o.meta().generation, o.meta().deletion_timestamp.is_some());
+                match event.ok()? {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                        let now = key(&o);
+                        (seen.insert(o.name_any(), now) != Some(now)).then_some(())
+                    }
+                    watcher::Event::Delete(o) => seen.remove(&o.name_any()).map(|_| ()),
+                    watcher::Event::Init | watcher::Event::InitDone => None,
+                }
+            }
+        })
+}
+
+/// Hash of what decides a node's taints: its labels, taints and ownership records.
+fn node_ownership_inputs(node: &Node) -> Option<u64> {
     let mut h = DefaultHasher::new();
     node.labels().hash(&mut h);
+    node.annotations()
+        .get(taints::OWNED_TAINTS_ANNOTATION)
+        .hash(&mut h);
     let taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
     serde_json::to_string(&taints)
         .unwrap_or_default()
@@ -80,7 +117,7 @@ fn node_labels_and_taints(node: &Node) -> Option<u64> {
 
 fn error_policy(policy: Arc<LeafClusterPolicy>, err: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(policy = %policy.name_any(), error = %err, "reconciling policy failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(RETRY)
 }
 
 async fn reconcile(policy: Arc<LeafClusterPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -95,20 +132,212 @@ async fn reconcile(policy: Arc<LeafClusterPolicy>, ctx: Arc<Context>) -> Result<
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-fn applied_taint(policy: &LeafClusterPolicy) -> Option<LeafTaint> {
-    policy
-        .annotations()
-        .get(APPLIED_TAINT_ANNOTATION)
-        .and_then(|s| taints::parse(s))
+/// Every policy's compiled selector (`None`: invalid, the policy is frozen).
+struct Compiled {
+    policies: Vec<LeafClusterPolicy>,
+    selectors: Vec<Option<Selector>>,
 }
 
-async fn set_applied_taint(
-    policy: &LeafClusterPolicy,
-    taint: Option<&LeafTaint>,
-    ctx: &Context,
-) -> Result<(), Error> {
-    let value = taint.map(taints::describe);
-    let patch = serde_json::json!({"metadata": {"annotations": {APPLIED_TAINT_ANNOTATION: value}}});
+impl Compiled {
+    fn new(policies: Vec<LeafClusterPolicy>) -> Compiled {
+        let selectors = policies
+            .iter()
+            .map(|p| {
+                if validate_policy(&p.spec).is_empty() {
+                    Selector::try_from(p.spec.leaf_node_selector.clone()).ok()
+                } else {
+                    None
+                }
+            })
+            .collect();
+        Compiled {
+            policies,
+            selectors,
+        }
+    }
+
+    /// The live policies (not being deleted) as the planner sees them.
+    fn claimants(&self) -> Vec<Claimant<'_>> {
+        self.policies
+            .iter()
+            .zip(&self.selectors)
+            .filter(|(p, _)| p.metadata.deletion_timestamp.is_none())
+            .map(|(p, sel)| Claimant {
+                name: p.metadata.name.as_deref().unwrap_or_default(),
+                created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                claim: sel.as_ref().map_or(Claim::Frozen, Claim::Selector),
+                taint: &p.spec.taint,
+                manage: p.spec.manage_taint,
+            })
+            .collect()
+    }
+
+    fn taint_of(&self, name: &str) -> Option<String> {
+        self.policies
+            .iter()
+            .find(|p| p.name_any() == name)
+            .map(|p| taints::describe(&p.spec.taint))
+    }
+}
+
+fn node_taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+fn node_view(node: &Node) -> NodeView<'_> {
+    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+    let records = Records::from_annotations(node.annotations()).unwrap_or_else(|e| {
+        tracing::warn!(node = %node.name_any(), error = %e, "ignoring a malformed ownership annotation: the operator owns no taint on this node");
+        Records::default()
+    });
+    NodeView {
+        labels: node.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+        taints: node_taints(node),
+        records,
+    }
+}
+
+async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Error> {
+    let name = policy.name_any();
+    let client = &ctx.client;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let policies = Api::<LeafClusterPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let profile_names: BTreeSet<String> = Api::<SchedulerProfile>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let (profiles, missing_profiles) = resolve_profiles(&policy.spec.profiles, &profile_names);
+    let mut obs = PolicyObservation {
+        generation: policy.metadata.generation,
+        leaf_nodes: 0,
+        tainted_nodes: 0,
+        preexisting_taints: 0,
+        profiles,
+        missing_profiles,
+        manage_taint: policy.spec.manage_taint,
+        taint: taints::describe(&policy.spec.taint),
+        invalid: None,
+        conflicts: Vec::new(),
+        blocked: Vec::new(),
+        error: None,
+        now: Timestamp::now(),
+    };
+
+    let problems = validate_policy(&policy.spec);
+    if !problems.is_empty() {
+        // An invalid policy changes nothing: its nodes keep what they carry.
+        obs.invalid = Some(
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+        write_status(policy, &obs, ctx).await?;
+        return Ok(Action::requeue(RESYNC));
+    }
+    remember_valid_spec(policy, ctx).await?;
+
+    let compiled = Compiled::new(policies);
+    let claimants = compiled.claimants();
+    let nodes = nodes_api.list(&ListParams::default()).await?.items;
+    let mut errors = Vec::new();
+    let mut conflicts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for node in &nodes {
+        let node_name = node.name_any();
+        let plan =
+            |n: &Node| taints::plan_node(&name, &policy.spec.taint, &node_view(n), &claimants);
+        let outcome = match update_node(&nodes_api, node, plan).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                errors.push(format!("{node_name}: {e}"));
+                continue;
+            }
+        };
+        let Some(outcome) = outcome else { continue };
+        match &outcome.standing {
+            Standing::NotSelected => continue,
+            Standing::Conflict { with } => {
+                conflicts.entry(with.clone()).or_default().push(node_name);
+            }
+            Standing::Writer | Standing::Selected => {}
+        }
+        obs.leaf_nodes += 1;
+        if outcome.tainted {
+            obs.tainted_nodes += 1;
+        }
+        if outcome.preexisting {
+            obs.preexisting_taints += 1;
+        }
+        if let Some(t) = outcome.blocked_by {
+            obs.blocked.push(BlockedNode {
+                node: node.name_any(),
+                taint: taint_text(&t),
+            });
+        }
+    }
+    obs.conflicts = conflicts
+        .into_iter()
+        .map(|(with, nodes)| PolicyConflict {
+            with_taint: compiled.taint_of(&with).unwrap_or_default(),
+            with,
+            nodes,
+        })
+        .collect();
+    if !errors.is_empty() {
+        obs.error = Some(errors.join("; "));
+    }
+    write_status(policy, &obs, ctx).await?;
+    Ok(Action::requeue(if obs.error.is_some() {
+        RETRY
+    } else {
+        RESYNC
+    }))
+}
+
+/// `key=value:effect` of a node taint.
+fn taint_text(t: &Taint) -> String {
+    match t.value.as_deref() {
+        Some(v) if !v.is_empty() => format!("{}={v}:{}", t.key, t.effect),
+        _ => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+/// `spec.profiles` with `*` expanded to every existing SchedulerProfile, and the names that exist
+/// nowhere.
+fn resolve_profiles(wanted: &[String], existing: &BTreeSet<String>) -> (Vec<String>, Vec<String>) {
+    if wanted.iter().any(|p| p == "*") {
+        return (existing.iter().cloned().collect(), Vec::new());
+    }
+    let missing = wanted
+        .iter()
+        .filter(|p| !existing.contains(*p))
+        .cloned()
+        .collect();
+    (wanted.to_vec(), missing)
+}
+
+/// Records the spec on the policy as its last valid one (profiles keep rendering it while a later
+/// spec is invalid).
+async fn remember_valid_spec(policy: &LeafClusterPolicy, ctx: &Context) -> Result<(), Error> {
+    let spec = serde_json::to_string(&policy.spec).map_err(|source| Error::Serialize {
+        what: "policy spec",
+        source,
+    })?;
+    if policy.annotations().get(LAST_VALID_SPEC_ANNOTATION) == Some(&spec) {
+        return Ok(());
+    }
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {LAST_VALID_SPEC_ANNOTATION: spec}}});
     Api::<LeafClusterPolicy>::all(ctx.client.clone())
         .patch(
             &policy.name_any(),
@@ -119,149 +348,39 @@ async fn set_applied_taint(
     Ok(())
 }
 
-async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Error> {
-    let name = policy.name_any();
-    let nodes_api: Api<Node> = Api::all(ctx.client.clone());
-    let desired = &policy.spec.taint;
-    let selector = Selector::try_from(policy.spec.leaf_node_selector.clone());
-    let profiles = resolve_profiles(policy, ctx).await?;
-    let nodes = nodes_api.list(&ListParams::default()).await?.items;
-
-    let mut obs = PolicyObservation {
-        generation: policy.metadata.generation,
-        leaf_nodes: 0,
-        tainted_nodes: 0,
-        profiles,
-        manage_taint: policy.spec.manage_taint,
-        taint: taints::describe(desired),
-        invalid: None,
-        error: None,
-        now: Timestamp::now(),
-    };
-    let selector = match selector {
-        Ok(s) => s,
-        Err(e) => {
-            obs.invalid = Some(format!("spec.leafNodeSelector: {e}"));
-            write_status(policy, &obs, ctx).await?;
-            return Ok(Action::await_change());
-        }
-    };
-    let matching: Vec<&Node> = nodes
-        .iter()
-        .filter(|n| selector.matches(n.labels()))
-        .collect();
-    obs.leaf_nodes = i32::try_from(matching.len()).unwrap_or(i32::MAX);
-
-    let mut errors = Vec::new();
-    let applied = applied_taint(policy);
-    if policy.spec.manage_taint {
-        // A taint applied earlier that the spec no longer asks for goes first, from every node.
-        if let Some(old) = applied.as_ref().filter(|old| *old != desired) {
-            remove_everywhere(&nodes_api, &nodes, old, &mut errors).await;
-            if errors.is_empty() {
-                set_applied_taint(policy, Some(desired), ctx).await?;
-            }
-        } else if applied.is_none() {
-            // Recorded before any node carries it, so nothing is ever left behind.
-            set_applied_taint(policy, Some(desired), ctx).await?;
-        }
-        for node in &nodes {
-            let node_name = node.name_any();
-            let result = if selector.matches(node.labels()) {
-                update_taints(&nodes_api, &node_name, |t| taints::with(t, desired)).await
-            } else {
-                update_taints(&nodes_api, &node_name, |t| taints::without(t, desired)).await
-            };
-            match result {
-                Ok(Some(true)) => {
-                    tracing::info!(policy = %name, node = %node_name, taint = %obs.taint, "node taint updated")
-                }
-                Ok(_) => {}
-                Err(e) => errors.push(format!("{node_name}: {e}")),
-            }
-        }
-    } else if let Some(old) = applied {
-        remove_everywhere(&nodes_api, &nodes, &old, &mut errors).await;
-        if errors.is_empty() {
-            set_applied_taint(policy, None, ctx).await?;
-        }
-    }
-
-    // Count from the nodes as they are now.
-    let nodes = nodes_api.list(&ListParams::default()).await?.items;
-    obs.leaf_nodes = i32::try_from(
-        nodes
-            .iter()
-            .filter(|n| selector.matches(n.labels()))
-            .count(),
-    )
-    .unwrap_or(i32::MAX);
-    obs.tainted_nodes = i32::try_from(
-        nodes
-            .iter()
-            .filter(|n| selector.matches(n.labels()) && taints::has(node_taints(n), desired))
-            .count(),
-    )
-    .unwrap_or(i32::MAX);
-    if !errors.is_empty() {
-        obs.error = Some(errors.join("; "));
-    }
-    write_status(policy, &obs, ctx).await?;
-    if obs.error.is_some() {
-        return Ok(Action::requeue(Duration::from_secs(5)));
-    }
-    Ok(Action::requeue(Duration::from_secs(300)))
-}
-
-fn node_taints(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or(&[])
-}
-
-async fn remove_everywhere(
+/// Plans `node` with `plan` and makes the write it asks for, with the node's resourceVersion as a
+/// precondition; on 409 Conflict reads the node again and plans again. The plan as carried out;
+/// `None` when the node is gone.
+async fn update_node(
     api: &Api<Node>,
-    nodes: &[Node],
-    taint: &LeafTaint,
-    errors: &mut Vec<String>,
-) {
-    for node in nodes.iter().filter(|n| taints::has(node_taints(n), taint)) {
-        let node_name = node.name_any();
-        match update_taints(api, &node_name, |t| taints::without(t, taint)).await {
-            Ok(Some(true)) => {
-                tracing::info!(node = %node_name, taint = %taints::describe(taint), "node taint removed")
-            }
-            Ok(_) => {}
-            Err(e) => errors.push(format!("{node_name}: {e}")),
-        }
-    }
-}
-
-/// Reads the node, computes its new taints with `change` (`None`: nothing to do) and writes them
-/// with the node's resourceVersion as a precondition; on 409 Conflict reads again and retries.
-/// `Ok(Some(true))` when the node was changed, `Ok(None)` when it is gone.
-async fn update_taints(
-    api: &Api<Node>,
-    name: &str,
-    change: impl Fn(&[Taint]) -> Option<Vec<Taint>>,
-) -> Result<Option<bool>, Error> {
+    node: &Node,
+    plan: impl Fn(&Node) -> NodePlan,
+) -> Result<Option<NodePlan>, Error> {
+    let name = node.name_any();
+    let mut current = node.clone();
     for attempt in 1..=NODE_UPDATE_ATTEMPTS {
-        let Some(node) = api.get_opt(name).await? else {
-            return Ok(None);
+        let p = plan(&current);
+        let Some(change) = &p.change else {
+            return Ok(Some(p));
         };
-        let Some(new) = change(node_taints(&node)) else {
-            return Ok(Some(false));
+        let taints = if change.taints.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::to_value(&change.taints).map_err(|source| Error::Serialize {
+                what: "node taints",
+                source,
+            })?
         };
         let patch = serde_json::json!({
-            "metadata": {"resourceVersion": node.resource_version()},
-            "spec": {"taints": if new.is_empty() { serde_json::Value::Null } else {
-                serde_json::to_value(&new).map_err(|source| Error::Serialize { what: "node taints", source })?
-            }},
+            "metadata": {
+                "resourceVersion": current.resource_version(),
+                "annotations": {taints::OWNED_TAINTS_ANNOTATION: change.records.to_annotation()},
+            },
+            "spec": {"taints": taints},
         });
         match api
             .patch(
-                name,
+                &name,
                 &PatchParams {
                     field_manager: Some(FIELD_MANAGER.into()),
                     ..PatchParams::default()
@@ -270,34 +389,25 @@ async fn update_taints(
             )
             .await
         {
-            Ok(_) => return Ok(Some(true)),
+            Ok(_) => {
+                tracing::info!(node = %name, taints = ?change.taints.iter().map(taint_text).collect::<Vec<_>>(), owned = ?change.records.to_annotation(), "node taints updated");
+                return Ok(Some(p));
+            }
             Err(e) if is_conflict(&e) => {
-                tracing::debug!(node = name, attempt, "node changed meanwhile; retrying");
+                tracing::debug!(node = %name, attempt, "node changed meanwhile; planning again");
             }
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
+        match api.get_opt(&name).await? {
+            Some(n) => current = n,
+            None => return Ok(None),
+        }
     }
     Err(Error::NodeConflict {
-        node: name.to_string(),
+        node: name,
         attempts: NODE_UPDATE_ATTEMPTS,
     })
-}
-
-/// `spec.profiles` with `*` expanded to every existing SchedulerProfile.
-async fn resolve_profiles(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Vec<String>, Error> {
-    if policy.spec.profiles.iter().any(|p| p == "*") {
-        let mut names: Vec<String> = Api::<SchedulerProfile>::all(ctx.client.clone())
-            .list_metadata(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(|p| p.name_any())
-            .collect();
-        names.sort();
-        return Ok(names);
-    }
-    Ok(policy.spec.profiles.clone())
 }
 
 async fn write_status(
@@ -310,6 +420,7 @@ async fn write_status(
     if policy.status.as_ref() == Some(&new_status) {
         return Ok(());
     }
+    announce_readiness(policy, &previous, &new_status, ctx).await;
     let patch = serde_json::json!({
         "apiVersion": LeafClusterPolicy::api_version(&()),
         "kind": LeafClusterPolicy::kind(&()),
@@ -325,27 +436,74 @@ async fn write_status(
     Ok(())
 }
 
-/// On delete: the policy's taint leaves every node (whatever the selector now says).
+/// An Event on the policy when its Ready condition changes reason (or, while not Ready, message);
+/// a first status is announced only when it is not Ready.
+async fn announce_readiness(
+    policy: &LeafClusterPolicy,
+    previous: &LeafClusterPolicyStatus,
+    new: &LeafClusterPolicyStatus,
+    ctx: &Context,
+) {
+    let Some(after) = status::condition(&new.conditions, status::READY) else {
+        return;
+    };
+    let not_ready = after.status == "False";
+    let changed = match status::condition(&previous.conditions, status::READY) {
+        None => not_ready,
+        Some(before) => {
+            before.reason != after.reason || (not_ready && before.message != after.message)
+        }
+    };
+    if changed {
+        let type_ = if not_ready {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        announce(
+            ctx,
+            policy,
+            status::READY,
+            type_,
+            &after.reason,
+            after.message.clone(),
+        )
+        .await;
+    }
+}
+
+/// On delete: every taint the operator added for this policy leaves the nodes (or passes to the
+/// policy that keeps the node with the same taint); nothing else is touched.
 async fn cleanup(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Error> {
+    let name = policy.name_any();
     let api: Api<Node> = Api::all(ctx.client.clone());
+    let others: Vec<LeafClusterPolicy> = Api::<LeafClusterPolicy>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.name_any() != name)
+        .collect();
+    let compiled = Compiled::new(others);
+    let claimants = compiled.claimants();
     let nodes = api.list(&ListParams::default()).await?.items;
     let mut errors = Vec::new();
-    let mut remove = vec![policy.spec.taint.clone()];
-    if let Some(applied) = applied_taint(policy).filter(|a| *a != policy.spec.taint) {
-        remove.push(applied);
-    }
-    if policy.spec.manage_taint || applied_taint(policy).is_some() {
-        for taint in &remove {
-            remove_everywhere(&api, &nodes, taint, &mut errors).await;
+    for node in nodes
+        .iter()
+        .filter(|n| node_view(n).records.0.contains_key(&name))
+    {
+        let plan =
+            |n: &Node| taints::plan_node(&name, &policy.spec.taint, &node_view(n), &claimants);
+        if let Err(e) = update_node(&api, node, plan).await {
+            errors.push(format!("{}: {e}", node.name_any()));
         }
     }
     if !errors.is_empty() {
         return Err(Error::Invalid(format!(
-            "removing the taint of deleted policy {}: {}",
-            policy.name_any(),
+            "removing the taints of deleted policy {name}: {}",
             errors.join("; ")
         )));
     }
-    tracing::info!(policy = %policy.name_any(), "policy deleted: its taint removed from every node");
+    tracing::info!(policy = %name, "policy deleted: the taints it added are gone from every node");
     Ok(Action::await_change())
 }

@@ -5,6 +5,7 @@
 //!
 //! Run it with [`run`] (`ksched operator` does; tests do it in-process with an impersonating client).
 
+pub mod backoff;
 pub mod command;
 pub mod embedded;
 pub mod health;
@@ -26,7 +27,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::Resource;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 
 use crate::config::PluginCatalog;
 
@@ -60,6 +62,10 @@ pub struct OperatorOptions {
     pub resync: Duration,
     /// Readiness and metrics, served by [`http::serve`].
     pub health: Arc<health::OperatorHealth>,
+    /// The first wait before objects the API server refused are applied again (doubling per
+    /// failure up to `retry_max`; changed objects are applied at once).
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
 }
 
 impl OperatorOptions {
@@ -78,6 +84,8 @@ impl OperatorOptions {
                 .unwrap_or_else(|_| "ksched-operator".into()),
             resync: Duration::from_secs(15),
             health: Arc::default(),
+            retry_initial: Duration::from_secs(5),
+            retry_max: Duration::from_secs(300),
         }
     }
 
@@ -97,6 +105,8 @@ impl std::fmt::Debug for OperatorOptions {
             .field("known_schedulers", &self.known_schedulers)
             .field("instance", &self.instance)
             .field("resync", &self.resync)
+            .field("retry_initial", &self.retry_initial)
+            .field("retry_max", &self.retry_max)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +136,9 @@ pub(crate) struct Context {
     pub opts: OperatorOptions,
     pub embedded: Arc<dyn EmbeddedSchedulers>,
     pub recorder: Recorder,
+    pub apply_backoff: backoff::ApplyBackoff,
+    /// The last Event [`announce`]d per (object, topic).
+    pub announced: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 /// A clonable shutdown signal for the controllers.
@@ -148,11 +161,14 @@ pub async fn run(
             instance: Some(opts.instance.clone()),
         },
     );
+    let apply_backoff = backoff::ApplyBackoff::new(opts.retry_initial, opts.retry_max);
     let ctx = Arc::new(Context {
         client,
         opts,
         embedded,
         recorder,
+        apply_backoff,
+        announced: Default::default(),
     });
     tracing::info!(namespace = %ctx.opts.namespace, image = %ctx.opts.image, "operator starting");
     let health = ctx.opts.health.clone();
@@ -178,9 +194,82 @@ pub async fn run(
             "the controllers did not stop within {SHUTDOWN_GRACE:?} of the shutdown request; stopping them"
         ),
     }
+    scheduler_profile::embedded_stopped(&ctx).await;
     health.metrics.set_leader(false);
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Publishes an Event about `obj` unless the last one this operator announced about it on `topic`
+/// said the same: a reconcile that runs on a not-yet-updated copy of the object (the watch cache
+/// lags behind the status just written) does not repeat it.
+pub(crate) async fn announce<K>(
+    ctx: &Context,
+    obj: &K,
+    topic: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) where
+    K: Resource<DynamicType = ()>,
+{
+    let said = format!("{reason}: {note}");
+    {
+        let mut last = ctx.announced.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (announce_key(obj), topic.to_string());
+        if last.get(&key) == Some(&said) {
+            return;
+        }
+        last.insert(key, said);
+    }
+    publish(ctx, obj, type_, reason, note).await;
+}
+
+/// What was announced about `obj` on `topic` is over (the next announcement goes out even if it
+/// repeats an older one).
+pub(crate) fn forget_announced<K>(ctx: &Context, obj: &K, topic: &str)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let mut last = ctx.announced.lock().unwrap_or_else(|p| p.into_inner());
+    last.remove(&(announce_key(obj), topic.to_string()));
+}
+
+fn announce_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}",
+        K::kind(&()),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Publishes an Event about `obj` (the note cut to the 1 kB the API allows); a failure is logged.
+pub(crate) async fn publish<K>(ctx: &Context, obj: &K, type_: EventType, reason: &str, note: String)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let ev = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(note, 1000)),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+        tracing::warn!(object = ?obj.meta().name, error = %e, "publishing event failed");
+    }
+}
+
+/// At most `max` bytes, cut at a character boundary.
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
 }
 
 /// `true` for a 404 from the API server.

@@ -46,7 +46,8 @@ use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfigur
 use crate::config::{
     self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
 };
-use crate::framework::plugins::leaf::render_leaf_policies;
+use crate::framework::plugins::leaf::render::IgnoredPolicy;
+use crate::framework::plugins::leaf::{LeafPluginConfig, render_leaf_policies};
 
 /// Field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "ksched-operator";
@@ -123,8 +124,11 @@ pub struct Rendered {
     pub config_hash: String,
     /// What the configuration loader warned about (deprecated or not-yet-built plugins ...).
     pub warnings: Vec<String>,
-    /// Names of the LeafClusterPolicies that name this profile, sorted (`status.leafPolicies`).
+    /// Names of the LeafClusterPolicies rendered into this profile, sorted (`status.leafPolicies`).
     pub leaf_policies: Vec<String>,
+    /// LeafClusterPolicies naming this profile that are invalid: left out, or rendered by their
+    /// last valid spec.
+    pub ignored_policies: Vec<IgnoredPolicy>,
     /// Plugins enabled at some extension point of the effective profile, sorted.
     pub enabled_plugins: Vec<String>,
     pub config_map: ConfigMap,
@@ -202,7 +206,7 @@ pub fn render(
             warnings: Vec::new(),
         });
     };
-    apply_leaf_policies(&mut doc, &name, policies)?;
+    let leaf = apply_leaf_policies(&mut doc, &name, policies)?;
     let loaded = config::load_document(&doc, catalog).map_err(|e| InvalidSpec {
         errors: e.errors.into_iter().map(to_spec_error).collect(),
         warnings: e.warnings,
@@ -214,10 +218,8 @@ pub fn render(
         .unwrap_or_default();
     let config_yaml = config::to_v1_yaml(&loaded.config);
     let config_hash = sha256_hex(&config_yaml);
-    let leaf_policies = policies_naming(&name, policies)
-        .into_iter()
-        .map(ResourceExt::name_any)
-        .collect();
+    let leaf_policies = leaf.policies;
+    let ignored_policies = leaf.ignored;
 
     let ns = opts.namespace.as_str();
     let owner = owner_reference(profile);
@@ -323,6 +325,7 @@ pub fn render(
         config_hash,
         warnings: loaded.warnings,
         leaf_policies,
+        ignored_policies,
         enabled_plugins,
         config_map,
         service_account,
@@ -346,6 +349,14 @@ fn validate_name(name: &str) -> Vec<FieldError> {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     let mut errors = Vec::new();
+    if name == super::DEFAULT_SCHEDULER {
+        errors.push(FieldError::new(
+            "metadata.name",
+            format!(
+                "Forbidden: {name:?} is kube-scheduler's scheduler name: a second scheduler of that name would race it for every pod of the cluster; pick another name and set spec.schedulerName of the pods that should use this profile to it"
+            ),
+        ));
+    }
     if !dns1035 {
         errors.push(FieldError::new(
             "metadata.name",
@@ -450,15 +461,16 @@ pub fn config_document(
 }
 
 /// The LeafClusterPolicies naming the profile become its leaf plugins and their args
-/// (LeafNodeTaintToleration, LeafNodeDistribution, LeafNodeVolumeBinding).
+/// (LeafNodeTaintToleration, LeafNodeDistribution, LeafNodeVolumeBinding), merged with the
+/// profile's own args for them.
 fn apply_leaf_policies(
     doc: &mut KubeSchedulerConfiguration,
     name: &str,
     policies: &[LeafClusterPolicy],
-) -> Result<(), InvalidSpec> {
+) -> Result<LeafPluginConfig, InvalidSpec> {
     let leaf = render_leaf_policies(name, policies);
     let Some(profile) = doc.profiles.first_mut() else {
-        return Ok(());
+        return Ok(leaf);
     };
     let invalid = |e: serde_json::Error| InvalidSpec {
         errors: vec![FieldError::new(
@@ -468,9 +480,13 @@ fn apply_leaf_policies(
         warnings: Vec::new(),
     };
     let mut value = serde_json::to_value(&*profile).map_err(invalid)?;
-    leaf.apply_to_profile(&mut value);
+    leaf.apply_to_profile(&mut value)
+        .map_err(|errors| InvalidSpec {
+            errors: errors.into_iter().map(|e| e.under("spec")).collect(),
+            warnings: Vec::new(),
+        })?;
     *profile = serde_json::from_value(value).map_err(invalid)?;
-    Ok(())
+    Ok(leaf)
 }
 
 /// A loader error path (`profiles[0].plugins.score...`, `leaderElection.leaseDuration`) as the CRD
@@ -625,6 +641,27 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
     }
     if preemption {
         rules.push(rule(&["policy"], &["poddisruptionbudgets"], &read));
+    }
+    if on("DynamicResources") {
+        // Upstream's system:kube-scheduler rules for dynamic resource allocation: claims are
+        // read, get a finalizer, and have their allocation and reservation written (the binding
+        // subresource authorizes status writes since DRAResourceClaimGranularStatusAuthorization).
+        let read_update = ["get", "list", "watch", "update", "patch"];
+        rules.push(rule(
+            &["resource.k8s.io"],
+            &["resourceclaims", "resourceclaims/status"],
+            &read_update,
+        ));
+        rules.push(rule(
+            &["resource.k8s.io"],
+            &["resourceclaims/binding"],
+            &["update", "patch"],
+        ));
+        rules.push(rule(
+            &["resource.k8s.io"],
+            &["deviceclasses", "resourceslices"],
+            &read,
+        ));
     }
     rules
 }

@@ -119,6 +119,11 @@ pub fn render_inputs(
                 for w in &r.warnings {
                     stderr.push_str(&format!("warning: {w}\n"));
                 }
+                // The operator leaves an invalid policy out and says so; here the input is wrong.
+                for ignored in &r.ignored_policies {
+                    stderr.push_str(&format!("error: {ignored}\n"));
+                    failed = true;
+                }
                 match r.to_yaml() {
                     Ok(y) => stdout.push_str(&y),
                     Err(e) => {
@@ -188,6 +193,21 @@ mod tests {
         assert!(out.stdout.contains("namespace: ops"));
         assert!(out.stdout.contains("image: img:1"));
         assert!(!out.stdout.contains("ownerReferences"), "no uid offline");
+    }
+
+    #[test]
+    fn an_invalid_policy_is_an_error_naming_its_field() {
+        let out = run(&format!(
+            "{PROFILE}---\napiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: leaves\nspec:\n  profiles: [p]\n  leafNodeSelector: {{}}\n"
+        ));
+        assert_eq!(out.code, 1);
+        assert!(out.stdout.is_empty());
+        assert!(
+            out.stderr
+                .contains("error: LeafClusterPolicy leaves: spec.leafNodeSelector: Invalid value"),
+            "{}",
+            out.stderr
+        );
     }
 
     #[test]

@@ -531,6 +531,37 @@ fn rbac_follows_each_plugin() {
 }
 
 #[test]
+fn rbac_for_dynamic_resources_only_when_enabled() {
+    let dra = cluster_rules(&["DynamicResources"]);
+    for (resource, verb) in [
+        ("resourceclaims", "watch"),
+        ("resourceclaims", "update"),
+        ("resourceclaims/status", "update"),
+        ("resourceclaims/binding", "update"),
+        ("resourceslices", "list"),
+        ("deviceclasses", "watch"),
+    ] {
+        assert!(
+            has_rule(&dra, "resource.k8s.io", resource, verb),
+            "{resource} {verb}"
+        );
+    }
+    assert!(!has_rule(
+        &dra,
+        "resource.k8s.io",
+        "resourceslices",
+        "update"
+    ));
+    let without = cluster_rules(&["PrioritySort", "DefaultBinder"]);
+    assert!(!without.iter().any(|r| {
+        r.api_groups
+            .iter()
+            .flatten()
+            .any(|g| g == "resource.k8s.io")
+    }));
+}
+
+#[test]
 fn lease_role_is_limited_to_the_profile_lease() {
     let r = ok(&profile("le", json!({})));
     let rules = r.lease_role.rules.clone().unwrap_or_default();
@@ -741,5 +772,90 @@ fn yaml_stream_has_every_object() {
             .pointer("/data/config.yaml")
             .and_then(|v| v.as_str()),
         Some(r.config_yaml.as_str())
+    );
+}
+
+fn render_with(
+    p: &SchedulerProfile,
+    policies: &[LeafClusterPolicy],
+) -> Result<Rendered, InvalidSpec> {
+    render(p, policies, &opts(), &Registry::in_tree())
+}
+
+#[test]
+fn kube_schedulers_name_is_refused() {
+    let errs = invalid(&profile("default-scheduler", json!({})));
+    assert!(
+        errs.iter()
+            .any(|e| e.path == "metadata.name" && e.reason.contains("race")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn the_profiles_own_leaf_args_reach_the_config_map() {
+    let p = profile(
+        "hybrid",
+        json!({"pluginConfig": [
+            {"name": "LeafNodeVolumeBinding", "args": {"bindTimeoutSeconds": 5}}
+        ]}),
+    );
+    let r = match render_with(&p, &[policy("leaves", &["hybrid"])]) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
+    let cfg = loaded(&r);
+    assert_eq!(
+        cfg.profiles[0]
+            .plugin_args
+            .get("LeafNodeVolumeBinding")
+            .map(|a| a["bindTimeoutSeconds"].clone()),
+        Some(json!(5)),
+        "{}",
+        r.config_yaml
+    );
+    // Wrong type or value: refused, the field named as the user wrote it.
+    for bad in [json!("five"), json!(-7)] {
+        let p = profile(
+            "hybrid",
+            json!({"pluginConfig": [
+                {"name": "NodeResourcesFit", "args": {}},
+                {"name": "LeafNodeVolumeBinding", "args": {"bindTimeoutSeconds": bad}}
+            ]}),
+        );
+        let errs = match render_with(&p, &[policy("leaves", &["hybrid"])]) {
+            Ok(_) => panic!("{bad} accepted"),
+            Err(e) => e.errors,
+        };
+        assert!(
+            errs.iter()
+                .any(|e| e.path == "spec.pluginConfig[1].args.bindTimeoutSeconds"),
+            "{bad}: {errs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_policy_does_not_stall_the_profile_it_names() {
+    let mut bad = policy("bad", &["hybrid"]);
+    bad.spec.leaf_node_selector = match serde_json::from_value(json!({
+        "matchExpressions": [{"key": "x", "operator": "Near", "values": ["1"]}]
+    })) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    let p = profile("hybrid", json!({}));
+    let r = match render_with(&p, &[bad, policy("good", &["hybrid"])]) {
+        Ok(r) => r,
+        Err(e) => panic!("a bad policy stalled the profile: {e}"),
+    };
+    assert_eq!(r.leaf_policies, vec!["good"]);
+    assert_eq!(r.ignored_policies.len(), 1);
+    let message = r.ignored_policies[0].to_string();
+    assert!(
+        message.contains("LeafClusterPolicy bad")
+            && message.contains("spec.leafNodeSelector.matchExpressions[0].operator")
+            && !message.contains("pluginConfig"),
+        "{message}"
     );
 }

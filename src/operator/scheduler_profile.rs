@@ -9,7 +9,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -19,7 +19,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
@@ -27,13 +27,16 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::backoff::ApplyFailure;
 use super::render::{
     self, FIELD_MANAGER, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Rendered, RenderedObject,
 };
-use super::status::{self, ConfigOutcome, DeploymentState, LeaseState, ProfileObservation};
-use super::{Context, Error, Shutdown, is_not_found};
+use super::status::{
+    self, ApplyError, ConfigOutcome, DeploymentState, LeaseState, ProfileObservation,
+};
+use super::{Context, Error, Shutdown, announce, forget_announced, is_not_found, publish};
 use crate::api::scheduler_profile::ProfileMode;
-use crate::api::{LeafClusterPolicy, SchedulerProfile};
+use crate::api::{LeafClusterPolicy, SchedulerProfile, SchedulerProfileStatus};
 use crate::config::GoDuration;
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
@@ -147,25 +150,45 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         .await?
         .items;
 
-    let rendered = render::render(
-        profile,
-        &policies,
-        &ctx.opts.render_options(),
-        ctx.opts.catalog.as_ref(),
-    );
+    let in_use = name_in_use(&name, ctx).await?;
+    let rendered = match &in_use {
+        Some(_) => None,
+        None => Some(render::render(
+            profile,
+            &policies,
+            &ctx.opts.render_options(),
+            ctx.opts.catalog.as_ref(),
+        )),
+    };
     let mut apply_error = None;
+    let mut retry_in = None;
     let mut embedded = None;
-    let config = match &rendered {
-        Ok(r) => {
+    let mut embedded_identity = None;
+    let mut ignored_policies = Vec::new();
+    let config = match rendered {
+        None => {
+            let message = in_use.unwrap_or_default();
+            report_refusal(ctx, profile, &previous, "SchedulerNameInUse", &message).await;
+            ConfigOutcome::NameInUse { message }
+        }
+        Some(Ok(r)) => {
             for w in &r.warnings {
                 tracing::info!(profile = %name, warning = %w, "configuration warning");
             }
-            if let Err(e) = apply_all(r, profile, ctx).await {
-                tracing::warn!(profile = %name, error = %e, "applying rendered objects failed");
-                apply_error = Some(e.to_string());
+            forget_announced(ctx, profile, REFUSAL);
+            ignored_policies = r.ignored_policies.iter().map(ToString::to_string).collect();
+            report_ignored_policies(ctx, profile, &previous, &ignored_policies).await;
+            if let Some((error, wait)) = apply_with_backoff(&r, profile, ctx).await {
+                apply_error = Some(error);
+                retry_in = Some(wait.max(Duration::from_secs(1)));
             }
-            embedded = sync_embedded(profile, r, ctx).await;
-            if previous.config_hash.as_deref() != Some(r.config_hash.as_str()) {
+            embedded = sync_embedded(profile, &r, ctx).await;
+            if matches!(embedded, Some(Ok(()))) {
+                embedded_identity = ctx.embedded.identity(&name).await;
+            }
+            if previous.config_hash.as_deref() != Some(r.config_hash.as_str())
+                && apply_error.is_none()
+            {
                 publish(
                     ctx,
                     profile,
@@ -185,27 +208,14 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
                 leaf_policies: r.leaf_policies.clone(),
             }
         }
-        Err(invalid) => {
+        Some(Err(invalid)) => {
             let message = invalid
                 .errors
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ");
-            let already_reported = previous.observed_generation == profile.metadata.generation
-                && status::condition(&previous.conditions, status::CONFIG_VALID)
-                    .is_some_and(|c| c.status == "False" && c.message == message);
-            if !already_reported {
-                tracing::warn!(profile = %name, errors = %message, "invalid profile: nothing applied, the running scheduler is left as it is");
-                publish(
-                    ctx,
-                    profile,
-                    EventType::Warning,
-                    "InvalidConfiguration",
-                    format!("{message} (nothing was changed: the running scheduler keeps its configuration)"),
-                )
-                .await;
-            }
+            report_refusal(ctx, profile, &previous, "InvalidConfiguration", &message).await;
             ConfigOutcome::Invalid { message }
         }
     };
@@ -238,9 +248,11 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         suspend: profile.spec.suspend,
         replicas: profile.spec.replicas,
         config,
+        ignored_policies,
         apply_error,
         deployment,
         embedded,
+        embedded_identity,
         lease,
         lease_duration_seconds,
         lease_name: format!("{ns}/{}", render::object_name(&name)),
@@ -262,15 +274,187 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
             )
             .await?;
     }
-    Ok(Action::requeue(ctx.opts.resync))
+    // While waiting for a leader, look again soon: Lease renewals are not watched.
+    let waiting_for_leader = status::condition(&new_status.conditions, status::READY)
+        .is_some_and(|c| c.reason == "NoLeader");
+    let mut next = ctx.opts.resync;
+    if let Some(retry) = retry_in {
+        next = next.min(retry);
+    }
+    if waiting_for_leader {
+        next = next.min(LEADER_POLL);
+    }
+    Ok(Action::requeue(next))
 }
+
+/// Topic of the Events that say a profile is refused (see [`announce`]).
+const REFUSAL: &str = "Refusal";
+
+/// How soon a profile waiting for its scheduler to take the Lease is looked at again.
+const LEADER_POLL: Duration = Duration::from_secs(5);
 
 fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
 }
 
+/// A Warning Event when the profile is refused (invalid spec, name in use), unless this very
+/// refusal was already reported for this generation.
+async fn report_refusal(
+    ctx: &Context,
+    profile: &SchedulerProfile,
+    previous: &SchedulerProfileStatus,
+    reason: &str,
+    message: &str,
+) {
+    let already_reported = previous.observed_generation == profile.metadata.generation
+        && status::condition(&previous.conditions, status::READY).is_some_and(|c| {
+            c.status == "False" && c.reason == reason && c.message.contains(message)
+        });
+    if already_reported {
+        return;
+    }
+    let outcome = if previous.config_hash.is_none() {
+        "nothing was rendered: no scheduler runs for this profile yet"
+    } else {
+        "nothing was changed: the running scheduler keeps its last valid configuration"
+    };
+    tracing::warn!(profile = %profile.name_any(), reason, %message, outcome, "profile refused");
+    announce(
+        ctx,
+        profile,
+        REFUSAL,
+        EventType::Warning,
+        reason,
+        format!("{message} ({outcome})"),
+    )
+    .await;
+}
+
+/// A Warning Event when the set of invalid LeafClusterPolicies naming the profile changes.
+async fn report_ignored_policies(
+    ctx: &Context,
+    profile: &SchedulerProfile,
+    previous: &SchedulerProfileStatus,
+    ignored: &[String],
+) {
+    if ignored.is_empty() {
+        forget_announced(ctx, profile, status::LEAF_POLICIES_VALID);
+        return;
+    }
+    let message = ignored.join("; ");
+    let already_reported = status::condition(&previous.conditions, status::LEAF_POLICIES_VALID)
+        .is_some_and(|c| c.status == "False" && c.message == message);
+    if !already_reported {
+        announce(
+            ctx,
+            profile,
+            status::LEAF_POLICIES_VALID,
+            EventType::Warning,
+            "LeafPolicyIgnored",
+            message,
+        )
+        .await;
+    }
+}
+
+/// Why the profile's name cannot be served by ksched, if it cannot: kube-scheduler's name, a name
+/// the operator was told another scheduler serves (`--known-scheduler`), or a Lease named like it
+/// in kube-system or the operator namespace that ksched did not create (another scheduler
+/// elects its leader there: upstream's `leaderElection.resourceName` is usually the scheduler's
+/// name).
+async fn name_in_use(name: &str, ctx: &Context) -> Result<Option<String>, Error> {
+    let fix = "rename the SchedulerProfile (its name is the schedulerName pods select it by)";
+    if name == super::DEFAULT_SCHEDULER {
+        return Ok(Some(format!(
+            "metadata.name {name} is kube-scheduler's scheduler name: a second scheduler of that name would race it for every pod of the cluster; {fix}"
+        )));
+    }
+    if ctx.opts.known_schedulers.iter().any(|k| k == name) {
+        return Ok(Some(format!(
+            "scheduler name {name} is served by another scheduler (the operator's --known-scheduler lists it): two schedulers of one name race for the same pods; {fix}"
+        )));
+    }
+    let mut namespaces = vec!["kube-system", ctx.opts.namespace.as_str()];
+    namespaces.dedup();
+    for ns in namespaces {
+        let lease = match Api::<Lease>::namespaced(ctx.client.clone(), ns)
+            .get_opt(name)
+            .await
+        {
+            Ok(l) => l,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(namespace = ns, error = %s.message, "cannot read Leases to check that no other scheduler uses a profile's name");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(lease) = lease else { continue };
+        if lease.labels().get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY) {
+            continue;
+        }
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .filter(|h| !h.is_empty())
+            .map(|h| format!(", held by {h}"))
+            .unwrap_or_default();
+        return Ok(Some(format!(
+            "scheduler name {name} looks taken: Lease {ns}/{name}{holder} was not created by ksched, so another scheduler of that name elects its leader there; {fix}"
+        )));
+    }
+    Ok(None)
+}
+
+/// Applies the rendered objects unless these very objects failed and their retry is not due.
+/// `Some` when they are not applied: why, and how long until the next attempt.
+async fn apply_with_backoff(
+    r: &Rendered,
+    profile: &SchedulerProfile,
+    ctx: &Context,
+) -> Option<(ApplyError, Duration)> {
+    let name = profile.name_any();
+    let fingerprint = r
+        .to_yaml()
+        .map(|y| render::sha256_hex(&y))
+        .unwrap_or_else(|_| r.config_hash.clone());
+    let backoff = &ctx.apply_backoff;
+    let pending = match backoff.waiting(&name, &fingerprint, Instant::now()) {
+        Some(p) => p,
+        None => match apply_all(r, profile, ctx).await {
+            Ok(()) => {
+                backoff.succeeded(&name);
+                return None;
+            }
+            Err(failure) => {
+                tracing::warn!(profile = %name, error = %failure, "applying rendered objects failed");
+                publish(
+                    ctx,
+                    profile,
+                    EventType::Warning,
+                    "ApplyFailed",
+                    failure.to_string(),
+                )
+                .await;
+                backoff.failed(&name, &fingerprint, failure, Instant::now())
+            }
+        },
+    };
+    let error = ApplyError {
+        message: pending.failure.to_string(),
+        permanent: pending.failure.permanent(),
+        attempts: pending.attempts,
+        retry_after_seconds: pending.delay.as_secs_f64().ceil() as u64,
+    };
+    Some((error, pending.wait))
+}
+
 /// Applies every rendered object; an Embedded profile loses the Deployment and Service it had.
-async fn apply_all(r: &Rendered, profile: &SchedulerProfile, ctx: &Context) -> Result<(), Error> {
+async fn apply_all(
+    r: &Rendered,
+    profile: &SchedulerProfile,
+    ctx: &Context,
+) -> Result<(), ApplyFailure> {
     let c = &ctx.client;
     let ns = ctx.opts.namespace.as_str();
     for obj in r.objects() {
@@ -308,10 +492,33 @@ async fn apply_all(r: &Rendered, profile: &SchedulerProfile, ctx: &Context) -> R
     Ok(())
 }
 
+/// `Kind namespace/name` of an object.
+fn describe<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    let meta = obj.meta();
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref() {
+        Some(ns) => format!("{} {ns}/{name}", K::kind(&())),
+        None => format!("{} {name}", K::kind(&())),
+    }
+}
+
+/// What went wrong with `obj`, in the API server's own words.
+fn failure<K: Resource<DynamicType = ()>>(obj: &K, e: kube::Error) -> ApplyFailure {
+    let (code, message) = match e {
+        kube::Error::Api(s) => (Some(s.code), s.message),
+        other => (None, other.to_string()),
+    };
+    ApplyFailure {
+        object: describe(obj),
+        code,
+        message,
+    }
+}
+
 /// Server-side apply of `obj` with the operator's field manager, taking over conflicting fields.
-async fn ssa<K>(api: Api<K>, obj: &K) -> Result<(), Error>
+async fn ssa<K>(api: Api<K>, obj: &K) -> Result<(), ApplyFailure>
 where
-    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
     let name = obj.meta().name.clone().unwrap_or_default();
     api.patch(
@@ -319,17 +526,29 @@ where
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(obj),
     )
-    .await?;
+    .await
+    .map_err(|e| failure(obj, e))?;
     Ok(())
 }
 
 /// Deletes `name` when it is owned by the profile with `uid`.
-async fn delete_if_owned<K>(api: Api<K>, name: &str, uid: Option<&str>) -> Result<(), Error>
+async fn delete_if_owned<K>(api: Api<K>, name: &str, uid: Option<&str>) -> Result<(), ApplyFailure>
 where
-    K: Resource + DeserializeOwned + Clone + Debug,
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug,
 {
     let Some(uid) = uid else { return Ok(()) };
-    let Some(obj) = api.get_opt(name).await? else {
+    let gone = |e: kube::Error| ApplyFailure {
+        object: format!("{} {name}", K::kind(&())),
+        code: match &e {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
+        },
+        message: match e {
+            kube::Error::Api(s) => s.message,
+            other => other.to_string(),
+        },
+    };
+    let Some(obj) = api.get_opt(name).await.map_err(gone)? else {
         return Ok(());
     };
     if obj.owner_references().iter().any(|o| o.uid == uid) {
@@ -340,7 +559,7 @@ where
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(failure(&obj, e)),
         }
     }
     Ok(())
@@ -395,33 +614,46 @@ async fn cleanup(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Er
     Ok(Action::await_change())
 }
 
-async fn publish(
-    ctx: &Context,
-    profile: &SchedulerProfile,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let ev = KubeEvent {
-        type_,
-        reason: reason.into(),
-        note: Some(truncate(note, 1000)),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &profile.object_ref(&())).await {
-        tracing::warn!(profile = %profile.name_any(), error = %e, "publishing event failed");
-    }
-}
-
-/// At most `max` bytes, cut at a character boundary.
-pub(crate) fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
+/// The operator is stopping: its Embedded schedulers stop with it (releasing their Leases), and
+/// their profiles say so instead of staying Ready.
+pub(crate) async fn embedded_stopped(ctx: &Context) {
+    let stopped = ctx.embedded.stop_all().await;
+    let api: Api<SchedulerProfile> = Api::all(ctx.client.clone());
+    for name in stopped {
+        let profile = match api.get_opt(&name).await {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(profile = %name, error = %e, "reading a profile to mark its embedded scheduler stopped");
+                continue;
+            }
+        };
+        let previous = profile.status.clone().unwrap_or_default();
+        let new_status = status::operator_stopped(
+            &previous,
+            previous.observed_generation,
+            &ctx.opts.instance,
+            Timestamp::now(),
+        );
+        let patch = serde_json::json!({
+            "apiVersion": SchedulerProfile::api_version(&()),
+            "kind": SchedulerProfile::kind(&()),
+            "status": new_status,
+        });
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(profile = %name, "embedded scheduler stopped with the operator: profile marked not Ready")
+            }
+            Err(e) => {
+                tracing::warn!(profile = %name, error = %e, "marking a profile whose embedded scheduler stopped")
+            }
         }
-        s.truncate(cut);
     }
-    s
 }

@@ -85,6 +85,8 @@ pub enum ConfigOutcome {
     },
     /// `message` lists every `path: reason`.
     Invalid { message: String },
+    /// Another scheduler already serves the profile's name: `message` says which and how to fix it.
+    NameInUse { message: String },
 }
 
 /// The scheduler Deployment as observed.
@@ -146,6 +148,21 @@ impl LeaseState {
     }
 }
 
+/// Applying the rendered objects failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyError {
+    /// Which object and the API server's own words (`applying Deployment ns/name: ...`).
+    pub message: String,
+    /// The API server refused the object itself (a 4xx other than conflict, timeout or
+    /// throttling): retrying the same objects cannot help, the spec must change.
+    pub permanent: bool,
+    /// Failed attempts with these very objects.
+    pub attempts: u32,
+    /// The wait before the next attempt, as chosen after the last one (unless the spec changes
+    /// first); it doubles with every attempt.
+    pub retry_after_seconds: u64,
+}
+
 /// Everything one reconcile of a profile observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileObservation {
@@ -155,12 +172,16 @@ pub struct ProfileObservation {
     /// `spec.replicas`.
     pub replicas: i32,
     pub config: ConfigOutcome,
-    /// Applying the rendered objects failed (API error): the message.
-    pub apply_error: Option<String>,
+    /// LeafClusterPolicies naming the profile that are invalid, each with what is wrong and what
+    /// the profile makes of it.
+    pub ignored_policies: Vec<String>,
+    pub apply_error: Option<ApplyError>,
     /// Deployment mode: the Deployment, when it exists.
     pub deployment: Option<DeploymentState>,
     /// Embedded mode: whether the in-process scheduler runs (`Err` says why not).
     pub embedded: Option<Result<(), String>>,
+    /// Embedded mode: the leader-election identity of the in-process scheduler, when known.
+    pub embedded_identity: Option<String>,
     pub lease: Option<LeaseState>,
     /// `spec.leaderElection.leaseDuration` in seconds (used when the Lease has no duration).
     pub lease_duration_seconds: i64,
@@ -168,6 +189,8 @@ pub struct ProfileObservation {
     pub pending_pods: i32,
     pub now: Timestamp,
 }
+
+pub const LEAF_POLICIES_VALID: &str = "LeafPoliciesValid";
 
 /// The status a profile should have after a reconcile.
 pub fn profile_status(
@@ -239,20 +262,40 @@ pub fn profile_status(
         ),
     };
 
+    // A profile that never had a valid configuration has nothing running to keep.
+    let never_rendered = previous.config_hash.is_none();
+    let refused = |reason: &str, message: &str, conds: &mut Vec<Cond>| {
+        let msg = if never_rendered {
+            format!("{message} (nothing was rendered: no scheduler runs for this profile yet)")
+        } else {
+            format!(
+                "{message} (nothing was changed: the running scheduler keeps its last valid configuration)"
+            )
+        };
+        conds.push(Cond::new(READY, false, reason, msg.clone()));
+        conds.push(Cond::new(STALLED, true, reason, msg));
+    };
     match &obs.config {
         ConfigOutcome::Invalid { message } => {
             // The last valid configuration keeps running: keep its hash and policies.
             status.config_hash = previous.config_hash.clone();
             status.leaf_policies = previous.leaf_policies.clone();
-            let msg = format!("invalid spec, the running scheduler is left unchanged: {message}");
-            conds.push(Cond::new(READY, false, "InvalidConfiguration", msg.clone()));
-            conds.push(Cond::new(STALLED, true, "InvalidConfiguration", msg));
+            refused(
+                "InvalidConfiguration",
+                &format!("invalid spec: {message}"),
+                &mut conds,
+            );
             conds.push(Cond::new(
                 CONFIG_VALID,
                 false,
                 "InvalidConfiguration",
                 message.clone(),
             ));
+        }
+        ConfigOutcome::NameInUse { message } => {
+            status.config_hash = previous.config_hash.clone();
+            status.leaf_policies = previous.leaf_policies.clone();
+            refused("SchedulerNameInUse", message, &mut conds);
         }
         ConfigOutcome::Valid {
             hash,
@@ -269,12 +312,27 @@ pub fn profile_status(
                     warnings.join("; ")
                 )
             };
-            let (ready, reconciling) = readiness(obs, desired);
+            let (ready, progress) = readiness(obs, desired, leader);
             conds.push(ready);
-            if let Some(r) = reconciling {
+            if let Some(r) = progress {
                 conds.push(r);
             }
             conds.push(Cond::new(CONFIG_VALID, true, "Valid", valid_msg));
+            if !obs.ignored_policies.is_empty() {
+                conds.push(Cond::new(
+                    LEAF_POLICIES_VALID,
+                    false,
+                    "LeafPolicyIgnored",
+                    obs.ignored_policies.join("; "),
+                ));
+            } else if !leaf_policies.is_empty() {
+                conds.push(Cond::new(
+                    LEAF_POLICIES_VALID,
+                    true,
+                    "Valid",
+                    format!("applied: {}", leaf_policies.join(", ")),
+                ));
+            }
         }
     }
     conds.push(leader_cond);
@@ -282,8 +340,9 @@ pub fn profile_status(
     status
 }
 
-/// `Ready` and, while the profile is not there yet, `Reconciling`.
-fn readiness(obs: &ProfileObservation, desired: i32) -> (Cond, Option<Cond>) {
+/// `Ready` and, while the profile is not there yet, `Reconciling` (or `Stalled` when it cannot get
+/// there without a change).
+fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (Cond, Option<Cond>) {
     let progressing = |reason: &str, message: String| {
         (
             Cond::new(READY, false, reason, message.clone()),
@@ -291,11 +350,34 @@ fn readiness(obs: &ProfileObservation, desired: i32) -> (Cond, Option<Cond>) {
         )
     };
     if let Some(err) = &obs.apply_error {
-        return progressing(
-            "ApplyFailed",
-            format!("applying the rendered objects: {err}"),
+        let message = format!(
+            "{}; attempt {}, retried after {}s",
+            err.message, err.attempts, err.retry_after_seconds
         );
+        if err.permanent {
+            let message = format!(
+                "{message} or as soon as the spec changes: the API server refuses these objects, so the spec must change"
+            );
+            return (
+                Cond::new(READY, false, "ApplyFailed", message.clone()),
+                Some(Cond::new(STALLED, true, "ApplyFailed", message)),
+            );
+        }
+        return progressing("ApplyFailed", message);
     }
+    let lease = &obs.lease_name;
+    let not_leading = |what: &str| {
+        let last = obs
+            .lease
+            .as_ref()
+            .and_then(|l| l.holder.as_deref())
+            .map(|h| format!(" (last held by {h}, not renewed within its duration)"))
+            .unwrap_or_default();
+        progressing(
+            "NoLeader",
+            format!("{what}, but no scheduler holds Lease {lease} yet{last}"),
+        )
+    };
     match obs.mode {
         ProfileMode::Embedded => match (&obs.embedded, obs.suspend) {
             (_, true) => (
@@ -307,15 +389,33 @@ fn readiness(obs: &ProfileObservation, desired: i32) -> (Cond, Option<Cond>) {
                 ),
                 None,
             ),
-            (Some(Ok(())), false) => (
-                Cond::new(
-                    READY,
-                    true,
-                    "Running",
-                    "the scheduler runs inside the operator process",
-                ),
-                None,
-            ),
+            (Some(Ok(())), false) => {
+                let ours = match (leader, &obs.embedded_identity) {
+                    (Some(h), Some(id)) => h == id,
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                match leader {
+                    Some(h) if ours => (
+                        Cond::new(
+                            READY,
+                            true,
+                            "Running",
+                            format!(
+                                "the scheduler runs inside the operator process and leads ({h} holds Lease {lease})"
+                            ),
+                        ),
+                        None,
+                    ),
+                    Some(h) => progressing(
+                        "NoLeader",
+                        format!(
+                            "the embedded scheduler runs, but Lease {lease} is held by {h}: it takes over once that holder stops renewing"
+                        ),
+                    ),
+                    None => not_leading("the embedded scheduler runs"),
+                }
+            }
             (Some(Err(e)), false) => progressing(
                 "EmbeddedFailed",
                 format!("starting the embedded scheduler: {e}"),
@@ -343,7 +443,7 @@ fn readiness(obs: &ProfileObservation, desired: i32) -> (Cond, Option<Cond>) {
                 );
             }
             if obs.suspend {
-                (
+                return (
                     Cond::new(
                         READY,
                         true,
@@ -351,20 +451,91 @@ fn readiness(obs: &ProfileObservation, desired: i32) -> (Cond, Option<Cond>) {
                         "suspended: scaled to 0, the configuration is kept",
                     ),
                     None,
-                )
-            } else {
-                (
+                );
+            }
+            if desired == 0 {
+                return (
+                    Cond::new(
+                        READY,
+                        true,
+                        "ScaledToZero",
+                        "replicas is 0: no scheduler runs, pods naming this profile stay Pending",
+                    ),
+                    None,
+                );
+            }
+            let replicas = format!("{desired} of {desired} scheduler replicas ready");
+            match leader {
+                Some(h) => (
                     Cond::new(
                         READY,
                         true,
                         "Running",
-                        format!("{desired} of {desired} scheduler replicas ready"),
+                        format!("{replicas}; {h} holds Lease {lease}"),
                     ),
                     None,
-                )
+                ),
+                None => not_leading(&replicas),
             }
         }
     }
+}
+
+/// The status of an Embedded profile whose operator stopped (with it, its scheduler): not Ready
+/// until an operator runs it again.
+pub fn operator_stopped(
+    previous: &SchedulerProfileStatus,
+    generation: Option<i64>,
+    instance: &str,
+    now: Timestamp,
+) -> SchedulerProfileStatus {
+    let message = format!(
+        "the operator ({instance}) that ran this Embedded profile's scheduler stopped, and the scheduler with it: no pod is scheduled until an operator runs again"
+    );
+    let wanted = vec![
+        Cond::new(READY, false, "OperatorStopped", message.clone()),
+        Cond::new(RECONCILING, true, "OperatorStopped", message),
+        Cond::new(
+            LEADER_ELECTED,
+            false,
+            "OperatorStopped",
+            "the embedded scheduler stopped and released its Lease",
+        ),
+    ];
+    let mut conditions = set_conditions(&previous.conditions, wanted, generation, now);
+    conditions.extend(
+        previous
+            .conditions
+            .iter()
+            .filter(|c| [CONFIG_VALID, LEAF_POLICIES_VALID].contains(&c.type_.as_str()))
+            .cloned(),
+    );
+    SchedulerProfileStatus {
+        conditions,
+        replicas: Some(0),
+        ready_replicas: Some(0),
+        ready: Some("0/1".into()),
+        leader: None,
+        ..previous.clone()
+    }
+}
+
+/// Nodes a policy leaves to an older one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyConflict {
+    /// The older policy that keeps the nodes.
+    pub with: String,
+    /// Its taint (`key=value:effect`).
+    pub with_taint: String,
+    pub nodes: Vec<String>,
+}
+
+/// A node where the policy's taint cannot go: a taint with the same key and effect that the
+/// operator did not add is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockedNode {
+    pub node: String,
+    pub taint: String,
 }
 
 /// What one reconcile of a LeafClusterPolicy observed.
@@ -373,14 +544,92 @@ pub struct PolicyObservation {
     pub generation: Option<i64>,
     pub leaf_nodes: i32,
     pub tainted_nodes: i32,
+    /// Matching nodes carrying the taint that the operator did not add.
+    pub preexisting_taints: i32,
     pub profiles: Vec<String>,
+    /// Names in spec.profiles with no SchedulerProfile.
+    pub missing_profiles: Vec<String>,
     pub manage_taint: bool,
     pub taint: String,
-    /// The policy cannot be applied as written (a bad selector): the message.
+    /// The policy cannot be applied as written: every `path: reason`.
     pub invalid: Option<String>,
+    pub conflicts: Vec<PolicyConflict>,
+    pub blocked: Vec<BlockedNode>,
     /// Updating some nodes failed: the message (retried).
     pub error: Option<String>,
     pub now: Timestamp,
+}
+
+pub const PROFILES_RESOLVED: &str = "ProfilesResolved";
+
+/// At most a few names, then how many more.
+fn some_names(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut out = names
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        out.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    out
+}
+
+/// The problems the user must act on, most serious first: (reason, message).
+fn policy_problems(obs: &PolicyObservation) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(msg) = &obs.invalid {
+        out.push((
+            "InvalidSpec",
+            format!("{msg} (no node is changed until the spec is fixed)"),
+        ));
+    }
+    for c in &obs.conflicts {
+        let why = if c.with_taint == obs.taint {
+            format!("both policies manage taint {}", c.with_taint)
+        } else {
+            format!(
+                "it keeps taint {} there, which this policy's profiles do not tolerate",
+                c.with_taint
+            )
+        };
+        out.push((
+            "Conflict",
+            format!(
+                "node(s) {} are also selected by the older LeafClusterPolicy {} ({why}): {} keeps them and this policy leaves them alone; make the leafNodeSelectors disjoint, or set manageTaint: false on this policy if it only adds placement for its profiles to the same leaf nodes with the same taint",
+                some_names(&c.nodes),
+                c.with,
+                c.with
+            ),
+        ));
+    }
+    if !obs.blocked.is_empty() {
+        let nodes: Vec<String> = obs
+            .blocked
+            .iter()
+            .map(|b| format!("{} ({})", b.node, b.taint))
+            .collect();
+        out.push((
+            "ForeignTaint",
+            format!(
+                "node(s) {} carry a taint with the key and effect of {} but another value, which the operator did not add and does not change: remove that taint from the nodes or change spec.taint",
+                some_names(&nodes),
+                obs.taint
+            ),
+        ));
+    }
+    if !obs.missing_profiles.is_empty() {
+        out.push((
+            "ProfileNotFound",
+            format!(
+                "spec.profiles names {}, but no SchedulerProfile of that name exists: create it or fix the name",
+                obs.missing_profiles.join(", ")
+            ),
+        ));
+    }
+    out
 }
 
 pub fn policy_status(
@@ -388,9 +637,15 @@ pub fn policy_status(
     obs: &PolicyObservation,
 ) -> LeafClusterPolicyStatus {
     let mut conds = Vec::new();
-    if let Some(msg) = &obs.invalid {
-        conds.push(Cond::new(READY, false, "InvalidSpec", msg.clone()));
-        conds.push(Cond::new(STALLED, true, "InvalidSpec", msg.clone()));
+    let problems = policy_problems(obs);
+    if let Some((reason, _)) = problems.first() {
+        let msg = problems
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        conds.push(Cond::new(READY, false, reason, msg.clone()));
+        conds.push(Cond::new(STALLED, true, reason, msg));
     } else if let Some(err) = &obs.error {
         let msg = format!("updating node taints: {err}");
         conds.push(Cond::new(READY, false, "TaintUpdateFailed", msg.clone()));
@@ -406,22 +661,54 @@ pub fn policy_status(
             ),
         ));
     } else {
+        let preexisting = if obs.preexisting_taints > 0 {
+            format!(
+                " ({} of them put there by someone else: never removed by the operator)",
+                obs.preexisting_taints
+            )
+        } else {
+            String::new()
+        };
         conds.push(Cond::new(
             READY,
             true,
             "TaintsApplied",
             format!(
-                "{} of {} leaf nodes carry {}",
+                "{} of {} leaf nodes carry {}{preexisting}",
                 obs.tainted_nodes, obs.leaf_nodes, obs.taint
             ),
         ));
     }
+    conds.push(if obs.missing_profiles.is_empty() {
+        Cond::new(
+            PROFILES_RESOLVED,
+            true,
+            "Resolved",
+            format!("profiles: {}", obs.profiles.join(", ")),
+        )
+    } else {
+        Cond::new(
+            PROFILES_RESOLVED,
+            false,
+            "ProfileNotFound",
+            format!(
+                "no SchedulerProfile named {}",
+                obs.missing_profiles.join(", ")
+            ),
+        )
+    });
     LeafClusterPolicyStatus {
         observed_generation: obs.generation,
         conditions: set_conditions(&previous.conditions, conds, obs.generation, obs.now),
         leaf_nodes: Some(obs.leaf_nodes),
         tainted_nodes: Some(obs.tainted_nodes),
+        preexisting_taints: Some(obs.preexisting_taints),
+        conflicting_nodes: Some(
+            i32::try_from(obs.conflicts.iter().map(|c| c.nodes.len()).sum::<usize>())
+                .unwrap_or(i32::MAX),
+        ),
         profiles: obs.profiles.clone(),
+        missing_profiles: obs.missing_profiles.clone(),
     }
 }
 
@@ -444,6 +731,7 @@ mod tests {
                 warnings: vec![],
                 leaf_policies: vec!["leaves".into()],
             },
+            ignored_policies: vec![],
             apply_error: None,
             deployment: Some(DeploymentState {
                 generation: 2,
@@ -454,12 +742,31 @@ mod tests {
                 available_replicas: 1,
             }),
             embedded: None,
-            lease: None,
+            embedded_identity: None,
+            lease: Some(held_by("ksched-p-abc")),
             lease_duration_seconds: 15,
             lease_name: "ksched-system/ksched-p".into(),
             pending_pods: 2,
             now: now(),
         }
+    }
+
+    fn held_by(holder: &str) -> LeaseState {
+        LeaseState {
+            holder: Some(holder.into()),
+            renew_time: Some(now()),
+            lease_duration_seconds: Some(15),
+        }
+    }
+
+    fn later(seconds: i64) -> Timestamp {
+        now()
+            .checked_add(SignedDuration::from_secs(seconds))
+            .unwrap_or(now())
+    }
+
+    fn reason(s: &SchedulerProfileStatus, t: &str) -> Option<String> {
+        get(s, t).map(|c| c.reason.clone())
     }
 
     fn get<'a>(s: &'a SchedulerProfileStatus, t: &str) -> Option<&'a Condition> {
@@ -479,8 +786,9 @@ mod tests {
         assert!(get(&s, RECONCILING).is_none());
         assert!(get(&s, STALLED).is_none());
         assert_eq!(status_of(&s, CONFIG_VALID).as_deref(), Some("True"));
-        assert_eq!(status_of(&s, LEADER_ELECTED).as_deref(), Some("False"));
+        assert_eq!(status_of(&s, LEADER_ELECTED).as_deref(), Some("True"));
         assert_eq!(s.ready.as_deref(), Some("1/1"));
+        assert_eq!(s.leader.as_deref(), Some("ksched-p-abc"));
         assert_eq!(s.config_hash.as_deref(), Some("abc"));
         assert_eq!(s.leaf_policies, vec!["leaves"]);
         assert_eq!(s.pending_pods, Some(2));
@@ -489,6 +797,41 @@ mod tests {
                 .iter()
                 .all(|c| c.observed_generation == Some(3))
         );
+    }
+
+    #[test]
+    fn a_rolled_out_deployment_is_not_ready_until_a_replica_holds_the_lease() {
+        let mut o = obs();
+        o.lease = None;
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        assert_eq!(reason(&s, READY).as_deref(), Some("NoLeader"));
+        assert_eq!(status_of(&s, RECONCILING).as_deref(), Some("True"));
+        assert!(get(&s, STALLED).is_none());
+        assert!(
+            get(&s, READY).is_some_and(|c| c.message.contains("Lease ksched-system/ksched-p")),
+            "{:?}",
+            get(&s, READY)
+        );
+        // The holder stops renewing: not Ready once the lease duration has passed.
+        let mut o = obs();
+        o.now = later(16);
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("NoLeader"));
+        assert!(get(&s, READY).is_some_and(|c| c.message.contains("last held by ksched-p-abc")));
+        assert_eq!(reason(&s, LEADER_ELECTED).as_deref(), Some("LeaseExpired"));
+        // Zero replicas asked for: nothing to lead, and that is what was asked.
+        let mut o = obs();
+        o.lease = None;
+        o.replicas = 0;
+        o.deployment = Some(DeploymentState {
+            generation: 2,
+            observed_generation: 2,
+            ..DeploymentState::default()
+        });
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("ScaledToZero"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("True"));
     }
 
     #[test]
@@ -534,15 +877,68 @@ mod tests {
         assert_eq!(s.config_hash.as_deref(), Some("abc"));
         assert_eq!(s.leaf_policies, vec!["leaves"]);
         assert_eq!(s.observed_generation, Some(4));
+        assert!(
+            get(&s, READY).is_some_and(|c| c.message.contains("the running scheduler keeps")),
+            "{:?}",
+            get(&s, READY)
+        );
+        // A profile that never rendered has no running scheduler to speak of.
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        let ready = get(&s, READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            ready.contains("no scheduler runs for this profile yet")
+                && !ready.contains("running scheduler"),
+            "{ready}"
+        );
+        assert_eq!(s.config_hash, None);
+    }
+
+    #[test]
+    fn a_name_in_use_is_stalled_and_renders_nothing() {
+        let mut o = obs();
+        o.config = ConfigOutcome::NameInUse {
+            message: "scheduler name p looks taken: Lease kube-system/p".into(),
+        };
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("SchedulerNameInUse"));
+        assert_eq!(reason(&s, STALLED).as_deref(), Some("SchedulerNameInUse"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        assert!(get(&s, READY).is_some_and(|c| c.message.contains("Lease kube-system/p")));
+        assert_eq!(s.config_hash, None);
+    }
+
+    #[test]
+    fn an_ignored_policy_is_reported_without_stalling_the_profile() {
+        let mut o = obs();
+        o.ignored_policies =
+            vec!["LeafClusterPolicy bad: spec.leafNodeSelector: Invalid value".into()];
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(status_of(&s, READY).as_deref(), Some("True"));
+        assert!(get(&s, STALLED).is_none());
+        assert_eq!(status_of(&s, LEAF_POLICIES_VALID).as_deref(), Some("False"));
+        assert_eq!(
+            reason(&s, LEAF_POLICIES_VALID).as_deref(),
+            Some("LeafPolicyIgnored")
+        );
+        assert!(
+            get(&s, LEAF_POLICIES_VALID)
+                .is_some_and(|c| c.message.contains("spec.leafNodeSelector"))
+        );
+        let s = profile_status(&SchedulerProfileStatus::default(), &obs());
+        assert_eq!(status_of(&s, LEAF_POLICIES_VALID).as_deref(), Some("True"));
     }
 
     #[test]
     fn transition_time_changes_only_with_the_status() {
         let first = profile_status(&SchedulerProfileStatus::default(), &obs());
         let mut o = obs();
-        o.now = now()
-            .checked_add(SignedDuration::from_secs(60))
-            .unwrap_or(now());
+        o.now = later(60);
+        o.lease = o.lease.map(|l| LeaseState {
+            renew_time: Some(later(59)),
+            ..l
+        });
         let same = profile_status(&first, &o);
         assert_eq!(
             get(&first, READY).map(|c| c.last_transition_time.clone()),
@@ -605,14 +1001,26 @@ mod tests {
     }
 
     #[test]
-    fn embedded_follows_the_in_process_scheduler() {
+    fn embedded_follows_the_in_process_scheduler_and_its_lease() {
         let mut o = obs();
         o.mode = ProfileMode::Embedded;
         o.deployment = None;
         o.embedded = Some(Ok(()));
+        o.embedded_identity = Some("op_p_1".into());
+        o.lease = Some(held_by("op_p_1"));
         let s = profile_status(&SchedulerProfileStatus::default(), &o);
         assert_eq!(status_of(&s, READY).as_deref(), Some("True"));
         assert_eq!(s.ready.as_deref(), Some("1/1"));
+        // Running, but another holder (the previous operator's scheduler) still has the Lease.
+        o.lease = Some(held_by("old-operator_p_2"));
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("NoLeader"));
+        assert!(get(&s, READY).is_some_and(|c| c.message.contains("old-operator_p_2")));
+        // Running, no leader at all.
+        o.lease = None;
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("NoLeader"));
+        assert_eq!(status_of(&s, RECONCILING).as_deref(), Some("True"));
         o.embedded = Some(Err("no runtime".into()));
         let s = profile_status(&SchedulerProfileStatus::default(), &o);
         assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
@@ -621,15 +1029,51 @@ mod tests {
     }
 
     #[test]
-    fn apply_errors_are_reconciling() {
+    fn apply_errors_are_reconciling_or_stalled_when_retrying_cannot_help() {
         let mut o = obs();
-        o.apply_error = Some("forbidden".into());
+        let error = ApplyError {
+            message: "applying Deployment ns/ksched-p: etcdserver: request timed out".into(),
+            permanent: false,
+            attempts: 2,
+            retry_after_seconds: 10,
+        };
+        o.apply_error = Some(error.clone());
         let s = profile_status(&SchedulerProfileStatus::default(), &o);
-        assert_eq!(
-            get(&s, READY).map(|c| c.reason.as_str()),
-            Some("ApplyFailed")
-        );
+        assert_eq!(reason(&s, READY).as_deref(), Some("ApplyFailed"));
         assert_eq!(status_of(&s, RECONCILING).as_deref(), Some("True"));
+        assert!(get(&s, STALLED).is_none());
+        assert!(
+            get(&s, READY).is_some_and(|c| c.message.contains("attempt 2, retried after 10s")),
+            "{:?}",
+            get(&s, READY)
+        );
+        o.apply_error = Some(ApplyError {
+            permanent: true,
+            ..error
+        });
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, STALLED).as_deref(), Some("ApplyFailed"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        assert!(get(&s, RECONCILING).is_none());
+    }
+
+    #[test]
+    fn an_embedded_profile_whose_operator_stopped_is_not_ready() {
+        let mut o = obs();
+        o.mode = ProfileMode::Embedded;
+        o.embedded = Some(Ok(()));
+        let running = profile_status(&SchedulerProfileStatus::default(), &o);
+        let s = operator_stopped(&running, Some(3), "op-1", later(5));
+        assert_eq!(reason(&s, READY).as_deref(), Some("OperatorStopped"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        assert_eq!(status_of(&s, LEADER_ELECTED).as_deref(), Some("False"));
+        assert_eq!(status_of(&s, CONFIG_VALID).as_deref(), Some("True"));
+        assert_eq!(s.leader, None);
+        assert_eq!(s.config_hash, running.config_hash);
+        assert_eq!(
+            get(&s, READY).map(|c| c.last_transition_time.0),
+            Some(later(5))
+        );
     }
 
     #[test]
@@ -638,10 +1082,14 @@ mod tests {
             generation: Some(2),
             leaf_nodes: 3,
             tainted_nodes: 3,
+            preexisting_taints: 1,
             profiles: vec!["a".into()],
+            missing_profiles: vec![],
             manage_taint: true,
             taint: "kosmos.io/node=true:NoSchedule".into(),
             invalid: None,
+            conflicts: vec![],
+            blocked: vec![],
             error: None,
             now: now(),
         };
@@ -654,9 +1102,14 @@ mod tests {
             Some("True")
         );
         assert!(condition(&s.conditions, STALLED).is_none());
+        assert_eq!(s.preexisting_taints, Some(1));
+        assert!(
+            condition(&s.conditions, READY)
+                .is_some_and(|c| c.message.contains("1 of them put there by someone else"))
+        );
         let bad = PolicyObservation {
             invalid: Some("spec.leafNodeSelector: bad operator".into()),
-            ..o
+            ..o.clone()
         };
         let s = policy_status(&s, &bad);
         assert_eq!(
@@ -667,5 +1120,57 @@ mod tests {
             condition(&s.conditions, READY).map(|c| c.status.as_str()),
             Some("False")
         );
+
+        // The user must act: conflict, a foreign taint in the way, a missing profile.
+        let reason_of = |s: &LeafClusterPolicyStatus, t: &str| {
+            condition(&s.conditions, t)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let conflict = PolicyObservation {
+            conflicts: vec![PolicyConflict {
+                with: "older".into(),
+                with_taint: "other=x:NoSchedule".into(),
+                nodes: (0..7).map(|i| format!("n{i}")).collect(),
+            }],
+            ..o.clone()
+        };
+        let s = policy_status(&LeafClusterPolicyStatus::default(), &conflict);
+        let (status, reason, message) = reason_of(&s, STALLED).expect("Stalled");
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "Conflict"));
+        assert!(
+            message.contains("older LeafClusterPolicy older")
+                && message.contains("n0, n1, n2, n3, n4 and 2 more")
+                && message.contains("other=x:NoSchedule"),
+            "{message}"
+        );
+        assert_eq!(s.conflicting_nodes, Some(7));
+        let blocked = PolicyObservation {
+            blocked: vec![BlockedNode {
+                node: "leaf-1".into(),
+                taint: "kosmos.io/node=false:NoSchedule".into(),
+            }],
+            ..o.clone()
+        };
+        let s = policy_status(&LeafClusterPolicyStatus::default(), &blocked);
+        assert_eq!(
+            reason_of(&s, READY).map(|r| r.1).as_deref(),
+            Some("ForeignTaint")
+        );
+        let missing = PolicyObservation {
+            missing_profiles: vec!["nope".into()],
+            ..o
+        };
+        let s = policy_status(&LeafClusterPolicyStatus::default(), &missing);
+        assert_eq!(
+            reason_of(&s, READY).map(|r| r.1).as_deref(),
+            Some("ProfileNotFound")
+        );
+        let (status, reason, message) = reason_of(&s, PROFILES_RESOLVED).expect("resolved");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "ProfileNotFound")
+        );
+        assert!(message.contains("nope"), "{message}");
+        assert_eq!(s.missing_profiles, vec!["nope"]);
     }
 }

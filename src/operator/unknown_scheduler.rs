@@ -89,7 +89,7 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
     let ev = KubeEvent {
         type_: EventType::Warning,
         reason: REASON.into(),
-        note: Some(super::scheduler_profile::truncate(note, 1000)),
+        note: Some(super::truncate(note, 1000)),
         action: "Schedule".into(),
         secondary: None,
     };

@@ -1,11 +1,12 @@
 //! The framework's [`ApiHandle`] over a kube client: binding through the `pods/binding`
 //! subresource, pod status patches, deleting preemption victims, and the PV/PVC updates of volume
-//! binding.
+//! binding, and the ResourceClaim writes of dynamic resource allocation.
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
     Binding, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodCondition,
 };
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -17,12 +18,15 @@ use crate::framework::registry::{ApiError, ApiHandle};
 use crate::framework::types::PodInfo;
 
 pub struct KubeApi {
+    /// Binds only, so nothing else the scheduler writes waits in front of a bind.
+    binds: Client,
     client: Client,
 }
 
 impl KubeApi {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// `binds` sends bindings, `client` everything else.
+    pub fn new(binds: Client, client: Client) -> Self {
+        Self { binds, client }
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
@@ -55,7 +59,7 @@ impl ApiHandle for KubeApi {
             },
         };
         // The API answers a binding with a Status object, not a Pod.
-        self.pods(pod.namespace())
+        Api::<Pod>::namespaced(self.binds.clone(), pod.namespace())
             .create_subresource::<Binding, ApiStatus>(
                 "binding",
                 pod.name(),
@@ -172,4 +176,70 @@ impl ApiHandle for KubeApi {
             .await
             .map_err(api_error)
     }
+
+    async fn get_resource_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ResourceClaim, ApiError> {
+        self.resource_claims(namespace)
+            .get(name)
+            .await
+            .map_err(api_error)
+    }
+
+    async fn update_resource_claim(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError> {
+        let (namespace, name) = namespace_name(claim);
+        self.resource_claims(namespace)
+            .replace(name, &PostParams::default(), claim)
+            .await
+            .map_err(api_error)
+    }
+
+    async fn update_resource_claim_status(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError> {
+        let (namespace, name) = namespace_name(claim);
+        self.resource_claims(namespace)
+            .replace_status(name, &PostParams::default(), claim)
+            .await
+            .map_err(api_error)
+    }
+
+    async fn remove_resource_claim_consumer(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ApiError> {
+        // A strategic merge patch removes one entry without the latest claim; the uid
+        // precondition keeps it off a claim recreated under the same name.
+        let patch = json!({
+            "metadata": {"uid": claim_uid},
+            "status": {"reservedFor": [{"$patch": "delete", "uid": consumer_uid}]}
+        });
+        self.resource_claims(namespace)
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+            .map_err(api_error)
+    }
+}
+
+impl KubeApi {
+    fn resource_claims(&self, namespace: &str) -> Api<ResourceClaim> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+fn namespace_name(claim: &ResourceClaim) -> (&str, &str) {
+    (
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default(),
+    )
 }

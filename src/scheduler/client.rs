@@ -1,6 +1,12 @@
 //! The scheduler's API clients, limited as upstream's are: `clientConnection.qps` and `burst` as a
-//! token bucket per client (client-go's rate limiter; events get a client of their own, as in
-//! kube-scheduler), plus a bound on requests in flight. Watches are long-lived and pass unlimited.
+//! token bucket per client (client-go's rate limiter), plus a bound on requests in flight and a
+//! timeout on every request. Watches are long-lived and pass unlimited (the server ends them after
+//! their `timeoutSeconds`, and the watcher gives up on one that stays silent longer).
+//!
+//! [`Clients`] gives each kind of traffic a bucket of its own, so informers re-listing, status
+//! patches and events never delay a bind (kubernetes #135900). The clients that act as leader
+//! (binds and writes) are gated on [`Leadership`]: nothing is sent once it ends, and a request not
+//! yet answered is abandoned then.
 //!
 //! The bound on requests in flight is ours: kube-rs speaks HTTP/1.1, so every request in flight holds
 //! a TLS connection (tens of KB on each side) where client-go multiplexes streams on one HTTP/2
@@ -18,18 +24,79 @@ use kube::Client;
 use kube::client::Body;
 use tokio::sync::Semaphore;
 
+use crate::leader_election::Leadership;
+
 /// Requests in flight per client at most; 64 keep the API server's binding path saturated (the
 /// benchmark's null binder reaches the ceiling with as many).
 pub const MAX_IN_FLIGHT: usize = 64;
 
+/// A request other than a watch is answered (response headers in) within this or fails. client-go
+/// closes a silent connection after ~45 s with HTTP/2 pings; HTTP/1.1 has none, so every request
+/// carries its own bound.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a request was not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("no answer from the API server within {0:?}")]
+    Timeout(Duration),
+    #[error("not sent: this scheduler is not the leader (any more)")]
+    NotLeader,
+}
+
+/// The scheduler's clients, each with a token bucket of its own.
+#[derive(Clone)]
+pub struct Clients {
+    /// Lists and watches.
+    pub informers: Client,
+    /// `pods/binding` only, gated on leadership.
+    pub binds: Client,
+    /// Everything else the leader writes (status patches, preemption deletes, PV/PVC updates).
+    pub writes: Client,
+    /// Events (upstream's event client is its own too); not gated, they report what was done.
+    pub events: Client,
+}
+
+impl Clients {
+    pub fn new(client: &Client, qps: f32, burst: i32, leadership: &Leadership) -> Self {
+        let gated = |c: &Client| {
+            limit(
+                c.clone(),
+                qps,
+                burst,
+                REQUEST_TIMEOUT,
+                Some(leadership.clone()),
+            )
+        };
+        Self {
+            informers: limited(client.clone(), qps, burst),
+            binds: gated(client),
+            writes: gated(client),
+            events: limited(client.clone(), qps, burst),
+        }
+    }
+}
+
 /// A client that sends through `client` within `qps`/`burst` (no rate limit when `qps <= 0`, as
-/// client-go) and [`MAX_IN_FLIGHT`].
+/// client-go), [`MAX_IN_FLIGHT`] and [`REQUEST_TIMEOUT`].
 pub fn limited(client: Client, qps: f32, burst: i32) -> Client {
+    limit(client, qps, burst, REQUEST_TIMEOUT, None)
+}
+
+fn limit(
+    client: Client,
+    qps: f32,
+    burst: i32,
+    timeout: Duration,
+    gate: Option<Leadership>,
+) -> Client {
     let namespace = client.default_namespace().to_string();
     let service = Limited {
         inner: client,
         rate: token_bucket(qps, burst).map(Arc::new),
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        timeout,
+        gate,
     };
     Client::new(service, namespace)
 }
@@ -49,6 +116,9 @@ struct Limited {
     inner: Client,
     rate: Option<Arc<DefaultDirectRateLimiter>>,
     in_flight: Arc<Semaphore>,
+    timeout: Duration,
+    /// Send only while leading.
+    gate: Option<Leadership>,
 }
 
 fn is_watch<B>(req: &Request<B>) -> bool {
@@ -77,7 +147,20 @@ impl tower::Service<Request<Body>> for Limited {
             }
             // Held until the response headers are in; the semaphore is never closed.
             let _permit = this.in_flight.acquire().await;
-            this.inner.send(req).await
+            let timed_out = || kube::Error::Service(RequestError::Timeout(this.timeout).into());
+            let send = tokio::time::timeout(this.timeout, this.inner.send(req));
+            let Some(leadership) = &this.gate else {
+                return send.await.unwrap_or_else(|_| Err(timed_out()));
+            };
+            let not_leader = || kube::Error::Service(RequestError::NotLeader.into());
+            if !leadership.is_leader() {
+                return Err(not_leader());
+            }
+            tokio::select! {
+                biased;
+                _ = leadership.lost() => Err(not_leader()),
+                r = send => r.unwrap_or_else(|_| Err(timed_out())),
+            }
         })
     }
 }
@@ -88,11 +171,23 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
 
-    /// An API stand-in that answers `{}` after 20 ms and records the most requests it saw at once.
+    /// An API stand-in that answers `{}` after 20 ms (or never, when `silent`) and records how many
+    /// requests it saw and the most it saw at once.
     #[derive(Clone, Default)]
     struct Counting {
+        silent: bool,
+        seen: Arc<AtomicUsize>,
         now: Arc<AtomicUsize>,
         max: Arc<AtomicUsize>,
+    }
+
+    impl Counting {
+        fn silent() -> Self {
+            Self {
+                silent: true,
+                ..Self::default()
+            }
+        }
     }
 
     impl tower::Service<Request<Body>> for Counting {
@@ -107,6 +202,10 @@ mod tests {
         fn call(&mut self, _req: Request<Body>) -> Self::Future {
             let this = self.clone();
             Box::pin(async move {
+                this.seen.fetch_add(1, Ordering::SeqCst);
+                if this.silent {
+                    std::future::pending::<()>().await;
+                }
                 let n = this.now.fetch_add(1, Ordering::SeqCst) + 1;
                 this.max.fetch_max(n, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -141,6 +240,79 @@ mod tests {
     async fn watches_are_not_bounded() {
         let most = most_at_once("/api/v1/pods?watch=true", 2 * MAX_IN_FLIGHT).await;
         assert!(most > MAX_IN_FLIGHT, "only {most} watches at once");
+    }
+
+    async fn get(client: Client) -> Result<Response<Body>, kube::Error> {
+        let request = Request::get("/api/v1/namespaces/a/pods/p")
+            .body(Body::empty())
+            .unwrap();
+        client.send(request).await
+    }
+
+    fn not_leader(err: &kube::Error) -> bool {
+        matches!(err, kube::Error::Service(e) if matches!(e.downcast_ref(), Some(RequestError::NotLeader)))
+    }
+
+    #[tokio::test]
+    async fn a_request_without_answer_times_out() {
+        let api = Counting::silent();
+        let client = limit(
+            Client::new(api.clone(), "default"),
+            0.0,
+            0,
+            Duration::from_millis(200),
+            None,
+        );
+        let start = Instant::now();
+        let err = get(client.clone()).await.unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Service(e) if matches!(e.downcast_ref(), Some(RequestError::Timeout(_)))),
+            "{err}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(api.seen.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_gated_client_sends_nothing_once_leadership_ended() {
+        let api = Counting::default();
+        let leadership = Leadership::always();
+        let client = limit(
+            Client::new(api.clone(), "default"),
+            0.0,
+            0,
+            REQUEST_TIMEOUT,
+            Some(leadership.clone()),
+        );
+        assert!(get(client.clone()).await.is_ok());
+        leadership.resign();
+        let err = get(client.clone()).await.unwrap_err();
+        assert!(not_leader(&err), "{err}");
+        assert_eq!(
+            api.max.load(Ordering::SeqCst),
+            1,
+            "only the first request was sent"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_in_flight_is_abandoned_when_leadership_ends() {
+        let leadership = Leadership::always();
+        let client = limit(
+            Client::new(Counting::silent(), "default"),
+            0.0,
+            0,
+            REQUEST_TIMEOUT,
+            Some(leadership.clone()),
+        );
+        let in_flight = tokio::spawn(get(client.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        leadership.resign();
+        let result = tokio::time::timeout(Duration::from_secs(5), in_flight)
+            .await
+            .expect("abandoned at once, not at the request timeout")
+            .unwrap();
+        assert!(not_leader(&result.unwrap_err()));
     }
 
     fn request(uri: &str) -> Request<()> {

@@ -158,7 +158,20 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
             .await
             .map_err(|e| format!("no kubeconfig given and no in-cluster config: {e}"))?,
     };
-    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+    kube::Client::try_from(with_read_timeout(config))
+        .map_err(|e| format!("building the client: {e}"))
+}
+
+/// A connection that has delivered nothing for this long is given up. Idle watches hear from the
+/// API server at least once a minute (bookmarks), so only a hung server or a dead path trips it:
+/// client-go gets the same from HTTP/2 pings, which kube-rs's HTTP/1.1 does not have.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+fn with_read_timeout(mut config: kube::Config) -> kube::Config {
+    config.read_timeout = Some(READ_TIMEOUT);
+    // Counted from when a request is sent, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config
 }
 
 async fn wait_for_signal() {

@@ -7,7 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -32,9 +32,10 @@ const SERIES_CAPACITY: usize = 4096;
 /// Events waiting to be written at most; beyond that new ones are dropped, as client-go's broadcaster
 /// drops when its queue (also 1000) is full.
 const EVENT_QUEUE: usize = 1000;
-/// Event writes in flight at most. client-go's broadcaster writes one at a time; a few in flight keep
-/// up with a burst of bindings without taking the API server's attention from them.
-const EVENT_WRITES_IN_FLIGHT: usize = 4;
+/// Event writes in flight at most. client-go's broadcaster writes one at a time; with 4 in flight a
+/// burst of bindings left the queue hundreds of events behind (lost when the leader was killed); 16
+/// keep up with the binding rate, and the events client's own token bucket still bounds the rate.
+const EVENT_WRITES_IN_FLIGHT: usize = 16;
 
 /// Publishes events and condition updates for one scheduler profile. Events go to the process's
 /// [`EventQueue`], so a binding cycle never waits for one; the condition update goes through the
@@ -47,9 +48,37 @@ pub struct PodReporter {
 }
 
 /// The events of every profile of the process, written by one task (client-go's broadcaster does
-/// the same); the task ends when the last clone of the queue is dropped.
+/// the same); the task ends when [`EventFlusher::flush`] is called or the last clone of the queue
+/// is dropped.
 #[derive(Clone)]
 pub struct EventQueue(mpsc::Sender<PendingEvent>);
+
+/// Ends the writer after it has written what is queued.
+pub struct EventFlusher {
+    close: tokio::sync::oneshot::Sender<()>,
+    queued: mpsc::Sender<PendingEvent>,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl EventFlusher {
+    /// Takes no more events and waits up to `within` for the queued ones to be written (on SIGTERM,
+    /// within the grace period); how many were left unwritten.
+    pub async fn flush(self, within: Duration) -> usize {
+        let _ = self.close.send(());
+        let queued = self.queued.max_capacity() - self.queued.capacity();
+        if queued > 0 {
+            debug!(queued, "writing the queued events before exit");
+        }
+        match tokio::time::timeout(within, self.writer).await {
+            Ok(_) => 0,
+            Err(_) => {
+                let left = self.queued.max_capacity() - self.queued.capacity();
+                warn!(left, "events not written within {within:?}; dropped");
+                left
+            }
+        }
+    }
+}
 
 struct PendingEvent {
     controller: Arc<str>,
@@ -128,21 +157,37 @@ fn series_key(controller: &str, reference: &ObjectReference, reason: &str, actio
 
 impl EventQueue {
     /// Spawns the writer; `events_client` writes, `instance` is the reporting instance.
-    pub fn start(events_client: Client, instance: &str) -> Self {
+    pub fn start(events_client: Client, instance: &str) -> (Self, EventFlusher) {
         let (events, mut queue) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
+        let (close, mut closing) = tokio::sync::oneshot::channel::<()>();
         let writer = Arc::new(EventWriter {
             client: events_client,
             instance: instance.to_string(),
             series: Mutex::default(),
         });
-        let pending = futures::stream::poll_fn(move |cx| queue.poll_recv(cx));
-        tokio::spawn(
-            pending.for_each_concurrent(EVENT_WRITES_IN_FLIGHT, move |event| {
+        // Once closed, the queue hands out what it holds and then ends the stream.
+        // (Also when the flusher is dropped unused.)
+        let mut closed = false;
+        let pending = futures::stream::poll_fn(move |cx| {
+            if !closed && closing.poll_unpin(cx).is_ready() {
+                closed = true;
+                queue.close();
+            }
+            queue.poll_recv(cx)
+        });
+        let writer = tokio::spawn(pending.for_each_concurrent(
+            EVENT_WRITES_IN_FLIGHT,
+            move |event| {
                 let writer = writer.clone();
                 async move { writer.write(event).await }
-            }),
-        );
-        Self(events)
+            },
+        ));
+        let flusher = EventFlusher {
+            close,
+            queued: events.clone(),
+            writer,
+        };
+        (Self(events), flusher)
     }
 }
 
@@ -477,6 +522,59 @@ mod tests {
             notes[EVENT_QUEUE - 1],
             format!("Successfully assigned ns/p to n{}", EVENT_QUEUE - 1)
         );
+    }
+
+    /// An events API that takes 5 ms per write and counts them.
+    #[derive(Clone, Default)]
+    struct SlowEvents {
+        written: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl tower::Service<http::Request<kube::client::Body>> for SlowEvents {
+        type Response = http::Response<kube::client::Body>;
+        type Error = std::convert::Infallible;
+        type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(
+            &mut self,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: http::Request<kube::client::Body>) -> Self::Future {
+            let written = self.written.clone();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = json!({"metadata": {"name": "e"}}).to_string();
+                Ok(http::Response::new(kube::client::Body::from(
+                    body.into_bytes(),
+                )))
+            })
+        }
+    }
+
+    /// On SIGTERM everything queued is written before the process exits (unwritten events of a
+    /// burst were lost when the scheduler stopped).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn flush_writes_every_queued_event() {
+        let api = SlowEvents::default();
+        let (queue, flusher) = EventQueue::start(Client::new(api.clone(), "default"), "me");
+        let reporter = PodReporter::new(Client::new(api.clone(), "default"), queue, "s");
+        let pod = failed_pod("m", "2026-11-21T12:00:00Z", None);
+        for i in 0..500 {
+            let mut pod = pod.clone();
+            pod.metadata.name = Some(format!("p{i}"));
+            reporter.scheduled(&pod, "n");
+        }
+        let left = flusher.flush(Duration::from_secs(30)).await;
+        assert_eq!(left, 0);
+        assert_eq!(api.written.load(std::sync::atomic::Ordering::SeqCst), 500);
+        // The queue takes nothing more once flushed.
+        reporter.scheduled(&pod, "n");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(api.written.load(std::sync::atomic::Ordering::SeqCst), 500);
     }
 
     #[test]

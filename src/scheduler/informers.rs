@@ -6,10 +6,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -44,21 +46,28 @@ fn scheduler_name(pod: &Pod) -> &str {
 }
 
 /// Upstream's `isPodUpdated`: a change that can alter the scheduling decision (not a status or
-/// resourceVersion bump, such as our own PodScheduled condition).
+/// resourceVersion bump, such as our own PodScheduled condition). The names of the ResourceClaims
+/// generated for the pod are such a change (upstream's `UpdatePodGeneratedResourceClaim`).
 fn scheduling_relevant_change(old: &Pod, new: &Pod) -> bool {
+    fn claim_statuses(p: &Pod) -> Option<&Vec<k8s_openapi::api::core::v1::PodResourceClaimStatus>> {
+        p.status.as_ref()?.resource_claim_statuses.as_ref()
+    }
     old.spec != new.spec
         || old.metadata.labels != new.metadata.labels
         || old.metadata.annotations != new.metadata.annotations
+        || claim_statuses(old) != claim_statuses(new)
 }
 
 /// Whether a node change can make pending pods fit (not a heartbeat).
 fn node_relevant_change(old: &Node, new: &Node) -> bool {
     let alloc = |n: &Node| n.status.as_ref().and_then(|s| s.allocatable.clone());
     let images = |n: &Node| n.status.as_ref().and_then(|s| s.images.clone());
+    let features = |n: &Node| n.status.as_ref().and_then(|s| s.declared_features.clone());
     old.spec != new.spec
         || old.metadata.labels != new.metadata.labels
         || alloc(old) != alloc(new)
         || images(old) != images(new)
+        || features(old) != features(new)
 }
 
 /// Routes pod events; `profiles` are the scheduler names this process serves. Pods are kept trimmed
@@ -140,12 +149,25 @@ impl PodHandler {
     }
 }
 
+/// The list-then-watch stream of `api`, retried after an error with client-go's reflector backoff
+/// (0.8 s doubling to 30 s, with jitter, reset after 2 min without error): an unreachable API
+/// server costs a few requests and log lines a minute, not hundreds a second.
+fn informer<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> BoxStream<'static, watcher::Result<Event<K>>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff().boxed()
+}
+
 /// Watches pods that are not finished (as upstream: `status.phase!=Succeeded,status.phase!=Failed`;
 /// a pod that finishes leaves the watch as a deletion). Sets `synced` after the first list.
 pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::Sender<bool>) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    let mut stream = watcher::watcher(api, config).boxed();
+    let mut stream = informer(api, config);
     let mut seen: HashSet<String> = HashSet::new();
     loop {
         match stream.try_next().await {
@@ -165,7 +187,7 @@ pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::
                 debug!("pod informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "pod watch failed; retrying"),
+            Err(err) => warn!(%err, "pod watch failed; retrying with backoff"),
         }
     }
 }
@@ -178,7 +200,7 @@ pub async fn watch_nodes(
     synced: watch::Sender<bool>,
 ) {
     let api: Api<Node> = Api::all(client);
-    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut stream = informer(api, watcher::Config::default());
     let mut known: HashMap<String, Arc<Node>> = HashMap::new();
     let mut seen: HashSet<String> = HashSet::new();
     let apply = |mut node: Node, known: &mut HashMap<String, Arc<Node>>| {
@@ -222,7 +244,7 @@ pub async fn watch_nodes(
                 debug!("node informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "node watch failed; retrying"),
+            Err(err) => warn!(%err, "node watch failed; retrying with backoff"),
         }
     }
 }
@@ -245,7 +267,7 @@ async fn watch_store<K>(
         + 'static,
     K::DynamicType: Default,
 {
-    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut stream = informer(api, watcher::Config::default());
     let mut initial: Vec<K> = Vec::new();
     loop {
         match stream.try_next().await {
@@ -269,7 +291,10 @@ async fn watch_store<K>(
                 let _ = synced.send(true);
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "watch failed; retrying"),
+            Err(err) => {
+                let kind = K::kind(&Default::default()).into_owned();
+                warn!(%err, "{kind} watch failed; retrying with backoff")
+            }
         }
     }
 }
@@ -344,6 +369,15 @@ pub fn start_informers(
             }
             Informer::StatefulSets => {
                 tokio::spawn(watch_store(Api::all(c), l, |l| &l.stateful_sets, q, tx))
+            }
+            Informer::ResourceClaims => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_claims, q, tx))
+            }
+            Informer::ResourceSlices => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_slices, q, tx))
+            }
+            Informer::DeviceClasses => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.device_classes, q, tx))
             }
         };
         tasks.push(task);

@@ -16,11 +16,13 @@ use tracing::{debug, error, info};
 
 use super::api::KubeApi;
 use super::cache::Cache;
-use super::client::limited;
+use super::client::Clients;
 use super::events::{EventQueue, PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
 use super::http::{self, HttpState, TlsFiles};
 use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
-use super::leader_election::{LeaderElectionConfig, LeaderElector};
+use super::leader_election::{
+    LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership,
+};
 use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
@@ -37,7 +39,7 @@ pub enum SchedulerError {
     #[error(transparent)]
     Http(#[from] http::HttpError),
     #[error(transparent)]
-    LeaderElection(#[from] super::leader_election::LeaderElectionError),
+    LeaderElection(#[from] LeaderElectionError),
     #[error("the configuration has no profile")]
     NoProfiles,
 }
@@ -55,6 +57,12 @@ pub struct SchedulerOptions {
     pub configz: String,
 }
 
+/// Events still queued at SIGTERM are written within this; the lease release follows, all within
+/// a pod's default 30 s grace period.
+const EVENT_FLUSH_ON_SHUTDOWN: Duration = Duration::from_secs(15);
+/// After a lost lease the API server may not answer: events get a short chance only.
+const EVENT_FLUSH_ON_LOSS: Duration = Duration::from_secs(2);
+
 /// The parts of the scheduler the cycles share.
 struct Shared {
     cache: Arc<Cache>,
@@ -64,6 +72,7 @@ struct Shared {
     handle: Handle,
     algorithm: Mutex<Algorithm>,
     metrics: Arc<Metrics>,
+    leadership: Leadership,
 }
 
 /// The profile as the framework runs it. Plugins ksched has not built yet that come from
@@ -98,15 +107,24 @@ pub async fn run(
 ) -> Result<(), SchedulerError> {
     let config = &options.config;
     let first = config.profiles.first().ok_or(SchedulerError::NoProfiles)?;
-    // Leader election keeps the caller's client: renewals must not wait behind a burst of bindings.
+    // Leadership first: the clients that act as leader send only while it holds.
+    let le = &config.leader_election;
+    let (elector, leadership) = if le.leader_elect {
+        let (elector, leadership) =
+            LeaderElector::new(client.clone(), elector_config(config, &options.identity))?;
+        (Some(elector), leadership)
+    } else {
+        (None, Leadership::always())
+    };
+    // The elector keeps the caller's client: renewals never wait behind anything.
     let cc = &config.client_connection;
-    let api_client = limited(client.clone(), cc.qps, cc.burst);
-    // Events have a client of their own, as upstream's; one queue serves every profile.
-    let events = EventQueue::start(limited(client.clone(), cc.qps, cc.burst), &options.identity);
+    let clients = Clients::new(&client, cc.qps, cc.burst, &leadership);
+    // One queue serves the events of every profile.
+    let (events, event_flusher) = EventQueue::start(clients.events.clone(), &options.identity);
     let metrics = Arc::new(Metrics::new());
     let nominator = Arc::new(Nominator::new());
-    let handle =
-        Handle::new(Arc::new(KubeApi::new(api_client.clone()))).with_nominator(nominator.clone());
+    let api = KubeApi::new(clients.binds.clone(), clients.writes.clone());
+    let handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
     let mut frameworks = HashMap::new();
     let mut reporters = HashMap::new();
     let mut informers = std::collections::BTreeSet::new();
@@ -122,7 +140,11 @@ pub async fn run(
         frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
         reporters.insert(
             profile.scheduler_name.clone(),
-            PodReporter::new(api_client.clone(), events.clone(), &profile.scheduler_name),
+            PodReporter::new(
+                clients.writes.clone(),
+                events.clone(),
+                &profile.scheduler_name,
+            ),
         );
     }
     let sort_fwk = frameworks
@@ -152,6 +174,7 @@ pub async fn run(
         handle,
         algorithm: Mutex::new(Algorithm::new(config.percentage_of_nodes_to_score)),
         metrics: metrics.clone(),
+        leadership: leadership.clone(),
     });
 
     let http_state = Arc::new(HttpState {
@@ -173,18 +196,22 @@ pub async fn run(
     let (nodes_synced_tx, mut nodes_synced) = watch::channel(false);
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(watch_pods(
-        api_client.clone(),
+        clients.informers.clone(),
         PodHandler::new(cache.clone(), queue.clone(), profiles),
         pods_synced_tx,
     )));
     tasks.push(tokio::spawn(watch_nodes(
-        api_client.clone(),
+        clients.informers.clone(),
         cache.clone(),
         queue.clone(),
         nodes_synced_tx,
     )));
-    let (extra_tasks, mut extra_synced) =
-        start_informers(&api_client, &informers, &shared.handle.listers, &queue);
+    let (extra_tasks, mut extra_synced) = start_informers(
+        &clients.informers,
+        &informers,
+        &shared.handle.listers,
+        &queue,
+    );
     tasks.extend(extra_tasks);
     let all_synced = async {
         pods_synced.wait_for(|s| *s).await.map(|_| ())?;
@@ -202,39 +229,33 @@ pub async fn run(
     info!("caches synced");
     tasks.push(tokio::spawn(housekeeping(shared.clone())));
 
-    // Leader election.
-    let le = &config.leader_election;
+    // Leader election. The elector is stopped by this function, after scheduling has stopped and
+    // the events are written, so the lease is released last.
+    let (stop_elector, elector_stop) = watch::channel(false);
     let mut elector_task = None;
-    if le.leader_elect {
-        let lease_name = le.resource_name.clone();
-        let (elector, mut leader) = LeaderElector::new(
-            client.clone(),
-            LeaderElectionConfig {
-                namespace: le.resource_namespace.clone(),
-                lease_name: lease_name.clone(),
-                identity: options.identity.clone(),
-                lease_duration: le
-                    .lease_duration
-                    .to_std()
-                    .unwrap_or(Duration::from_secs(15)),
-                renew_deadline: le
-                    .renew_deadline
-                    .to_std()
-                    .unwrap_or(Duration::from_secs(10)),
-                retry_period: le.retry_period.to_std().unwrap_or(Duration::from_secs(2)),
-            },
-        );
+    if let Some(elector) = elector {
         let gauge = metrics
             .leader_election_master_status
-            .get_or_create(&LeaderLabels { name: lease_name })
+            .get_or_create(&LeaderLabels {
+                name: le.resource_name.clone(),
+            })
             .clone();
         gauge.set(0);
-        let mut task = tokio::spawn(elector.run(shutdown.clone()));
+        let mut task = tokio::spawn(elector.run(elector_stop));
         tokio::select! {
-            closed = async { leader.wait_for(|l| *l).await.is_err() } => if closed { return finish(task).await; },
-            r = &mut task => return r.unwrap_or(Ok(())).map_err(Into::into),
+            _ = leadership.acquired() => {}
+            r = &mut task => return elector_result(r),
+            _ = shutdown.changed() => {
+                let _ = stop_elector.send(true);
+                return elector_result(task.await);
+            }
         }
         gauge.set(1);
+        let mut leading = leadership.watch();
+        tasks.push(tokio::spawn(async move {
+            let _ = leading.wait_for(|l| !*l).await;
+            gauge.set(0);
+        }));
         elector_task = Some(task);
     }
 
@@ -245,35 +266,62 @@ pub async fn run(
             schedule_one(&loop_shared, qpi, cycle).await;
         }
     });
-    let result = match elector_task.as_mut() {
-        Some(elector) => tokio::select! {
-            _ = shutdown.changed() => Ok(()),
-            r = elector => r.unwrap_or(Ok(())).map_err(SchedulerError::from),
-            _ = &mut scheduling => Ok(()),
-        },
-        None => tokio::select! {
-            _ = shutdown.changed() => Ok(()),
-            _ = &mut scheduling => Ok(()),
-        },
+    let lost = tokio::select! {
+        _ = shutdown.changed() => false,
+        // The renew deadline passed (on this process's clock) or the lease was taken over.
+        _ = leadership.lost() => true,
+        _ = &mut scheduling => false,
     };
+    // Stop acting as leader: no new scheduling cycle; binding cycles not yet started see it, and
+    // the gated clients send no bind, patch or delete from here on.
+    if !lost {
+        leadership.resign();
+    }
     queue.close();
     scheduling.abort();
     for t in tasks {
         t.abort();
     }
-    if let Some(task) = elector_task
-        && result.is_ok()
-    {
-        // The elector saw the shutdown too and releases the lease.
-        let _ = task.await;
+    let flush_within = if lost {
+        EVENT_FLUSH_ON_LOSS
+    } else {
+        EVENT_FLUSH_ON_SHUTDOWN
+    };
+    event_flusher.flush(flush_within).await;
+    let Some(elector) = elector_task else {
+        return Ok(());
+    };
+    // On a loss the elector ends by itself (its own deadline) with the cause; on shutdown it is
+    // told to stop, and releases the lease last.
+    if !lost {
+        let _ = stop_elector.send(true);
     }
-    result
+    elector_result(elector.await)
 }
 
-async fn finish(
-    task: tokio::task::JoinHandle<Result<(), super::leader_election::LeaderElectionError>>,
+fn elector_result(
+    joined: Result<Result<(), LeaderElectionError>, tokio::task::JoinError>,
 ) -> Result<(), SchedulerError> {
-    task.await.unwrap_or(Ok(())).map_err(Into::into)
+    joined.unwrap_or(Ok(())).map_err(Into::into)
+}
+
+/// The elector's settings from the configuration's `leaderElection`.
+fn elector_config(config: &Config, identity: &str) -> LeaderElectionConfig {
+    let le = &config.leader_election;
+    LeaderElectionConfig {
+        namespace: le.resource_namespace.clone(),
+        lease_name: le.resource_name.clone(),
+        identity: identity.to_string(),
+        lease_duration: le
+            .lease_duration
+            .to_std()
+            .unwrap_or(Duration::from_secs(15)),
+        renew_deadline: le
+            .renew_deadline
+            .to_std()
+            .unwrap_or(Duration::from_secs(10)),
+        retry_period: le.retry_period.to_std().unwrap_or(Duration::from_secs(2)),
+    }
 }
 
 /// Every second: backoff and unschedulable flushes, assumed-pod expiry, the pending-pods gauge.
@@ -489,6 +537,11 @@ async fn binding_cycle(
 ) {
     let profile = fwk.profile_name().to_string();
     let key = assumed.key();
+    if !shared.leadership.is_leader() {
+        // Stepping down: this binding cycle never starts; the next leader schedules the pod.
+        undo_reservation(shared, fwk, &mut state, &assumed, &host);
+        return;
+    }
     let mut status = fwk.wait_on_permit(&assumed).await;
     if status.is_success() {
         let t = Instant::now();

@@ -37,3 +37,18 @@ pub fn regarding(e: &Event) -> &str {
         .and_then(|r| r.name.as_deref())
         .unwrap_or_default()
 }
+
+/// The events of `ns` with `reason` once there are at least `n` (events are written after the
+/// binding they report, so a test that saw a pod bound waits for its event), within 30 s.
+pub async fn at_least(client: &Client, ns: &str, reason: &str, n: usize) -> Vec<Event> {
+    super::wait::poll(
+        &format!("{n} {reason} events"),
+        std::time::Duration::from_secs(30),
+        String::new,
+        async || {
+            let events = with_reason(client, ns, reason).await;
+            (events.len() >= n).then_some(events)
+        },
+    )
+    .await
+}

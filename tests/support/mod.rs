@@ -12,6 +12,7 @@ pub mod nodes;
 pub mod operator;
 pub mod pki;
 pub mod process;
+pub mod relay;
 pub mod scheduler;
 pub mod wait;
 

@@ -50,6 +50,17 @@ impl InProcessOperator {
         user: &str,
         embedded: Arc<dyn EmbeddedSchedulers>,
     ) -> InProcessOperator {
+        Self::start_with(cp, namespace, user, embedded, |_, _| {})
+    }
+
+    /// As [`Self::start`], with `configure` given the operator's client and options before it runs.
+    pub fn start_with(
+        cp: &'static ControlPlane,
+        namespace: &str,
+        user: &str,
+        embedded: Arc<dyn EmbeddedSchedulers>,
+        configure: impl FnOnce(&Client, &mut OperatorOptions) + Send + 'static,
+    ) -> InProcessOperator {
         let log = cp.dir.join("operator.log");
         // Appended to: tracing's subscriber is global, so every operator of a test binary logs
         // into the file of the first.
@@ -83,6 +94,7 @@ impl InProcessOperator {
                     );
                     opts.resync = Duration::from_secs(3);
                     opts.instance = "e2e".into();
+                    configure(&client, &mut opts);
                     let (_stop_http, http_stopped) = tokio::sync::watch::channel(false);
                     let (addr, _) = ksched::operator::http::serve(
                         ([127, 0, 0, 1], 0).into(),

@@ -101,6 +101,15 @@ impl ProcessGroup {
     }
 }
 
+/// The pid of the control-plane process started as `name` (`kube-apiserver`, `etcd`, ...).
+pub fn pid_of(name: &str) -> Option<i32> {
+    lock()
+        .pids
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, pid)| *pid)
+}
+
 /// The kernel sends the child SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG).
 pub fn killed_with_parent(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.

@@ -23,10 +23,22 @@ impl SchedulerProcess {
     /// Starts the scheduler with `config_yaml`, serving HTTPS with the API server's certificate (so
     /// tests can verify it against the test CA).
     pub fn start(cp: &ControlPlane, name: &str, config_yaml: &str) -> SchedulerProcess {
+        Self::start_via(cp, name, config_yaml, &cp.kubeconfig)
+    }
+
+    /// [`Self::start`], talking to the API server as `kubeconfig` says (through a relay).
+    pub fn start_via(
+        cp: &ControlPlane,
+        name: &str,
+        config_yaml: &str,
+        kubeconfig: &Path,
+    ) -> SchedulerProcess {
         let config = cp.dir.join(format!("{name}-config.yaml"));
         std::fs::write(&config, config_yaml).expect("write scheduler config");
         let secure_port = free_port();
-        let mut cmd = scheduler_command(&ksched_bin(), cp, &config);
+        let mut cmd = Command::new(ksched_bin());
+        cmd.args(["scheduler", "--config", path_str(&config)]);
+        cmd.args(["--kubeconfig", path_str(kubeconfig)]);
         cmd.args([
             "--bind-address=127.0.0.1",
             &format!("--secure-port={secure_port}"),

@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use crate::api::leaf_cluster_policy::KOSMOS_NODE_KEY;
 use crate::config::FieldError;
 use crate::config::error::join_path;
+use crate::framework::args::{forbidden, not_supported, required};
 use crate::framework::listers::Listers;
 use crate::framework::types::PodInfo;
 use kube::core::{Selector, SelectorExt};
@@ -72,9 +73,38 @@ fn matcher(sel: Option<&LabelSelector>) -> Result<LabelMatcher, String> {
     }
 }
 
-/// Validation of an optional selector in args.
-fn validate_selector(path: &str, sel: Option<&LabelSelector>, errs: &mut Vec<FieldError>) {
-    if let Err(e) = matcher(sel) {
+/// Validation of an optional label selector, as upstream's `ValidateLabelSelector` words it: each
+/// matchExpression by its index, its operator one of In, NotIn, Exists, DoesNotExist, values
+/// required for In/NotIn and forbidden for Exists/DoesNotExist.
+pub fn validate_selector(path: &str, sel: Option<&LabelSelector>, errs: &mut Vec<FieldError>) {
+    let Some(sel) = sel else { return };
+    let before = errs.len();
+    for (i, req) in sel.match_expressions.iter().flatten().enumerate() {
+        let at = format!("{}[{i}]", join_path(path, "matchExpressions"));
+        if req.key.is_empty() {
+            errs.push(required(join_path(&at, "key"), "a label key"));
+        }
+        let has_values = req.values.as_ref().is_some_and(|v| !v.is_empty());
+        match req.operator.as_str() {
+            "In" | "NotIn" if !has_values => errs.push(required(
+                join_path(&at, "values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if has_values => errs.push(forbidden(
+                join_path(&at, "values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => errs.push(not_supported(
+                join_path(&at, "operator"),
+                other,
+                &["In", "NotIn", "Exists", "DoesNotExist"],
+            )),
+        }
+    }
+    if errs.len() == before
+        && let Err(e) = matcher(Some(sel))
+    {
         errs.push(FieldError::new(path, format!("Invalid value: {e}")));
     }
 }

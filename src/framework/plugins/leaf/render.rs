@@ -15,16 +15,22 @@
 //! With no policy naming the profile nothing changes: leaf nodes stay opt-in.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use super::distribution::{DistributionPolicy, LeafNodeDistributionArgs};
 use super::taint_toleration::{LeafNodeTaintTolerationArgs, LeafTaintPolicy};
+use super::validate_selector;
 use super::volume_binding::{LeafNodeVolumeBindingArgs, VolumePolicy};
 use crate::api::LeafClusterPolicy;
-use crate::api::leaf_cluster_policy::PlacementMode;
+use crate::api::leaf_cluster_policy::{
+    LAST_VALID_SPEC_ANNOTATION, LeafClusterPolicySpec, PlacementMode,
+};
 use crate::config::ExtensionPoint::{self, *};
+use crate::config::FieldError;
+use crate::framework::args::{decode, forbidden, invalid};
 use crate::framework::plugins::names;
 
 /// The score weight of LeafNodeDistribution in a rendered profile: a placement `weight` of 100
@@ -33,6 +39,86 @@ use crate::framework::plugins::names;
 pub const DISTRIBUTION_SCORE_WEIGHT: i32 = 10;
 /// TaintToleration's default score weight, kept for LeafNodeTaintToleration.
 pub const TAINT_TOLERATION_SCORE_WEIGHT: i32 = 3;
+
+/// What is wrong with a LeafClusterPolicy's spec beyond what its CRD schema checks, with the
+/// policy's own field paths (`spec.leafNodeSelector.matchExpressions[0].operator`). Empty: valid.
+pub fn validate_policy(spec: &LeafClusterPolicySpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let sel = &spec.leaf_node_selector;
+    let selects_all = sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && sel.match_expressions.as_ref().is_none_or(|e| e.is_empty());
+    if selects_all && !spec.select_all_nodes {
+        errs.push(invalid(
+            "spec.leafNodeSelector",
+            "{}",
+            "selects every node, host nodes included: give a selector that matches only the leaf nodes (such as matchLabels: {kosmos.io/node: \"true\"}), or set spec.selectAllNodes: true if every node is a leaf node",
+        ));
+    }
+    validate_selector("spec.leafNodeSelector", Some(sel), &mut errs);
+    let placement = &spec.placement;
+    validate_selector(
+        "spec.placement.namespaceSelector",
+        placement.namespace_selector.as_ref(),
+        &mut errs,
+    );
+    validate_selector(
+        "spec.placement.podSelector",
+        placement.pod_selector.as_ref(),
+        &mut errs,
+    );
+    let prefer = matches!(
+        placement.mode,
+        PlacementMode::PreferHost | PlacementMode::PreferLeaf
+    );
+    match placement.weight {
+        Some(w) if prefer && !(1..=100).contains(&w) => errs.push(invalid(
+            "spec.placement.weight",
+            w,
+            "must be in the range 1-100",
+        )),
+        Some(_) if !prefer => errs.push(forbidden(
+            "spec.placement.weight",
+            "only applies to mode PreferHost or PreferLeaf",
+        )),
+        _ => {}
+    }
+    errs
+}
+
+/// The policy's last valid spec, as the operator recorded it ([`LAST_VALID_SPEC_ANNOTATION`]),
+/// when it parses and is still valid.
+pub fn last_valid_spec(policy: &LeafClusterPolicy) -> Option<LeafClusterPolicySpec> {
+    let raw = policy.annotations().get(LAST_VALID_SPEC_ANNOTATION)?;
+    let spec: LeafClusterPolicySpec = serde_json::from_str(raw).ok()?;
+    validate_policy(&spec).is_empty().then_some(spec)
+}
+
+/// A LeafClusterPolicy naming a profile that the profile does not take as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnoredPolicy {
+    pub policy: String,
+    /// What is wrong, with the policy's own field paths.
+    pub errors: Vec<FieldError>,
+    /// The policy's last valid spec is rendered instead; otherwise nothing of the policy is.
+    pub last_valid_used: bool,
+}
+
+impl fmt::Display for IgnoredPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let errors: Vec<String> = self.errors.iter().map(ToString::to_string).collect();
+        let outcome = if self.last_valid_used {
+            "its last valid spec stays in effect"
+        } else {
+            "it is left out (it never had a valid spec)"
+        };
+        write!(
+            f,
+            "LeafClusterPolicy {}: {}; {outcome}",
+            self.policy,
+            errors.join("; ")
+        )
+    }
+}
 
 /// One plugin entry change at one extension point.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +137,8 @@ pub struct PluginChange {
 pub struct LeafPluginConfig {
     /// The policies applied, in name order.
     pub policies: Vec<String>,
+    /// Policies naming the profile that are not applied as written, and why.
+    pub ignored: Vec<IgnoredPolicy>,
     /// Plugin entries to disable/enable, per extension point.
     pub changes: Vec<PluginChange>,
     /// `pluginConfig` args per plugin (normalized JSON).
@@ -64,14 +152,19 @@ impl LeafPluginConfig {
 
     /// Applies the changes to one profile of a KubeSchedulerConfiguration (as JSON:
     /// `{schedulerName, plugins, pluginConfig}`): adds the disabled/enabled entries that are not
-    /// there yet and sets the args (a `bindTimeoutSeconds` the profile gave VolumeBinding is kept
-    /// for LeafNodeVolumeBinding).
-    pub fn apply_to_profile(&self, profile: &mut Value) {
+    /// there yet and merges the args with the profile's own `pluginConfig` for the leaf plugins.
+    ///
+    /// Precedence, per leaf plugin: the profile's own args are validated as the plugin's (errors
+    /// name `pluginConfig[j].args.<field>`); `policies` is the policies' entries (in policy name
+    /// order) followed by the profile's own; every other field the profile sets (`bindTimeoutSeconds`,
+    /// `shape`, `kubeConfigPath`) is taken as it set it. LeafNodeVolumeBinding without a
+    /// `bindTimeoutSeconds` of its own takes VolumeBinding's, if the profile configured one.
+    pub fn apply_to_profile(&self, profile: &mut Value) -> Result<(), Vec<FieldError>> {
         if self.is_empty() {
-            return;
+            return Ok(());
         }
         let Some(obj) = profile.as_object_mut() else {
-            return;
+            return Ok(());
         };
         let plugins = obj.entry("plugins").or_insert_with(|| json!({}));
         for c in &self.changes {
@@ -94,23 +187,82 @@ impl LeafPluginConfig {
         }
         let config = obj.entry("pluginConfig").or_insert_with(|| json!([]));
         let Some(list) = config.as_array_mut() else {
-            return;
+            return Ok(());
         };
         let vb_timeout = list
             .iter()
             .find(|e| e["name"] == names::VOLUME_BINDING)
             .and_then(|e| e["args"].get("bindTimeoutSeconds").cloned());
-        for (name, args) in &self.args {
-            let mut args = args.clone();
+        let mut errors = Vec::new();
+        for (name, rendered) in &self.args {
+            let own = list.iter().position(|e| e["name"] == *name);
+            let user_raw = own
+                .and_then(|j| list[j].get("args"))
+                .filter(|a| !a.is_null());
+            let mut args = match user_raw {
+                None => rendered.clone(),
+                Some(raw) => match decode_leaf_args(name, raw) {
+                    Ok(normalized) => merge_args(rendered, raw, &normalized),
+                    Err(errs) => {
+                        let at = format!("pluginConfig[{}].args", own.unwrap_or_default());
+                        errors.extend(errs.into_iter().map(|e| e.under(&at)));
+                        continue;
+                    }
+                },
+            };
+            let own_timeout = user_raw.is_some_and(|r| r.get("bindTimeoutSeconds").is_some());
             if *name == names::LEAF_NODE_VOLUME_BINDING
+                && !own_timeout
                 && let (Some(t), Some(a)) = (&vb_timeout, args.as_object_mut())
             {
                 a.insert("bindTimeoutSeconds".into(), t.clone());
             }
-            list.retain(|e| e["name"] != *name);
-            list.push(json!({"name": name, "args": args}));
+            let entry = json!({"name": name, "args": args});
+            match own {
+                Some(j) => list[j] = entry,
+                None => list.push(entry),
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
         }
     }
+}
+
+/// The profile's own args of a leaf plugin, decoded and validated as that plugin's.
+fn decode_leaf_args(name: &str, raw: &Value) -> Result<Value, Vec<FieldError>> {
+    match name {
+        names::LEAF_NODE_TAINT_TOLERATION => decode::<LeafNodeTaintTolerationArgs>(Some(raw)),
+        names::LEAF_NODE_DISTRIBUTION => decode::<LeafNodeDistributionArgs>(Some(raw)),
+        names::LEAF_NODE_VOLUME_BINDING => decode::<LeafNodeVolumeBindingArgs>(Some(raw)),
+        _ => Ok(raw.clone()),
+    }
+}
+
+/// The policies' args with the profile's own (see [`LeafPluginConfig::apply_to_profile`]): only
+/// the fields the profile wrote (`raw`) are taken, in their normalized form.
+fn merge_args(rendered: &Value, raw: &Value, normalized: &Value) -> Value {
+    let mut out = rendered.as_object().cloned().unwrap_or_default();
+    for (key, value) in raw.as_object().into_iter().flatten() {
+        if matches!(key.as_str(), "apiVersion" | "kind") || value.is_null() {
+            continue;
+        }
+        if key == "policies" {
+            let mut all = rendered["policies"].as_array().cloned().unwrap_or_default();
+            all.extend(
+                normalized["policies"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            out.insert(key.clone(), Value::Array(all));
+        } else if let Some(v) = normalized.get(key) {
+            out.insert(key.clone(), v.clone());
+        }
+    }
+    Value::Object(out)
 }
 
 fn push_entry(point: &mut Value, list: &str, entry: Value) {
@@ -143,12 +295,12 @@ fn change(
     }
 }
 
-/// The plugin entries and args the policies naming `profile_name` (directly or with `*`) add to
-/// that profile.
-pub fn render_leaf_policies(
+/// The policies naming `profile_name` (directly or with `*`) as the profile takes them, in name
+/// order: a valid spec as written, an invalid one by its last valid spec (or not at all).
+fn effective_policies(
     profile_name: &str,
     policies: &[LeafClusterPolicy],
-) -> LeafPluginConfig {
+) -> (Vec<(String, LeafClusterPolicySpec)>, Vec<IgnoredPolicy>) {
     let mut mine: Vec<&LeafClusterPolicy> = policies
         .iter()
         .filter(|p| {
@@ -159,18 +311,50 @@ pub fn render_leaf_policies(
         })
         .collect();
     mine.sort_by_key(|p| p.name_any());
+    let mut used = Vec::new();
+    let mut ignored = Vec::new();
+    for p in mine {
+        let errors = validate_policy(&p.spec);
+        if errors.is_empty() {
+            used.push((p.name_any(), p.spec.clone()));
+            continue;
+        }
+        let last = last_valid_spec(p);
+        ignored.push(IgnoredPolicy {
+            policy: p.name_any(),
+            errors,
+            last_valid_used: last.is_some(),
+        });
+        if let Some(spec) = last {
+            used.push((p.name_any(), spec));
+        }
+    }
+    (used, ignored)
+}
+
+/// The plugin entries and args the policies naming `profile_name` (directly or with `*`) add to
+/// that profile. A policy whose spec is invalid never breaks the profile: its last valid spec is
+/// rendered instead, or nothing of it, and [`LeafPluginConfig::ignored`] says so.
+pub fn render_leaf_policies(
+    profile_name: &str,
+    policies: &[LeafClusterPolicy],
+) -> LeafPluginConfig {
+    let (mine, ignored) = effective_policies(profile_name, policies);
     if mine.is_empty() {
-        return LeafPluginConfig::default();
+        return LeafPluginConfig {
+            ignored,
+            ..LeafPluginConfig::default()
+        };
     }
 
     let taints = LeafNodeTaintTolerationArgs {
         policies: Some(
             mine.iter()
-                .filter(|p| p.spec.placement.mode != PlacementMode::HostOnly)
-                .map(|p| LeafTaintPolicy {
-                    taints: vec![p.spec.taint.clone()],
-                    namespace_selector: p.spec.placement.namespace_selector.clone(),
-                    pod_selector: p.spec.placement.pod_selector.clone(),
+                .filter(|(_, p)| p.placement.mode != PlacementMode::HostOnly)
+                .map(|(_, p)| LeafTaintPolicy {
+                    taints: vec![p.taint.clone()],
+                    namespace_selector: p.placement.namespace_selector.clone(),
+                    pod_selector: p.placement.pod_selector.clone(),
                 })
                 .collect(),
         ),
@@ -179,23 +363,23 @@ pub fn render_leaf_policies(
         kube_config_path: None,
         policies: mine
             .iter()
-            .map(|p| DistributionPolicy {
-                name: p.name_any(),
-                leaf_node_selector: p.spec.leaf_node_selector.clone(),
-                mode: p.spec.placement.mode,
-                weight: p.spec.placement.weight,
-                namespace_selector: p.spec.placement.namespace_selector.clone(),
-                pod_selector: p.spec.placement.pod_selector.clone(),
+            .map(|(name, p)| DistributionPolicy {
+                name: name.clone(),
+                leaf_node_selector: p.leaf_node_selector.clone(),
+                mode: p.placement.mode,
+                weight: p.placement.weight,
+                namespace_selector: p.placement.namespace_selector.clone(),
+                pod_selector: p.placement.pod_selector.clone(),
             })
             .collect(),
     };
     let volumes = LeafNodeVolumeBindingArgs {
         policies: mine
             .iter()
-            .map(|p| VolumePolicy {
-                name: p.name_any(),
-                leaf_node_selector: p.spec.leaf_node_selector.clone(),
-                mode: p.spec.volumes.mode,
+            .map(|(name, p)| VolumePolicy {
+                name: name.clone(),
+                leaf_node_selector: p.leaf_node_selector.clone(),
+                mode: p.volumes.mode,
             })
             .collect(),
         ..LeafNodeVolumeBindingArgs::default()
@@ -207,7 +391,8 @@ pub fn render_leaf_policies(
     let lvb = Some(names::LEAF_NODE_VOLUME_BINDING);
     let lnd = Some(names::LEAF_NODE_DISTRIBUTION);
     LeafPluginConfig {
-        policies: mine.iter().map(|p| p.name_any()).collect(),
+        policies: mine.into_iter().map(|(name, _)| name).collect(),
+        ignored,
         changes: vec![
             change(Filter, tt, ltt, None),
             change(PreScore, tt, ltt, None),
@@ -254,7 +439,7 @@ mod tests {
         let out = render_leaf_policies("mine", &[p]);
         assert!(out.is_empty());
         let mut profile = json!({"schedulerName": "mine"});
-        out.apply_to_profile(&mut profile);
+        out.apply_to_profile(&mut profile).expect("applies");
         assert_eq!(profile, json!({"schedulerName": "mine"}));
     }
 
@@ -350,7 +535,7 @@ mod tests {
             ],
         );
         let mut profile = json!({"schedulerName": "mine"});
-        out.apply_to_profile(&mut profile);
+        out.apply_to_profile(&mut profile).expect("applies");
         let doc = json!({"apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration", "profiles": [profile]});
         let loaded = crate::config::load(doc.to_string().as_bytes(), &Registry::in_tree())
@@ -397,8 +582,7 @@ mod tests {
             "plugins": {"filter": {"enabled": [{"name": "NodeName"}]}},
             "pluginConfig": [{"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 30}}]
         });
-        out.apply_to_profile(&mut profile);
-        out.apply_to_profile(&mut profile); // idempotent
+        out.apply_to_profile(&mut profile).expect("applies");
         assert_eq!(
             profile["plugins"]["filter"],
             json!({"enabled": [{"name": "NodeName"}, {"name": "LeafNodeTaintToleration"},
@@ -418,5 +602,188 @@ mod tests {
             .expect("LeafNodeVolumeBinding args");
         assert_eq!(lvb["args"]["bindTimeoutSeconds"], json!(30));
         assert_eq!(profile["pluginConfig"].as_array().map(Vec::len), Some(4));
+    }
+
+    fn own_args(profile: &Value, name: &str) -> Value {
+        profile["pluginConfig"]
+            .as_array()
+            .and_then(|l| l.iter().find(|e| e["name"] == name))
+            .map(|e| e["args"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn the_profiles_own_leaf_args_are_merged_never_dropped() {
+        let out = render_leaf_policies("mine", &[policy("p", json!({"profiles": ["mine"]}))]);
+        let mut profile = json!({
+            "schedulerName": "mine",
+            "pluginConfig": [
+                {"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 30}},
+                {"name": "LeafNodeVolumeBinding", "args": {"bindTimeoutSeconds": 5}},
+                {"name": "LeafNodeTaintToleration", "args": {"policies": [
+                    {"taints": [{"key": "gpu.example.com/leaf", "effect": "NoSchedule"}],
+                     "podSelector": {"matchLabels": {"gpu": "yes"}}}]}},
+                {"name": "LeafNodeDistribution", "args": {"kubeConfigPath": "/etc/kubeconfig"}}
+            ]
+        });
+        out.apply_to_profile(&mut profile).expect("applies");
+        // The profile's own bindTimeoutSeconds wins over VolumeBinding's; the entry keeps its place.
+        assert_eq!(profile["pluginConfig"][1]["name"], "LeafNodeVolumeBinding");
+        let lvb = own_args(&profile, "LeafNodeVolumeBinding");
+        assert_eq!(lvb["bindTimeoutSeconds"], json!(5));
+        assert_eq!(lvb["policies"][0]["name"], json!("p"));
+        // The policies' entries first, then the profile's own.
+        let ltt = own_args(&profile, "LeafNodeTaintToleration");
+        assert_eq!(
+            ltt["policies"],
+            json!([
+                {"taints": [{"key": "kosmos.io/node", "value": "true", "effect": "NoSchedule"}]},
+                {"taints": [{"key": "gpu.example.com/leaf", "effect": "NoSchedule"}],
+                 "podSelector": {"matchLabels": {"gpu": "yes"}}}
+            ])
+        );
+        let lnd = own_args(&profile, "LeafNodeDistribution");
+        assert_eq!(lnd["kubeConfigPath"], json!("/etc/kubeconfig"));
+        assert_eq!(lnd["policies"].as_array().map(Vec::len), Some(1));
+        assert_eq!(profile["pluginConfig"].as_array().map(Vec::len), Some(4));
+        // And the whole profile loads.
+        let doc = json!({"apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration", "profiles": [profile]});
+        let loaded = crate::config::load(doc.to_string().as_bytes(), &Registry::in_tree())
+            .expect("merged configuration loads");
+        let p = loaded.config.profile("mine").expect("profile");
+        assert_eq!(
+            p.args("LeafNodeVolumeBinding")
+                .map(|a| a["bindTimeoutSeconds"].clone()),
+            Some(json!(5))
+        );
+    }
+
+    #[test]
+    fn the_profiles_own_leaf_args_are_validated_with_their_field_named() {
+        let out = render_leaf_policies("mine", &[policy("p", json!({"profiles": ["mine"]}))]);
+        for (args, path) in [
+            (
+                json!({"bindTimeoutSeconds": "five"}),
+                "pluginConfig[1].args.bindTimeoutSeconds",
+            ),
+            (
+                json!({"bindTimeoutSeconds": -7}),
+                "pluginConfig[1].args.bindTimeoutSeconds",
+            ),
+            (
+                json!({"bindTimeout": 5}),
+                "pluginConfig[1].args.bindTimeout",
+            ),
+        ] {
+            let mut profile = json!({
+                "schedulerName": "mine",
+                "pluginConfig": [
+                    {"name": "NodeResourcesFit", "args": {}},
+                    {"name": "LeafNodeVolumeBinding", "args": args}
+                ]
+            });
+            let errors = out.apply_to_profile(&mut profile).expect_err("refused");
+            assert!(
+                errors.iter().any(|e| e.path == path),
+                "{args}: expected {path} in {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn policy_validation_names_the_policys_own_fields() {
+        let spec = |v: Value| -> LeafClusterPolicySpec { serde_json::from_value(v).expect("spec") };
+        assert_eq!(validate_policy(&spec(json!({"profiles": ["a"]}))), vec![]);
+        let paths = |v: Value| -> Vec<String> {
+            validate_policy(&spec(v))
+                .into_iter()
+                .map(|e| e.path)
+                .collect()
+        };
+        assert_eq!(
+            paths(json!({"profiles": ["a"], "leafNodeSelector": {
+                "matchExpressions": [{"key": "x", "operator": "Near", "values": ["1"]}]}})),
+            ["spec.leafNodeSelector.matchExpressions[0].operator"]
+        );
+        assert_eq!(
+            paths(json!({"profiles": ["a"], "leafNodeSelector": {}})),
+            ["spec.leafNodeSelector"]
+        );
+        assert_eq!(
+            paths(json!({"profiles": ["a"], "leafNodeSelector": {}, "selectAllNodes": true})),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            paths(json!({"profiles": ["a"], "placement": {"mode": "Mix",
+                "podSelector": {"matchExpressions": [{"key": "x", "operator": "In"}]}}})),
+            ["spec.placement.podSelector.matchExpressions[0].values"]
+        );
+    }
+
+    #[test]
+    fn a_bad_policy_never_breaks_the_profile_and_keeps_its_last_valid_spec() {
+        let bad_selector =
+            json!({"matchExpressions": [{"key": "x", "operator": "Near", "values": ["1"]}]});
+        let good = policy("good", json!({"profiles": ["mine"]}));
+        let never_valid = policy(
+            "never-valid",
+            json!({"profiles": ["mine"], "leafNodeSelector": bad_selector}),
+        );
+        let mut edited = policy(
+            "edited",
+            json!({"profiles": ["*"], "leafNodeSelector": bad_selector,
+                "placement": {"mode": "LeafOnly"}}),
+        );
+        let last_valid = json!({"profiles": ["*"], "leafNodeSelector": {"matchLabels": {"zone": "leaf"}},
+            "placement": {"mode": "PreferLeaf"}});
+        edited.metadata.annotations = Some(BTreeMap::from([(
+            LAST_VALID_SPEC_ANNOTATION.to_string(),
+            last_valid.to_string(),
+        )]));
+        let out = render_leaf_policies("mine", &[good, never_valid, edited]);
+        assert_eq!(out.policies, ["edited", "good"]);
+        let ignored: Vec<(String, bool, Vec<String>)> = out
+            .ignored
+            .iter()
+            .map(|i| {
+                (
+                    i.policy.clone(),
+                    i.last_valid_used,
+                    i.errors.iter().map(|e| e.path.clone()).collect(),
+                )
+            })
+            .collect();
+        let path = "spec.leafNodeSelector.matchExpressions[0].operator".to_string();
+        assert_eq!(
+            ignored,
+            [
+                ("edited".to_string(), true, vec![path.clone()]),
+                ("never-valid".to_string(), false, vec![path])
+            ]
+        );
+        // The edited policy renders as it last was valid.
+        let distribution = &out.args[names::LEAF_NODE_DISTRIBUTION]["policies"][0];
+        assert_eq!(distribution["mode"], json!("PreferLeaf"));
+        assert_eq!(
+            distribution["leafNodeSelector"],
+            json!({"matchLabels": {"zone": "leaf"}})
+        );
+        assert!(
+            out.ignored[0]
+                .to_string()
+                .contains("last valid spec stays in effect")
+        );
+        assert!(out.ignored[1].to_string().contains("left out"));
+        // A profile named only by bad policies without a valid past is left as it is.
+        let only_bad = render_leaf_policies(
+            "mine",
+            &[policy(
+                "never-valid",
+                json!({"profiles": ["mine"], "leafNodeSelector": bad_selector}),
+            )],
+        );
+        assert!(only_bad.is_empty());
+        assert_eq!(only_bad.ignored.len(), 1);
     }
 }

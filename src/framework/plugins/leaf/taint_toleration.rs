@@ -276,7 +276,7 @@ mod tests {
             [
                 "policies[0].taints[0].key",
                 "policies[0].taints[0].effect",
-                "policies[0].podSelector"
+                "policies[0].podSelector.matchExpressions[0].operator"
             ]
         );
         assert!(decode::<LeafNodeTaintTolerationArgs>(Some(&json!({"taint": {}}))).is_err());

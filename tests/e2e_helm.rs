@@ -315,7 +315,12 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
                 &metrics,
                 r#"leader_election_master_status{name="ksched-operator"} "#,
             ) == Some(1.0);
-            (code == 200 && caught_up && leads).then_some(())
+            let reconciled = sample(
+                &metrics,
+                r#"controller_runtime_reconcile_total{controller="schedulerprofile",result="success"} "#,
+            )
+            .is_some_and(|n| n >= 1.0);
+            (code == 200 && caught_up && leads && reconciled).then_some(())
         },
     )
     .await;

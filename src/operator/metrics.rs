@@ -157,6 +157,7 @@ impl OperatorMetrics {
         controller: &'static str,
         reconcile: F,
     ) -> impl FnMut(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<T, E>>
+    + use<K, C, T, E, F, Fut>
     where
         F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,

@@ -19,6 +19,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use ksched::api::SchedulerProfile;
+use ksched::leader_election::LeaderElectionConfig;
 use ksched::operator::NoEmbeddedSchedulers;
 use support::nodes::Nodes;
 use support::operator::{InProcessOperator, OPERATOR_SA, sample, wait_profile_ready};
@@ -109,11 +110,28 @@ fn chart_schema_rejects_bad_values_naming_them() {
         ("bogus=1", "bogus"),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
         ("http.port=0", "/http/port"),
+        (
+            "leaderElection.leaseDuration=soon",
+            "/leaderElection/leaseDuration",
+        ),
+        ("podAntiAffinity=hard", "/podAntiAffinity"),
     ] {
         let (ok, _, err) = helm(None, &["template", RELEASE, &chart, "--set", set]);
         assert!(!ok, "--set {set} was accepted");
         assert!(err.contains(expected), "--set {set}: {err}");
     }
+    // Replicas without leader election would all reconcile.
+    let (ok, _, err) = helm(
+        None,
+        &[
+            "template",
+            RELEASE,
+            &chart,
+            "--set",
+            "leaderElection.enabled=false",
+        ],
+    );
+    assert!(!ok && err.contains("leaderElection.enabled"), "{err}");
 }
 
 #[test]
@@ -143,7 +161,37 @@ fn chart_renders_what_its_values_say() {
     assert_eq!(svc["metadata"]["name"], "ksched-operator-metrics");
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
     assert!(find(&docs, "ServiceMonitor").is_none());
-    assert!(find(&docs, "PodDisruptionBudget").is_none());
+    // Highly available by default: two replicas electing a leader, rolled one at a time, preferably
+    // on different nodes, one kept through drains.
+    assert_eq!(dep["spec"]["replicas"], 2);
+    assert_eq!(dep["spec"]["strategy"]["type"], "RollingUpdate");
+    assert_eq!(
+        dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        0
+    );
+    for arg in [
+        "--leader-elect=true",
+        "--leader-elect-lease-duration=15s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-retry-period=2s",
+    ] {
+        assert!(
+            c["args"].as_array().expect("args").contains(&arg.into()),
+            "{arg}"
+        );
+    }
+    let anti =
+        &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(
+        anti["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        anti["podAffinityTerm"]["labelSelector"]["matchLabels"],
+        dep["spec"]["selector"]["matchLabels"]
+    );
+    let pdb = find(&docs, "PodDisruptionBudget").expect("PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
     for kind in [
         "ServiceAccount",
         "ClusterRole",
@@ -157,7 +205,9 @@ fn chart_renders_what_its_values_say() {
     let docs = template(&[
         "image.repository=registry.example/ksched",
         "image.tag=9.9.9",
-        "replicas=0",
+        "replicas=1",
+        "leaderElection.enabled=false",
+        "podAntiAffinity=none",
         "nodeSelector.pool=system",
         "tolerations[0].key=dedicated",
         "tolerations[0].operator=Exists",
@@ -165,11 +215,12 @@ fn chart_renders_what_its_values_say() {
         "knownSchedulers[0]=volcano",
         "http.port=9090",
         "metrics.serviceMonitor.enabled=true",
-        "podDisruptionBudget.enabled=true",
     ]);
     let dep = find(&docs, "Deployment").expect("Deployment");
-    assert_eq!(dep["spec"]["replicas"], 0);
+    assert_eq!(dep["spec"]["replicas"], 1);
+    assert_eq!(dep["spec"]["strategy"]["type"], "Recreate");
     let pod = &dep["spec"]["template"]["spec"];
+    assert!(pod["affinity"].is_null(), "{}", pod["affinity"]);
     assert_eq!(pod["nodeSelector"]["pool"], "system");
     assert_eq!(pod["tolerations"][0]["key"], "dedicated");
     let c = &pod["containers"][0];
@@ -185,6 +236,7 @@ fn chart_renders_what_its_values_say() {
         "{args:?}"
     );
     assert!(args.contains(&"--http-port=9090".into()), "{args:?}");
+    assert!(args.contains(&"--leader-elect=false".into()), "{args:?}");
     assert_eq!(c["ports"][0]["containerPort"], 9090);
     let monitor = find(&docs, "ServiceMonitor").expect("ServiceMonitor");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http-metrics");
@@ -284,11 +336,27 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
         .await
         .expect("the operator Deployment");
     let status = dep.status.clone().unwrap_or_default();
-    assert_eq!(status.available_replicas, Some(1), "{status:?}");
+    assert_eq!(status.available_replicas, Some(2), "{status:?}");
 
     // The operator with the chart's RBAC gets ready, reconciles a profile to Ready, and says so on
     // /metrics.
-    let operator = InProcessOperator::start(cp, NS, OPERATOR_SA, Arc::new(NoEmbeddedSchedulers));
+    // It elects itself leader on the chart's Lease permissions, as the chart's replicas do.
+    let operator = InProcessOperator::start_with(
+        cp,
+        NS,
+        OPERATOR_SA,
+        Arc::new(NoEmbeddedSchedulers),
+        |_, opts| {
+            opts.leader_election = Some(LeaderElectionConfig {
+                namespace: NS.into(),
+                lease_name: ksched::operator::LEASE_NAME.into(),
+                identity: "e2e-helm".into(),
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            });
+        },
+    );
     let diag = || diagnostics(Some(&operator));
     poll(
         "operator /readyz",
@@ -355,8 +423,8 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
     );
     let status = dep.status.clone().unwrap_or_default();
     assert_eq!(status.observed_generation, Some(generation), "{status:?}");
-    assert_eq!(status.updated_replicas, Some(1), "{status:?}");
-    assert_eq!(status.available_replicas, Some(1), "{status:?}");
+    assert_eq!(status.updated_replicas, Some(2), "{status:?}");
+    assert_eq!(status.available_replicas, Some(2), "{status:?}");
     let sets = Api::<ReplicaSet>::namespaced(client.clone(), NS)
         .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
         .await
@@ -368,7 +436,7 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
             .and_then(|t| t.metadata.as_ref())
             .and_then(|m| m.annotations.as_ref())
             .is_some_and(|a| a.contains_key("e2e-rollout"))
-            && rs.status.as_ref().and_then(|s| s.ready_replicas) == Some(1)
+            && rs.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
     });
     assert!(rolled_out, "no ready ReplicaSet with the new pod template");
 

@@ -231,6 +231,8 @@ async fn lead(
     let (stop_elector, elector_stop) = tokio::sync::watch::channel(false);
     let mut elector_task = None;
     if let Some(elector) = elector {
+        // Followers show 0 (client-go's gauge exists from the start).
+        metrics.set_leader(false);
         let mut task = tokio::spawn(elector.run(elector_stop));
         tokio::select! {
             _ = leadership.acquired() => {}

@@ -32,7 +32,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 
 use crate::config::PluginCatalog;
 use crate::leader_election::{
-    LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership,
+    LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership, task_outcome,
 };
 
 pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
@@ -236,10 +236,10 @@ async fn lead(
         let mut task = tokio::spawn(elector.run(elector_stop));
         tokio::select! {
             _ = leadership.acquired() => {}
-            r = &mut task => return elector_result(r),
+            r = &mut task => return Ok(task_outcome(r)?),
             _ = shutdown.clone() => {
                 let _ = stop_elector.send(true);
-                return elector_result(task.await);
+                return Ok(task_outcome(task.await)?);
             }
         }
         tracing::info!(lease = LEASE_NAME, "leading: starting the controllers");
@@ -292,13 +292,7 @@ async fn lead(
     // On a loss the elector ends by itself with the cause; on shutdown it is told to stop, and
     // releases the lease last.
     let _ = stop_elector.send(true);
-    elector_result(task.await)
-}
-
-fn elector_result(
-    joined: Result<Result<(), LeaderElectionError>, tokio::task::JoinError>,
-) -> Result<(), Error> {
-    joined.unwrap_or(Ok(())).map_err(Into::into)
+    Ok(task_outcome(task.await)?)
 }
 
 /// Publishes an Event about `obj` unless the last one this operator announced about it on `topic`

@@ -22,7 +22,7 @@ use ksched::api::SchedulerProfile;
 use ksched::leader_election::LeaderElectionConfig;
 use ksched::operator::NoEmbeddedSchedulers;
 use support::nodes::Nodes;
-use support::operator::{InProcessOperator, OPERATOR_SA, sample, wait_profile_ready};
+use support::operator::{InProcessOperator, OPERATOR_SA, sample, wait_profile_condition};
 use support::process::LoggedChild;
 use support::scheduler::kube_scheduler_command;
 use support::wait::{poll, tail};
@@ -368,7 +368,14 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
     cp.apply(
         "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata:\n  name: helm-plain\nspec: {}\n",
     );
-    wait_profile_ready(&client, "helm-plain", diag).await;
+    // Everything applied and the Deployment ready; no scheduler takes the Lease (kwok runs no
+    // containers), which the operator reads with the chart's permissions and says.
+    wait_profile_condition(&client, "helm-plain", "NoLeader", diag, |c| {
+        c.type_ == "Ready"
+            && c.reason == "NoLeader"
+            && c.message.contains("1 of 1 scheduler replicas ready")
+    })
+    .await;
     poll(
         "operator metrics",
         Duration::from_secs(60),

@@ -210,16 +210,31 @@ pub async fn wait_profile_ready(
     name: &str,
     diagnostics: impl Fn() -> String,
 ) -> SchedulerProfile {
+    wait_profile_condition(client, name, "Ready=True", diagnostics, |c| {
+        c.type_ == "Ready" && c.status == "True"
+    })
+    .await
+}
+
+/// Polls profile `name` until its status has observed its generation and has a condition that
+/// `accept`s (`what` names it in a failure).
+pub async fn wait_profile_condition(
+    client: &Client,
+    name: &str,
+    what: &str,
+    diagnostics: impl Fn() -> String,
+    accept: impl Fn(&Condition) -> bool,
+) -> SchedulerProfile {
     let api: Api<SchedulerProfile> = Api::all(client.clone());
     poll(
-        &format!("profile {name} Ready"),
+        &format!("profile {name} {what}"),
         Duration::from_secs(180),
         diagnostics,
         async || {
             let p = api.get_opt(name).await.ok().flatten()?;
-            let observed = p.status.as_ref().and_then(|s| s.observed_generation);
-            let ready = condition(&p, "Ready").is_some_and(|c| c.status == "True");
-            (observed == p.metadata.generation && ready).then_some(p)
+            let status = p.status.as_ref()?;
+            let accepted = status.conditions.iter().any(&accept);
+            (status.observed_generation == p.metadata.generation && accepted).then_some(p)
         },
     )
     .await

@@ -8,3 +8,4 @@ pub mod leader_election;
 pub mod operator;
 pub mod quantity;
 pub mod scheduler;
+pub mod serving;

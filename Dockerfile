@@ -1,15 +1,16 @@
-# ksched: one image for `ksched operator` and `ksched scheduler`.
-#   docker build -t ksched:0.1.0 .
-FROM rust:1-bookworm AS build
+# ksched: one image for `ksched operator` and `ksched scheduler`, for users who build with a
+# registry at hand (plain Dockerfile syntax: docker build, podman build, buildah, kaniko):
+#   docker build -t REGISTRY/ksched:0.1.0 .
+# `make image` builds the same image (the same dist binary, laid out by the same
+# hack/image-rootfs.sh) with podman, no daemon and no registry, as an OCI archive under target/image/.
+FROM docker.io/library/rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    --mount=type=cache,target=/src/target \
-    cargo build --profile dist --locked --bin ksched \
- && install -D -m 0755 target/dist/ksched /out/ksched
+RUN cargo build --profile dist --locked --bin ksched \
+ && hack/image-rootfs.sh target/dist/ksched /rootfs
 
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /out/ksched /usr/local/bin/ksched
+FROM scratch
+COPY --from=build /rootfs/ /
 USER 65532:65532
-EXPOSE 10259
+EXPOSE 8080 10259
 ENTRYPOINT ["/usr/local/bin/ksched"]

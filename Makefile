@@ -7,23 +7,40 @@ KSCHED_TESTENV_BIN := $(CACHE_HOME)/ksched/testenv/$(K8S_VERSION)/bin
 export KSCHED_TESTENV_BIN
 export K8S_VERSION
 
-.PHONY: all build test testenv crds lint demo bench check-no-leftovers
+# ksched's version: Cargo.toml is the one place (`ksched version`, the image tag, the chart's appVersion).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE ?= ksched:$(VERSION)
+# The image ships the dist build (fat LTO); IMAGE_PROFILE=release builds faster.
+IMAGE_PROFILE ?= dist
+
+.PHONY: all build test testenv crds manifests image lint demo bench check-no-leftovers
 
 all: build
 
 build:
 	cargo build --all-targets
 
-## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok (cached)
+## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm (cached); podman
 testenv:
 	hack/testenv/build.sh >/dev/null
 	hack/install-lua.sh >/dev/null
 	hack/install-prometheus.sh >/dev/null
+	hack/install-podman.sh >/dev/null
 
 ## crds: regenerate crds/*.yaml from the Rust types
 crds:
 	cargo run --quiet -- crds --output-dir crds
 	cp crds/*.yaml manifests/install/crds/
+	cp crds/*.yaml charts/ksched/crds/
+
+## manifests: regenerate manifests/install from the Helm chart charts/ksched
+manifests: testenv
+	hack/generate-manifests.sh
+
+## image: the ksched image as an OCI archive, target/image/ksched-$(VERSION).tar (podman; no daemon, no registry)
+image:
+	cargo build --profile $(IMAGE_PROFILE) --locked --bin ksched
+	hack/image.sh target/$(if $(filter dev,$(IMAGE_PROFILE)),debug,$(IMAGE_PROFILE))/ksched target/image/ksched-$(VERSION).tar $(IMAGE)
 
 ## lint: formatting and clippy, warnings are errors
 lint:

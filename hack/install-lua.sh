@@ -6,15 +6,5 @@ for lua in lua5.4 lua5.3 lua5.1 lua; do
     exit 0
   fi
 done
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "no Lua interpreter and no apt-get: install lua5.4 (or lua5.3) by hand" >&2
-  exit 1
-fi
-sudo=""
-if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-if ! $sudo apt-get install -y -qq lua5.4 >/dev/null 2>&1; then
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq lua5.4 >/dev/null
-fi
+"$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" lua5.4
 command -v lua5.4

@@ -545,6 +545,14 @@ impl LeaderElector {
     }
 }
 
+/// The outcome of an elector run on a task of its own: a task that panicked or was cancelled counts
+/// as ended (the caller stops leading either way).
+pub fn task_outcome(
+    joined: Result<Result<(), LeaderElectionError>, tokio::task::JoinError>,
+) -> Result<(), LeaderElectionError> {
+    joined.unwrap_or(Ok(()))
+}
+
 /// Resolves when `stop` turns true or its sender is gone.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;

@@ -8,4 +8,5 @@ pub mod leader_election;
 pub mod operator;
 pub mod quantity;
 pub mod scheduler;
+pub mod serving;
 pub mod simulate;

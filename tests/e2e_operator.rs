@@ -22,21 +22,20 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use ksched::framework::registry::Registry;
 use ksched::operator::in_process::InProcessSchedulers;
-use ksched::operator::{EmbeddedError, EmbeddedSchedulers, OperatorOptions};
+use ksched::operator::{EmbeddedError, EmbeddedSchedulers};
+use support::operator::{InProcessOperator, OPERATOR_SA};
 use support::process::killed_with_parent;
 use support::scheduler::{SchedulerProcess, kube_scheduler_command};
 use support::wait::{poll, tail};
 use support::{Components, ControlPlane, control_plane, fixtures, path_str, repo_root};
 
 const NS: &str = "ksched-system";
-const OPERATOR_SA: &str = "system:serviceaccount:ksched-system:ksched-operator";
 /// A scheduler name the operator is told another scheduler serves (`--known-scheduler`).
 const KNOWN_ELSEWHERE: &str = "op-known-elsewhere";
 
@@ -136,8 +135,8 @@ fn ksched_scheduler(name: &str, config: &std::path::Path) -> u32 {
 /// The shared environment: operator RBAC applied, kwok host nodes, the default scheduler, and the
 /// operator itself on its own runtime thread, impersonating its ServiceAccount.
 fn env() -> &'static Arc<RecordingEmbedded> {
-    static ENV: OnceLock<Arc<RecordingEmbedded>> = OnceLock::new();
-    ENV.get_or_init(|| {
+    static ENV: OnceLock<(Arc<RecordingEmbedded>, InProcessOperator)> = OnceLock::new();
+    &ENV.get_or_init(|| {
         let cp = cp();
         let install = repo_root().join("manifests/install");
         for file in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
@@ -158,56 +157,25 @@ fn env() -> &'static Arc<RecordingEmbedded> {
 
         let recording = Arc::new(RecordingEmbedded::default());
         let recording_for_operator = recording.clone();
-        let embedded: Arc<dyn EmbeddedSchedulers> = recording.clone();
-        let log = std::fs::File::create(cp.dir.join("operator.log")).expect("operator log");
-        std::thread::Builder::new()
-            .name("operator".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("operator runtime");
-                let _ = tracing_subscriber::fmt()
-                    .with_env_filter("info,ksched=debug,kube_runtime=warn")
-                    .with_writer(Mutex::new(log))
-                    .with_ansi(false)
-                    .try_init();
-                rt.block_on(async move {
-                    let client = operator_client().await;
-                    let registry = Arc::new(Registry::in_tree());
-                    let in_process =
-                        InProcessSchedulers::new(client.clone(), registry.clone(), "e2e");
-                    if recording_for_operator.inner.set(in_process).is_err() {
-                        panic!("in-process schedulers set twice");
-                    }
-                    let mut opts = OperatorOptions::new(NS, "ksched:e2e", registry);
-                    opts.resync = Duration::from_secs(3);
-                    opts.retry_initial = Duration::from_secs(1);
-                    opts.retry_max = Duration::from_secs(60);
-                    opts.known_schedulers = vec![KNOWN_ELSEWHERE.into()];
-                    opts.instance = "e2e".into();
-                    if let Err(e) =
-                        ksched::operator::run(client, opts, embedded, futures::future::pending())
-                            .await
-                    {
-                        panic!("operator: {e}");
-                    }
-                });
-            })
-            .expect("operator thread");
-        recording
+        let operator = InProcessOperator::start_with(
+            cp,
+            NS,
+            OPERATOR_SA,
+            recording.clone(),
+            move |client, opts| {
+                let registry = Arc::new(Registry::in_tree());
+                let in_process = InProcessSchedulers::new(client.clone(), registry, "e2e");
+                if recording_for_operator.inner.set(in_process).is_err() {
+                    panic!("in-process schedulers set twice");
+                }
+                opts.retry_initial = Duration::from_secs(1);
+                opts.retry_max = Duration::from_secs(60);
+                opts.known_schedulers = vec![KNOWN_ELSEWHERE.into()];
+            },
+        );
+        (recording, operator)
     })
-}
-
-/// A client with the operator ServiceAccount's permissions (admin credentials, impersonating it).
-async fn operator_client() -> Client {
-    let kc = Kubeconfig::read_from(&cp().kubeconfig).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    config.auth_info.impersonate = Some(OPERATOR_SA.into());
-    Client::try_from(config).expect("client")
+    .0
 }
 
 async fn client() -> Client {
@@ -495,8 +463,8 @@ fn argo_health<T: serde::Serialize>(obj: &T) -> (String, String) {
 async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     let c = client().await;
     let name = "op-plain";
-    // DynamicResources off: the in-tree registry lists it at preScore, which upstream
-    // kube-scheduler (started from this ConfigMap below) rejects.
+    // The user's own plugin set reaches the rendered objects: with DynamicResources disabled the
+    // profile's ClusterRole grants nothing in resource.k8s.io (checked below).
     let spec = "  logLevel: 3\n  plugins:\n    multiPoint:\n      disabled:\n      - name: DynamicResources\n";
     kubectl_apply(&profile_yaml(name, spec));
     // Rolled out, but kwok runs no container: no replica holds the Lease, so not Ready.
@@ -544,6 +512,26 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     .await
     .expect("CRB");
     assert_eq!(crb.role_ref.name, format!("ksched:{name}"));
+    let role = get_opt(
+        &Api::<ClusterRole>::all(c.clone()),
+        &format!("ksched:{name}"),
+    )
+    .await
+    .expect("ClusterRole");
+    let dra_groups: Vec<_> = role
+        .rules
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| {
+            r.api_groups
+                .as_ref()
+                .is_some_and(|g| g.iter().any(|g| g == "resource.k8s.io"))
+        })
+        .collect();
+    assert!(
+        dra_groups.is_empty(),
+        "DynamicResources is disabled, yet the ClusterRole grants {dra_groups:?}"
+    );
     let hash = p
         .status
         .as_ref()

@@ -1,25 +1,73 @@
-//! manifests/install: builds with the real kubectl's kustomize, carries the CRDs exactly as crds/
-//! has them, and puts the image into KSCHED_IMAGE.
+//! manifests/install: generated from the Helm chart (one source of truth), builds with the real
+//! kubectl's kustomize, carries the CRDs exactly as crds/ has them (and so does the chart), and puts
+//! the image into KSCHED_IMAGE.
 
 mod support;
 
+use std::path::Path;
+
 use support::{path_str, repo_root, testenv_bin_dir};
 
+/// (file name, contents) of each file in `dir` (empty for a directory).
+fn files(dir: &Path) -> Vec<(String, String)> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            (name, text)
+        })
+        .collect()
+}
+
 #[test]
-fn install_crds_are_copies_of_crds_dir() {
+fn install_and_chart_crds_are_copies_of_crds_dir() {
     let root = repo_root();
-    for entry in std::fs::read_dir(root.join("crds")).expect("crds/") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
-        let copy = root.join("manifests/install/crds").join(&name);
+    for (name, crd) in files(&root.join("crds")) {
+        for dir in ["manifests/install/crds", "charts/ksched/crds"] {
+            assert_eq!(
+                std::fs::read_to_string(root.join(dir).join(&name)).unwrap_or_default(),
+                crd,
+                "{dir}/{name} differs from crds/{name}: make crds"
+            );
+        }
+    }
+}
+
+/// The files of manifests/install the chart generates are exactly what `make manifests` writes
+/// now, and no other file there claims to be generated.
+#[test]
+fn install_is_generated_from_the_chart() {
+    let root = repo_root();
+    let out = tempfile::tempdir().expect("temp dir");
+    let status = std::process::Command::new(root.join("hack/generate-manifests.sh"))
+        .arg(out.path())
+        .env("HELM", testenv_bin_dir().join("helm"))
+        .status()
+        .expect("run hack/generate-manifests.sh");
+    assert!(status.success(), "hack/generate-manifests.sh failed");
+    let mut generated = Vec::new();
+    for (name, text) in files(out.path()) {
         assert_eq!(
-            std::fs::read_to_string(&copy).unwrap_or_default(),
-            std::fs::read_to_string(&path).expect("crd"),
-            "manifests/install/crds/{name} differs from crds/{name}: cp crds/*.yaml manifests/install/crds/"
+            std::fs::read_to_string(root.join("manifests/install").join(&name)).unwrap_or_default(),
+            text,
+            "manifests/install/{name} is not what the chart generates: make manifests"
+        );
+        generated.push(name);
+    }
+    assert!(
+        generated.contains(&"deployment.yaml".to_string()),
+        "{generated:?}"
+    );
+    for (name, text) in files(&root.join("manifests/install")) {
+        assert!(
+            !text.starts_with("# Generated from charts/ksched") || generated.contains(&name),
+            "manifests/install/{name} was generated from a template the chart no longer has: remove it"
         );
     }
 }
@@ -58,6 +106,7 @@ fn install_builds_with_kustomize() {
         ("ClusterRole", "ksched-operator"),
         ("ClusterRoleBinding", "ksched-operator"),
         ("Deployment", "ksched-operator"),
+        ("Service", "ksched-operator-metrics"),
     ] {
         assert!(
             kinds.iter().any(|(k, n)| k == kind && n == name),
@@ -70,7 +119,7 @@ fn install_builds_with_kustomize() {
         .expect("deployment");
     let container = &dep["spec"]["template"]["spec"]["containers"][0];
     let image = container["image"].as_str().expect("image");
-    assert_eq!(image, "ksched:0.1.0");
+    assert_eq!(image, format!("ksched:{}", env!("CARGO_PKG_VERSION")));
     let env = container["env"].as_array().expect("env");
     let ksched_image = env
         .iter()

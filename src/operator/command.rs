@@ -1,6 +1,7 @@
 //! The `ksched operator` and `ksched render` commands (argument parsing and process set-up; the
 //! work is in [`super::run`] and [`super::render_cli`]).
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,8 +11,10 @@ use kube::{Client, Config};
 
 use super::in_process::InProcessSchedulers;
 use super::render::{DEFAULT_NAMESPACE, RenderOptions};
-use super::{OperatorOptions, render_cli};
+use super::{LEASE_NAME, OperatorOptions, http, render_cli};
+use crate::config::duration::GoDuration;
 use crate::framework::registry::Registry;
+use crate::leader_election::{LeaderElectionConfig, default_identity};
 
 /// The scheduler image when neither `--image` nor `KSCHED_IMAGE` says: this build's own tag.
 pub const DEFAULT_IMAGE: &str = concat!("ksched:", env!("CARGO_PKG_VERSION"));
@@ -32,6 +35,57 @@ pub struct OperatorArgs {
     /// get no UnknownSchedulerName warning. `default-scheduler` is always known.
     #[arg(long = "known-scheduler")]
     pub known_schedulers: Vec<String>,
+    /// Address of the HTTP endpoint (`/healthz`, `/readyz`, `/metrics`).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Port of the HTTP endpoint; 0 turns it off.
+    #[arg(long, default_value_t = http::DEFAULT_PORT)]
+    pub http_port: u16,
+    /// Elect a leader among replicas on the Lease `ksched-operator` in the operator namespace; only
+    /// the leader reconciles and runs Embedded schedulers (`--leader-elect=false`: this one leads).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// How long a follower waits after the last renewal before it takes the Lease.
+    #[arg(long, default_value = "15s")]
+    pub leader_elect_lease_duration: GoDuration,
+    /// How long the leader keeps trying to renew before it stops leading.
+    #[arg(long, default_value = "10s")]
+    pub leader_elect_renew_deadline: GoDuration,
+    /// How long candidates wait between attempts.
+    #[arg(long, default_value = "2s")]
+    pub leader_elect_retry_period: GoDuration,
+}
+
+impl OperatorArgs {
+    /// The elector's settings, or None without `--leader-elect`; an error names the bad flag.
+    pub fn leader_election(&self) -> Result<Option<LeaderElectionConfig>, String> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let std = |flag: &str, d: GoDuration| {
+            d.to_std()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| format!("--{flag}={d}: must be a positive duration"))
+        };
+        let config = LeaderElectionConfig {
+            namespace: self.namespace.clone(),
+            lease_name: LEASE_NAME.into(),
+            identity: default_identity(),
+            lease_duration: std(
+                "leader-elect-lease-duration",
+                self.leader_elect_lease_duration,
+            )?,
+            renew_deadline: std(
+                "leader-elect-renew-deadline",
+                self.leader_elect_renew_deadline,
+            )?,
+            retry_period: std("leader-elect-retry-period", self.leader_elect_retry_period)?,
+        };
+        config
+            .validate()
+            .map_err(|e| format!("--leader-elect-*: {e}"))?;
+        Ok(Some(config))
+    }
 }
 
 /// `ksched render`.
@@ -83,6 +137,13 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let leader_election = match args.leader_election() {
+        Ok(le) => le,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     runtime.block_on(async move {
         let client = match client(args.kubeconfig.as_deref()).await {
             Ok(c) => c,
@@ -94,8 +155,19 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
         let registry = Arc::new(Registry::in_tree());
         let mut opts = OperatorOptions::new(args.namespace, args.image, registry.clone());
         opts.known_schedulers = args.known_schedulers;
+        opts.leader_election = leader_election;
+        let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+        if args.http_port != 0 {
+            let addr = SocketAddr::new(args.bind_address, args.http_port);
+            if let Err(e) = http::serve(addr, opts.health.clone(), http_stopped).await {
+                eprintln!("error: {e} (choose another --http-port, or 0 for none)");
+                return ExitCode::FAILURE;
+            }
+        }
         let embedded = InProcessSchedulers::new(client.clone(), registry, opts.instance.clone());
-        match super::run(client, opts, Arc::new(embedded), shutdown_signal()).await {
+        let result = super::run(client, opts, Arc::new(embedded), shutdown_signal()).await;
+        let _ = stop_http.send(true);
+        match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -144,4 +216,54 @@ pub async fn shutdown_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
     tracing::info!("shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OperatorArgs,
+    }
+
+    fn parse(flags: &[&str]) -> OperatorArgs {
+        Cli::parse_from(std::iter::once("operator").chain(flags.iter().copied())).args
+    }
+
+    #[test]
+    fn leader_election_is_on_by_default_on_the_operator_lease_of_its_namespace() {
+        let le = parse(&["--namespace=ops"])
+            .leader_election()
+            .unwrap()
+            .expect("on by default");
+        assert_eq!(le.namespace, "ops");
+        assert_eq!(le.lease_name, "ksched-operator");
+        assert_eq!(le.lease_duration, std::time::Duration::from_secs(15));
+        assert_eq!(le.renew_deadline, std::time::Duration::from_secs(10));
+        assert_eq!(le.retry_period, std::time::Duration::from_secs(2));
+        assert!(
+            parse(&["--leader-elect=false"])
+                .leader_election()
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn bad_leader_election_timings_name_the_flags() {
+        let err = parse(&["--leader-elect-renew-deadline=20s"])
+            .leader_election()
+            .unwrap_err();
+        assert!(
+            err.contains("--leader-elect-") && err.contains("renewDeadline"),
+            "{err}"
+        );
+        let err = parse(&["--leader-elect-retry-period=0s"])
+            .leader_election()
+            .unwrap_err();
+        assert!(err.contains("--leader-elect-retry-period=0s"), "{err}");
+    }
 }

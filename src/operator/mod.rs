@@ -8,8 +8,11 @@
 pub mod backoff;
 pub mod command;
 pub mod embedded;
+pub mod health;
+pub mod http;
 pub mod in_process;
 pub mod leaf_cluster_policy;
+pub mod metrics;
 pub mod render;
 pub mod render_cli;
 pub mod scheduler_profile;
@@ -28,6 +31,9 @@ use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 
 use crate::config::PluginCatalog;
+use crate::leader_election::{
+    LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership, task_outcome,
+};
 
 pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
 pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
@@ -35,6 +41,10 @@ pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
 /// Finalizer of both kinds: removes what owner references cannot (ClusterRole/ClusterRoleBinding of
 /// a profile, the taints of a policy).
 pub const FINALIZER: &str = "ksched.io/cleanup";
+/// How long the controllers may take to stop after a shutdown request (reconciles in flight finish).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// The operator replicas' Lease, in the operator namespace.
+pub const LEASE_NAME: &str = "ksched-operator";
 /// Scheduler names that are always served (besides every SchedulerProfile's name).
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
@@ -55,10 +65,15 @@ pub struct OperatorOptions {
     pub instance: String,
     /// How often a profile's status is refreshed without any change (Lease freshness, pending pods).
     pub resync: Duration,
+    /// Readiness and metrics, served by [`http::serve`].
+    pub health: Arc<health::OperatorHealth>,
     /// The first wait before objects the API server refused are applied again (doubling per
     /// failure up to `retry_max`; changed objects are applied at once).
     pub retry_initial: Duration,
     pub retry_max: Duration,
+    /// Leader election among replicas (Lease [`LEASE_NAME`] in the operator namespace): only the
+    /// leader reconciles and runs Embedded schedulers. None: this process leads alone.
+    pub leader_election: Option<LeaderElectionConfig>,
 }
 
 impl OperatorOptions {
@@ -76,8 +91,10 @@ impl OperatorOptions {
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .unwrap_or_else(|_| "ksched-operator".into()),
             resync: Duration::from_secs(15),
+            health: Arc::default(),
             retry_initial: Duration::from_secs(5),
             retry_max: Duration::from_secs(300),
+            leader_election: None,
         }
     }
 
@@ -99,6 +116,7 @@ impl std::fmt::Debug for OperatorOptions {
             .field("resync", &self.resync)
             .field("retry_initial", &self.retry_initial)
             .field("retry_max", &self.retry_max)
+            .field("leader_election", &self.leader_election)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +138,8 @@ pub enum Error {
     NodeConflict { node: String, attempts: u32 },
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    LeaderElection(#[from] LeaderElectionError),
 }
 
 /// Shared by the reconcilers.
@@ -137,8 +157,12 @@ pub(crate) struct Context {
 pub(crate) type Shutdown = Shared<BoxFuture<'static, ()>>;
 
 /// Runs the operator until `shutdown` resolves: the SchedulerProfile and LeafClusterPolicy
-/// controllers and the unknown-schedulerName watcher. `client` carries the operator's identity
-/// (in a cluster, its ServiceAccount). Returns when all three have stopped.
+/// controllers and the unknown-schedulerName watcher, while leading (always, without leader
+/// election); the caches behind `/readyz` and the queue-depth metric on every replica. `client`
+/// carries the operator's identity (in a cluster, its ServiceAccount). Returns Ok once stopped on
+/// `shutdown` (the Lease released last, so a follower takes over at once), or the cause when
+/// leadership was lost (controllers and Embedded schedulers stopped first; the process should exit
+/// and start over as a follower, as kube-controller-manager does).
 pub async fn run(
     client: Client,
     opts: OperatorOptions,
@@ -154,6 +178,13 @@ pub async fn run(
         },
     );
     let apply_backoff = backoff::ApplyBackoff::new(opts.retry_initial, opts.retry_max);
+    let (elector, leadership) = match &opts.leader_election {
+        Some(config) => {
+            let (elector, leadership) = LeaderElector::new(client.clone(), config.clone())?;
+            (Some(elector), leadership)
+        }
+        None => (None, Leadership::always()),
+    };
     let ctx = Arc::new(Context {
         client,
         opts,
@@ -163,14 +194,105 @@ pub async fn run(
         announced: Default::default(),
     });
     tracing::info!(namespace = %ctx.opts.namespace, image = %ctx.opts.image, "operator starting");
-    futures::join!(
-        scheduler_profile::run(ctx.clone(), shutdown.clone()),
-        leaf_cluster_policy::run(ctx.clone(), shutdown.clone()),
-        unknown_scheduler::run(ctx.clone(), shutdown.clone()),
-    );
-    scheduler_profile::embedded_stopped(&ctx).await;
+    let health = ctx.opts.health.clone();
+    // The health reflectors stop with the operator, whether it stops on `shutdown` or on a loss.
+    let (finished, finished_rx) = tokio::sync::watch::channel(false);
+    let observing = {
+        let shutdown = shutdown.clone();
+        let mut finished_rx = finished_rx;
+        let stop: Shutdown = async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = finished_rx.wait_for(|f| *f) => {}
+            }
+        }
+        .boxed()
+        .shared();
+        health::observe(ctx.client.clone(), health.clone(), stop)
+    };
+    let leading = async {
+        let result = lead(&ctx, elector, leadership, shutdown).await;
+        let _ = finished.send(true);
+        result
+    };
+    let (result, ()) = futures::join!(leading, observing);
     tracing::info!("operator stopped");
-    Ok(())
+    result
+}
+
+/// Campaigns (when electing), then runs the controllers while leading and until `shutdown`.
+async fn lead(
+    ctx: &Arc<Context>,
+    elector: Option<LeaderElector>,
+    leadership: Leadership,
+    shutdown: Shutdown,
+) -> Result<(), Error> {
+    let metrics = &ctx.opts.health.metrics;
+    let (stop_elector, elector_stop) = tokio::sync::watch::channel(false);
+    let mut elector_task = None;
+    if let Some(elector) = elector {
+        // Followers show 0 (client-go's gauge exists from the start).
+        metrics.set_leader(false);
+        let mut task = tokio::spawn(elector.run(elector_stop));
+        tokio::select! {
+            _ = leadership.acquired() => {}
+            r = &mut task => return Ok(task_outcome(r)?),
+            _ = shutdown.clone() => {
+                let _ = stop_elector.send(true);
+                return Ok(task_outcome(task.await)?);
+            }
+        }
+        tracing::info!(lease = LEASE_NAME, "leading: starting the controllers");
+        elector_task = Some(task);
+    }
+    metrics.set_leader(true);
+    let lost = leadership.clone();
+    let stop: Shutdown = {
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = lost.lost() => tracing::error!(lease = LEASE_NAME, "leadership lost: stopping the controllers and Embedded schedulers"),
+            }
+        }
+        .boxed()
+        .shared()
+    };
+    let controllers = async {
+        futures::join!(
+            scheduler_profile::run(ctx.clone(), stop.clone()),
+            leaf_cluster_policy::run(ctx.clone(), stop.clone()),
+            unknown_scheduler::run(ctx.clone(), stop.clone()),
+        )
+    };
+    // kube-runtime's controllers finish a graceful shutdown only once their caches have synced: one
+    // whose watch never could (a missing permission or CRD) would keep the process alive forever.
+    let overdue = async {
+        stop.clone().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        _ = controllers => {}
+        _ = overdue => tracing::warn!(
+            "the controllers did not stop within {SHUTDOWN_GRACE:?} of the shutdown request; stopping them"
+        ),
+    }
+    let lost = !leadership.is_leader();
+    leadership.resign();
+    if lost {
+        // The next leader owns the profiles' status now: only stop what runs here.
+        ctx.embedded.stop_all().await;
+    } else {
+        scheduler_profile::embedded_stopped(ctx).await;
+    }
+    metrics.set_leader(false);
+    let Some(task) = elector_task else {
+        return Ok(());
+    };
+    // On a loss the elector ends by itself with the cause; on shutdown it is told to stop, and
+    // releases the lease last.
+    let _ = stop_elector.send(true);
+    Ok(task_outcome(task.await)?)
 }
 
 /// Publishes an Event about `obj` unless the last one this operator announced about it on `topic`

@@ -99,7 +99,14 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         )
         .with_config(kube::runtime::Config::default().debounce(Duration::from_millis(500)))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            ctx.opts
+                .health
+                .metrics
+                .instrument(super::metrics::SCHEDULER_PROFILE, reconcile),
+            error_policy,
+            ctx,
+        )
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => tracing::debug!(profile = %obj.name, "reconciled"),

@@ -10,15 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use super::metrics::Metrics;
+use crate::serving;
 
 /// What the endpoints report.
 pub struct HttpState {
@@ -38,11 +36,8 @@ pub struct TlsFiles {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("binding {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] serving::BindError),
     #[error("reading TLS certificate/key: {0}")]
     Pem(String),
     #[error("generating a self-signed certificate: {0}")]
@@ -85,86 +80,33 @@ pub async fn serve(
     addr: SocketAddr,
     tls: &TlsFiles,
     state: Arc<HttpState>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), HttpError> {
     let acceptor = tls_acceptor(tls)?;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| HttpError::Bind { addr, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| HttpError::Bind { addr, source })?;
+    let (listener, local) = serving::bind(addr).await?;
     info!(address = %local, "serving securely on {local}");
-    let task = tokio::spawn(async move {
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(err) => { warn!(%err, "accept failed"); continue; }
-                },
-                _ = shutdown.changed() => return,
-            };
-            let acceptor = acceptor.clone();
-            let state = state.clone();
-            tokio::spawn(async move {
-                let tls = match acceptor.accept(stream).await {
-                    Ok(tls) => tls,
-                    Err(err) => {
-                        debug!(%peer, %err, "TLS handshake failed");
-                        return;
-                    }
-                };
-                let service = hyper::service::service_fn(move |req| {
-                    let state = state.clone();
-                    async move { Ok::<_, std::convert::Infallible>(route(&state, &req)) }
-                });
-                if let Err(err) = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await
-                {
-                    debug!(%peer, %err, "connection ended with an error");
-                }
-            });
-        }
-    });
-    Ok((local, task))
+    let handler: serving::Handler = Arc::new(move |req| route(&state, req));
+    Ok((
+        local,
+        serving::spawn(listener, Some(acceptor), handler, shutdown),
+    ))
 }
 
 fn route(state: &HttpState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     match req.uri().path() {
-        "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
+        "/healthz" | "/livez" => serving::text(StatusCode::OK, "ok"),
         "/readyz" => {
             if state.ready.load(Ordering::Acquire) {
-                text(StatusCode::OK, "ok")
+                serving::text(StatusCode::OK, "ok")
             } else {
-                text(
+                serving::text(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "[-]sched-handler-sync failed: caches not synced yet\nreadyz check failed",
                 )
             }
         }
-        "/metrics" => {
-            let mut resp = text(StatusCode::OK, &state.metrics.encode());
-            resp.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            resp
-        }
-        "/configz" => {
-            let mut resp = text(StatusCode::OK, &state.configz);
-            resp.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("application/json"),
-            );
-            resp
-        }
-        _ => text(StatusCode::NOT_FOUND, "404 page not found"),
+        "/metrics" => serving::metrics(&state.metrics.encode()),
+        "/configz" => serving::typed(&state.configz, "application/json"),
+        _ => serving::not_found(),
     }
-}
-
-fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
-    *resp.status_mut() = status;
-    resp
 }

@@ -321,7 +321,7 @@ pub async fn run(
 fn elector_result(
     joined: Result<Result<(), LeaderElectionError>, tokio::task::JoinError>,
 ) -> Result<(), SchedulerError> {
-    joined.unwrap_or(Ok(())).map_err(Into::into)
+    crate::leader_election::task_outcome(joined).map_err(Into::into)
 }
 
 /// The elector's settings from the configuration's `leaderElection`.

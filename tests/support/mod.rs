@@ -9,6 +9,7 @@ pub mod events;
 pub mod fixtures;
 pub mod https;
 pub mod nodes;
+pub mod operator;
 pub mod pki;
 pub mod process;
 pub mod relay;

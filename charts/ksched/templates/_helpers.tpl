@@ -1,0 +1,20 @@
+{{/* The operator's name: its ServiceAccount, Deployment, RBAC objects. */}}
+{{- define "ksched.name" -}}
+ksched-operator
+{{- end }}
+
+{{/* Labels that select the operator's pods. No app.kubernetes.io/instance: rendered schedulers use
+it for their profile's name, and a profile named like the release must not select the operator. */}}
+{{- define "ksched.selectorLabels" -}}
+app.kubernetes.io/name: ksched
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "ksched.labels" -}}
+{{ include "ksched.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{- define "ksched.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}

@@ -502,6 +502,11 @@ async fn sigterm_writes_the_queued_events_and_releases_the_lease() {
         "Scheduled events written before exit\n{}",
         s.logs()
     );
-    assert_eq!(s.holder().await, None, "the lease was not released");
+    assert_eq!(
+        s.holder().await,
+        None,
+        "the lease was not released\n{}",
+        s.logs()
+    );
     eprintln!("SIGTERM: exited {exit_took:?} after the signal with every event written");
 }

@@ -827,7 +827,7 @@ mod tests {
         assert_eq!(out.status.code(), Code::Unschedulable);
         assert_eq!(
             out.message,
-            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {k: v}. \
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint(s). \
              preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, \
              2 Preemption is not helpful for scheduling."
         );

@@ -168,7 +168,7 @@ impl Algorithm {
     }
 
     /// Runs PreFilter, Filter (from the rotating start, in parallel, until enough nodes fit),
-    /// PreScore and Score, and selects the host among the best-scored nodes at random.
+    /// PreScore and Score, and selects the host as upstream does (see [`heap_top`]).
     pub fn schedule_pod(
         &mut self,
         fwk: &Framework,
@@ -361,26 +361,43 @@ pub fn prioritize_nodes(
         .map_err(ScheduleError::Internal)
 }
 
-/// The highest-scored node; ties broken uniformly at random (reservoir sampling).
+/// The node upstream's `selectHost` picks among `scores` (in evaluation order); see [`heap_top`].
 pub fn select_host(scores: &NodeScores) -> Option<String> {
-    let mut best: Option<(i64, usize)> = None;
-    let mut ties = 0u64;
-    for (i, &total) in scores.totals.iter().enumerate() {
-        match best {
-            Some((b, _)) if total < b => {}
-            Some((b, _)) if total == b => {
-                ties += 1;
-                if fastrand::u64(0..ties) == 0 {
-                    best = Some((b, i));
-                }
+    heap_top(&scores.totals, &[]).map(|i| scores.nodes[i].to_string())
+}
+
+/// The index upstream 1.36 pops first from its node-score heap: Go's `container/heap` `Init` over
+/// the nodes in evaluation order, ordered by total score, then by `randomizers` (upstream draws one
+/// per node only when extenders scored; missing ones are 0). Among equal top scores this is a node
+/// fixed by the heap's layout, neither random nor always the first (scores [1, 5, 9, 9] pick the
+/// last), so the same cluster state gives the same node as upstream.
+pub fn heap_top(totals: &[i64], randomizers: &[u64]) -> Option<usize> {
+    let key = |i: usize| (totals[i], randomizers.get(i).copied().unwrap_or(0));
+    // Go's heap.Less: a strictly better node sorts first.
+    let less = |h: &[usize], a: usize, b: usize| key(h[a]) > key(h[b]);
+    let n = totals.len();
+    let mut h: Vec<usize> = (0..n).collect();
+    // heap.Init: down(i) for i from n/2-1 down to 0.
+    for start in (0..n / 2).rev() {
+        let mut i = start;
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
             }
-            _ => {
-                best = Some((total, i));
-                ties = 1;
+            let mut j = left;
+            if left + 1 < n && less(&h, left + 1, left) {
+                j = left + 1;
             }
+            if !less(&h, j, i) {
+                break;
+            }
+            h.swap(i, j);
+            i = j;
         }
     }
-    best.map(|(_, i)| scores.nodes[i].to_string())
+    // heap.Pop returns the root.
+    h.first().copied()
 }
 
 #[cfg(test)]
@@ -639,16 +656,31 @@ mod tests {
     }
 
     #[test]
-    fn select_host_breaks_ties_at_random_among_the_best() {
+    fn select_host_takes_the_top_of_gos_heap() {
         let mut scores = NodeScores::default();
         scores.nodes = ["a", "b", "c", "d"].into_iter().map(Arc::from).collect();
         scores.totals = vec![5, 9, 9, 1];
-        let mut seen = BTreeSet::new();
-        for _ in 0..200 {
-            seen.insert(select_host(&scores).expect("host"));
+        // Deterministic: every call picks the same node.
+        for _ in 0..20 {
+            assert_eq!(select_host(&scores).as_deref(), Some("b"));
         }
-        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(select_host(&NodeScores::default()), None);
+        // Worked through Go's heap.Init by hand: the tie does not always go to the first node.
+        let cases: [(&[i64], usize); 7] = [
+            (&[7], 0),
+            (&[3, 3, 3, 3, 3], 0),
+            (&[1, 5, 9, 9], 3),
+            (&[5, 9, 9, 1], 1),
+            (&[1, 9, 2, 9, 9], 1),
+            (&[0, 1, 9, 2, 3, 9], 2),
+            (&[2, 1, 3, 9, 1, 1, 9], 3),
+        ];
+        for (totals, want) in cases {
+            assert_eq!(heap_top(totals, &[]), Some(want), "{totals:?}");
+        }
+        // With extenders upstream breaks ties by a random number per node.
+        assert_eq!(heap_top(&[9, 9, 9], &[4, 7, 1]), Some(1));
+        assert_eq!(heap_top(&[9, 8, 9], &[4, 70, 1]), Some(0));
     }
 
     #[test]

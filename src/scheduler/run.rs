@@ -542,7 +542,19 @@ async fn binding_cycle(
         undo_reservation(shared, fwk, &mut state, &assumed, &host);
         return;
     }
-    let mut status = fwk.wait_on_permit(&assumed).await;
+    // NominatedNodeNameForExpectation: when PreBind will act or Permit waits, the pod's node is
+    // published as its nominated node before it is bound (autoscalers and users see it coming).
+    let pre_flight = fwk.run_pre_bind_pre_flights(&mut state, &assumed, &host);
+    let mut status = if pre_flight.is_success() || pre_flight.is_skip() {
+        if (pre_flight.is_success() || fwk.will_wait_on_permit(&assumed))
+            && let Some(reporter) = shared.reporters.get(&profile)
+        {
+            reporter.nominate(&qpi.pod_info.pod, &host).await;
+        }
+        fwk.wait_on_permit(&assumed).await
+    } else {
+        pre_flight
+    };
     if status.is_success() {
         let t = Instant::now();
         status = fwk.run_pre_bind_plugins(&state, &assumed, &host).await;

@@ -452,12 +452,17 @@ fn host_ports(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
     (objects, vec![p.build()])
 }
 
-/// One container may not list the same host port twice (validation); keep the first.
+/// One container may not list the same protocol, host IP and host port twice (validation); keep
+/// the first.
 fn dedup_ports(ports: Vec<Value>) -> Value {
     let mut seen = Vec::new();
     let mut out = Vec::new();
     for (i, mut p) in ports.into_iter().enumerate() {
-        let key = (p["hostPort"].clone(), p["protocol"].clone());
+        let key = (
+            p["protocol"].as_str().unwrap_or("TCP").to_string(),
+            p["hostIP"].as_str().unwrap_or_default().to_string(),
+            p["hostPort"].clone(),
+        );
         if seen.contains(&key) {
             continue;
         }

@@ -50,7 +50,7 @@ async fn differential(per_family: usize, report_name: &str) {
         .into_iter()
         .filter(|c| c.name.starts_with(&only))
         .collect();
-    let ignore_dra_text = !ksched_default_profile_has("DynamicResources");
+    let ignore_dra = !ksched_default_profile_has("DynamicResources");
     let cp = control_plane(Components::API_ONLY);
     let mut runner = Runner::new(cp).await;
     let started = Instant::now();
@@ -66,12 +66,12 @@ async fn differential(per_family: usize, report_name: &str) {
         }
         let mut upstream = vec![runner.run(case, Scheduler::Upstream).await];
         let ksched = runner.run(case, Scheduler::Ksched).await;
-        let mut verdict = report::compare(case, &upstream, &ksched, ignore_dra_text);
+        let mut verdict = report::compare(case, &upstream, &ksched, ignore_dra);
         // Upstream's choice among equal nodes depends on which filter goroutine finishes first:
         // before calling a difference a disagreement, see whether upstream varies too.
         while !verdict.agrees() && upstream.len() < UPSTREAM_RUNS_ON_DIFFERENCE {
             upstream.push(runner.run(case, Scheduler::Upstream).await);
-            verdict = report::compare(case, &upstream, &ksched, ignore_dra_text);
+            verdict = report::compare(case, &upstream, &ksched, ignore_dra);
         }
         eprintln!(
             "fidelity: {} {}",

@@ -99,6 +99,9 @@ pub struct NodeScores {
     weighted: Vec<i64>,
     /// The sum per node.
     pub totals: Vec<i64>,
+    /// Tie-breakers: upstream draws a random one for each node an extender scored, 0 for others
+    /// (empty: all 0).
+    pub randomizers: Vec<u64>,
 }
 
 impl NodeScores {
@@ -109,6 +112,22 @@ impl NodeScores {
             plugins: Vec::new(),
             weighted: Vec::new(),
             totals: vec![total; nodes.len()],
+            randomizers: Vec::new(),
+        }
+    }
+
+    /// Adds the extenders' scores (by node name); each node that got one gets a random
+    /// tie-breaker, as upstream gives it.
+    pub fn add_extender_scores(&mut self, scores: &BTreeMap<String, i64>) {
+        if scores.is_empty() {
+            return;
+        }
+        self.randomizers.resize(self.nodes.len(), 0);
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(s) = scores.get(&**node) {
+                self.totals[i] += s;
+                self.randomizers[i] = fastrand::u64(..);
+            }
         }
     }
 
@@ -716,6 +735,7 @@ impl Framework {
             plugins: plugins.iter().map(|(_, e)| e.name.clone()).collect(),
             weighted: raw,
             totals,
+            randomizers: Vec::new(),
         })
     }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::extender::{EXTENDER_NAME, Extender, extender_scores, find_nodes_that_pass_extenders};
 use super::interface::{Code, CycleState, NodeToStatus, Status};
 use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD};
 use super::types::{NodeInfo, PodInfo, Snapshot};
@@ -135,6 +136,8 @@ pub struct Algorithm {
     next_start_node_index: usize,
     /// The configuration's top-level `percentageOfNodesToScore` (0: adaptive).
     pub percentage_of_nodes_to_score: i32,
+    /// The configuration's extenders, consulted after the Filter and Score plugins.
+    pub extenders: Vec<Arc<dyn Extender>>,
 }
 
 impl Algorithm {
@@ -142,7 +145,18 @@ impl Algorithm {
         Algorithm {
             next_start_node_index: 0,
             percentage_of_nodes_to_score,
+            extenders: Vec::new(),
         }
+    }
+
+    pub fn with_extenders(mut self, extenders: Vec<Arc<dyn Extender>>) -> Algorithm {
+        self.extenders = extenders;
+        self
+    }
+
+    /// Whether scores decide among feasible nodes (Score plugins or a prioritizing extender).
+    fn has_scoring(&self, fwk: &Framework) -> bool {
+        fwk.has_score_plugins() || self.extenders.iter().any(|e| e.is_prioritizer())
     }
 
     pub fn next_start_node_index(&self) -> usize {
@@ -196,7 +210,7 @@ impl Algorithm {
                 feasible_nodes: 1,
             });
         }
-        let scores = prioritize_nodes(fwk, state, pod, snapshot, &feasible)?;
+        let scores = prioritize_nodes(fwk, &self.extenders, state, pod, snapshot, &feasible)?;
         let host = select_host(&scores)
             .ok_or_else(|| ScheduleError::Internal(Status::error("empty priority list")))?;
         Ok(ScheduleResult {
@@ -241,8 +255,19 @@ impl Algorithm {
                 std::slice::from_ref(node),
                 false,
             )?;
-            if !feasible.is_empty() {
-                return Ok((feasible, diagnosis));
+            let feasible = find_nodes_that_pass_extenders(
+                &self.extenders,
+                pod,
+                feasible,
+                &mut diagnosis.node_to_status,
+            );
+            match feasible {
+                Ok(f) if !f.is_empty() => return Ok((f, diagnosis)),
+                Ok(_) => {}
+                Err(s) => {
+                    tracing::warn!(pod = %pod.key(), node = nominated, error = %s.message(),
+                        "evaluation failed on nominated node");
+                }
             }
         }
 
@@ -270,7 +295,22 @@ impl Algorithm {
         let processed = feasible.as_ref().map_or(0, Vec::len) + diagnosis.node_to_status.len();
         self.next_start_node_index =
             (self.next_start_node_index + processed) % all_nodes.len().max(1);
-        Ok((feasible?, diagnosis))
+        let feasible = feasible?;
+        let before = feasible.len();
+        let feasible = find_nodes_that_pass_extenders(
+            &self.extenders,
+            pod,
+            feasible,
+            &mut diagnosis.node_to_status,
+        )
+        .map_err(ScheduleError::Internal)?;
+        if feasible.len() != before {
+            // Extenders have no cluster events of their own: any event retries the pod.
+            diagnosis
+                .unschedulable_plugins
+                .insert(EXTENDER_NAME.to_string());
+        }
+        Ok((feasible, diagnosis))
     }
 
     /// Filters `nodes` starting at the rotating index until enough feasible nodes are found.
@@ -290,7 +330,7 @@ impl Algorithm {
             return Ok(Vec::new());
         }
         let mut to_find = self.num_feasible_nodes_to_find(fwk.percentage_of_nodes_to_score(), n);
-        if !fwk.has_score_plugins() {
+        if !self.extenders.iter().any(|e| e.is_filter()) && !self.has_scoring(fwk) {
             to_find = 1;
         }
         let start = if rotate {
@@ -342,28 +382,35 @@ impl Algorithm {
     }
 }
 
-/// PreScore and Score over the feasible nodes (all score 1 without Score plugins).
+/// PreScore and Score over the feasible nodes, plus the extenders' scores (all score 1 without
+/// Score plugins and extenders).
 pub fn prioritize_nodes(
     fwk: &Framework,
+    extenders: &[Arc<dyn Extender>],
     state: &mut CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
     nodes: &[Arc<NodeInfo>],
 ) -> Result<NodeScores, ScheduleError> {
-    if !fwk.has_score_plugins() {
+    if extenders.is_empty() && !fwk.has_score_plugins() {
         return Ok(NodeScores::uniform(nodes, 1));
     }
     let s = fwk.run_pre_score_plugins(state, pod, snapshot, nodes);
     if !s.is_success() {
         return Err(ScheduleError::Internal(s));
     }
-    fwk.run_score_plugins(state, pod, nodes)
-        .map_err(ScheduleError::Internal)
+    let mut scores = fwk
+        .run_score_plugins(state, pod, nodes)
+        .map_err(ScheduleError::Internal)?;
+    if !extenders.is_empty() {
+        scores.add_extender_scores(&extender_scores(extenders, pod, nodes));
+    }
+    Ok(scores)
 }
 
 /// The node upstream's `selectHost` picks among `scores` (in evaluation order); see [`heap_top`].
 pub fn select_host(scores: &NodeScores) -> Option<String> {
-    heap_top(&scores.totals, &[]).map(|i| scores.nodes[i].to_string())
+    heap_top(&scores.totals, &scores.randomizers).map(|i| scores.nodes[i].to_string())
 }
 
 /// The index upstream 1.36 pops first from its node-score heap: Go's `container/heap` `Init` over
@@ -681,6 +728,74 @@ mod tests {
         // With extenders upstream breaks ties by a random number per node.
         assert_eq!(heap_top(&[9, 9, 9], &[4, 7, 1]), Some(1));
         assert_eq!(heap_top(&[9, 8, 9], &[4, 70, 1]), Some(0));
+    }
+
+    #[test]
+    fn extenders_filter_and_score_after_the_plugins() {
+        use crate::framework::extender::tests::FakeExtender;
+        let mut a = fake_a();
+        a.score = [("n1".to_string(), 90), ("n2".to_string(), 10)].into();
+        let f = fwk(vec![a], &[(Filter, &["A"]), (Score, &["A"])]);
+        let snap = snapshot_of(&["n1", "n2", "n3"]);
+        let pod = PodBuilder::new("p").info();
+        // The plugins prefer n1; the extender rejects it.
+        let mut ext = FakeExtender::new("http://ext");
+        ext.reject
+            .insert("n1".into(), ("n1 is reserved".into(), false));
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        let r = schedule(&mut alg, &f, &pod, &snap).expect("fits");
+        assert_eq!(r.suggested_host, "n2");
+        // A prioritizing extender's score (x weight x 10) outweighs the plugins' 80 points.
+        let mut ext = FakeExtender::new("http://prio");
+        ext.scores = Some(([("n3".to_string(), 10)].into(), 1));
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        assert_eq!(
+            schedule(&mut alg, &f, &pod, &snap)
+                .expect("fits")
+                .suggested_host,
+            "n3"
+        );
+        // Everything rejected: the extender's reasons are in the message and the pod is retried on
+        // any event ("Extender" among the rejecting plugins).
+        let mut ext = FakeExtender::new("http://ext");
+        for n in ["n1", "n2", "n3"] {
+            ext.reject.insert(n.into(), ("no room".into(), true));
+        }
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        match schedule(&mut alg, &f, &pod, &snap) {
+            Err(ScheduleError::Fit(fit)) => {
+                assert_eq!(fit.to_string(), "0/3 nodes are available: 3 no room.");
+                assert!(fit.diagnosis.unschedulable_plugins.contains("Extender"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // An unreachable extender is an error with its text.
+        let mut ext = FakeExtender::new("http://down");
+        ext.filter_error = Some("Post \"http://down/filter\": connection refused".into());
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        assert_eq!(
+            schedule(&mut alg, &f, &pod, &snap)
+                .expect_err("error")
+                .to_string(),
+            "Post \"http://down/filter\": connection refused"
+        );
+    }
+
+    #[test]
+    fn a_filtering_extender_sees_every_feasible_node() {
+        use crate::framework::extender::tests::FakeExtender;
+        // No Score plugins: without extenders the first feasible node is enough...
+        let f = fwk(vec![fake_a()], &[(Filter, &["A"])]);
+        let snap = snapshot_of(&["n1", "n2", "n3"]);
+        let pod = PodBuilder::new("p").info();
+        let r = schedule(&mut Algorithm::new(0), &f, &pod, &snap).expect("fits");
+        assert_eq!(r.feasible_nodes, 1);
+        // ...a filtering extender gets them all (it may reject the first).
+        let mut ext = FakeExtender::new("http://ext");
+        ext.reject.insert("n1".into(), ("no".into(), false));
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        let r = schedule(&mut alg, &f, &pod, &snap).expect("fits");
+        assert_eq!((r.suggested_host.as_str(), r.feasible_nodes), ("n2", 2));
     }
 
     #[test]

@@ -26,6 +26,7 @@ use super::leader_election::{
 use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
+use crate::framework::extender::Extender;
 use crate::framework::interface::{CycleState, NominatingMode, Status};
 use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
@@ -42,6 +43,8 @@ pub enum SchedulerError {
     LeaderElection(#[from] LeaderElectionError),
     #[error("the configuration has no profile")]
     NoProfiles,
+    #[error(transparent)]
+    Extender(#[from] super::extender::ExtenderSetupError),
 }
 
 /// Everything `run` needs besides the client.
@@ -124,12 +127,15 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let nominator = Arc::new(Nominator::new());
     let api = KubeApi::new(clients.binds.clone(), clients.writes.clone());
-    let handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
+    let extenders = super::extender::build_extenders(&config.extenders)?;
+    let mut handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
+    handle.extenders = extenders.clone();
     let mut frameworks = HashMap::new();
     let mut reporters = HashMap::new();
     let mut informers = std::collections::BTreeSet::new();
     for profile in &config.profiles {
-        let spec = profile_spec(profile, &options.registry);
+        let mut spec = profile_spec(profile, &options.registry);
+        super::extender::ignore_managed_resources(&mut spec, &config.extenders);
         let enabled = spec
             .plugins
             .values()
@@ -172,7 +178,9 @@ pub async fn run(
         frameworks,
         reporters,
         handle,
-        algorithm: Mutex::new(Algorithm::new(config.percentage_of_nodes_to_score)),
+        algorithm: Mutex::new(
+            Algorithm::new(config.percentage_of_nodes_to_score).with_extenders(extenders),
+        ),
         metrics: metrics.clone(),
         leadership: leadership.clone(),
     });
@@ -412,12 +420,15 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
             let mut nominated = None;
             if fwk.has_post_filter_plugins() {
                 let t = Instant::now();
-                let (res, status) = fwk.run_post_filter_plugins(
-                    &state,
-                    &pod,
-                    &snapshot,
-                    &fit.diagnosis.node_to_status,
-                );
+                // The dry run is CPU work, and preempting extenders are called synchronously.
+                let (res, status) = cpu_bound(|| {
+                    fwk.run_post_filter_plugins(
+                        &state,
+                        &pod,
+                        &snapshot,
+                        &fit.diagnosis.node_to_status,
+                    )
+                });
                 observe_extension_point(shared, &profile, "PostFilter", &status, t);
                 if !status.message().is_empty() {
                     fit.set_post_filter_message(status.message());
@@ -562,7 +573,10 @@ async fn binding_cycle(
     }
     if status.is_success() {
         let t = Instant::now();
-        status = fwk.run_bind_plugins(&state, &assumed, &host).await;
+        status = match extender_binder(shared, &assumed) {
+            Some(extender) => bind_through(extender, &assumed, &host).await,
+            None => fwk.run_bind_plugins(&state, &assumed, &host).await,
+        };
         observe_extension_point(shared, &profile, "Bind", &status, t);
     }
     if !status.is_success() {
@@ -579,6 +593,32 @@ async fn binding_cycle(
         reporter.scheduled(&assumed.pod, &host);
     }
     fwk.run_post_bind_plugins(&state, &assumed, &host).await;
+}
+
+/// The extender that binds `pod` instead of the Bind plugins: the first binding extender
+/// interested in it (upstream's `extendersBinding`).
+fn extender_binder(shared: &Shared, pod: &PodInfo) -> Option<Arc<dyn Extender>> {
+    shared
+        .handle
+        .extenders
+        .iter()
+        .find(|e| e.is_binder() && e.is_interested(pod))
+        .cloned()
+}
+
+/// Binds through `extender` (a blocking call, off the async workers).
+async fn bind_through(extender: Arc<dyn Extender>, pod: &PodInfo, node: &str) -> Status {
+    let (ns, name, uid, node) = (
+        pod.namespace().to_string(),
+        pod.name().to_string(),
+        pod.uid().to_string(),
+        node.to_string(),
+    );
+    match tokio::task::spawn_blocking(move || extender.bind(&ns, &name, &uid, &node)).await {
+        Ok(Ok(())) => Status::success(),
+        Ok(Err(e)) => Status::error(e),
+        Err(e) => Status::error(format!("binding through the extender: {e}")),
+    }
 }
 
 /// Unreserve (in reverse order) and forget the assumed pod: the node is free again.

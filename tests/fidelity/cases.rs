@@ -63,6 +63,17 @@ pub fn corpus(seed: u64, per_family: usize) -> Vec<Case> {
     out
 }
 
+/// `pod` and `n - 1` copies of it (`incoming-1`, ...), scheduled one after the other.
+fn copies(pod: &Value, n: usize) -> Vec<Value> {
+    (0..n.max(1))
+        .map(|k| {
+            let mut p = pod.clone();
+            p["metadata"]["name"] = json!(format!("incoming-{k}"));
+            p
+        })
+        .collect()
+}
+
 fn pick<T: Clone>(rng: &mut Rng, xs: &[T]) -> T {
     xs[rng.usize(..xs.len())].clone()
 }
@@ -577,15 +588,10 @@ fn pod_affinity(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         .label("app", app)
         .label("tier", pick(rng, &["front", "back"]))
         .set("affinity", Value::Object(aff));
-    let mut incoming = vec![p.build()];
-    if chance(rng, 30) {
-        // A second pod of the same kind, scheduled after the first (the first-pod rule and
-        // anti-affinity against the first).
-        let mut second = incoming[0].clone();
-        second["metadata"]["name"] = json!("incoming-1");
-        incoming.push(second);
-    }
-    (objects, incoming)
+    // Sometimes a second pod of the same kind, scheduled after the first (the first-pod rule and
+    // anti-affinity against the first).
+    let n = if chance(rng, 30) { 2 } else { 1 };
+    (objects, copies(&p.build(), n))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -662,13 +668,7 @@ fn topology_spread(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
             json!([{"key": "dedicated", "operator": "Exists"}]),
         );
     }
-    let mut incoming = vec![p.build()];
-    for k in 1..rng.usize(1..=3) {
-        let mut next = incoming[0].clone();
-        next["metadata"]["name"] = json!(format!("incoming-{k}"));
-        incoming.push(next);
-    }
-    (objects, incoming)
+    (objects, copies(&p.build(), rng.usize(1..=3)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -679,6 +679,28 @@ const DRIVER: &str = "fidelity.csi.example.com";
 
 fn claim_volume(claim: &str) -> Value {
     json!({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
+}
+
+/// Claim `claim` in fid-a bound to its own 1Gi PV `pv-<claim>` (with `affinity` and `labels`).
+fn bound_claim(
+    claim: &str,
+    modes: &[&str],
+    affinity: Option<(&str, &[&str])>,
+    labels: &[(&str, &str)],
+) -> [Value; 2] {
+    let pvname = format!("pv-{claim}");
+    [
+        pv(
+            &pvname,
+            "fid-wffc",
+            "1Gi",
+            modes,
+            affinity,
+            labels,
+            Some(("fid-a", claim)),
+        ),
+        pvc(claim, "fid-a", "fid-wffc", "1Gi", modes, Some(&pvname)),
+    ]
 }
 
 fn volumes(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
@@ -706,7 +728,6 @@ fn volumes(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         match rng.u32(..7) {
             0 | 1 => {
                 // Bound to a PV pinned to one node or zone (VolumeBinding, VolumeZone).
-                let pvname = format!("pv-{claim}");
                 let host = node_name(rng.usize(..n));
                 let zone = pick(rng, &ZONES[..2]);
                 let by_host = chance(rng, 50);
@@ -715,16 +736,12 @@ fn volumes(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
                 } else {
                     (None, vec![("topology.kubernetes.io/zone", zone)])
                 };
-                objects.push(pv(
-                    &pvname,
-                    "fid-wffc",
-                    "1Gi",
+                objects.extend(bound_claim(
+                    &claim,
                     &rwo,
                     affinity.as_ref().map(|(k, v)| (*k, v.as_slice())),
                     &labels,
-                    Some(("fid-a", &claim)),
                 ));
-                objects.push(pvc(&claim, "fid-a", "fid-wffc", "1Gi", &rwo, Some(&pvname)));
             }
             2 => {
                 // WaitForFirstConsumer with static PVs on some nodes.
@@ -749,24 +766,7 @@ fn volumes(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
             }
             4 => {
                 // ReadWriteOncePod, maybe in use by an existing pod.
-                let pvname = format!("pv-{claim}");
-                objects.push(pv(
-                    &pvname,
-                    "fid-wffc",
-                    "1Gi",
-                    &["ReadWriteOncePod"],
-                    None,
-                    &[],
-                    Some(("fid-a", &claim)),
-                ));
-                objects.push(pvc(
-                    &claim,
-                    "fid-a",
-                    "fid-wffc",
-                    "1Gi",
-                    &["ReadWriteOncePod"],
-                    Some(&pvname),
-                ));
+                objects.extend(bound_claim(&claim, &["ReadWriteOncePod"], None, &[]));
                 if chance(rng, 60) {
                     existing.push(
                         pod(&format!("user-{claim}"))
@@ -786,17 +786,7 @@ fn volumes(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
             }
             _ => {
                 // A bound claim without node affinity, counted against CSI limits.
-                let pvname = format!("pv-{claim}");
-                objects.push(pv(
-                    &pvname,
-                    "fid-wffc",
-                    "1Gi",
-                    &rwo,
-                    None,
-                    &[],
-                    Some(("fid-a", &claim)),
-                ));
-                objects.push(pvc(&claim, "fid-a", "fid-wffc", "1Gi", &rwo, Some(&pvname)));
+                objects.extend(bound_claim(&claim, &rwo, None, &[]));
             }
         }
         claims.push(claim);
@@ -806,17 +796,7 @@ fn volumes(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         for i in 0..n {
             for k in 0..rng.usize(..=2) {
                 let claim = format!("used-{i}-{k}");
-                let pvname = format!("pv-{claim}");
-                objects.push(pv(
-                    &pvname,
-                    "fid-wffc",
-                    "1Gi",
-                    &rwo,
-                    None,
-                    &[],
-                    Some(("fid-a", &claim)),
-                ));
-                objects.push(pvc(&claim, "fid-a", "fid-wffc", "1Gi", &rwo, Some(&pvname)));
+                objects.extend(bound_claim(&claim, &rwo, None, &[]));
                 existing.push(
                     pod(&format!("user-{claim}"))
                         .on(&node_name(i), 2)
@@ -918,13 +898,7 @@ fn scoring(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         p = p.set("topologySpreadConstraints", json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}]));
     }
-    let mut incoming = vec![p.build()];
-    for k in 1..rng.usize(1..=3) {
-        let mut next = incoming[0].clone();
-        next["metadata"]["name"] = json!(format!("incoming-{k}"));
-        incoming.push(next);
-    }
-    (objects, incoming)
+    (objects, copies(&p.build(), rng.usize(1..=3)))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -460,7 +460,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
                 fit.to_string(),
                 nominated,
                 started,
-            );
+            )
+            .await;
             return;
         }
         Err(ScheduleError::NoNodesAvailable) => {
@@ -474,7 +475,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
                 "no nodes available to schedule pods".into(),
                 None,
                 started,
-            );
+            )
+            .await;
             return;
         }
         Err(ScheduleError::Internal(status)) => {
@@ -488,7 +490,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
                 status.message(),
                 None,
                 started,
-            );
+            )
+            .await;
             return;
         }
     };
@@ -508,7 +511,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
             err.to_string(),
             None,
             started,
-        );
+        )
+        .await;
         return;
     }
     let t = Instant::now();
@@ -516,7 +520,7 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
     observe_extension_point(shared, &profile, "Reserve", &status, t);
     if !status.is_success() {
         undo_reservation(shared, &fwk, &mut state, &assumed, &host);
-        fail_with(shared, &profile, qpi, cycle, &status, started);
+        fail_with(shared, &profile, qpi, cycle, &status, started).await;
         return;
     }
     let t = Instant::now();
@@ -524,7 +528,7 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
     observe_extension_point(shared, &profile, "Permit", &status, t);
     if !status.is_success() && !status.is_wait() {
         undo_reservation(shared, &fwk, &mut state, &assumed, &host);
-        fail_with(shared, &profile, qpi, cycle, &status, started);
+        fail_with(shared, &profile, qpi, cycle, &status, started).await;
         return;
     }
 
@@ -583,7 +587,7 @@ async fn binding_cycle(
         undo_reservation(shared, fwk, &mut state, &assumed, &host);
         // The freed reservation may let other pods fit (upstream: AssignedPodDelete).
         shared.queue.move_all_to_active_or_backoff();
-        fail_with(shared, &profile, qpi, cycle, &status, started);
+        fail_with(shared, &profile, qpi, cycle, &status, started).await;
         return;
     }
     shared.cache.finish_binding(&key);
@@ -634,7 +638,7 @@ fn undo_reservation(
 }
 
 /// [`fail`] for a plugin's status: rejected means unschedulable, anything else an error.
-fn fail_with(
+async fn fail_with(
     shared: &Arc<Shared>,
     profile: &str,
     qpi: QueuedPodInfo,
@@ -651,7 +655,8 @@ fn fail_with(
         status.message(),
         None,
         started,
-    );
+    )
+    .await;
 }
 
 fn record_attempt(shared: &Shared, profile: &str, result: &str, started: Instant) {
@@ -672,8 +677,10 @@ fn record_attempt(shared: &Shared, profile: &str, result: &str, started: Instant
 }
 
 /// Requeues a pod that did not get scheduled and tells the user why (event + PodScheduled=False).
+/// The status is written before the caller goes on, as upstream's `handleSchedulingFailure` does:
+/// the next attempt (which may bind the pod at once) cannot overtake it.
 #[allow(clippy::too_many_arguments)]
-fn fail(
+async fn fail(
     shared: &Arc<Shared>,
     profile: &str,
     qpi: QueuedPodInfo,
@@ -693,7 +700,7 @@ fn fail(
         error!(pod = %qpi.pod_info.key(), %message, "error scheduling pod; retrying");
         shared.queue.add_backoff(qpi);
     }
-    let Some(reporter) = shared.reporters.get(profile).cloned() else {
+    let Some(reporter) = shared.reporters.get(profile) else {
         return;
     };
     let reason = if unschedulable {
@@ -701,11 +708,9 @@ fn fail(
     } else {
         REASON_SCHEDULER_ERROR
     };
-    tokio::spawn(async move {
-        reporter
-            .failed(&pod, reason, &message, nominated.as_deref())
-            .await;
-    });
+    reporter
+        .failed(&pod, reason, &message, nominated.as_deref())
+        .await;
 }
 
 fn with_node_name(pod: &Pod, node: &str) -> Pod {

@@ -252,9 +252,11 @@ impl Runner {
         match who {
             Scheduler::Upstream => {
                 let mut cmd = kube_scheduler_command(self.cp);
+                // KSCHED_FIDELITY_UPSTREAM_V=10 logs every plugin's score.
+                let v = std::env::var("KSCHED_FIDELITY_UPSTREAM_V").unwrap_or_else(|_| "2".into());
                 cmd.args([
                     format!("--config={}", path_str(&self.upstream_config)),
-                    "--v=2".into(),
+                    format!("--v={v}"),
                 ]);
                 cmd
             }

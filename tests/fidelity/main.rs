@@ -11,7 +11,8 @@
 //! whole corpus. Environment: `KSCHED_FIDELITY_SEED` (default 17), `KSCHED_FIDELITY_PER_FAMILY`
 //! (full run, default 30), `KSCHED_FIDELITY_CASE` (only cases whose name starts with it),
 //! `KSCHED_FIDELITY_DUMP` (print each case's objects), `KSCHED_FIDELITY_KEEP_LOGS` (keep each scheduler's log in the testenv directory, with
-//! `KSCHED_KEEP_TESTENV`). The report is printed and written to `target/fidelity/report.txt`.
+//! `KSCHED_KEEP_TESTENV`), `KSCHED_FIDELITY_UPSTREAM_V` (upstream's log level: 10 logs
+//! every plugin's score). The report is printed and written to `target/fidelity/report.txt`.
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -43,6 +43,7 @@ pub const FAMILIES: &[Family] = &[
     ("scoring", scoring),
     ("preemption", preemption),
     ("gates", scheduling_gates),
+    ("fill", fill),
 ];
 
 /// `per_family` cases of every family, from `seed`.
@@ -979,4 +980,35 @@ fn scheduling_gates(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         incoming.push(json!({"kind": "Ungate", "namespace": "fid-a", "name": "incoming-0"}));
     }
     (objects, incoming)
+}
+
+// ---------------------------------------------------------------------------------------------
+// fill: identical pods one after the other until nodes are full (upstream 1.35+ may reuse the
+// previous cycle's ranking for the next identical pod: OpportunisticBatching).
+
+fn fill(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let mut objects = Vec::new();
+    let cpu = pick(rng, &[1000u64, 1500, 2000]);
+    for i in 0..count(rng, 2, 5) {
+        let mut nb = node(&node_name(i))
+            .cpu(&milli(pick(rng, &[2000u64, 3000, 4000])))
+            .memory(&mebi(pick(rng, &[4096u64, 8192])));
+        if chance(rng, 40) {
+            nb = nb.label("disk", pick(rng, DISKS));
+        }
+        if chance(rng, 20) {
+            nb = nb.taint("spot", "", "PreferNoSchedule");
+        }
+        objects.push(nb.build());
+    }
+    let mut p = pod("incoming-0").req(&milli(cpu), &mebi(rng.u64(1..=8) * 256));
+    if chance(rng, 40) {
+        p = p.set(
+            "affinity",
+            json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": rng.i32(1..=100), "preference": {"matchExpressions": [
+                {"key": "disk", "operator": "In", "values": ["ssd"]}]}}]}}),
+        );
+    }
+    (objects, copies(&p.build(), rng.usize(3..=5)))
 }

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Config};
 use parking_lot::Mutex;
@@ -33,6 +34,12 @@ use serde_json::{Value, json};
 use support::{Components, ControlPlane, control_plane};
 
 const SCHEDULER_NAME: &str = "bench-scheduler";
+/// The DRA workload (after scheduler_perf's `dra/` SchedulingWithResourceClaimTemplate): every pod
+/// has its own claim for one device of the class; every node publishes `DEVICES_PER_NODE`.
+const DRA_WORKLOAD: &str = "SchedulingWithResourceClaimTemplate";
+const DRA_DRIVER: &str = "bench.ksched.io";
+const DRA_CLASS: &str = "bench-gpu";
+const DEVICES_PER_NODE: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Contender {
@@ -98,6 +105,13 @@ fn workloads(preset: &str) -> Vec<Workload> {
             init_pods: nodes * 4,
             measure_pods: nodes / 2,
         },
+        // One device per pod, 8 per node: a quarter of the devices are left when all pods run.
+        Workload {
+            name: DRA_WORKLOAD,
+            nodes,
+            init_pods: nodes,
+            measure_pods: pods,
+        },
     ]
 }
 
@@ -124,6 +138,12 @@ fn pod(workload: &str, ns: &str, name: &str, measure: bool) -> Pod {
         "SchedulingNodeAffinity" => {
             spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone1", "zone2"]}]}]}}});
+        }
+        DRA_WORKLOAD => {
+            // The claim the pod's template stands for, created by the bench (see `dra_claims`).
+            spec["resourceClaims"] =
+                json!([{"name": "gpu", "resourceClaimName": format!("{name}-gpu")}]);
+            spec["containers"][0]["resources"]["claims"] = json!([{"name": "gpu"}]);
         }
         "PreemptionBasic" => {
             if measure {
@@ -391,6 +411,9 @@ async fn run_one(
         .iter()
         .filter_map(|p| p.metadata.name.clone())
         .collect();
+    if w.name == DRA_WORKLOAD {
+        dra_claims(admin, &ns, &init_names).await;
+    }
     create_pods(&pods, init).await;
     if !wait_all_bound(&bound, &init_names, Duration::from_secs(600)).await {
         eprintln!(
@@ -408,6 +431,9 @@ async fn run_one(
         .iter()
         .filter_map(|p| p.metadata.name.clone())
         .collect();
+    if w.name == DRA_WORKLOAD {
+        dra_claims(admin, &ns, &names).await;
+    }
     let first_created = Instant::now();
     let created = create_pods(&pods, measured).await;
     let all = wait_all_bound(&bound, &names, Duration::from_secs(900)).await;
@@ -450,6 +476,9 @@ async fn run_one(
         )
         .await;
     wait_namespace_empty(&pods).await;
+    if w.name == DRA_WORKLOAD {
+        free_claims(admin, &ns).await;
+    }
     Some(Figures {
         pods_per_second: latencies.len() as f64 / elapsed,
         p50_ms: percentile(&latencies, 0.5),
@@ -482,6 +511,92 @@ async fn create_nodes(admin: &Client, count: usize) {
             async move {
                 let n = node(&format!("bench-node-{i}"), i % 3 + 1);
                 let _ = api.create(&PostParams::default(), &n).await;
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// The claims of `pods` (`<pod>-gpu`), as kube-controller-manager's resourceclaim controller would
+/// create them from the pods' template (the bench runs no controller manager): one device of the
+/// bench class each. Not measured.
+async fn dra_claims(admin: &Client, ns: &str, pods: &[String]) {
+    let api: Api<ResourceClaim> = Api::namespaced(admin.clone(), ns);
+    futures::stream::iter(pods)
+        .map(|pod| {
+            let api = api.clone();
+            async move {
+                let claim: ResourceClaim = serde_json::from_value(json!({
+                    "metadata": {"name": format!("{pod}-gpu")},
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRA_CLASS}}]}}
+                }))
+                .expect("claim template");
+                let _ = api.create(&PostParams::default(), &claim).await;
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// Deletes the run's claims; nothing else removes the scheduler's finalizer here, so the bench
+/// does, and the devices are free for the next contender.
+async fn free_claims(admin: &Client, ns: &str) {
+    let api: Api<ResourceClaim> = Api::namespaced(admin.clone(), ns);
+    let claims = api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    futures::stream::iter(claims)
+        .map(|c| {
+            let api = api.clone();
+            async move {
+                let name = c.metadata.name.unwrap_or_default();
+                let patch = json!({"metadata": {"finalizers": null}});
+                let _ = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// The bench DeviceClass and one ResourceSlice per bench node with `DEVICES_PER_NODE` devices.
+async fn dra_devices(admin: &Client, nodes: usize) {
+    let classes: Api<DeviceClass> = Api::all(admin.clone());
+    let class: DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": DRA_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\"")}}]}
+    }))
+    .expect("class template");
+    let _ = classes.create(&PostParams::default(), &class).await;
+    let slices: Api<ResourceSlice> = Api::all(admin.clone());
+    let _ = slices
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("ksched.io/bench=true"),
+        )
+        .await;
+    futures::stream::iter(0..nodes)
+        .map(|i| {
+            let slices = slices.clone();
+            async move {
+                let node = format!("bench-node-{i}");
+                let devices: Vec<Value> = (0..DEVICES_PER_NODE)
+                    .map(|d| json!({"name": format!("gpu-{d}"), "attributes": {"model": {"string": "bench"}}}))
+                    .collect();
+                let slice: ResourceSlice = serde_json::from_value(json!({
+                    "metadata": {"name": format!("{node}-{DRA_DRIVER}"), "labels": {"ksched.io/bench": "true"}},
+                    "spec": {"driver": DRA_DRIVER, "nodeName": node, "devices": devices,
+                             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}
+                }))
+                .expect("slice template");
+                let _ = slices.create(&PostParams::default(), &slice).await;
             }
         })
         .buffer_unordered(64)
@@ -626,6 +741,9 @@ fn main() {
                 continue;
             }
             create_nodes(&admin, w.nodes).await;
+            if w.name == DRA_WORKLOAD {
+                dra_devices(&admin, w.nodes).await;
+            }
             let mut runs: HashMap<&str, Vec<Figures>> = HashMap::new();
             for round in 0..rounds {
                 // Each round starts with the next contender: the first run after the nodes are created

@@ -229,7 +229,7 @@ async fn zone_spread_keeps_the_skew_within_max_skew_against_a_zone_preference() 
 }
 
 /// Upstream 1.36's default plugins per extension point (`getDefaultPlugins` expanded from
-/// multiPoint), without DynamicResources, which ksched does not support yet.
+/// multiPoint): all 20.
 #[test]
 fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_built() {
     let registry = Registry::in_tree();
@@ -249,9 +249,8 @@ fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_bu
     use ExtensionPoint::*;
     // Upstream's default plugins in their multiPoint order, each with the extension points it
     // runs at and its score weight (0: no Score); every list of the profile is this table
-    // filtered by extension point. Upstream 1.36 lists DynamicResources too (not supported by
-    // ksched, left out with a warning).
-    let defaults: [(&str, &[ExtensionPoint], i32); 18] = [
+    // filtered by extension point.
+    let defaults: [(&str, &[ExtensionPoint], i32); 20] = [
         ("SchedulingGates", &[PreEnqueue], 0),
         ("PrioritySort", &[QueueSort], 0),
         ("NodeUnschedulable", &[Filter], 0),
@@ -274,10 +273,18 @@ fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_bu
             2,
         ),
         ("InterPodAffinity", &[PreFilter, Filter, PreScore, Score], 2),
+        (
+            "DynamicResources",
+            &[
+                PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind,
+            ],
+            2,
+        ),
         ("DefaultPreemption", &[PreEnqueue, PostFilter], 0),
         ("NodeResourcesBalancedAllocation", &[PreScore, Score], 1),
         ("ImageLocality", &[Score], 1),
         ("DefaultBinder", &[Bind], 0),
+        ("NodeDeclaredFeatures", &[PreFilter, Filter], 0),
     ];
     let at = |point| {
         defaults

@@ -11,8 +11,8 @@ use super::testing::{NodeBuilder, PodBuilder, handle};
 use super::types::Snapshot;
 use crate::config::{ExtensionPoint, load};
 
-/// Upstream's defaults minus the plugins a later issue builds (and DynamicResources, which the
-/// 1.36 defaults enable).
+/// Upstream's defaults minus the volume, spread, affinity and preemption plugins (tested on their
+/// own).
 const CONFIG: &str = r#"
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -28,7 +28,6 @@ profiles:
       - name: PodTopologySpread
       - name: InterPodAffinity
       - name: DefaultPreemption
-      - name: DynamicResources
 - schedulerName: most-allocated
   plugins:
     multiPoint:
@@ -80,7 +79,9 @@ fn default_profile_builds_with_every_built_plugin() {
             "TaintToleration",
             "NodeAffinity",
             "NodePorts",
-            "NodeResourcesFit"
+            "NodeResourcesFit",
+            "DynamicResources",
+            "NodeDeclaredFeatures"
         ]
     );
     assert_eq!(
@@ -89,11 +90,15 @@ fn default_profile_builds_with_every_built_plugin() {
             ("TaintToleration".to_string(), 3),
             ("NodeAffinity".to_string(), 2),
             ("NodeResourcesFit".to_string(), 1),
+            ("DynamicResources".to_string(), 2),
             ("NodeResourcesBalancedAllocation".to_string(), 1),
             ("ImageLocality".to_string(), 1),
         ]
     );
-    assert_eq!(names(ExtensionPoint::PreEnqueue), ["SchedulingGates"]);
+    assert_eq!(
+        names(ExtensionPoint::PreEnqueue),
+        ["SchedulingGates", "DynamicResources"]
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use kube::Resource;
 use parking_lot::RwLock;
@@ -36,6 +37,10 @@ pub enum Informer {
     ReplicationControllers,
     ReplicaSets,
     StatefulSets,
+    /// resource.k8s.io: what DynamicResources allocates from and to.
+    ResourceClaims,
+    ResourceSlices,
+    DeviceClasses,
 }
 
 /// Objects of one kind by `namespace/name` (or `name` when cluster-scoped).
@@ -128,6 +133,12 @@ pub struct Listers {
     pub replication_controllers: ObjectStore<ReplicationController>,
     pub replica_sets: ObjectStore<ReplicaSet>,
     pub stateful_sets: ObjectStore<StatefulSet>,
+    pub resource_claims: ObjectStore<ResourceClaim>,
+    pub resource_slices: ObjectStore<ResourceSlice>,
+    pub device_classes: ObjectStore<DeviceClass>,
+    /// DynamicResources' assumed claims and in-flight allocations, shared by every profile (as
+    /// upstream's one `SharedDRAManager` per scheduler).
+    pub resource_claim_tracker: crate::framework::plugins::dynamic_resources::ClaimTracker,
 }
 
 impl std::fmt::Debug for Listers {

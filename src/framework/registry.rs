@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodCondition};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use parking_lot::RwLock;
 use serde_json::Value;
 
@@ -82,6 +83,34 @@ pub trait ApiHandle: Send + Sync {
         &self,
         pvc: &PersistentVolumeClaim,
     ) -> Result<PersistentVolumeClaim, ApiError>;
+
+    /// Reads a ResourceClaim (DynamicResources, after a conflict).
+    async fn get_resource_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ResourceClaim, ApiError>;
+
+    /// Replaces a ResourceClaim (DynamicResources adds its finalizer), checked against its
+    /// `resourceVersion`; returns the stored object.
+    async fn update_resource_claim(&self, claim: &ResourceClaim)
+    -> Result<ResourceClaim, ApiError>;
+
+    /// Replaces a ResourceClaim's status (`allocation`, `reservedFor`), checked against its
+    /// `resourceVersion`; returns the stored object.
+    async fn update_resource_claim_status(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError>;
+
+    /// Removes the consumer with `consumer_uid` from the claim's `status.reservedFor`.
+    async fn remove_resource_claim_consumer(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ApiError>;
 }
 
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
@@ -376,6 +405,47 @@ pub struct RecordingApi {
     pub pvc_updates: parking_lot::Mutex<Vec<PersistentVolumeClaim>>,
     /// When set, PV and PVC updates fail with this error.
     pub fail_volume_updates: parking_lot::Mutex<Option<ApiError>>,
+    /// ResourceClaims as the API has them: `get` reads, updates replace (bumping the
+    /// resourceVersion, refusing a stale one with a conflict).
+    pub resource_claims: parking_lot::Mutex<Vec<ResourceClaim>>,
+    /// Every claim write, in order: (`update` or `status`, the claim sent).
+    pub claim_writes: parking_lot::Mutex<Vec<(&'static str, ResourceClaim)>>,
+    /// Consumers removed from claims: (`namespace/name`, consumer uid).
+    pub claim_consumer_removals: parking_lot::Mutex<Vec<(String, String)>>,
+}
+
+impl RecordingApi {
+    /// The recorded claim `namespace/name` is replaced by `claim` when their resourceVersions
+    /// agree; the stored copy gets the next one.
+    fn replace_claim(
+        &self,
+        kind: &'static str,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError> {
+        self.claim_writes.lock().push((kind, claim.clone()));
+        let mut claims = self.resource_claims.lock();
+        let same = |c: &ResourceClaim| {
+            c.metadata.namespace == claim.metadata.namespace
+                && c.metadata.name == claim.metadata.name
+        };
+        let Some(stored) = claims.iter_mut().find(|c| same(c)) else {
+            return Err(ApiError::NotFound(format!("{:?}", claim.metadata.name)));
+        };
+        if stored.metadata.resource_version != claim.metadata.resource_version {
+            return Err(ApiError::Conflict("the object has been modified".into()));
+        }
+        let next = stored
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            + 1;
+        let mut updated = claim.clone();
+        updated.metadata.resource_version = Some(next.to_string());
+        *stored = updated.clone();
+        Ok(updated)
+    }
 }
 
 #[async_trait]
@@ -464,6 +534,49 @@ impl ApiHandle for RecordingApi {
         self.pvc_updates.lock().push(pvc.clone());
         Ok(pvc.clone())
     }
+
+    async fn get_resource_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ResourceClaim, ApiError> {
+        self.resource_claims
+            .lock()
+            .iter()
+            .find(|c| {
+                c.metadata.namespace.as_deref() == Some(namespace)
+                    && c.metadata.name.as_deref() == Some(name)
+            })
+            .cloned()
+            .ok_or_else(|| ApiError::NotFound(format!("{namespace}/{name}")))
+    }
+
+    async fn update_resource_claim(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError> {
+        self.replace_claim("update", claim)
+    }
+
+    async fn update_resource_claim_status(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError> {
+        self.replace_claim("status", claim)
+    }
+
+    async fn remove_resource_claim_consumer(
+        &self,
+        namespace: &str,
+        name: &str,
+        _claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ApiError> {
+        self.claim_consumer_removals
+            .lock()
+            .push((format!("{namespace}/{name}"), consumer_uid.to_string()));
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -496,15 +609,18 @@ mod tests {
                 other => panic!("{n}: {other:?}"),
             }
         }
-        match r.availability(names::DYNAMIC_RESOURCES) {
-            PluginAvailability::NotBuiltYet { reason, .. } => {
-                assert_eq!(
-                    reason,
-                    "DynamicResources is not supported yet by ksched; disable it"
-                )
-            }
-            other => panic!("{other:?}"),
-        }
+        // Upstream 1.36's extension points for its two newest default plugins.
+        use ExtensionPoint::*;
+        assert_eq!(
+            r.availability(names::DYNAMIC_RESOURCES),
+            PluginAvailability::Built(vec![
+                PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
+            ])
+        );
+        assert_eq!(
+            r.availability(names::NODE_DECLARED_FEATURES),
+            PluginAvailability::Built(vec![PreFilter, Filter])
+        );
         assert_eq!(r.availability("NoSuchPlugin"), PluginAvailability::Unknown);
         assert!(r.decode_args("NoSuchPlugin", None).is_err());
         assert_eq!(r.decode_args(names::NODE_NAME, None), Ok(Value::Null));

@@ -1007,7 +1007,14 @@ mod tests {
     #[test]
     fn new_checks_the_profile() {
         let l = log();
-        let (reg, calls) = registry_with(vec![Fake::new("A", &l)]);
+        let (mut reg, calls) = registry_with(vec![Fake::new("A", &l)]);
+        reg.register_not_built(
+            "Later",
+            &[Filter],
+            "Later is not supported yet by ksched; disable it",
+            crate::framework::args::no_args,
+        )
+        .expect("register");
         let (h, _) = handle();
         // One instance shared by every extension point it is enabled at.
         let spec = profile(&[(PreFilter, &["A"]), (Filter, &["A"]), (Score, &["A"])]);
@@ -1025,8 +1032,8 @@ mod tests {
             "profile \"test\": plugin \"Nope\" does not exist"
         );
         assert_eq!(
-            err(&profile(&[(Filter, &["DynamicResources"])])),
-            "profile \"test\": plugin \"DynamicResources\" cannot run: DynamicResources is not supported yet by ksched; disable it"
+            err(&profile(&[(Filter, &["Later"])])),
+            "profile \"test\": plugin \"Later\" cannot run: Later is not supported yet by ksched; disable it"
         );
         assert_eq!(
             err(&profile(&[(Score, &["NodeName"])])),

@@ -642,6 +642,27 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
     if preemption {
         rules.push(rule(&["policy"], &["poddisruptionbudgets"], &read));
     }
+    if on("DynamicResources") {
+        // Upstream's system:kube-scheduler rules for dynamic resource allocation: claims are
+        // read, get a finalizer, and have their allocation and reservation written (the binding
+        // subresource authorizes status writes since DRAResourceClaimGranularStatusAuthorization).
+        let read_update = ["get", "list", "watch", "update", "patch"];
+        rules.push(rule(
+            &["resource.k8s.io"],
+            &["resourceclaims", "resourceclaims/status"],
+            &read_update,
+        ));
+        rules.push(rule(
+            &["resource.k8s.io"],
+            &["resourceclaims/binding"],
+            &["update", "patch"],
+        ));
+        rules.push(rule(
+            &["resource.k8s.io"],
+            &["deviceclasses", "resourceslices"],
+            &read,
+        ));
+    }
     rules
 }
 

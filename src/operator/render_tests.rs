@@ -531,6 +531,37 @@ fn rbac_follows_each_plugin() {
 }
 
 #[test]
+fn rbac_for_dynamic_resources_only_when_enabled() {
+    let dra = cluster_rules(&["DynamicResources"]);
+    for (resource, verb) in [
+        ("resourceclaims", "watch"),
+        ("resourceclaims", "update"),
+        ("resourceclaims/status", "update"),
+        ("resourceclaims/binding", "update"),
+        ("resourceslices", "list"),
+        ("deviceclasses", "watch"),
+    ] {
+        assert!(
+            has_rule(&dra, "resource.k8s.io", resource, verb),
+            "{resource} {verb}"
+        );
+    }
+    assert!(!has_rule(
+        &dra,
+        "resource.k8s.io",
+        "resourceslices",
+        "update"
+    ));
+    let without = cluster_rules(&["PrioritySort", "DefaultBinder"]);
+    assert!(!without.iter().any(|r| {
+        r.api_groups
+            .iter()
+            .flatten()
+            .any(|g| g == "resource.k8s.io")
+    }));
+}
+
+#[test]
 fn lease_role_is_limited_to_the_profile_lease() {
     let r = ok(&profile("le", json!({})));
     let rules = r.lease_role.rules.clone().unwrap_or_default();

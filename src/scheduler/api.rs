@@ -1,11 +1,12 @@
 //! The framework's [`ApiHandle`] over a kube client: binding through the `pods/binding`
 //! subresource, pod status patches, deleting preemption victims, and the PV/PVC updates of volume
-//! binding.
+//! binding, and the ResourceClaim writes of dynamic resource allocation.
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
     Binding, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodCondition,
 };
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -175,4 +176,70 @@ impl ApiHandle for KubeApi {
             .await
             .map_err(api_error)
     }
+
+    async fn get_resource_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ResourceClaim, ApiError> {
+        self.resource_claims(namespace)
+            .get(name)
+            .await
+            .map_err(api_error)
+    }
+
+    async fn update_resource_claim(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError> {
+        let (namespace, name) = namespace_name(claim);
+        self.resource_claims(namespace)
+            .replace(name, &PostParams::default(), claim)
+            .await
+            .map_err(api_error)
+    }
+
+    async fn update_resource_claim_status(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, ApiError> {
+        let (namespace, name) = namespace_name(claim);
+        self.resource_claims(namespace)
+            .replace_status(name, &PostParams::default(), claim)
+            .await
+            .map_err(api_error)
+    }
+
+    async fn remove_resource_claim_consumer(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ApiError> {
+        // A strategic merge patch removes one entry without the latest claim; the uid
+        // precondition keeps it off a claim recreated under the same name.
+        let patch = json!({
+            "metadata": {"uid": claim_uid},
+            "status": {"reservedFor": [{"$patch": "delete", "uid": consumer_uid}]}
+        });
+        self.resource_claims(namespace)
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+            .map_err(api_error)
+    }
+}
+
+impl KubeApi {
+    fn resource_claims(&self, namespace: &str) -> Api<ResourceClaim> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+fn namespace_name(claim: &ResourceClaim) -> (&str, &str) {
+    (
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default(),
+    )
 }

@@ -46,21 +46,28 @@ fn scheduler_name(pod: &Pod) -> &str {
 }
 
 /// Upstream's `isPodUpdated`: a change that can alter the scheduling decision (not a status or
-/// resourceVersion bump, such as our own PodScheduled condition).
+/// resourceVersion bump, such as our own PodScheduled condition). The names of the ResourceClaims
+/// generated for the pod are such a change (upstream's `UpdatePodGeneratedResourceClaim`).
 fn scheduling_relevant_change(old: &Pod, new: &Pod) -> bool {
+    fn claim_statuses(p: &Pod) -> Option<&Vec<k8s_openapi::api::core::v1::PodResourceClaimStatus>> {
+        p.status.as_ref()?.resource_claim_statuses.as_ref()
+    }
     old.spec != new.spec
         || old.metadata.labels != new.metadata.labels
         || old.metadata.annotations != new.metadata.annotations
+        || claim_statuses(old) != claim_statuses(new)
 }
 
 /// Whether a node change can make pending pods fit (not a heartbeat).
 fn node_relevant_change(old: &Node, new: &Node) -> bool {
     let alloc = |n: &Node| n.status.as_ref().and_then(|s| s.allocatable.clone());
     let images = |n: &Node| n.status.as_ref().and_then(|s| s.images.clone());
+    let features = |n: &Node| n.status.as_ref().and_then(|s| s.declared_features.clone());
     old.spec != new.spec
         || old.metadata.labels != new.metadata.labels
         || alloc(old) != alloc(new)
         || images(old) != images(new)
+        || features(old) != features(new)
 }
 
 /// Routes pod events; `profiles` are the scheduler names this process serves. Pods are kept trimmed
@@ -362,6 +369,15 @@ pub fn start_informers(
             }
             Informer::StatefulSets => {
                 tokio::spawn(watch_store(Api::all(c), l, |l| &l.stateful_sets, q, tx))
+            }
+            Informer::ResourceClaims => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_claims, q, tx))
+            }
+            Informer::ResourceSlices => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_slices, q, tx))
+            }
+            Informer::DeviceClasses => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.device_classes, q, tx))
             }
         };
         tasks.push(task);

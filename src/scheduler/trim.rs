@@ -64,8 +64,9 @@ pub fn assigned_pod(mut pod: Pod) -> AssignedPod {
     AssignedPod::new(pod)
 }
 
-/// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring) and
-/// restartPolicy (sidecar init containers count like regular ones).
+/// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring),
+/// restartPolicy (sidecar init containers count like regular ones) and restartPolicyRules
+/// (NodeDeclaredFeatures).
 fn trim_container(c: &mut Container) {
     *c = Container {
         name: std::mem::take(&mut c.name),
@@ -73,6 +74,7 @@ fn trim_container(c: &mut Container) {
         ports: c.ports.take(),
         resources: c.resources.take(),
         restart_policy: c.restart_policy.take(),
+        restart_policy_rules: c.restart_policy_rules.take(),
         ..Default::default()
     };
 }
@@ -88,7 +90,8 @@ fn volume_matters_for_scheduling(v: &Volume) -> bool {
 }
 
 /// Phase (finished pods), the conditions the scheduler reads, nominated node (preemption), start
-/// time (victim order), and the resources the kubelet allocated to each container (in-place resize).
+/// time (victim order), the resources the kubelet allocated to each container (in-place resize),
+/// and the names of the ResourceClaims generated for the pod (DynamicResources).
 fn trim_pod_status(status: &mut PodStatus) {
     *status = PodStatus {
         phase: status.phase.take(),
@@ -98,6 +101,7 @@ fn trim_pod_status(status: &mut PodStatus) {
         qos_class: status.qos_class.take(),
         container_statuses: trim_container_statuses(status.container_statuses.take()),
         init_container_statuses: trim_container_statuses(status.init_container_statuses.take()),
+        resource_claim_statuses: status.resource_claim_statuses.take(),
         ..Default::default()
     };
     if let Some(conditions) = status.conditions.as_mut() {

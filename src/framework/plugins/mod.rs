@@ -4,6 +4,7 @@
 pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
+pub mod dynamic_resources;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
@@ -11,6 +12,7 @@ pub mod leaf;
 pub mod names;
 pub mod network_traffic;
 pub mod node_affinity;
+pub mod node_declared_features;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources;
@@ -24,11 +26,9 @@ pub mod volume_binding;
 pub mod volume_restrictions;
 pub mod volume_zone;
 
-use crate::config::ExtensionPoint::{self, *};
-use crate::framework::args::no_args;
 use crate::framework::registry::{PluginRegistration, Registry};
 
-/// Registers every in-tree plugin (built or not yet) into `r`.
+/// Registers every in-tree plugin into `r`.
 pub fn register_in_tree(r: &mut Registry) {
     let built: Vec<(&str, PluginRegistration)> = vec![
         (names::PRIORITY_SORT, priority_sort::registration()),
@@ -87,31 +87,15 @@ pub fn register_in_tree(r: &mut Registry) {
             names::POD_TOPOLOGY_SPREAD,
             pod_topology_spread::registration(),
         ),
+        (names::DYNAMIC_RESOURCES, dynamic_resources::registration()),
+        (
+            names::NODE_DECLARED_FEATURES,
+            node_declared_features::registration(),
+        ),
     ];
     for (name, reg) in built {
         if let Err(e) = r.register(name, reg) {
             tracing::error!(error = %e, "registering in-tree plugin");
         }
     }
-
-    let not_built: Vec<(&str, &[ExtensionPoint], &str, super::registry::ArgsDecoder)> = vec![(
-        names::DYNAMIC_RESOURCES,
-        &[
-            PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score, Reserve, PreBind,
-        ],
-        "DynamicResources is not supported yet by ksched; disable it",
-        arc(no_args),
-    )];
-    for (name, eps, reason, dec) in not_built {
-        let d = dec.clone();
-        if let Err(e) = r.register_not_built(name, eps, reason, move |a| d(a)) {
-            tracing::error!(error = %e, "registering in-tree plugin");
-        }
-    }
-}
-
-fn arc(
-    f: fn(Option<&serde_json::Value>) -> Result<serde_json::Value, Vec<crate::config::FieldError>>,
-) -> super::registry::ArgsDecoder {
-    std::sync::Arc::new(f)
 }

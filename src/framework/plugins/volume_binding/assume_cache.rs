@@ -107,6 +107,16 @@ impl<K: Resource + Clone> AssumeCache<K> {
     pub fn is_assumed(&self, key: &str) -> bool {
         self.assumed.read().contains_key(key)
     }
+
+    /// Forgets assumptions the informer has caught up with (or whose object is gone).
+    pub fn prune(&self, store: &ObjectStore<K>) {
+        self.assumed.write().retain(|key, assumed| {
+            let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
+            store.get(namespace, name).is_some_and(|api| {
+                resource_version(assumed.as_ref()) > resource_version(api.as_ref())
+            })
+        });
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,119 @@
+//! DynamicResources: dynamic resource allocation (DRA) with structured parameters, as upstream
+//! 1.36. A pod's ResourceClaims are allocated devices from the ResourceSlices of the node it is
+//! scheduled to, and the allocation and reservation are written before the pod is bound: a pod with
+//! claims is never bound without them.
+//!
+//! - [`plugin`]: the extension points (PreEnqueue waits for claims generated from templates;
+//!   PreFilter/Filter find an allocation per node; Reserve/Unreserve keep it in flight; PreBind
+//!   writes `status.allocation` and `status.reservedFor`; PostFilter deallocates; Score prefers
+//!   earlier `firstAvailable` subrequests);
+//! - [`allocator`]: the structured allocator;
+//! - [`cel`]: device selectors;
+//! - [`tracker`]: assumed claims and in-flight allocations (shared by all profiles);
+//! - [`claims`]: a pod's claims.
+//!
+//! What ksched does not implement is refused (UnschedulableAndUnresolvable, naming the feature),
+//! never bound: DRA-backed extended resources, partitionable devices (`consumesCounters`),
+//! consumable capacity (`allowMultipleAllocations`, capacity requests, `distinctAttribute`),
+//! binding conditions. Device taints are honoured (with the claim's tolerations); DeviceTaintRules
+//! (off by default upstream) are not watched.
+
+pub mod allocator;
+pub mod cel;
+pub mod claims;
+pub mod plugin;
+#[cfg(test)]
+pub mod testing;
+pub mod tracker;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use plugin::DynamicResources;
+pub use tracker::ClaimTracker;
+
+use crate::config::FieldError;
+use crate::config::duration::GoDuration;
+use crate::framework::args::{PluginArgs, decode, invalid, typed};
+use crate::framework::interface::Plugin;
+use crate::framework::listers::Informer;
+use crate::framework::registry::PluginRegistration;
+
+/// The kinds DynamicResources reads. ResourceClaimTemplates are not among them: the claims a pod's
+/// templates stand for are created by kube-controller-manager and read as ResourceClaims.
+pub const INFORMERS: &[Informer] = &[
+    Informer::ResourceClaims,
+    Informer::ResourceSlices,
+    Informer::DeviceClasses,
+];
+
+/// Upstream's `DynamicResourcesFilterTimeoutDefault`.
+pub const DEFAULT_FILTER_TIMEOUT: GoDuration = GoDuration::from_secs(10);
+/// Upstream's `DynamicResourcesBindingTimeoutDefault` (defaulted because DRADeviceBindingConditions
+/// is on in 1.36; ksched refuses devices with binding conditions, so it never waits that long).
+pub const DEFAULT_BINDING_TIMEOUT: GoDuration = GoDuration::from_secs(600);
+
+/// Upstream's `DynamicResourcesArgs`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct DynamicResourcesArgs {
+    /// How long Filter may search one node for devices; 0 means no limit.
+    pub filter_timeout: Option<GoDuration>,
+    pub binding_timeout: Option<GoDuration>,
+}
+
+impl PluginArgs for DynamicResourcesArgs {
+    const KIND: &'static str = "DynamicResourcesArgs";
+
+    fn set_defaults(&mut self) {
+        self.filter_timeout.get_or_insert(DEFAULT_FILTER_TIMEOUT);
+        self.binding_timeout.get_or_insert(DEFAULT_BINDING_TIMEOUT);
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        if let Some(t) = self.filter_timeout
+            && t.as_nanos() < 0
+        {
+            errs.push(invalid(
+                "filterTimeout",
+                format!("\"{t}\""),
+                "must be zero or positive",
+            ));
+        }
+        if let Some(t) = self.binding_timeout
+            && t.as_nanos() < GoDuration::from_secs(1).as_nanos()
+        {
+            errs.push(invalid(
+                "bindingTimeout",
+                format!("\"{t}\""),
+                "must be at least 1 second",
+            ));
+        }
+        errs
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        DynamicResources::EXTENSION_POINTS,
+        decode::<DynamicResourcesArgs>,
+        |args, handle| {
+            let args: DynamicResourcesArgs = typed(args)?;
+            let timeout = args
+                .filter_timeout
+                .and_then(GoDuration::to_std)
+                .filter(|t| !t.is_zero());
+            Ok(Arc::new(DynamicResources::new(
+                handle.listers.clone(),
+                handle.api.clone(),
+                timeout,
+            )) as Arc<dyn Plugin>)
+        },
+    )
+    .with_informers(INFORMERS)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,675 @@
+//! The DynamicResources plugin: PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve,
+//! Unreserve and PreBind, as upstream 1.36's `dynamicresources` plugin with structured parameters.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, NodeSelector};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceClass, ResourceClaim, ResourceClaimConsumerReference,
+    ResourceClaimStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use parking_lot::Mutex;
+
+use super::allocator::{AllocateError, Allocator};
+use super::cel::Cache;
+use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
+use crate::framework::interface::{
+    CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PostFilterResult,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
+    Status,
+};
+use crate::framework::listers::Listers;
+use crate::framework::plugins::helper::{impl_plugin, node_selector_terms_match, normalize_to_max};
+use crate::framework::plugins::names;
+use crate::framework::registry::{ApiError, ApiHandle};
+use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+
+const STATE_KEY: &str = "DynamicResources";
+/// Upstream's `resourceapi.Finalizer`, put on claims the scheduler allocated.
+pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+/// Upstream's `resourceapi.FirstAvailableDeviceRequestMaxSize`: the score of a subrequest is
+/// this minus its position.
+const FIRST_AVAILABLE_MAX_SIZE: i64 = 8;
+/// How often PreBind retries a claim update that hit a conflict (client-go's `DefaultRetry`).
+const CONFLICT_RETRIES: usize = 5;
+
+pub const ERR_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+pub const ERR_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+pub const NO_NEW_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
+
+pub struct DynamicResources {
+    listers: Arc<Listers>,
+    api: Arc<dyn ApiHandle>,
+    cel: Arc<Cache>,
+    filter_timeout: Option<Duration>,
+}
+
+impl_plugin!(
+    DynamicResources,
+    names::DYNAMIC_RESOURCES,
+    [
+        PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
+    ]
+);
+
+/// What PreFilter learned about the pod's claims; Filter, Reserve and PreBind add to it (upstream
+/// keeps a pointer in the cycle state the same way, so clones share it).
+#[derive(Default)]
+struct State {
+    /// The pod's claims, in order; PreBind replaces the ones it updated.
+    claims: Mutex<Vec<Arc<ResourceClaim>>>,
+    /// For allocated claims: the nodes their allocation allows.
+    available_on_nodes: Vec<Option<NodeSelector>>,
+    /// Indices of the claims the scheduler has to allocate.
+    to_allocate: Vec<usize>,
+    allocator: Option<Allocator>,
+    /// Allocated claims found unavailable on some node (PostFilter deallocates one).
+    unavailable: Mutex<BTreeSet<usize>>,
+    /// Filter's allocations per node, one per claim in `to_allocate`.
+    node_allocations: Mutex<HashMap<String, Vec<AllocationResult>>>,
+    /// Reserve's allocation per claim index.
+    reserved: Mutex<HashMap<usize, AllocationResult>>,
+    /// Extended resources the pod requests that a DeviceClass provides: ksched does not allocate
+    /// them (DRAExtendedResource), so only nodes whose device plugin has them fit.
+    extended: Vec<String>,
+}
+
+type SharedState = Arc<State>;
+
+fn state(cs: &CycleState) -> Option<&SharedState> {
+    cs.read::<SharedState>(STATE_KEY)
+}
+
+impl DynamicResources {
+    pub fn new(
+        listers: Arc<Listers>,
+        api: Arc<dyn ApiHandle>,
+        filter_timeout: Option<Duration>,
+    ) -> DynamicResources {
+        DynamicResources {
+            listers,
+            api,
+            cel: Arc::new(Cache::default()),
+            filter_timeout,
+        }
+    }
+
+    fn claims_of(&self, pod: &PodInfo) -> Result<Vec<Arc<ResourceClaim>>, String> {
+        pod_claims(
+            &pod.pod,
+            &self.listers.resource_claim_tracker,
+            &self.listers.resource_claims,
+        )
+    }
+
+    fn class(&self, name: &str) -> Option<Arc<DeviceClass>> {
+        self.listers.device_classes.get("", name)
+    }
+
+    /// A DRA feature this ksched does not implement that the claim asks for.
+    fn unsupported_in_claim(claim: &ResourceClaim) -> Option<String> {
+        let devices = claim.spec.devices.as_ref()?;
+        for r in devices.requests.iter().flatten() {
+            let capacity = r.exactly.as_ref().is_some_and(|e| e.capacity.is_some())
+                || r.first_available
+                    .iter()
+                    .flatten()
+                    .any(|s| s.capacity.is_some());
+            if capacity {
+                return Some(format!(
+                    "resource claim {}, request {}: capacity requests (DRAConsumableCapacity) are not supported by ksched",
+                    claim_key(claim),
+                    r.name
+                ));
+            }
+        }
+        for c in devices.constraints.iter().flatten() {
+            if c.distinct_attribute.is_some() {
+                return Some(format!(
+                    "resource claim {}: distinctAttribute constraints (DRAConsumableCapacity) are not supported by ksched",
+                    claim_key(claim)
+                ));
+            }
+        }
+        None
+    }
+
+    /// Extended resources the pod requests that a DeviceClass provides (DRAExtendedResource).
+    fn dra_extended_resources(&self, pod: &PodInfo) -> Vec<String> {
+        let requested = &pod.requests.scalar_resources;
+        if requested.is_empty() {
+            return Vec::new();
+        }
+        let classes = self.listers.device_classes.list();
+        requested
+            .keys()
+            .filter(|name| {
+                classes.iter().any(|c| {
+                    c.spec.extended_resource_name.as_deref() == Some(name.as_str())
+                        || name.strip_prefix("deviceclass.resource.kubernetes.io/")
+                            == c.metadata.name.as_deref()
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// PreFilter for a pod with claims: which to allocate, where the allocated ones may run.
+    fn prepare(&self, pod: &PodInfo, claims: Vec<Arc<ResourceClaim>>) -> Result<State, Status> {
+        let mut st = State {
+            available_on_nodes: vec![None; claims.len()],
+            ..State::default()
+        };
+        for (i, claim) in claims.iter().enumerate() {
+            if let Some(allocation) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) {
+                st.available_on_nodes[i] = allocation.node_selector.clone();
+                continue;
+            }
+            st.to_allocate.push(i);
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            if self
+                .listers
+                .resource_claim_tracker
+                .pending_allocation(uid)
+                .is_some()
+            {
+                return Err(Status::unresolvable(format!(
+                    "resource claim {} is in the process of being allocated",
+                    claim_key(claim)
+                )));
+            }
+            let requests = requests(claim);
+            for request in requests {
+                match (&request.exactly, request.first_available.as_deref()) {
+                    (Some(exact), _) => {
+                        self.validate_class(&exact.device_class_name, &request.name)?
+                    }
+                    (None, Some(subs)) if !subs.is_empty() => {
+                        for sub in subs {
+                            let name = format!("{}/{}", request.name, sub.name);
+                            self.validate_class(&sub.device_class_name, &name)?;
+                        }
+                    }
+                    _ => {
+                        return Err(Status::unresolvable(format!(
+                            "resource claim {}, request {}: unknown request type",
+                            claim_key(claim),
+                            request.name
+                        )));
+                    }
+                }
+            }
+            if let Some(reason) = Self::unsupported_in_claim(claim) {
+                return Err(Status::unresolvable(reason));
+            }
+        }
+        if !st.to_allocate.is_empty() {
+            let allocated = self
+                .listers
+                .resource_claim_tracker
+                .allocated_devices(&self.listers.resource_claims);
+            let classes = self
+                .listers
+                .device_classes
+                .list()
+                .into_iter()
+                .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+                .collect();
+            st.allocator = Some(Allocator::new(
+                allocated,
+                classes,
+                self.listers.resource_slices.list(),
+                self.cel.clone(),
+                self.filter_timeout,
+            ));
+        }
+        st.extended = self.dra_extended_resources(pod);
+        *st.claims.get_mut() = claims;
+        Ok(st)
+    }
+
+    fn validate_class(&self, class: &str, request: &str) -> Result<(), Status> {
+        if class.is_empty() {
+            return Err(Status::error(format!(
+                "request {request}: unsupported request type"
+            )));
+        }
+        if self.class(class).is_none() {
+            return Err(Status::unresolvable(format!(
+                "request {request}: device class {class} does not exist"
+            )));
+        }
+        Ok(())
+    }
+
+    /// PreBind for one claim not yet reserved for the pod: writes the allocation (with the
+    /// finalizer) and the reservation, retrying on conflicts with the latest claim.
+    async fn bind_claim(
+        &self,
+        claim: &ResourceClaim,
+        allocation: Option<&AllocationResult>,
+        pod: &PodInfo,
+    ) -> Result<ResourceClaim, String> {
+        let key = claim_key(claim);
+        let (namespace, name) = (
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+            claim.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let mut current = claim.clone();
+        let mut last_error = String::new();
+        for attempt in 0..CONFLICT_RETRIES {
+            if attempt > 0 {
+                current = self
+                    .api
+                    .get_resource_claim(namespace, name)
+                    .await
+                    .map_err(|e| format!("get updated claim {key} after conflict: {e}"))?;
+            }
+            if current.metadata.deletion_timestamp.is_some() {
+                return Err(format!("claim {key} got deleted in the meantime"));
+            }
+            if let Some(allocation) = allocation {
+                if is_allocated(&current) {
+                    return Err(format!(
+                        "claim {key} got allocated elsewhere in the meantime"
+                    ));
+                }
+                let finalizers = current.metadata.finalizers.get_or_insert_with(Vec::new);
+                if !finalizers.iter().any(|f| f == FINALIZER) {
+                    finalizers.push(FINALIZER.to_string());
+                    match self.api.update_resource_claim(&current).await {
+                        Ok(updated) => current = updated,
+                        Err(ApiError::Conflict(e)) => {
+                            last_error = format!("add finalizer to claim {key}: {e}");
+                            continue;
+                        }
+                        Err(e) => return Err(format!("add finalizer to claim {key}: {e}")),
+                    }
+                }
+                current
+                    .status
+                    .get_or_insert_with(ResourceClaimStatus::default)
+                    .allocation = Some(allocation.clone());
+            }
+            let status = current
+                .status
+                .get_or_insert_with(ResourceClaimStatus::default);
+            status
+                .reserved_for
+                .get_or_insert_with(Vec::new)
+                .push(ResourceClaimConsumerReference {
+                    api_group: None,
+                    resource: "pods".to_string(),
+                    name: pod.name().to_string(),
+                    uid: pod.uid().to_string(),
+                });
+            // DRADeviceBindingConditions (beta, on in 1.36) stamps the allocation time.
+            let Some(alloc) = status.allocation.as_mut() else {
+                return Err(format!(
+                    "claim {key} got deallocated elsewhere in the meantime"
+                ));
+            };
+            alloc
+                .allocation_timestamp
+                .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+            match self.api.update_resource_claim_status(&current).await {
+                Ok(updated) => return Ok(updated),
+                Err(ApiError::Conflict(e)) => last_error = e,
+                Err(e) => {
+                    return Err(if allocation.is_some() {
+                        format!("add allocation and reservation to claim {key}: {e}")
+                    } else {
+                        format!("add reservation to claim {key}: {e}")
+                    });
+                }
+            }
+        }
+        Err(format!(
+            "add allocation and reservation to claim {key}: {last_error}"
+        ))
+    }
+}
+
+impl PreEnqueuePlugin for DynamicResources {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        match self.claims_of(pod) {
+            Ok(_) => Status::success(),
+            Err(reason) => Status::unresolvable(reason),
+        }
+    }
+}
+
+impl PreFilterPlugin for DynamicResources {
+    fn pre_filter(
+        &self,
+        cs: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        // An empty state records "no claims" for the later extension points.
+        cs.write(STATE_KEY, SharedState::default());
+        let claims = match self.claims_of(pod) {
+            Ok(c) => c,
+            Err(reason) => return (None, Status::unresolvable(reason)),
+        };
+        if claims.is_empty() && self.dra_extended_resources(pod).is_empty() {
+            return (None, Status::skip());
+        }
+        match self.prepare(pod, claims) {
+            Ok(st) => {
+                cs.write(STATE_KEY, Arc::new(st));
+                (None, Status::success())
+            }
+            Err(status) => (None, status),
+        }
+    }
+}
+
+fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+    node_selector_terms_match(
+        &selector.node_selector_terms,
+        node.metadata.labels.as_ref(),
+        node.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, cs: &CycleState, _pod: &PodInfo, node_info: &NodeInfo) -> Status {
+        let Some(st) = state(cs) else {
+            return Status::error(format!("error reading {STATE_KEY:?} from cycle-state"));
+        };
+        let Some(node) = node_info.node() else {
+            return Status::error("node not found");
+        };
+        let allocatable = &node_info.allocatable.scalar_resources;
+        if !st
+            .extended
+            .iter()
+            .all(|r| allocatable.get(r).is_some_and(|v| *v > 0))
+        {
+            return Status::unresolvable(format!(
+                "extended resource(s) {} backed by DRA (DRAExtendedResource) are not supported by ksched",
+                st.extended.join(", ")
+            ));
+        }
+        let claims = st.claims.lock().clone();
+        if claims.is_empty() {
+            return Status::success();
+        }
+        let unavailable: Vec<usize> = st
+            .available_on_nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, sel)| sel.as_ref().is_some_and(|s| !selector_matches(s, node)))
+            .map(|(i, _)| i)
+            .collect();
+        let mut allocations = None;
+        if let Some(allocator) = &st.allocator {
+            let to_allocate: Vec<Arc<ResourceClaim>> =
+                st.to_allocate.iter().map(|&i| claims[i].clone()).collect();
+            match allocator.allocate(node, &to_allocate) {
+                Ok(outcome) => match outcome.results {
+                    Some(results) if results.len() == to_allocate.len() => {
+                        allocations = Some(results)
+                    }
+                    _ => {
+                        return match outcome.unsupported {
+                            Some(u) => Status::unresolvable(format!("{ERR_CANNOT_ALLOCATE}: {u}")),
+                            None => Status::unresolvable(ERR_CANNOT_ALLOCATE),
+                        };
+                    }
+                },
+                Err(AllocateError::Timeout) => {
+                    return Status::error(format!(
+                        "node {}: timed out trying to allocate devices",
+                        node_info.name()
+                    ));
+                }
+                Err(AllocateError::Node(reason)) => return Status::unresolvable(reason),
+                Err(AllocateError::Fatal(e)) => return Status::error(e),
+            }
+        }
+        if !unavailable.is_empty() {
+            st.unavailable.lock().extend(unavailable);
+            return Status::unresolvable(ERR_NOT_AVAILABLE);
+        }
+        if let Some(a) = allocations {
+            st.node_allocations
+                .lock()
+                .insert(node_info.name().to_string(), a);
+        }
+        Status::success()
+    }
+}
+
+impl PostFilterPlugin for DynamicResources {
+    fn post_filter(
+        &self,
+        cs: &CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        let Some(st) = state(cs) else {
+            return (None, Status::unschedulable(NO_NEW_CLAIMS_TO_DEALLOCATE));
+        };
+        let claims = st.claims.lock().clone();
+        if claims.is_empty() {
+            return (None, Status::unschedulable(NO_NEW_CLAIMS_TO_DEALLOCATE));
+        }
+        // Upstream picks one unavailable claim at random; the first is as good.
+        let unavailable: Vec<usize> = st.unavailable.lock().iter().copied().collect();
+        for i in unavailable {
+            let claim = &claims[i];
+            let consumers = super::claims::reserved_for(claim);
+            let only_this_pod = consumers.len() == 1 && consumers[0].uid == pod.uid();
+            if !(consumers.is_empty() || only_this_pod) {
+                continue;
+            }
+            let mut deallocated = (**claim).clone();
+            if let Some(status) = deallocated.status.as_mut() {
+                status.reserved_for = None;
+                status.allocation = None;
+                status.devices = None;
+            }
+            let api = self.api.clone();
+            // PostFilter runs in the scheduling cycle, which must not wait on the API: the
+            // update runs on its own and the pod is retried when the claim changes.
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(async move {
+                        if let Err(e) = api.update_resource_claim_status(&deallocated).await {
+                            tracing::warn!(claim = %claim_key(&deallocated), error = %e, "deallocating ResourceClaim failed");
+                        }
+                    });
+                }
+                Err(_) => {
+                    return (
+                        None,
+                        Status::error("no runtime to deallocate the ResourceClaim"),
+                    );
+                }
+            }
+            return (
+                None,
+                Status::unschedulable("deallocation of ResourceClaim completed"),
+            );
+        }
+        (None, Status::unschedulable("still not schedulable"))
+    }
+}
+
+impl ScorePlugin for DynamicResources {
+    fn score(&self, cs: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(st) = state(cs) else {
+            return Ok(0);
+        };
+        let claims = st.claims.lock().clone();
+        if claims.is_empty() {
+            return Ok(0);
+        }
+        let node_allocations = st.node_allocations.lock();
+        let Some(allocations) = node_allocations.get(node.name()) else {
+            return Ok(0);
+        };
+        let mut score = 0;
+        let mut next_new = 0;
+        for claim in &claims {
+            let allocation = match claim.status.as_ref().and_then(|s| s.allocation.as_ref()) {
+                Some(a) => a,
+                None => {
+                    let Some(a) = allocations.get(next_new) else {
+                        return Err(Status::error(format!(
+                            "number of allocations {} is smaller than number of claims needing allocation",
+                            allocations.len()
+                        )));
+                    };
+                    next_new += 1;
+                    a
+                }
+            };
+            let allocated: BTreeSet<&str> = allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| r.request.as_str())
+                .filter(|r| r.contains('/'))
+                .collect();
+            let requests = requests(claim);
+            for req in requests.iter().filter(|r| r.exactly.is_none()) {
+                for (i, sub) in req.first_available.iter().flatten().enumerate() {
+                    if allocated.contains(format!("{}/{}", req.name, sub.name).as_str()) {
+                        score += FIRST_AVAILABLE_MAX_SIZE - i as i64;
+                    }
+                }
+            }
+        }
+        Ok(score)
+    }
+
+    fn has_normalize_score(&self) -> bool {
+        true
+    }
+
+    fn normalize_score(
+        &self,
+        _cs: &CycleState,
+        _pod: &PodInfo,
+        scores: &mut [NodeScore],
+    ) -> Status {
+        normalize_to_max(false, scores);
+        Status::success()
+    }
+}
+
+impl ReservePlugin for DynamicResources {
+    fn reserve(&self, cs: &mut CycleState, _pod: &PodInfo, node_name: &str) -> Status {
+        let Some(st) = state(cs).cloned() else {
+            return Status::error(format!("error reading {STATE_KEY:?} from cycle-state"));
+        };
+        if st.to_allocate.is_empty() {
+            return Status::success();
+        }
+        let Some(allocations) = st.node_allocations.lock().get(node_name).cloned() else {
+            return Status::error("claim allocation not found for node");
+        };
+        if allocations.len() != st.to_allocate.len() {
+            return Status::error(format!(
+                "internal error, have {} allocations, {} claims to allocate",
+                allocations.len(),
+                st.to_allocate.len()
+            ));
+        }
+        let claims = st.claims.lock().clone();
+        let mut reserved = st.reserved.lock();
+        for (&i, allocation) in st.to_allocate.iter().zip(allocations) {
+            let mut claim = (*claims[i]).clone();
+            let finalizers = claim.metadata.finalizers.get_or_insert_with(Vec::new);
+            if !finalizers.iter().any(|f| f == FINALIZER) {
+                finalizers.push(FINALIZER.to_string());
+            }
+            claim
+                .status
+                .get_or_insert_with(ResourceClaimStatus::default)
+                .allocation = Some(allocation.clone());
+            self.listers
+                .resource_claim_tracker
+                .signal_pending(Arc::new(claim));
+            reserved.insert(i, allocation);
+        }
+        Status::success()
+    }
+
+    fn unreserve(&self, cs: &mut CycleState, pod: &PodInfo, _node_name: &str) {
+        let Some(st) = state(cs).cloned() else {
+            return;
+        };
+        let claims = st.claims.lock().clone();
+        let tracker = &self.listers.resource_claim_tracker;
+        for claim in &claims {
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            if tracker.maybe_remove_pending(uid, false) {
+                tracker.restore(&claim_key(claim));
+            }
+            if is_allocated(claim) && reserved_for_pod(claim, pod.uid()) {
+                let api = self.api.clone();
+                let (namespace, name) = (
+                    claim.metadata.namespace.clone().unwrap_or_default(),
+                    claim.metadata.name.clone().unwrap_or_default(),
+                );
+                let (claim_uid, pod_uid) = (uid.to_string(), pod.uid().to_string());
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move {
+                        if let Err(e) = api
+                            .remove_resource_claim_consumer(&namespace, &name, &claim_uid, &pod_uid)
+                            .await
+                        {
+                            // Retried by the pod's next attempt, as upstream.
+                            tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "unreserve");
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl PreBindPlugin for DynamicResources {
+    async fn pre_bind(&self, cs: &CycleState, pod: &PodInfo, _node_name: &str) -> Status {
+        let Some(st) = state(cs).cloned() else {
+            return Status::error(format!("error reading {STATE_KEY:?} from cycle-state"));
+        };
+        let claims = st.claims.lock().clone();
+        let tracker = &self.listers.resource_claim_tracker;
+        for (i, claim) in claims.iter().enumerate() {
+            if reserved_for_pod(claim, pod.uid()) {
+                continue;
+            }
+            let allocation = st.reserved.lock().get(&i).cloned();
+            let result = self.bind_claim(claim, allocation.as_ref(), pod).await;
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            let mut assumed = false;
+            if let Ok(updated) = &result {
+                match tracker.assume(&self.listers.resource_claims, updated.clone()) {
+                    Ok(()) => assumed = true,
+                    Err(e) => {
+                        tracing::debug!(claim = %claim_key(updated), error = %e, "claim not stored in assume cache")
+                    }
+                }
+            }
+            if allocation.is_some() {
+                tracker.maybe_remove_pending(uid, assumed);
+            }
+            match result {
+                Ok(updated) => st.claims.lock()[i] = Arc::new(updated),
+                Err(e) => return Status::error(e),
+            }
+        }
+        Status::success()
+    }
+}

@@ -1,0 +1,239 @@
+//! NodeDeclaredFeatures (beta, on in 1.36): a pod that needs a node feature runs only on nodes
+//! that list it in `node.status.declaredFeatures`.
+//!
+//! A pod's required features are inferred as upstream 1.36's registry
+//! (`k8s.io/component-helpers/nodedeclaredfeatures/features`) does. Of its five features, three
+//! are never required for scheduling (`InPlacePodLevelResourcesVerticalScaling`,
+//! `ExtendWebSocketsToKubelet`, `InPlacePodVerticalScalingExclusiveInitContainers`: they matter
+//! only to pod updates); two are:
+//! - `RestartAllContainersOnContainerExits`: a container or init container with a
+//!   `restartPolicyRules` entry whose action is `RestartAllContainers`;
+//! - `UserNamespacesHostNetworkSupport`: `hostNetwork: true` with `hostUsers: false`.
+
+use std::sync::Arc;
+
+use super::names;
+use crate::framework::interface::{
+    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status,
+};
+use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
+use crate::framework::registry::PluginRegistration;
+use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+
+pub const ERR_REASON_UNSATISFIED_REQUIREMENTS: &str =
+    "node(s) didn't match Pod's required features";
+pub const RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS: &str = "RestartAllContainersOnContainerExits";
+pub const USER_NAMESPACES_HOST_NETWORK_SUPPORT: &str = "UserNamespacesHostNetworkSupport";
+
+const PRE_FILTER_STATE_KEY: &str = "PreFilterNodeDeclaredFeatures";
+
+/// The features a pod needs, in upstream's registry order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RequiredFeatures(Vec<&'static str>);
+
+#[derive(Debug, Default)]
+pub struct NodeDeclaredFeatures;
+
+impl_plugin!(
+    NodeDeclaredFeatures,
+    names::NODE_DECLARED_FEATURES,
+    [PreFilter, Filter]
+);
+
+/// The node features `pod` needs to be scheduled (upstream's `InferForPodScheduling`).
+pub fn required_features(pod: &PodInfo) -> Vec<&'static str> {
+    let mut features = Vec::new();
+    let Some(spec) = pod.spec() else {
+        return features;
+    };
+    let restarts_all = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.restart_policy_rules.iter().flatten())
+        .any(|rule| rule.action == "RestartAllContainers");
+    if restarts_all {
+        features.push(RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS);
+    }
+    if spec.host_network == Some(true) && spec.host_users == Some(false) {
+        features.push(USER_NAMESPACES_HOST_NETWORK_SUPPORT);
+    }
+    features
+}
+
+impl PreFilterPlugin for NodeDeclaredFeatures {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        let features = required_features(pod);
+        if features.is_empty() {
+            return (None, Status::skip());
+        }
+        state.write(PRE_FILTER_STATE_KEY, Arc::new(RequiredFeatures(features)));
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for NodeDeclaredFeatures {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(required) = state.read::<Arc<RequiredFeatures>>(PRE_FILTER_STATE_KEY) else {
+            return Status::error(format!(
+                "error reading {PRE_FILTER_STATE_KEY:?} from cycle-state: not found"
+            ));
+        };
+        let declared = node
+            .node()
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.declared_features.as_deref())
+            .unwrap_or_default();
+        if required.0.iter().all(|f| declared.iter().any(|d| d == f)) {
+            Status::success()
+        } else {
+            Status::unresolvable(ERR_REASON_UNSATISFIED_REQUIREMENTS)
+        }
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    registration_without_args::<NodeDeclaredFeatures>(NodeDeclaredFeatures::EXTENSION_POINTS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::interface::Code;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, Node, Pod};
+
+    fn restart_all_rule() -> ContainerRestartRule {
+        serde_json::from_value(serde_json::json!({
+            "action": "RestartAllContainers",
+            "exitCodes": {"operator": "In", "values": [42]}
+        }))
+        .expect("rule")
+    }
+
+    fn with_restart_rule(mut pod: Pod, init: bool) -> Pod {
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        let c = Container {
+            name: "c".into(),
+            restart_policy: Some("Never".into()),
+            restart_policy_rules: Some(vec![restart_all_rule()]),
+            ..Default::default()
+        };
+        if init {
+            spec.init_containers.get_or_insert_with(Vec::new).push(c);
+        } else {
+            spec.containers.push(c);
+        }
+        pod
+    }
+
+    fn host_network_user_ns(mut pod: Pod, host_users: Option<bool>) -> Pod {
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        spec.host_network = Some(true);
+        spec.host_users = host_users;
+        pod
+    }
+
+    fn node_declaring(features: &[&str]) -> NodeInfo {
+        let mut node: Node = NodeBuilder::new("n").build();
+        node.status
+            .get_or_insert_with(Default::default)
+            .declared_features = Some(features.iter().map(|f| f.to_string()).collect());
+        NodeInfo::with_node(Arc::new(node), vec![])
+    }
+
+    #[test]
+    fn infers_the_features_upstream_infers() {
+        let plain = PodBuilder::new("p").build();
+        let cases: Vec<(&str, Pod, Vec<&str>)> = vec![
+            ("no feature", plain.clone(), vec![]),
+            (
+                "restart rule on a container",
+                with_restart_rule(plain.clone(), false),
+                vec![RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS],
+            ),
+            (
+                "restart rule on an init container",
+                with_restart_rule(plain.clone(), true),
+                vec![RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS],
+            ),
+            (
+                "host network with a user namespace",
+                host_network_user_ns(plain.clone(), Some(false)),
+                vec![USER_NAMESPACES_HOST_NETWORK_SUPPORT],
+            ),
+            (
+                "host network with host users",
+                host_network_user_ns(plain.clone(), Some(true)),
+                vec![],
+            ),
+            (
+                "host network, hostUsers unset",
+                host_network_user_ns(plain.clone(), None),
+                vec![],
+            ),
+            (
+                "both",
+                host_network_user_ns(with_restart_rule(plain, false), Some(false)),
+                vec![
+                    RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS,
+                    USER_NAMESPACES_HOST_NETWORK_SUPPORT,
+                ],
+            ),
+        ];
+        for (name, pod, want) in cases {
+            assert_eq!(required_features(&PodInfo::from_pod(pod)), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn filters_nodes_by_declared_features() {
+        let pod = PodInfo::from_pod(with_restart_rule(PodBuilder::new("p").build(), false));
+        let pl = NodeDeclaredFeatures;
+        let mut state = CycleState::new();
+        let (_, s) = pl.pre_filter(&mut state, &pod, &Snapshot::new());
+        assert!(s.is_success());
+        let cases = [
+            (
+                "nothing declared",
+                node_declaring(&[]),
+                Code::UnschedulableAndUnresolvable,
+            ),
+            (
+                "another feature declared",
+                node_declaring(&[USER_NAMESPACES_HOST_NETWORK_SUPPORT]),
+                Code::UnschedulableAndUnresolvable,
+            ),
+            (
+                "the feature declared",
+                node_declaring(&[
+                    USER_NAMESPACES_HOST_NETWORK_SUPPORT,
+                    RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS,
+                ]),
+                Code::Success,
+            ),
+        ];
+        for (name, node, want) in cases {
+            let s = pl.filter(&state, &pod, &node);
+            assert_eq!(s.code(), want, "{name}");
+            if want != Code::Success {
+                assert_eq!(s.message(), ERR_REASON_UNSATISFIED_REQUIREMENTS, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn pods_needing_no_feature_skip_the_filter() {
+        let (_, s) = NodeDeclaredFeatures.pre_filter(
+            &mut CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &Snapshot::new(),
+        );
+        assert!(s.is_skip());
+    }
+}

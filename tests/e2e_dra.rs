@@ -1,0 +1,399 @@
+//! Dynamic resource allocation on the real control plane: kube-controller-manager's resourceclaim
+//! controller creates the pods' claims from their templates, the test publishes the DeviceClass
+//! and ResourceSlices a driver would (kwok nodes run no driver), and `ksched scheduler` and
+//! upstream kube-scheduler run the same workload one after the other, on nodes of their own with
+//! the same devices: same feasibility, same allocations, same messages.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use support::nodes::Nodes;
+use support::process::LoggedChild;
+use support::scheduler::{SchedulerProcess, config, kube_scheduler_command};
+use support::wait::{node_of, poll, unschedulable_message};
+use support::{Components, ControlPlane, control_plane, path_str};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const DRIVER: &str = "gpu.e2e.ksched.io";
+const PAUSE: &str = "registry.k8s.io/pause:3.10";
+
+fn cp() -> &'static ControlPlane {
+    control_plane(Components::FULL)
+}
+
+fn object<K: serde::de::DeserializeOwned>(v: Value) -> K {
+    serde_json::from_value(v).expect("object literal")
+}
+
+/// Upstream kube-scheduler serving `name` with its default profile; killed when dropped.
+fn kube_scheduler(cp: &ControlPlane, name: &str) -> LoggedChild {
+    let config = cp.dir.join(format!("{name}-config.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n",
+            path_str(&cp.kubeconfig)
+        ),
+    )
+    .expect("write kube-scheduler config");
+    let mut cmd = kube_scheduler_command(cp);
+    cmd.args([format!("--config={}", path_str(&config)), "--v=2".into()]);
+    LoggedChild::spawn(cmd, cp.dir.join(format!("{name}.log")))
+}
+
+/// The scheduler under test or upstream's, for the logs a failure shows.
+enum Contender {
+    Ksched(SchedulerProcess),
+    Upstream(LoggedChild),
+}
+
+impl Contender {
+    fn logs(&self) -> String {
+        let logs = match self {
+            Contender::Ksched(s) => s.logs(),
+            Contender::Upstream(c) => c.logs(),
+        };
+        support::wait::tail(&logs, 60)
+    }
+}
+
+/// The DeviceClass `class` of the driver's devices.
+fn device_class(class: &str) -> DeviceClass {
+    object(json!({
+        "metadata": {"name": class},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}
+    }))
+}
+
+/// The one slice of pool `node`: `gpus` devices with a model and an index.
+fn node_slice(node: &str, gpus: usize) -> ResourceSlice {
+    let devices: Vec<Value> = (0..gpus)
+        .map(|i| {
+            json!({"name": format!("gpu-{i}"), "attributes": {
+                "model": {"string": "a100"}, "index": {"int": i}, "driverVersion": {"version": "1.2.3"}
+            }, "capacity": {"memory": {"value": "40Gi"}}})
+        })
+        .collect();
+    object(json!({
+        "metadata": {"name": format!("{node}-{DRIVER}")},
+        "spec": {"driver": DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}
+    }))
+}
+
+/// A template for one device of `class` matching `selector`.
+fn template(name: &str, class: &str, selector: &str) -> ResourceClaimTemplate {
+    object(json!({
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": class,
+            "selectors": [{"cel": {"expression": selector}}]
+        }}]}}}
+    }))
+}
+
+/// A pod of `scheduler` with one claim from `template`.
+fn pod(name: &str, scheduler: &str, template: &str) -> Pod {
+    pod_with_claim(
+        name,
+        scheduler,
+        json!({"name": "gpu", "resourceClaimTemplateName": template}),
+    )
+}
+
+/// A pod of `scheduler` with the pod claim `claim` (named `gpu`).
+fn pod_with_claim(name: &str, scheduler: &str, claim: Value) -> Pod {
+    object(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": PAUSE, "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [claim],
+        }
+    }))
+}
+
+/// The claim generated for the pod's `gpu` claim.
+async fn claim_of(client: &Client, ns: &str, pod: &str) -> ResourceClaim {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    let p = pods.get(pod).await.expect("pod");
+    let name = p
+        .status
+        .and_then(|s| s.resource_claim_statuses)
+        .and_then(|s| s.into_iter().find(|s| s.name == "gpu"))
+        .and_then(|s| s.resource_claim_name)
+        .expect("generated claim name");
+    claims.get(&name).await.expect("claim")
+}
+
+/// The claim's allocation and reservation with the contender's node prefix replaced by `node-`
+/// and the allocation time dropped: what must be equal for both schedulers.
+fn normalized(claim: &ResourceClaim, prefix: &str) -> Value {
+    let status = claim.status.clone().expect("claim status");
+    let mut v = json!({
+        "allocation": status.allocation,
+        "reservedFor": status.reserved_for.map(|r| r.into_iter().map(|c| c.name).collect::<Vec<_>>()),
+        "finalizers": claim.metadata.finalizers,
+    });
+    if let Some(a) = v["allocation"].as_object_mut() {
+        a.remove("allocationTimestamp");
+    }
+    let text = v.to_string().replace(prefix, "node-");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// What one scheduler did with the workload.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    /// Pod -> node (normalized), for the pods bound.
+    bound: BTreeMap<String, String>,
+    /// Pod -> its claim's normalized allocation, for the pods bound.
+    allocations: BTreeMap<String, Value>,
+    /// The claim two pods share: its nodes and its normalized allocation and reservation.
+    shared: (Vec<String>, Value),
+    /// The message of the pod left without a device after two pods raced for the last one.
+    lost_race: String,
+    /// The message of the pod whose selector no device matches.
+    no_match: String,
+}
+
+/// Runs the workload under `scheduler` (already started as `contender`) on two fresh nodes
+/// `<test>-<tag>-0` (three devices) and `<test>-<tag>-1` (none).
+async fn workload(client: &Client, tag: &str, scheduler: &str, contender: &Contender) -> Observed {
+    let test = format!("dra-{}", std::process::id());
+    let nodes = Nodes::new(cp(), &format!("{test}-{tag}")).waiting_on_drop();
+    let with_devices = nodes.create("0", "8", &[]);
+    nodes.create("1", "8", &[]);
+    nodes.wait_ready();
+    let prefix = format!("{test}-{tag}-");
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let slice = node_slice(&with_devices, 3);
+    slices
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("slice");
+    let class = format!("gpu-{test}");
+
+    let ns = cp().namespace(client, &format!("dra-{tag}")).await;
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), &ns);
+    for t in [
+        template(
+            "gpu",
+            &class,
+            "device.attributes[\"gpu.e2e.ksched.io\"].model == \"a100\" && device.capacity[\"gpu.e2e.ksched.io\"].memory.compareTo(quantity(\"32Gi\")) >= 0",
+        ),
+        template(
+            "h100",
+            &class,
+            "device.attributes[\"gpu.e2e.ksched.io\"].model == \"h100\"",
+        ),
+    ] {
+        templates
+            .create(&PostParams::default(), &t)
+            .await
+            .expect("template");
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let logs = || contender.logs();
+    let create = async |name: &str, template: &str| {
+        pods.create(&PostParams::default(), &pod(name, scheduler, template))
+            .await
+            .expect("create pod");
+    };
+    let mut observed = Observed {
+        bound: BTreeMap::new(),
+        allocations: BTreeMap::new(),
+        shared: (Vec::new(), Value::Null),
+        lost_race: String::new(),
+        no_match: String::new(),
+    };
+
+    // One pod: the first device of the node that has devices.
+    create("a", "gpu").await;
+    let node = poll("pod a bound", Duration::from_secs(90), logs, async || {
+        node_of(&pods, "a").await
+    })
+    .await;
+    observed
+        .bound
+        .insert("a".into(), node.replace(&prefix, "node-"));
+
+    // A claim shared by two pods: allocated once, reserved for both, both on its node.
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let shared: ResourceClaim = object(json!({
+        "metadata": {"name": "shared"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}}
+    }));
+    claims
+        .create(&PostParams::default(), &shared)
+        .await
+        .expect("shared claim");
+    let mut shared_nodes = Vec::new();
+    for name in ["s1", "s2"] {
+        let p = pod_with_claim(
+            name,
+            scheduler,
+            json!({"name": "gpu", "resourceClaimName": "shared"}),
+        );
+        pods.create(&PostParams::default(), &p)
+            .await
+            .expect("create pod");
+        let node = poll(
+            &format!("pod {name} bound"),
+            Duration::from_secs(90),
+            logs,
+            async || node_of(&pods, name).await,
+        )
+        .await;
+        shared_nodes.push(node.replace(&prefix, "node-"));
+    }
+    let shared = claims.get("shared").await.expect("shared claim");
+    let reserved: Vec<String> = shared
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .map(|r| r.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(reserved, ["s1", "s2"]);
+    observed.shared = (shared_nodes, normalized(&shared, &prefix));
+
+    // Two pods race for the last device: exactly one gets it.
+    create("b", "gpu").await;
+    create("c", "gpu").await;
+    let (winner, loser, message) = poll(
+        "one of b and c bound, the other unschedulable",
+        Duration::from_secs(90),
+        logs,
+        async || {
+            let (b, c) = (pods.get("b").await.ok()?, pods.get("c").await.ok()?);
+            let bound = |p: &Pod| support::wait::node(p).is_some();
+            match (bound(&b), bound(&c)) {
+                (true, false) => Some(("b", "c", unschedulable_message(&c)?)),
+                (false, true) => Some(("c", "b", unschedulable_message(&b)?)),
+                (true, true) => panic!("both pods got the last device\n{}", logs()),
+                (false, false) => None,
+            }
+        },
+    )
+    .await;
+    let node = node_of(&pods, winner).await.expect("winner's node");
+    // The winner is named "b" in the record, whichever it was.
+    observed
+        .bound
+        .insert("b".into(), node.replace(&prefix, "node-"));
+    observed.lost_race = message;
+    for (record, pod) in [("a", "a"), ("b", winner)] {
+        let claim = claim_of(client, &ns, pod).await;
+        let mut v = normalized(&claim, &prefix);
+        // The reservation names the pod: record it under the record's name.
+        v["reservedFor"] = json!([record]);
+        observed.allocations.insert(record.into(), v);
+    }
+    // The loser's claim got nothing.
+    let lost = claim_of(client, &ns, loser).await;
+    assert!(
+        lost.status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_none(),
+        "{loser}'s claim is allocated: {:?}",
+        lost.status
+    );
+
+    // No device matches the selector.
+    create("d", "h100").await;
+    observed.no_match = poll(
+        "pod d unschedulable",
+        Duration::from_secs(90),
+        logs,
+        async || unschedulable_message(&pods.get("d").await.ok()?),
+    )
+    .await;
+    assert_eq!(node_of(&pods, "d").await, None);
+
+    // Let everything go: the namespace (pods, claims), the slice; the nodes when dropped.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    let _ = slices
+        .delete(
+            slice.metadata.name.as_deref().unwrap_or_default(),
+            &DeleteParams::default(),
+        )
+        .await;
+    observed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn template_claims_are_allocated_like_upstream() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let test = format!("dra-{}", std::process::id());
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &device_class(&format!("gpu-{test}")),
+        )
+        .await
+        .expect("device class");
+
+    let ksched = Contender::Ksched(SchedulerProcess::start(
+        cp,
+        "dra-ksched",
+        &config("dra-ksched", None),
+    ));
+    let ours = workload(&client, "ksched", "dra-ksched", &ksched).await;
+    drop(ksched);
+    let upstream = Contender::Upstream(kube_scheduler(cp, "dra-upstream"));
+    let theirs = workload(&client, "upstream", "dra-upstream", &upstream).await;
+    drop(upstream);
+    let _ = classes
+        .delete(&format!("gpu-{test}"), &DeleteParams::default())
+        .await;
+
+    // What ksched did, spelled out.
+    assert_eq!(ours.bound.get("a").map(String::as_str), Some("node-0"));
+    assert_eq!(ours.bound.get("b").map(String::as_str), Some("node-0"));
+    let device = |who: &str| {
+        ours.allocations[who]["allocation"]["devices"]["results"][0]["device"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!((device("a"), device("b")), ("gpu-0".into(), "gpu-2".into()));
+    assert_eq!(ours.shared.0, ["node-0", "node-0"]);
+    assert_eq!(
+        ours.shared.1["allocation"]["devices"]["results"][0]["device"],
+        json!("gpu-1")
+    );
+    assert_eq!(
+        ours.allocations["a"]["finalizers"],
+        json!(["resource.kubernetes.io/delete-protection"])
+    );
+    assert!(
+        ours.lost_race.contains("cannot allocate all claims"),
+        "{}",
+        ours.lost_race
+    );
+    assert!(
+        ours.no_match.contains("cannot allocate all claims"),
+        "{}",
+        ours.no_match
+    );
+    // And upstream did the same.
+    assert_eq!(ours, theirs);
+}

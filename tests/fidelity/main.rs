@@ -51,7 +51,6 @@ async fn differential(per_family: usize, report_name: &str) {
         .into_iter()
         .filter(|c| c.name.starts_with(&only))
         .collect();
-    let ignore_dra = !ksched_default_profile_has("DynamicResources");
     let cp = control_plane(Components::API_ONLY);
     let mut runner = Runner::new(cp).await;
     let started = Instant::now();
@@ -67,12 +66,12 @@ async fn differential(per_family: usize, report_name: &str) {
         }
         let mut upstream = vec![runner.run(case, Scheduler::Upstream).await];
         let ksched = runner.run(case, Scheduler::Ksched).await;
-        let mut verdict = report::compare(case, &upstream, &ksched, ignore_dra);
+        let mut verdict = report::compare(case, &upstream, &ksched);
         // Upstream's choice among equal nodes depends on which filter goroutine finishes first:
         // before calling a difference a disagreement, see whether upstream varies too.
         while !verdict.agrees() && upstream.len() < UPSTREAM_RUNS_ON_DIFFERENCE {
             upstream.push(runner.run(case, Scheduler::Upstream).await);
-            verdict = report::compare(case, &upstream, &ksched, ignore_dra);
+            verdict = report::compare(case, &upstream, &ksched);
         }
         eprintln!(
             "fidelity: {} {}",
@@ -102,24 +101,6 @@ async fn differential(per_family: usize, report_name: &str) {
         disagreeing.is_empty(),
         "ksched disagrees with upstream kube-scheduler on {disagreeing:?} (seed {seed}); report above"
     );
-}
-
-/// Whether `ksched config validate` puts `plugin` in the default profile.
-fn ksched_default_profile_has(plugin: &str) -> bool {
-    let config = std::env::temp_dir().join(format!("fidelity-default-{}.yaml", std::process::id()));
-    std::fs::write(
-        &config,
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
-    )
-    .expect("write a config");
-    let out = std::process::Command::new(support::scheduler::ksched_bin())
-        .args(["config", "validate"])
-        .arg(&config)
-        .output()
-        .expect("run ksched config validate");
-    let _ = std::fs::remove_file(&config);
-    assert!(out.status.success(), "ksched config validate failed");
-    String::from_utf8_lossy(&out.stdout).contains(&format!("- name: {plugin}\n"))
 }
 
 /// The first cases of every family.

@@ -18,45 +18,6 @@ pub enum Mark {
 
 pub const ASPECTS: [&str; 5] = ["outcome", "node", "message", "nominated", "preemption"];
 
-/// What upstream's DynamicResources PostFilter adds before `preemption:` when it has nothing to
-/// deallocate.
-pub const DRA_POST_FILTER_TEXT: &str = "no new claims to deallocate, ";
-
-/// The PostFilter message upstream's DynamicResources returns when its PreFilter never ran (an
-/// earlier PreFilter rejected the pod): reading its cycle state fails, and DefaultPreemption does
-/// not run after it.
-pub const DRA_POST_FILTER_ERROR: &str = "not found";
-
-/// Takes DynamicResources' PostFilter out of `upstream`'s messages (its text before
-/// `preemption:`; its error, with the preemption part of ksched's message that upstream never
-/// reached); whether anything was taken out.
-fn without_dra(upstream: &mut Observation, ksched: &mut Observation) -> bool {
-    let mut changed = false;
-    for (i, pod) in upstream.pods.iter_mut().enumerate() {
-        for (j, msg) in pod.messages.iter_mut().enumerate() {
-            if msg.contains(DRA_POST_FILTER_TEXT) {
-                *msg = msg.replace(DRA_POST_FILTER_TEXT, "");
-                changed = true;
-            }
-            let Some(base) = msg.strip_suffix(DRA_POST_FILTER_ERROR) else {
-                continue;
-            };
-            if !base.ends_with(". ") {
-                continue;
-            }
-            let base = base.trim_end().to_string();
-            changed = true;
-            if let Some(ours) = ksched.pods.get_mut(i).and_then(|p| p.messages.get_mut(j))
-                && ours.starts_with(&format!("{base} preemption: "))
-            {
-                *ours = base.clone();
-            }
-            *msg = base;
-        }
-    }
-    changed
-}
-
 /// The comparison of one case.
 #[derive(Debug, Clone)]
 pub struct Verdict {
@@ -66,8 +27,6 @@ pub struct Verdict {
     pub marks: [Mark; 5],
     /// What differed, for the report.
     pub details: Vec<String>,
-    /// Upstream's messages carried [`DRA_POST_FILTER_TEXT`], left out of the comparison.
-    pub dra_text_ignored: bool,
 }
 
 impl Verdict {
@@ -104,28 +63,9 @@ fn aspects(o: &Observation) -> [String; 5] {
 
 /// Compares `ksched` with `upstream` (one or more runs of upstream on the same state: an aspect on
 /// which those runs differ is not compared).
-///
-/// With `ignore_dra` (ksched's default profile has no DynamicResources yet), what upstream's
-/// DynamicResources PostFilter writes is left out of the messages (see [`without_dra`]).
-pub fn compare(
-    case: &Case,
-    upstream: &[Observation],
-    ksched: &Observation,
-    ignore_dra: bool,
-) -> Verdict {
-    let mut dra_text_ignored = false;
-    let mut ksched = ksched.clone();
-    let theirs: Vec<[String; 5]> = upstream
-        .iter()
-        .map(|o| {
-            let mut o = o.clone();
-            if ignore_dra {
-                dra_text_ignored |= without_dra(&mut o, &mut ksched);
-            }
-            aspects(&o)
-        })
-        .collect();
-    let ours = aspects(&ksched);
+pub fn compare(case: &Case, upstream: &[Observation], ksched: &Observation) -> Verdict {
+    let theirs: Vec<[String; 5]> = upstream.iter().map(aspects).collect();
+    let ours = aspects(ksched);
     let mut marks = [Mark::Agree; 5];
     let mut details = Vec::new();
     for (i, name) in ASPECTS.iter().enumerate() {
@@ -147,7 +87,6 @@ pub fn compare(
         case: case.name.clone(),
         marks,
         details,
-        dra_text_ignored,
     }
 }
 
@@ -193,15 +132,6 @@ pub fn render(verdicts: &[Verdict], elapsed: std::time::Duration) -> String {
         out,
         "(nd: upstream itself varied between runs; not compared)"
     );
-    let dra = verdicts.iter().filter(|v| v.dra_text_ignored).count();
-    if dra > 0 {
-        let _ = writeln!(
-            out,
-            "({dra} cases: upstream's message carries DynamicResources' PostFilter ({DRA_POST_FILTER_TEXT:?}, \
-             or its error {DRA_POST_FILTER_ERROR:?} in place of preemption); ksched's default profile has no \
-             DynamicResources yet, so messages were compared without it)"
-        );
-    }
     let disagreeing: Vec<&Verdict> = verdicts.iter().filter(|v| !v.agrees()).collect();
     for v in &disagreeing {
         let _ = writeln!(out, "\nDISAGREE {}:", v.case);

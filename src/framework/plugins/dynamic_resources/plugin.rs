@@ -640,6 +640,16 @@ impl ReservePlugin for DynamicResources {
 
 #[async_trait]
 impl PreBindPlugin for DynamicResources {
+    /// Skip for a pod without claims (PreBind has nothing to write, so the scheduler does not set
+    /// nominatedNodeName first), as upstream.
+    fn pre_bind_pre_flight(&self, cs: &CycleState, _pod: &PodInfo, _node_name: &str) -> Status {
+        match state(cs) {
+            None => Status::error(format!("error reading {STATE_KEY:?} from cycle-state")),
+            Some(st) if st.claims.lock().is_empty() => Status::skip(),
+            Some(_) => Status::success(),
+        }
+    }
+
     async fn pre_bind(&self, cs: &CycleState, pod: &PodInfo, _node_name: &str) -> Status {
         let Some(st) = state(cs).cloned() else {
             return Status::error(format!("error reading {STATE_KEY:?} from cycle-state"));

@@ -44,6 +44,7 @@ pub const FAMILIES: &[Family] = &[
     ("preemption", preemption),
     ("gates", scheduling_gates),
     ("fill", fill),
+    ("dra", dra),
 ];
 
 /// `per_family` cases of every family, from `seed`.
@@ -1011,4 +1012,72 @@ fn fill(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         );
     }
     (objects, copies(&p.build(), rng.usize(3..=5)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// dra: DynamicResources with direct ResourceClaims (the control plane runs no resourceclaim
+// controller, so no templates): per-node slices, ExactCount and All, class and request selectors,
+// claims shared by two pods, claims no node can satisfy (the PostFilter message).
+
+const MODELS: &[&str] = &["a100", "t4"];
+
+fn dra(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let mut objects = vec![
+        device_class("gpu", None),
+        device_class(
+            "a100",
+            Some(&format!(
+                "device.attributes[\"{DRA_DRIVER}\"].model == \"a100\""
+            )),
+        ),
+    ];
+    for i in 0..count(rng, 2, 4) {
+        let n = node_name(i);
+        objects.push(node(&n).build());
+        let devices: Vec<(String, &str, u32)> = (0..rng.usize(0..=3))
+            .map(|d| {
+                (
+                    format!("gpu-{d}"),
+                    pick(rng, MODELS),
+                    pick(rng, &[16u32, 40, 80]),
+                )
+            })
+            .collect();
+        if !devices.is_empty() {
+            objects.push(resource_slice(&n, &devices));
+        }
+    }
+    let mut incoming = Vec::new();
+    let mut last_claim = None;
+    for k in 0..count(rng, 1, 3) {
+        let claim = match last_claim.clone() {
+            // Shares the previous pod's claim: same node, no second allocation.
+            Some(c) if chance(rng, 25) => c,
+            _ => {
+                let name = format!("claim-{k}");
+                let class = pick(rng, &["gpu", "gpu", "a100"]);
+                let count = if chance(rng, 20) {
+                    None
+                } else {
+                    Some(rng.u32(1..=3))
+                };
+                let selector = chance(rng, 30).then(|| {
+                    format!(
+                        "device.capacity[\"{DRA_DRIVER}\"].memory.compareTo(quantity(\"{}Gi\")) >= 0",
+                        pick(rng, &[40u32, 80])
+                    )
+                });
+                objects.push(resource_claim(&name, class, count, selector.as_deref()));
+                name
+            }
+        };
+        last_claim = Some(claim.clone());
+        incoming.push(
+            pod(&format!("incoming-{k}"))
+                .req("100m", "")
+                .claim(&claim)
+                .build(),
+        );
+    }
+    (objects, incoming)
 }

@@ -82,6 +82,19 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
     ("storage.k8s.io/v1", "StorageClass", "storageclasses", false),
     ("storage.k8s.io/v1", "CSIDriver", "csidrivers", false),
     ("v1", "Node", "nodes", false),
+    ("resource.k8s.io/v1", "DeviceClass", "deviceclasses", false),
+    (
+        "resource.k8s.io/v1",
+        "ResourceSlice",
+        "resourceslices",
+        false,
+    ),
+    (
+        "resource.k8s.io/v1",
+        "ResourceClaim",
+        "resourceclaims",
+        true,
+    ),
     ("storage.k8s.io/v1", "CSINode", "csinodes", false),
     ("v1", "PersistentVolume", "persistentvolumes", false),
     (
@@ -350,6 +363,25 @@ impl Runner {
                 out.insert(
                     format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()),
                     n.clone(),
+                );
+            }
+        }
+        let ar = api_resource("resource.k8s.io/v1", "ResourceClaim", "resourceclaims");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        for c in api.list(&lp).await.expect("list resource claims").items {
+            let results = &c.data["status"]["allocation"]["devices"]["results"];
+            if let Some(results) = results.as_array() {
+                let devices: Vec<String> = results
+                    .iter()
+                    .map(|r| format!("{}/{}", r["pool"], r["device"]).replace('"', ""))
+                    .collect();
+                out.insert(
+                    format!(
+                        "resourceclaim {}/{}",
+                        c.namespace().unwrap_or_default(),
+                        c.name_any()
+                    ),
+                    devices.join(","),
                 );
             }
         }

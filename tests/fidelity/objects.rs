@@ -289,3 +289,69 @@ pub fn csi_driver(name: &str) -> Value {
         "metadata": meta(name, None, &Map::new()),
         "spec": {"attachRequired": true, "podInfoOnMount": false}})
 }
+
+/// The DRA driver of the `dra` family's devices.
+pub const DRA_DRIVER: &str = "gpu.example.com";
+
+/// A DeviceClass selecting `DRA_DRIVER`'s devices, and those matching `selector` (CEL) if given.
+pub fn device_class(name: &str, selector: Option<&str>) -> Value {
+    let mut selectors =
+        vec![json!({"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\"")}})];
+    if let Some(s) = selector {
+        selectors.push(json!({"cel": {"expression": s}}));
+    }
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": meta(name, None, &Map::new()), "spec": {"selectors": selectors}})
+}
+
+/// The ResourceSlice publishing `devices` (name, model, memory in Gi) of `node`, one pool per node.
+pub fn resource_slice(node: &str, devices: &[(String, &str, u32)]) -> Value {
+    let devices: Vec<Value> = devices
+        .iter()
+        .map(|(name, model, gi)| {
+            json!({"name": name,
+                "attributes": {"model": {"string": model}},
+                "capacity": {"memory": {"value": format!("{gi}Gi")}}})
+        })
+        .collect();
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": meta(&format!("{node}-gpus"), None, &Map::new()),
+        "spec": {"driver": DRA_DRIVER, "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices}})
+}
+
+/// A ResourceClaim in `fid-a` with one request `gpu` of `class`: `count` devices (None: All),
+/// and those matching `selector` (CEL) if given.
+pub fn resource_claim(
+    name: &str,
+    class: &str,
+    count: Option<u32>,
+    selector: Option<&str>,
+) -> Value {
+    let mut exactly = json!({"deviceClassName": class});
+    match count {
+        Some(n) => {
+            exactly["allocationMode"] = json!("ExactCount");
+            exactly["count"] = json!(n);
+        }
+        None => exactly["allocationMode"] = json!("All"),
+    }
+    if let Some(s) = selector {
+        exactly["selectors"] = json!([{"cel": {"expression": s}}]);
+    }
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": meta(name, Some("fid-a"), &Map::new()),
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}})
+}
+
+impl PodB {
+    /// Uses ResourceClaim `claim` (in the pod's namespace) in its first container.
+    pub fn claim(self, claim: &str) -> Self {
+        self.set(
+            "resourceClaims",
+            json!([{"name": "gpu", "resourceClaimName": claim}]),
+        )
+        .container("resources", json!({"claims": [{"name": "gpu"}]}))
+    }
+}

@@ -326,12 +326,19 @@ fn taints(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
 const DISKS: &[&str] = &["ssd", "hdd"];
 const ZONES: &[&str] = &["z1", "z2", "z3"];
 
+/// Node `i`, in one of `zones` with probability `percent` %.
+fn zoned_node(rng: &mut Rng, i: usize, percent: u32, zones: &[&str]) -> NodeB {
+    let nb = node(&node_name(i));
+    if chance(rng, percent) {
+        nb.zone(pick(rng, zones))
+    } else {
+        nb
+    }
+}
+
 fn affinity_nodes(rng: &mut Rng, objects: &mut Vec<Value>, n: usize) {
     for i in 0..n {
-        let mut nb = node(&node_name(i));
-        if chance(rng, 85) {
-            nb = nb.zone(pick(rng, ZONES));
-        }
+        let mut nb = zoned_node(rng, i, 85, ZONES);
         if chance(rng, 70) {
             nb = nb.label("disk", pick(rng, DISKS));
         }
@@ -549,11 +556,7 @@ fn pod_affinity(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
     let mut objects = Vec::new();
     let n = count(rng, 2, 5);
     for i in 0..n {
-        let mut nb = node(&node_name(i));
-        if chance(rng, 90) {
-            nb = nb.zone(pick(rng, &ZONES[..2]));
-        }
-        objects.push(nb.build());
+        objects.push(zoned_node(rng, i, 90, &ZONES[..2]).build());
     }
     let mut existing = Vec::new();
     for j in 0..rng.usize(..=5) {
@@ -604,10 +607,7 @@ fn topology_spread(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
     let mut objects = Vec::new();
     let n = count(rng, 3, 6);
     for i in 0..n {
-        let mut nb = node(&node_name(i));
-        if chance(rng, 85) {
-            nb = nb.zone(pick(rng, ZONES));
-        }
+        let mut nb = zoned_node(rng, i, 85, ZONES);
         if chance(rng, 20) {
             nb = nb.taint("dedicated", "a", "NoSchedule");
         }

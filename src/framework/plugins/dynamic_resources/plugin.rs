@@ -454,8 +454,10 @@ impl PostFilterPlugin for DynamicResources {
         _snapshot: &Snapshot,
         _filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
+        // No state: an earlier PreFilter rejected the pod before this one ran. Upstream's read of
+        // its cycle state then fails with this error, which ends PostFilter (no preemption).
         let Some(st) = state(cs) else {
-            return (None, Status::unschedulable(NO_NEW_CLAIMS_TO_DEALLOCATE));
+            return (None, Status::error("not found"));
         };
         let claims = st.claims.lock().clone();
         if claims.is_empty() {

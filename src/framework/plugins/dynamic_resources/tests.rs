@@ -126,6 +126,15 @@ fn pods_without_claims_skip_and_have_nothing_to_deallocate() {
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(s.message(), NO_NEW_CLAIMS_TO_DEALLOCATE);
+    // PreFilter never ran (an earlier one rejected the pod): upstream's "not found" error.
+    let (_, s) = e.plugin.post_filter(
+        &CycleState::new(),
+        &pod,
+        &Snapshot::new(),
+        &NodeToStatus::new(),
+    );
+    assert_eq!(s.code(), Code::Error);
+    assert_eq!(s.message(), "not found");
 }
 
 #[test]

@@ -13,7 +13,7 @@ IMAGE ?= ksched:$(VERSION)
 # The image ships the dist build (fat LTO); IMAGE_PROFILE=release builds faster.
 IMAGE_PROFILE ?= dist
 
-.PHONY: all build test testenv crds manifests image lint demo bench check-no-leftovers
+.PHONY: all build test testenv crds manifests image lint demo bench fidelity check-no-leftovers
 
 all: build
 
@@ -57,6 +57,10 @@ check-no-leftovers:
 	@left=$$(pgrep -af '^$(KSCHED_TESTENV_BIN)/' || true); \
 	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
 	echo "no control-plane process left running"
+
+## fidelity: the differential test against upstream kube-scheduler on the whole generated corpus (report: target/fidelity/report.txt; `make test` runs its quick subset)
+fidelity: testenv
+	cargo test --test fidelity -- --ignored --nocapture full
 
 ## demo: local control plane, host and leaf kwok nodes, the operator (hybrid profile Embedded), a workload across host and leaf; DEMO_KEEP=1 keeps it running
 demo: testenv

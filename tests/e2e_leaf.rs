@@ -516,7 +516,9 @@ async fn leaf_cluster_policies_rendered_into_the_scheduler_config() {
         })
         .await;
         assert!(
-            msg.starts_with("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) had untolerated taint {kosmos.io/node: true}."),
+            msg.starts_with(
+                "0/4 nodes are available: 2 Insufficient cpu, 2 node(s) had untolerated taint(s)."
+            ),
             "{name}: {msg}"
         );
         assert_eq!(node_of(&pods, name).await, None);

@@ -126,7 +126,7 @@ fn upstream_failure_message_with_real_plugins() {
         .expect_err("no fit");
     assert_eq!(
         e.to_string(),
-        "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }."
+        "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s)."
     );
     assert!(matches!(e, ScheduleError::Fit(_)));
 

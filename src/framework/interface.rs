@@ -208,6 +208,7 @@ pub struct CycleState {
     data: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
     skip_filter_plugins: BTreeSet<Arc<str>>,
     skip_score_plugins: BTreeSet<Arc<str>>,
+    skip_pre_bind_plugins: BTreeSet<Arc<str>>,
     num_all_nodes: usize,
 }
 
@@ -219,6 +220,7 @@ impl fmt::Debug for CycleState {
             .field("keys", &keys)
             .field("skip_filter_plugins", &self.skip_filter_plugins)
             .field("skip_score_plugins", &self.skip_score_plugins)
+            .field("skip_pre_bind_plugins", &self.skip_pre_bind_plugins)
             .field("num_all_nodes", &self.num_all_nodes)
             .finish()
     }
@@ -272,6 +274,15 @@ impl CycleState {
 
     pub fn set_skip_score_plugins(&mut self, plugins: BTreeSet<Arc<str>>) {
         self.skip_score_plugins = plugins;
+    }
+
+    /// PreBind plugins whose PreBindPreFlight returned Skip: their PreBind is not called.
+    pub fn skip_pre_bind_plugins(&self) -> &BTreeSet<Arc<str>> {
+        &self.skip_pre_bind_plugins
+    }
+
+    pub fn set_skip_pre_bind_plugins(&mut self, plugins: BTreeSet<Arc<str>>) {
+        self.skip_pre_bind_plugins = plugins;
     }
 
     /// The number of nodes in the snapshot this cycle runs against (set by the runtime before
@@ -583,6 +594,15 @@ pub trait PermitPlugin: Plugin {
 /// Runs before binding (volume binding and the like); may do API calls.
 #[async_trait]
 pub trait PreBindPlugin: Plugin {
+    /// Upstream's PreBindPreFlight, called before Permit's wait: Success when PreBind will do
+    /// something for this pod on `node_name`, Skip when it has nothing to do (PreBind is then not
+    /// called), or Error. Cheap and without I/O. When any plugin returns Success the scheduler
+    /// publishes the node as `status.nominatedNodeName` before binding (upstream's
+    /// NominatedNodeNameForExpectation). The default says PreBind will act.
+    fn pre_bind_pre_flight(&self, _state: &CycleState, _pod: &PodInfo, _node_name: &str) -> Status {
+        Status::success()
+    }
+
     async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node_name: &str) -> Status;
 }
 

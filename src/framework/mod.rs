@@ -33,6 +33,7 @@
 
 pub mod args;
 pub mod assigned_pod;
+pub mod extender;
 #[cfg(test)]
 mod integration_tests;
 pub mod interface;

@@ -157,6 +157,8 @@ pub struct Handle {
     pub nominator: Option<Arc<dyn PodNominator>>,
     /// Caches of the extra object kinds plugins declared (see [`Informer`]).
     pub listers: Arc<Listers>,
+    /// The configuration's extenders (DefaultPreemption asks them about its candidates).
+    pub extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
 }
 
 impl fmt::Debug for Handle {
@@ -175,6 +177,7 @@ impl Handle {
             snapshot: Arc::new(SharedSnapshot::default()),
             nominator: None,
             listers: Arc::new(Listers::default()),
+            extenders: Vec::new(),
         }
     }
 

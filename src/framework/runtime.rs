@@ -99,6 +99,9 @@ pub struct NodeScores {
     weighted: Vec<i64>,
     /// The sum per node.
     pub totals: Vec<i64>,
+    /// Tie-breakers: upstream draws a random one for each node an extender scored, 0 for others
+    /// (empty: all 0).
+    pub randomizers: Vec<u64>,
 }
 
 impl NodeScores {
@@ -109,6 +112,22 @@ impl NodeScores {
             plugins: Vec::new(),
             weighted: Vec::new(),
             totals: vec![total; nodes.len()],
+            randomizers: Vec::new(),
+        }
+    }
+
+    /// Adds the extenders' scores (by node name); each node that got one gets a random
+    /// tie-breaker, as upstream gives it.
+    pub fn add_extender_scores(&mut self, scores: &BTreeMap<String, i64>) {
+        if scores.is_empty() {
+            return;
+        }
+        self.randomizers.resize(self.nodes.len(), 0);
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(s) = scores.get(&**node) {
+                self.totals[i] += s;
+                self.randomizers[i] = fastrand::u64(..);
+            }
         }
     }
 
@@ -716,6 +735,7 @@ impl Framework {
             plugins: plugins.iter().map(|(_, e)| e.name.clone()).collect(),
             weighted: raw,
             totals,
+            randomizers: Vec::new(),
         })
     }
 
@@ -813,7 +833,48 @@ impl Framework {
         out
     }
 
-    /// PreBind in order; the first failure stops.
+    /// Upstream's RunPreBindPreFlights: Success when some PreBind plugin will act, Skip when none
+    /// will, Error when one failed or answered anything else. Plugins that skip are recorded in
+    /// `state` so PreBind passes them over.
+    pub fn run_pre_bind_pre_flights(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node_name: &str,
+    ) -> Status {
+        let mut skip = BTreeSet::new();
+        let mut out = Status::skip();
+        for e in self.at(ExtensionPoint::PreBind) {
+            let Some(p) = e.plugin.as_pre_bind() else {
+                continue;
+            };
+            let s = p.pre_bind_pre_flight(state, pod, node_name);
+            match s.code() {
+                Code::Success => out = Status::success(),
+                Code::Skip => {
+                    skip.insert(e.name.clone());
+                }
+                Code::Error => {
+                    return Status::error(format!(
+                        "running PreBindPreFlight {:?}: {}",
+                        e.name.as_ref(),
+                        s.message()
+                    ));
+                }
+                other => {
+                    return Status::error(format!(
+                        "PreBindPreFlight {} returned {other:?}, which is unsupported. It is supposed to return Success, Skip, or Error status",
+                        e.name
+                    ));
+                }
+            }
+        }
+        state.set_skip_pre_bind_plugins(skip);
+        out
+    }
+
+    /// PreBind in order (those whose PreBindPreFlight skipped are passed over); the first failure
+    /// stops.
     pub async fn run_pre_bind_plugins(
         &self,
         state: &CycleState,
@@ -824,6 +885,9 @@ impl Framework {
             let Some(p) = e.plugin.as_pre_bind() else {
                 continue;
             };
+            if state.skip_pre_bind_plugins().contains(&e.name) {
+                continue;
+            }
             let s = p.pre_bind(state, pod, node_name).await;
             if !s.is_success() {
                 return rejection_or_error("PreBind", &e.name, s);
@@ -1253,6 +1317,61 @@ mod tests {
         assert!(
             api.bindings.lock().is_empty(),
             "DefaultBinder must not run after B bound"
+        );
+    }
+
+    #[tokio::test]
+    async fn pre_bind_pre_flights_as_upstream() {
+        let run = |codes: &[Code]| {
+            let l = log();
+            let names = ["A", "B", "C"];
+            let fakes: Vec<Fake> = codes
+                .iter()
+                .zip(names)
+                .map(|(c, n)| {
+                    let mut f = Fake::new(n, &l);
+                    f.pre_bind_pre_flight = Some(*c);
+                    f
+                })
+                .collect();
+            let fwk = fwk_with(fakes, &[(PreBind, &names[..codes.len()])]);
+            let mut state = CycleState::new();
+            let s = fwk.run_pre_bind_pre_flights(&mut state, &PodBuilder::new("p").info(), "n1");
+            (fwk, state, s, l)
+        };
+        // Any Success: PreBind will act; the plugins that skipped are passed over at PreBind.
+        let (fwk, state, s, l) = run(&[Code::Skip, Code::Success, Code::Skip]);
+        assert!(s.is_success());
+        let pod = PodBuilder::new("p").info();
+        assert!(
+            fwk.run_pre_bind_plugins(&state, &pod, "n1")
+                .await
+                .is_success()
+        );
+        assert_eq!(
+            l.lock().clone(),
+            [
+                "A.PreBindPreFlight",
+                "B.PreBindPreFlight",
+                "C.PreBindPreFlight",
+                "B.PreBind"
+            ]
+        );
+        // All Skip: nothing will happen at PreBind.
+        assert!(run(&[Code::Skip, Code::Skip]).2.is_skip());
+        // Error stops; any other code is an error too.
+        let (_, _, s, _) = run(&[Code::Error, Code::Success]);
+        assert_eq!(s.code(), Code::Error);
+        assert!(
+            s.message().starts_with("running PreBindPreFlight \"A\""),
+            "{}",
+            s.message()
+        );
+        let (_, _, s, _) = run(&[Code::Unschedulable]);
+        assert_eq!(s.code(), Code::Error);
+        assert!(
+            s.message()
+                .contains("supposed to return Success, Skip, or Error")
         );
     }
 

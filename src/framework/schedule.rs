@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::extender::{EXTENDER_NAME, Extender, extender_scores, find_nodes_that_pass_extenders};
 use super::interface::{Code, CycleState, NodeToStatus, Status};
 use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD};
 use super::types::{NodeInfo, PodInfo, Snapshot};
@@ -60,7 +61,7 @@ impl FitError {
 }
 
 impl fmt::Display for FitError {
-    /// `0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {a: b}. preemption: ...`
+    /// `0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s). preemption: ...`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "0/{} nodes are available:", self.num_all_nodes)?;
         let d = &self.diagnosis;
@@ -135,6 +136,8 @@ pub struct Algorithm {
     next_start_node_index: usize,
     /// The configuration's top-level `percentageOfNodesToScore` (0: adaptive).
     pub percentage_of_nodes_to_score: i32,
+    /// The configuration's extenders, consulted after the Filter and Score plugins.
+    pub extenders: Vec<Arc<dyn Extender>>,
 }
 
 impl Algorithm {
@@ -142,7 +145,18 @@ impl Algorithm {
         Algorithm {
             next_start_node_index: 0,
             percentage_of_nodes_to_score,
+            extenders: Vec::new(),
         }
+    }
+
+    pub fn with_extenders(mut self, extenders: Vec<Arc<dyn Extender>>) -> Algorithm {
+        self.extenders = extenders;
+        self
+    }
+
+    /// Whether scores decide among feasible nodes (Score plugins or a prioritizing extender).
+    fn has_scoring(&self, fwk: &Framework) -> bool {
+        fwk.has_score_plugins() || self.extenders.iter().any(|e| e.is_prioritizer())
     }
 
     pub fn next_start_node_index(&self) -> usize {
@@ -168,7 +182,7 @@ impl Algorithm {
     }
 
     /// Runs PreFilter, Filter (from the rotating start, in parallel, until enough nodes fit),
-    /// PreScore and Score, and selects the host among the best-scored nodes at random.
+    /// PreScore and Score, and selects the host as upstream does (see [`heap_top`]).
     pub fn schedule_pod(
         &mut self,
         fwk: &Framework,
@@ -196,7 +210,7 @@ impl Algorithm {
                 feasible_nodes: 1,
             });
         }
-        let scores = prioritize_nodes(fwk, state, pod, snapshot, &feasible)?;
+        let scores = prioritize_nodes(fwk, &self.extenders, state, pod, snapshot, &feasible)?;
         let host = select_host(&scores)
             .ok_or_else(|| ScheduleError::Internal(Status::error("empty priority list")))?;
         Ok(ScheduleResult {
@@ -241,8 +255,19 @@ impl Algorithm {
                 std::slice::from_ref(node),
                 false,
             )?;
-            if !feasible.is_empty() {
-                return Ok((feasible, diagnosis));
+            let feasible = find_nodes_that_pass_extenders(
+                &self.extenders,
+                pod,
+                feasible,
+                &mut diagnosis.node_to_status,
+            );
+            match feasible {
+                Ok(f) if !f.is_empty() => return Ok((f, diagnosis)),
+                Ok(_) => {}
+                Err(s) => {
+                    tracing::warn!(pod = %pod.key(), node = nominated, error = %s.message(),
+                        "evaluation failed on nominated node");
+                }
             }
         }
 
@@ -270,7 +295,22 @@ impl Algorithm {
         let processed = feasible.as_ref().map_or(0, Vec::len) + diagnosis.node_to_status.len();
         self.next_start_node_index =
             (self.next_start_node_index + processed) % all_nodes.len().max(1);
-        Ok((feasible?, diagnosis))
+        let feasible = feasible?;
+        let before = feasible.len();
+        let feasible = find_nodes_that_pass_extenders(
+            &self.extenders,
+            pod,
+            feasible,
+            &mut diagnosis.node_to_status,
+        )
+        .map_err(ScheduleError::Internal)?;
+        if feasible.len() != before {
+            // Extenders have no cluster events of their own: any event retries the pod.
+            diagnosis
+                .unschedulable_plugins
+                .insert(EXTENDER_NAME.to_string());
+        }
+        Ok((feasible, diagnosis))
     }
 
     /// Filters `nodes` starting at the rotating index until enough feasible nodes are found.
@@ -290,7 +330,7 @@ impl Algorithm {
             return Ok(Vec::new());
         }
         let mut to_find = self.num_feasible_nodes_to_find(fwk.percentage_of_nodes_to_score(), n);
-        if !fwk.has_score_plugins() {
+        if !self.extenders.iter().any(|e| e.is_filter()) && !self.has_scoring(fwk) {
             to_find = 1;
         }
         let start = if rotate {
@@ -342,45 +382,69 @@ impl Algorithm {
     }
 }
 
-/// PreScore and Score over the feasible nodes (all score 1 without Score plugins).
+/// PreScore and Score over the feasible nodes, plus the extenders' scores (all score 1 without
+/// Score plugins and extenders).
 pub fn prioritize_nodes(
     fwk: &Framework,
+    extenders: &[Arc<dyn Extender>],
     state: &mut CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
     nodes: &[Arc<NodeInfo>],
 ) -> Result<NodeScores, ScheduleError> {
-    if !fwk.has_score_plugins() {
+    if extenders.is_empty() && !fwk.has_score_plugins() {
         return Ok(NodeScores::uniform(nodes, 1));
     }
     let s = fwk.run_pre_score_plugins(state, pod, snapshot, nodes);
     if !s.is_success() {
         return Err(ScheduleError::Internal(s));
     }
-    fwk.run_score_plugins(state, pod, nodes)
-        .map_err(ScheduleError::Internal)
+    let mut scores = fwk
+        .run_score_plugins(state, pod, nodes)
+        .map_err(ScheduleError::Internal)?;
+    if !extenders.is_empty() {
+        scores.add_extender_scores(&extender_scores(extenders, pod, nodes));
+    }
+    Ok(scores)
 }
 
-/// The highest-scored node; ties broken uniformly at random (reservoir sampling).
+/// The node upstream's `selectHost` picks among `scores` (in evaluation order); see [`heap_top`].
 pub fn select_host(scores: &NodeScores) -> Option<String> {
-    let mut best: Option<(i64, usize)> = None;
-    let mut ties = 0u64;
-    for (i, &total) in scores.totals.iter().enumerate() {
-        match best {
-            Some((b, _)) if total < b => {}
-            Some((b, _)) if total == b => {
-                ties += 1;
-                if fastrand::u64(0..ties) == 0 {
-                    best = Some((b, i));
-                }
+    heap_top(&scores.totals, &scores.randomizers).map(|i| scores.nodes[i].to_string())
+}
+
+/// The index upstream 1.36 pops first from its node-score heap: Go's `container/heap` `Init` over
+/// the nodes in evaluation order, ordered by total score, then by `randomizers` (upstream draws one
+/// per node only when extenders scored; missing ones are 0). Among equal top scores this is a node
+/// fixed by the heap's layout, neither random nor always the first (scores [1, 5, 9, 9] pick the
+/// last), so the same cluster state gives the same node as upstream.
+pub fn heap_top(totals: &[i64], randomizers: &[u64]) -> Option<usize> {
+    let key = |i: usize| (totals[i], randomizers.get(i).copied().unwrap_or(0));
+    // Go's heap.Less: a strictly better node sorts first.
+    let less = |h: &[usize], a: usize, b: usize| key(h[a]) > key(h[b]);
+    let n = totals.len();
+    let mut h: Vec<usize> = (0..n).collect();
+    // heap.Init: down(i) for i from n/2-1 down to 0.
+    for start in (0..n / 2).rev() {
+        let mut i = start;
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
             }
-            _ => {
-                best = Some((total, i));
-                ties = 1;
+            let mut j = left;
+            if left + 1 < n && less(&h, left + 1, left) {
+                j = left + 1;
             }
+            if !less(&h, j, i) {
+                break;
+            }
+            h.swap(i, j);
+            i = j;
         }
     }
-    best.map(|(_, i)| scores.nodes[i].to_string())
+    // heap.Pop returns the root.
+    h.first().copied()
 }
 
 #[cfg(test)]
@@ -445,12 +509,8 @@ mod tests {
         d.node_to_status
             .set("n2", Status::unschedulable("Insufficient cpu"));
         for n in ["n3", "n4", "n5"] {
-            d.node_to_status.set(
-                n,
-                Status::unresolvable(
-                    "node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }",
-                ),
-            );
+            d.node_to_status
+                .set(n, Status::unresolvable("node(s) had untolerated taint(s)"));
         }
         let mut e = FitError {
             pod: "default/p".into(),
@@ -459,14 +519,14 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }."
+            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s)."
         );
         e.set_post_filter_message(
             "preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling.",
         );
         assert_eq!(
             e.to_string(),
-            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }. preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
+            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s). preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
         );
     }
 
@@ -531,6 +591,11 @@ mod tests {
             ),
             Arc::new(NodeBuilder::new("cordoned").unschedulable().build()),
             Arc::new(NodeBuilder::new("ok").build()),
+            Arc::new(
+                NodeBuilder::new("gpu")
+                    .taint("dedicated", "gpu", "NoExecute")
+                    .build(),
+            ),
         ];
         let snap = Snapshot::from_objects(&nodes, &[]);
         let (reg, _) = registry_with(vec![]);
@@ -551,7 +616,7 @@ mod tests {
         let e = schedule(&mut alg, &fwk, &pinned, &snap).expect_err("no fit");
         assert_eq!(
             e.to_string(),
-            "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match the requested node name."
+            "0/4 nodes are available: 1 node(s) were unschedulable, 3 node(s) didn't match the requested node name."
         );
         match e {
             ScheduleError::Fit(f) => assert_eq!(
@@ -563,6 +628,14 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+        // Different taints count as one reason: upstream 1.35+ names no taint.
+        let tainted = Snapshot::from_objects(&[nodes[0].clone(), nodes[3].clone()], &[]);
+        assert_eq!(
+            schedule(&mut alg, &fwk, &pod, &tainted)
+                .expect_err("no fit")
+                .to_string(),
+            "0/2 nodes are available: 2 node(s) had untolerated taint(s)."
+        );
         let empty = Snapshot::new();
         assert_eq!(
             schedule(&mut alg, &fwk, &pod, &empty),
@@ -630,16 +703,99 @@ mod tests {
     }
 
     #[test]
-    fn select_host_breaks_ties_at_random_among_the_best() {
+    fn select_host_takes_the_top_of_gos_heap() {
         let mut scores = NodeScores::default();
         scores.nodes = ["a", "b", "c", "d"].into_iter().map(Arc::from).collect();
         scores.totals = vec![5, 9, 9, 1];
-        let mut seen = BTreeSet::new();
-        for _ in 0..200 {
-            seen.insert(select_host(&scores).expect("host"));
+        // Deterministic: every call picks the same node.
+        for _ in 0..20 {
+            assert_eq!(select_host(&scores).as_deref(), Some("b"));
         }
-        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(select_host(&NodeScores::default()), None);
+        // Worked through Go's heap.Init by hand: the tie does not always go to the first node.
+        let cases: [(&[i64], usize); 7] = [
+            (&[7], 0),
+            (&[3, 3, 3, 3, 3], 0),
+            (&[1, 5, 9, 9], 3),
+            (&[5, 9, 9, 1], 1),
+            (&[1, 9, 2, 9, 9], 1),
+            (&[0, 1, 9, 2, 3, 9], 2),
+            (&[2, 1, 3, 9, 1, 1, 9], 3),
+        ];
+        for (totals, want) in cases {
+            assert_eq!(heap_top(totals, &[]), Some(want), "{totals:?}");
+        }
+        // With extenders upstream breaks ties by a random number per node.
+        assert_eq!(heap_top(&[9, 9, 9], &[4, 7, 1]), Some(1));
+        assert_eq!(heap_top(&[9, 8, 9], &[4, 70, 1]), Some(0));
+    }
+
+    #[test]
+    fn extenders_filter_and_score_after_the_plugins() {
+        use crate::framework::extender::tests::FakeExtender;
+        let mut a = fake_a();
+        a.score = [("n1".to_string(), 90), ("n2".to_string(), 10)].into();
+        let f = fwk(vec![a], &[(Filter, &["A"]), (Score, &["A"])]);
+        let snap = snapshot_of(&["n1", "n2", "n3"]);
+        let pod = PodBuilder::new("p").info();
+        // The plugins prefer n1; the extender rejects it.
+        let mut ext = FakeExtender::new("http://ext");
+        ext.reject
+            .insert("n1".into(), ("n1 is reserved".into(), false));
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        let r = schedule(&mut alg, &f, &pod, &snap).expect("fits");
+        assert_eq!(r.suggested_host, "n2");
+        // A prioritizing extender's score (x weight x 10) outweighs the plugins' 80 points.
+        let mut ext = FakeExtender::new("http://prio");
+        ext.scores = Some(([("n3".to_string(), 10)].into(), 1));
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        assert_eq!(
+            schedule(&mut alg, &f, &pod, &snap)
+                .expect("fits")
+                .suggested_host,
+            "n3"
+        );
+        // Everything rejected: the extender's reasons are in the message and the pod is retried on
+        // any event ("Extender" among the rejecting plugins).
+        let mut ext = FakeExtender::new("http://ext");
+        for n in ["n1", "n2", "n3"] {
+            ext.reject.insert(n.into(), ("no room".into(), true));
+        }
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        match schedule(&mut alg, &f, &pod, &snap) {
+            Err(ScheduleError::Fit(fit)) => {
+                assert_eq!(fit.to_string(), "0/3 nodes are available: 3 no room.");
+                assert!(fit.diagnosis.unschedulable_plugins.contains("Extender"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // An unreachable extender is an error with its text.
+        let mut ext = FakeExtender::new("http://down");
+        ext.filter_error = Some("Post \"http://down/filter\": connection refused".into());
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        assert_eq!(
+            schedule(&mut alg, &f, &pod, &snap)
+                .expect_err("error")
+                .to_string(),
+            "Post \"http://down/filter\": connection refused"
+        );
+    }
+
+    #[test]
+    fn a_filtering_extender_sees_every_feasible_node() {
+        use crate::framework::extender::tests::FakeExtender;
+        // No Score plugins: without extenders the first feasible node is enough...
+        let f = fwk(vec![fake_a()], &[(Filter, &["A"])]);
+        let snap = snapshot_of(&["n1", "n2", "n3"]);
+        let pod = PodBuilder::new("p").info();
+        let r = schedule(&mut Algorithm::new(0), &f, &pod, &snap).expect("fits");
+        assert_eq!(r.feasible_nodes, 1);
+        // ...a filtering extender gets them all (it may reject the first).
+        let mut ext = FakeExtender::new("http://ext");
+        ext.reject.insert("n1".into(), ("no".into(), false));
+        let mut alg = Algorithm::new(0).with_extenders(vec![Arc::new(ext)]);
+        let r = schedule(&mut alg, &f, &pod, &snap).expect("fits");
+        assert_eq!((r.suggested_host.as_str(), r.feasible_nodes), ("n2", 2));
     }
 
     #[test]

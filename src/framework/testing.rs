@@ -679,6 +679,8 @@ pub struct Fake {
     pub reserve: Option<Code>,
     pub permit: Option<(Code, Duration)>,
     pub bind: Option<Code>,
+    /// PreBindPreFlight's code (absent: Success).
+    pub pre_bind_pre_flight: Option<Code>,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -830,6 +832,11 @@ impl PermitPlugin for Fake {
 
 #[async_trait]
 impl PreBindPlugin for Fake {
+    fn pre_bind_pre_flight(&self, _s: &CycleState, _p: &PodInfo, _n: &str) -> Status {
+        self.record("PreBindPreFlight");
+        Status::code_only(self.pre_bind_pre_flight.unwrap_or(Code::Success))
+    }
+
     async fn pre_bind(&self, _s: &CycleState, _p: &PodInfo, _n: &str) -> Status {
         self.record("PreBind");
         Status::success()

@@ -365,6 +365,25 @@ fn pod_level_requests(spec: &PodSpec) -> Option<&BTreeMap<String, Quantity>> {
         .then_some(reqs)
 }
 
+/// The pod's requests as upstream 1.36 scores them for NodeResourcesFit: its containers' (missing
+/// cpu/memory count as the non-zero defaults) plus overhead, without pod-level resources or
+/// in-place resize status. Upstream builds that plugin's scorer without those features (unlike
+/// its filter and NodeResourcesBalancedAllocation), so a pod-level request does not move its score.
+pub fn fit_scoring_requests(pod: &Pod) -> Resource {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Resource::default();
+    };
+    let non_missing = [
+        (RESOURCE_CPU, DEFAULT_MILLI_CPU_REQUEST),
+        (RESOURCE_MEMORY, DEFAULT_MEMORY_REQUEST),
+    ];
+    let mut reqs = aggregate_containers(pod, spec, RequestSource::Spec, &non_missing);
+    if let Some(overhead) = spec.overhead.as_ref() {
+        reqs.add(&ResList::from_quantities(Some(overhead)));
+    }
+    reqs.to_resource()
+}
+
 /// Computes (requests, non-zero cpu, non-zero memory) as upstream's `PodInfo.CalculateResource`.
 pub fn calculate_pod_resource(pod: &Pod) -> (Resource, i64, i64) {
     let requests = pod_requests(pod, &[]);

@@ -40,6 +40,11 @@ struct Inner {
     nodes: HashMap<String, Arc<NodeInfo>>,
     /// Nodes changed since the last snapshot update.
     dirty: HashSet<String>,
+    /// When each node object arrived (a counter): new nodes join the snapshot in this order, as
+    /// upstream's node tree appends them in event order (the order decides ties between equal
+    /// nodes, so it must not depend on hashing).
+    node_added: HashMap<String, u64>,
+    next_added: u64,
     pods: HashMap<String, PodEntry>,
     images: ImageStates,
 }
@@ -70,6 +75,11 @@ impl Cache {
             inner.images.remove_node(&old);
         }
         let images = inner.images.add_node(&node);
+        if !inner.node_added.contains_key(&name) {
+            let seq = inner.next_added;
+            inner.next_added += 1;
+            inner.node_added.insert(name.clone(), seq);
+        }
         let info = inner.node_mut(&name);
         info.set_node(node);
         info.set_image_states(images);
@@ -77,6 +87,7 @@ impl Cache {
 
     pub fn remove_node(&self, name: &str) {
         let mut inner = self.inner.lock();
+        inner.node_added.remove(name);
         if let Some(old) = inner.nodes.get(name).and_then(|n| n.node_arc().cloned()) {
             inner.images.remove_node(&old);
         }
@@ -191,7 +202,13 @@ impl Cache {
         if inner.dirty.is_empty() {
             return;
         }
-        let dirty: Vec<String> = inner.dirty.drain().collect();
+        let mut dirty: Vec<String> = inner.dirty.drain().collect();
+        dirty.sort_by_cached_key(|n| {
+            (
+                inner.node_added.get(n).copied().unwrap_or(u64::MAX),
+                n.clone(),
+            )
+        });
         let changes: Vec<NodeChange> = dirty
             .into_iter()
             .map(|name| match inner.nodes.get(&name) {
@@ -267,6 +284,32 @@ mod tests {
             .get(node)
             .map(|n| n.requested.milli_cpu)
             .unwrap_or(-1)
+    }
+
+    #[test]
+    fn nodes_join_the_snapshot_in_arrival_order() {
+        // Equal nodes tie; upstream's node tree keeps them in event order, whatever the hashing.
+        let names = ["n3", "a9", "n1", "z0", "m5", "b2", "n0", "q7"];
+        let cache = Cache::default();
+        // A pod seen before its node must not move the node forward.
+        cache.add_or_update_pod(
+            "q7",
+            Arc::new(AssignedPod::new(
+                PodBuilder::new("early").node("q7").build(),
+            )),
+        );
+        for n in names {
+            cache.add_node(node(n));
+        }
+        let mut snap = Snapshot::new();
+        cache.update_snapshot(&mut snap);
+        let order: Vec<&str> = snap.nodes().iter().map(|n| n.name()).collect();
+        assert_eq!(order, names);
+        cache.remove_node("n1");
+        cache.add_node(node("n1"));
+        cache.add_node(node("c4"));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(snap.nodes().last().map(|n| n.name()), Some("c4"));
     }
 
     #[test]

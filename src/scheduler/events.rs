@@ -249,11 +249,32 @@ impl PodReporter {
             "Scheduling",
             message.to_string(),
         );
-        let Some(status) =
+        if let Some(status) =
             pod_scheduled_patch(pod, reason, message, nominated_node, Timestamp::now())
-        else {
-            return;
-        };
+        {
+            self.patch_status(pod, status, "the PodScheduled condition")
+                .await;
+        }
+    }
+
+    /// Writes `node` to status.nominatedNodeName (unless the pod already shows it): upstream 1.36
+    /// does so before binding when PreBind will act or Permit waits (NominatedNodeNameForExpectation).
+    pub async fn nominate(&self, pod: &Pod, node: &str) {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref());
+        if current != Some(node) {
+            self.patch_status(
+                pod,
+                json!({ "nominatedNodeName": node }),
+                "nominatedNodeName",
+            )
+            .await;
+        }
+    }
+
+    async fn patch_status(&self, pod: &Pod, status: serde_json::Value, what: &str) {
         let (Some(ns), Some(name)) = (
             pod.metadata.namespace.as_deref(),
             pod.metadata.name.as_deref(),
@@ -269,7 +290,7 @@ impl PodReporter {
             )
             .await
         {
-            warn!(pod = %format!("{ns}/{name}"), %err, "updating the PodScheduled condition failed");
+            warn!(pod = %format!("{ns}/{name}"), %err, "updating {what} failed");
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod client;
 pub mod command;
 pub mod events;
+pub mod extender;
 pub mod http;
 pub mod informers;
 pub mod leader_election;

@@ -4,11 +4,16 @@
 //! 5 minutes. A cluster event that arrives while a pod is being scheduled sends that pod, if it
 //! fails, to backoff rather than to the pool, so the event is not lost (upstream's move-request
 //! cycle).
+//!
+//! As upstream 1.33+ (SchedulerPopFromBackoffQ): backoff ends on whole wall-clock seconds (pods in
+//! one second are ordered as the active queue orders them), PreEnqueue runs when a pod enters
+//! backoff, and when the active queue is empty the next pod backing off after a rejection (not
+//! after an error) is scheduled at once instead of the scheduler idling.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -40,6 +45,8 @@ pub struct SchedulingQueue {
     max_backoff: Duration,
     pre_enqueue: PreEnqueueFn,
     nominator: Arc<Nominator>,
+    /// An instant and its wall-clock time since the epoch, to place instants in whole seconds.
+    clock_anchor: (Instant, Duration),
 }
 
 /// Pods nominated to a node by preemption, until they are bound or deleted (upstream's
@@ -172,6 +179,12 @@ impl SchedulingQueue {
             max_backoff,
             pre_enqueue,
             nominator: Arc::new(Nominator::new()),
+            clock_anchor: (
+                Instant::now(),
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default(),
+            ),
         }
     }
 
@@ -271,7 +284,11 @@ impl SchedulingQueue {
                 if inner.closed {
                     return None;
                 }
-                if let Some((key, mut qpi)) = inner.active.pop() {
+                let next = match inner.active.pop() {
+                    Some(next) => Some(next),
+                    None => self.pop_backoff(&mut inner),
+                };
+                if let Some((key, mut qpi)) = next {
                     inner.scheduling_cycle += 1;
                     qpi.attempts += 1;
                     if qpi.initial_attempt_timestamp.is_none() {
@@ -284,6 +301,30 @@ impl SchedulingQueue {
             }
             notified.await;
         }
+    }
+
+    /// With the active queue empty, the pod backing off after a rejection whose backoff ends
+    /// first (within one second: in queue-sort order), taken out of backoff.
+    fn pop_backoff(&self, inner: &mut Inner) -> Option<(String, QueuedPodInfo)> {
+        let mut best: Option<(&String, &QueuedPodInfo)> = None;
+        for (key, q) in &inner.backoff {
+            if q.unschedulable_plugins.is_empty() && q.pending_plugins.is_empty() {
+                continue; // failed with an error: it waits out its backoff
+            }
+            let better = match best {
+                None => true,
+                Some((_, b)) => {
+                    let (wq, wb) = (self.backoff_window(q), self.backoff_window(b));
+                    wq < wb || (wq == wb && (inner.active.less)(q, b))
+                }
+            };
+            if better {
+                best = Some((key, q));
+            }
+        }
+        let key = best?.0.clone();
+        let qpi = inner.backoff.remove(&key)?;
+        Some((key, qpi))
     }
 
     /// The pod's attempt is over (bound, requeued, or dropped).
@@ -305,7 +346,10 @@ impl SchedulingQueue {
         let mut qpi = qpi;
         qpi.timestamp = Instant::now();
         if inner.move_request_cycle >= cycle {
-            self.to_backoff(&mut inner, key, qpi);
+            if self.to_backoff(&mut inner, key, qpi) {
+                drop(inner);
+                self.notify.notify_one();
+            }
         } else {
             inner.unschedulable.insert(key, qpi);
         }
@@ -347,16 +391,17 @@ impl SchedulingQueue {
         let mut moved = false;
         let mut inner = self.inner.lock();
         while let Some(Reverse((at, _, _))) = inner.backoff_heap.peek() {
-            if *at > now {
+            if self.window(*at) >= self.window(now) {
                 break;
             }
             let Some(Reverse((at, _, key))) = inner.backoff_heap.pop() else {
                 break;
             };
+            // Stale entries (the pod moved, or backs off anew) are dropped.
             let expired = inner
                 .backoff
                 .get(&key)
-                .is_some_and(|q| self.backoff_expiry(q) <= now && self.backoff_expiry(q) == at);
+                .is_some_and(|q| self.backoff_expiry(q) == at);
             if expired && let Some(qpi) = inner.backoff.remove(&key) {
                 inner.active.push(key, qpi);
                 moved = true;
@@ -444,24 +489,49 @@ impl SchedulingQueue {
 
     /// To backoff if the pod is still backing off, else to active.
     fn requeue(&self, inner: &mut Inner, key: String, qpi: QueuedPodInfo, now: Instant) {
-        if qpi.attempts > 0 && self.backoff_expiry(&qpi) > now {
+        if qpi.attempts > 0 && self.backoff_window(&qpi) >= self.window(now) {
             self.to_backoff(inner, key, qpi);
         } else {
             inner.active.push(key, qpi);
         }
     }
 
-    fn to_backoff(&self, inner: &mut Inner, key: String, qpi: QueuedPodInfo) {
+    /// Into backoff, after PreEnqueue (a gated pod waits in the pool instead). Whether the pod
+    /// is now in backoff.
+    fn to_backoff(&self, inner: &mut Inner, key: String, mut qpi: QueuedPodInfo) -> bool {
+        self.gate(&mut qpi);
+        if qpi.gated {
+            inner.unschedulable.insert(key, qpi);
+            return false;
+        }
         let expiry = self.backoff_expiry(&qpi);
         inner.seq += 1;
         let seq = inner.seq;
         inner.backoff_heap.push(Reverse((expiry, seq, key.clone())));
         inner.backoff.insert(key, qpi);
+        true
     }
 
     /// When the pod's backoff ends: its last timestamp + initial * 2^(attempts-1), at most max.
+    /// It counts as backing off until the wall-clock second this falls in is over.
     pub fn backoff_expiry(&self, qpi: &QueuedPodInfo) -> Instant {
         qpi.timestamp + backoff_duration(qpi.attempts, self.initial_backoff, self.max_backoff)
+    }
+
+    fn backoff_window(&self, qpi: &QueuedPodInfo) -> u64 {
+        self.window(self.backoff_expiry(qpi))
+    }
+
+    /// The wall-clock second (since the epoch) `t` falls in: upstream orders and ends backoffs
+    /// in one-second windows.
+    fn window(&self, t: Instant) -> u64 {
+        let (anchor, epoch) = self.clock_anchor;
+        let wall = if t >= anchor {
+            epoch + (t - anchor)
+        } else {
+            epoch.saturating_sub(anchor - t)
+        };
+        wall.as_secs()
     }
 }
 
@@ -724,6 +794,19 @@ mod tests {
         q.add_backoff(qpi);
         assert_eq!(q.counts().backoff, 1);
         tokio::time::sleep(Duration::from_millis(20)).await;
+        let same_second = {
+            let inner = q.inner.lock();
+            inner
+                .backoff
+                .values()
+                .all(|v| q.backoff_window(v) == q.window(Instant::now()))
+        };
+        q.flush();
+        if same_second {
+            // Backoff ends with the wall-clock second its expiry falls in.
+            assert_eq!(q.counts().backoff, 1, "the second is not over");
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
         q.flush();
         assert_eq!(
             q.counts(),
@@ -734,6 +817,89 @@ mod tests {
         );
         let (name, qpi, _) = pop_name(&q).await;
         assert_eq!((name.as_str(), qpi.attempts), ("p", 2));
+    }
+
+    /// A pod rejected by `plugin`, back from an attempt.
+    async fn rejected(q: &SchedulingQueue, plugin: &str) -> (QueuedPodInfo, u64) {
+        let (_, mut qpi, cycle) = pop_name(q).await;
+        qpi.unschedulable_plugins.insert(plugin.into());
+        (qpi, cycle)
+    }
+
+    #[tokio::test]
+    async fn empty_active_queue_pops_from_backoff() {
+        let q = SchedulingQueue::new(
+            by_priority(),
+            Arc::new(|_: &PodInfo| None),
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        );
+        for (name, prio) in [("low", 1), ("high", 9), ("errored", 100)] {
+            q.add(pod(name, prio));
+        }
+        // All three fail in one second: two rejected, one with an error.
+        let mut attempts = Vec::new();
+        for _ in 0..3 {
+            let (qpi, cycle) = rejected(&q, "NodeResourcesFit").await;
+            attempts.push((qpi, cycle));
+        }
+        q.move_all_to_active_or_backoff(); // an event during the attempts: retry soon
+        // Low fails last but goes first unless both fall in one second.
+        for (mut qpi, cycle) in attempts.into_iter().rev() {
+            if qpi.pod_info.name() == "errored" {
+                qpi.unschedulable_plugins.clear();
+                q.add_backoff(qpi);
+            } else {
+                q.add_unschedulable(qpi, cycle);
+            }
+        }
+        assert_eq!(q.counts().backoff, 3);
+        let windows: Vec<u64> = {
+            let inner = q.inner.lock();
+            ["low", "high"]
+                .iter()
+                .filter_map(|k| inner.backoff.values().find(|v| v.pod_info.name() == *k))
+                .map(|v| q.backoff_window(v))
+                .collect()
+        };
+        let order = if windows[0] == windows[1] {
+            ["high", "low"] // one second: queue-sort order
+        } else {
+            ["low", "high"] // low's second ended first (the test straddled a second)
+        };
+        // Nothing is active: the rejected pods come out at once, long before their 10s backoff.
+        let (name, qpi, _) = pop_name(&q).await;
+        assert_eq!((name.as_str(), qpi.attempts), (order[0], 2));
+        assert_eq!(pop_name(&q).await.0, order[1]);
+        // The pod that failed with an error waits out its backoff.
+        let waited = tokio::time::timeout(Duration::from_millis(100), q.pop()).await;
+        assert!(waited.is_err(), "popped an errored pod early");
+        assert_eq!(q.counts().backoff, 1);
+        // An active pod goes first.
+        q.add(pod("new", 0));
+        assert_eq!(pop_name(&q).await.0, "new");
+    }
+
+    #[tokio::test]
+    async fn pre_enqueue_runs_when_a_pod_enters_backoff() {
+        let gate_on = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let g = gate_on.clone();
+        let q = queue_with_gate(Arc::new(move |_: &PodInfo| {
+            g.load(std::sync::atomic::Ordering::SeqCst)
+                .then(|| "DefaultPreemption".to_string())
+        }));
+        q.add(pod("p", 0));
+        let (qpi, cycle) = rejected(&q, "NodeResourcesFit").await;
+        q.move_all_to_active_or_backoff();
+        gate_on.store(true, std::sync::atomic::Ordering::SeqCst);
+        q.add_unschedulable(qpi, cycle);
+        assert_eq!(
+            q.counts(),
+            QueueCounts {
+                gated: 1,
+                ..Default::default()
+            }
+        );
     }
 
     #[tokio::test]

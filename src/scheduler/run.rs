@@ -26,6 +26,7 @@ use super::leader_election::{
 use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
+use crate::framework::extender::Extender;
 use crate::framework::interface::{CycleState, NominatingMode, Status};
 use crate::framework::listers::Informer;
 use crate::framework::registry::{Handle, Registry};
@@ -43,6 +44,8 @@ pub enum SchedulerError {
     LeaderElection(#[from] LeaderElectionError),
     #[error("the configuration has no profile")]
     NoProfiles,
+    #[error(transparent)]
+    Extender(#[from] super::extender::ExtenderSetupError),
 }
 
 /// Everything `run` needs besides the client.
@@ -113,7 +116,8 @@ pub fn build_frameworks(
     let mut frameworks = HashMap::new();
     let mut informers = BTreeSet::new();
     for profile in &config.profiles {
-        let spec = profile_spec(profile, registry);
+        let mut spec = profile_spec(profile, registry);
+        super::extender::ignore_managed_resources(&mut spec, &config.extenders);
         let enabled = spec
             .plugins
             .values()
@@ -174,7 +178,9 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let nominator = Arc::new(Nominator::new());
     let api = KubeApi::new(clients.binds.clone(), clients.writes.clone());
-    let handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
+    let extenders = super::extender::build_extenders(&config.extenders)?;
+    let mut handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
+    handle.extenders = extenders.clone();
     let (frameworks, informers) = build_frameworks(config, &options.registry, &handle)?;
     let reporters: HashMap<String, PodReporter> = frameworks
         .keys()
@@ -191,7 +197,9 @@ pub async fn run(
         frameworks,
         reporters,
         handle,
-        algorithm: Mutex::new(Algorithm::new(config.percentage_of_nodes_to_score)),
+        algorithm: Mutex::new(
+            Algorithm::new(config.percentage_of_nodes_to_score).with_extenders(extenders),
+        ),
         metrics: metrics.clone(),
         leadership: leadership.clone(),
     });
@@ -431,12 +439,15 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
             let mut nominated = None;
             if fwk.has_post_filter_plugins() {
                 let t = Instant::now();
-                let (res, status) = fwk.run_post_filter_plugins(
-                    &state,
-                    &pod,
-                    &snapshot,
-                    &fit.diagnosis.node_to_status,
-                );
+                // The dry run is CPU work, and preempting extenders are called synchronously.
+                let (res, status) = cpu_bound(|| {
+                    fwk.run_post_filter_plugins(
+                        &state,
+                        &pod,
+                        &snapshot,
+                        &fit.diagnosis.node_to_status,
+                    )
+                });
                 observe_extension_point(shared, &profile, "PostFilter", &status, t);
                 if !status.message().is_empty() {
                     fit.set_post_filter_message(status.message());
@@ -468,7 +479,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
                 fit.to_string(),
                 nominated,
                 started,
-            );
+            )
+            .await;
             return;
         }
         Err(ScheduleError::NoNodesAvailable) => {
@@ -482,7 +494,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
                 "no nodes available to schedule pods".into(),
                 None,
                 started,
-            );
+            )
+            .await;
             return;
         }
         Err(ScheduleError::Internal(status)) => {
@@ -496,7 +509,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
                 status.message(),
                 None,
                 started,
-            );
+            )
+            .await;
             return;
         }
     };
@@ -516,7 +530,8 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
             err.to_string(),
             None,
             started,
-        );
+        )
+        .await;
         return;
     }
     let t = Instant::now();
@@ -524,7 +539,7 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
     observe_extension_point(shared, &profile, "Reserve", &status, t);
     if !status.is_success() {
         undo_reservation(shared, &fwk, &mut state, &assumed, &host);
-        fail_with(shared, &profile, qpi, cycle, &status, started);
+        fail_with(shared, &profile, qpi, cycle, &status, started).await;
         return;
     }
     let t = Instant::now();
@@ -532,7 +547,7 @@ async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
     observe_extension_point(shared, &profile, "Permit", &status, t);
     if !status.is_success() && !status.is_wait() {
         undo_reservation(shared, &fwk, &mut state, &assumed, &host);
-        fail_with(shared, &profile, qpi, cycle, &status, started);
+        fail_with(shared, &profile, qpi, cycle, &status, started).await;
         return;
     }
 
@@ -561,7 +576,19 @@ async fn binding_cycle(
         undo_reservation(shared, fwk, &mut state, &assumed, &host);
         return;
     }
-    let mut status = fwk.wait_on_permit(&assumed).await;
+    // NominatedNodeNameForExpectation: when PreBind will act or Permit waits, the pod's node is
+    // published as its nominated node before it is bound (autoscalers and users see it coming).
+    let pre_flight = fwk.run_pre_bind_pre_flights(&mut state, &assumed, &host);
+    let mut status = if pre_flight.is_success() || pre_flight.is_skip() {
+        if (pre_flight.is_success() || fwk.will_wait_on_permit(&assumed))
+            && let Some(reporter) = shared.reporters.get(&profile)
+        {
+            reporter.nominate(&qpi.pod_info.pod, &host).await;
+        }
+        fwk.wait_on_permit(&assumed).await
+    } else {
+        pre_flight
+    };
     if status.is_success() {
         let t = Instant::now();
         status = fwk.run_pre_bind_plugins(&state, &assumed, &host).await;
@@ -569,14 +596,17 @@ async fn binding_cycle(
     }
     if status.is_success() {
         let t = Instant::now();
-        status = fwk.run_bind_plugins(&state, &assumed, &host).await;
+        status = match extender_binder(shared, &assumed) {
+            Some(extender) => bind_through(extender, &assumed, &host).await,
+            None => fwk.run_bind_plugins(&state, &assumed, &host).await,
+        };
         observe_extension_point(shared, &profile, "Bind", &status, t);
     }
     if !status.is_success() {
         undo_reservation(shared, fwk, &mut state, &assumed, &host);
         // The freed reservation may let other pods fit (upstream: AssignedPodDelete).
         shared.queue.move_all_to_active_or_backoff();
-        fail_with(shared, &profile, qpi, cycle, &status, started);
+        fail_with(shared, &profile, qpi, cycle, &status, started).await;
         return;
     }
     shared.cache.finish_binding(&key);
@@ -586,6 +616,32 @@ async fn binding_cycle(
         reporter.scheduled(&assumed.pod, &host);
     }
     fwk.run_post_bind_plugins(&state, &assumed, &host).await;
+}
+
+/// The extender that binds `pod` instead of the Bind plugins: the first binding extender
+/// interested in it (upstream's `extendersBinding`).
+fn extender_binder(shared: &Shared, pod: &PodInfo) -> Option<Arc<dyn Extender>> {
+    shared
+        .handle
+        .extenders
+        .iter()
+        .find(|e| e.is_binder() && e.is_interested(pod))
+        .cloned()
+}
+
+/// Binds through `extender` (a blocking call, off the async workers).
+async fn bind_through(extender: Arc<dyn Extender>, pod: &PodInfo, node: &str) -> Status {
+    let (ns, name, uid, node) = (
+        pod.namespace().to_string(),
+        pod.name().to_string(),
+        pod.uid().to_string(),
+        node.to_string(),
+    );
+    match tokio::task::spawn_blocking(move || extender.bind(&ns, &name, &uid, &node)).await {
+        Ok(Ok(())) => Status::success(),
+        Ok(Err(e)) => Status::error(e),
+        Err(e) => Status::error(format!("binding through the extender: {e}")),
+    }
 }
 
 /// Unreserve (in reverse order) and forget the assumed pod: the node is free again.
@@ -601,7 +657,7 @@ fn undo_reservation(
 }
 
 /// [`fail`] for a plugin's status: rejected means unschedulable, anything else an error.
-fn fail_with(
+async fn fail_with(
     shared: &Arc<Shared>,
     profile: &str,
     qpi: QueuedPodInfo,
@@ -618,7 +674,8 @@ fn fail_with(
         status.message(),
         None,
         started,
-    );
+    )
+    .await;
 }
 
 fn record_attempt(shared: &Shared, profile: &str, result: &str, started: Instant) {
@@ -639,8 +696,10 @@ fn record_attempt(shared: &Shared, profile: &str, result: &str, started: Instant
 }
 
 /// Requeues a pod that did not get scheduled and tells the user why (event + PodScheduled=False).
+/// The status is written before the caller goes on, as upstream's `handleSchedulingFailure` does:
+/// the next attempt (which may bind the pod at once) cannot overtake it.
 #[allow(clippy::too_many_arguments)]
-fn fail(
+async fn fail(
     shared: &Arc<Shared>,
     profile: &str,
     qpi: QueuedPodInfo,
@@ -660,7 +719,7 @@ fn fail(
         error!(pod = %qpi.pod_info.key(), %message, "error scheduling pod; retrying");
         shared.queue.add_backoff(qpi);
     }
-    let Some(reporter) = shared.reporters.get(profile).cloned() else {
+    let Some(reporter) = shared.reporters.get(profile) else {
         return;
     };
     let reason = if unschedulable {
@@ -668,11 +727,9 @@ fn fail(
     } else {
         REASON_SCHEDULER_ERROR
     };
-    tokio::spawn(async move {
-        reporter
-            .failed(&pod, reason, &message, nominated.as_deref())
-            .await;
-    });
+    reporter
+        .failed(&pod, reason, &message, nominated.as_deref())
+        .await;
 }
 
 /// A copy of `pod` bound to `node` (what the cache assumes).

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 use super::DefaultPreemptionArgs;
 use crate::framework::args::{decode, typed};
 use crate::framework::assigned_pod::DISRUPTION_TARGET;
+use crate::framework::extender::Victims;
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, NominatingInfo, NominatingMode, PostFilterPlugin,
     PostFilterResult, PreEnqueuePlugin, Status,
@@ -146,23 +147,17 @@ impl DefaultPreemption {
         if candidates.is_empty() && !errors.is_empty() {
             return (None, Status::error(aggregate(&errors)));
         }
+        if candidates.is_empty() {
+            return not_helpful(pod, all.len(), statuses);
+        }
+        let candidates = match self.call_extenders(pod, candidates, snapshot) {
+            Ok(c) => c,
+            Err(s) => return (None, s),
+        };
         let Some(best) = select_candidate(&candidates) else {
-            let mut diagnosis = Diagnosis {
-                node_to_status: statuses,
-                ..Default::default()
-            };
-            diagnosis
-                .node_to_status
-                .set_absent_nodes_status(Status::unresolvable(ERR_NOT_HELPFUL));
-            let fit = FitError {
-                pod: pod.key(),
-                num_all_nodes: all.len(),
-                diagnosis,
-            };
-            debug!(pod = %pod.key(), "no preemption candidate; preemption is not helpful");
             return (
-                Some(PostFilterResult::nominate("")),
-                Status::unschedulable(fit.to_string()),
+                None,
+                Status::unschedulable("no candidate node for preemption"),
             );
         };
         info!(pod = %pod.key(), node = %best.name, victims = best.victims.len(), "preempting");
@@ -171,6 +166,69 @@ impl DefaultPreemption {
             Some(PostFilterResult::nominate(&best.name)),
             Status::success(),
         )
+    }
+
+    /// Upstream's `callExtenders`: each interested extender that supports preemption narrows the
+    /// candidates (node -> victims); an ignorable one's failures are skipped.
+    fn call_extenders(
+        &self,
+        pod: &PodInfo,
+        candidates: Vec<Candidate>,
+        snapshot: &Snapshot,
+    ) -> Result<Vec<Candidate>, Status> {
+        if self.handle.extenders.is_empty() {
+            return Ok(candidates);
+        }
+        let mut victims: BTreeMap<String, Victims> = candidates
+            .into_iter()
+            .map(|c| {
+                let v = Victims {
+                    pods: c.victims,
+                    num_pdb_violations: i64::try_from(c.num_pdb_violations).unwrap_or(i64::MAX),
+                };
+                (c.name, v)
+            })
+            .collect();
+        let node_pods = |name: &str| snapshot.get(name).map(|n| n.pods.clone());
+        for extender in &self.handle.extenders {
+            if !extender.supports_preemption() || !extender.is_interested(pod) {
+                continue;
+            }
+            let mut answer = match extender.process_preemption(pod, victims.clone(), &node_pods) {
+                Ok(a) => a,
+                Err(e) if extender.is_ignorable() => {
+                    debug!(extender = extender.name(), error = %e,
+                        "skipped extender as it returned error and has ignorable flag set");
+                    continue;
+                }
+                Err(e) => return Err(Status::error(e)),
+            };
+            let empty: Vec<String> = answer
+                .iter()
+                .filter(|(_, v)| v.pods.is_empty())
+                .map(|(n, _)| n.clone())
+                .collect();
+            for node in empty {
+                if !extender.is_ignorable() {
+                    return Err(Status::error(format!(
+                        "expected at least one victim pod on node {node:?}"
+                    )));
+                }
+                answer.remove(&node);
+            }
+            victims = answer;
+            if victims.is_empty() {
+                break;
+            }
+        }
+        Ok(victims
+            .into_iter()
+            .map(|(name, v)| Candidate {
+                name,
+                victims: v.pods,
+                num_pdb_violations: usize::try_from(v.num_pdb_violations).unwrap_or(0),
+            })
+            .collect())
     }
 
     /// Simulates preemption on `potential[(offset + i) % n]` until `num` candidates are found
@@ -494,6 +552,32 @@ fn filter_pods_with_pdb_violation(
     (violating, non_violating)
 }
 
+/// No node would fit even after preemption: upstream's FitError over the dry run's statuses, every
+/// other node "not helpful"; the pod's nomination is cleared.
+fn not_helpful(
+    pod: &PodInfo,
+    num_all_nodes: usize,
+    statuses: NodeToStatus,
+) -> (Option<PostFilterResult>, Status) {
+    let mut diagnosis = Diagnosis {
+        node_to_status: statuses,
+        ..Default::default()
+    };
+    diagnosis
+        .node_to_status
+        .set_absent_nodes_status(Status::unresolvable(ERR_NOT_HELPFUL));
+    let fit = FitError {
+        pod: pod.key(),
+        num_all_nodes,
+        diagnosis,
+    };
+    debug!(pod = %pod.key(), "no preemption candidate; preemption is not helpful");
+    (
+        Some(PostFilterResult::nominate("")),
+        Status::unschedulable(fit.to_string()),
+    )
+}
+
 /// The best candidate (upstream's `SelectCandidate`).
 fn select_candidate(candidates: &[Candidate]) -> Option<&Candidate> {
     match candidates {
@@ -651,6 +735,7 @@ mod tests {
         /// minCandidateNodesPercentage, minCandidateNodesAbsolute and a fixed offset, instead of
         /// the profile's plugin (defaults, random offset).
         candidates: Option<(i32, i32, usize)>,
+        extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
     }
 
     impl Cluster {
@@ -754,7 +839,8 @@ mod tests {
             .into_iter()
             .map(|p| Arc::new(PodInfo::from_pod(p)))
             .collect();
-        let h = h.with_nominator(Arc::new(Nominated(nominated)));
+        let mut h = h.with_nominator(Arc::new(Nominated(nominated)));
+        h.extenders = cluster.extenders.clone();
         for p in cluster.pdbs {
             h.listers.pod_disruption_budgets.apply(p);
         }
@@ -827,7 +913,7 @@ mod tests {
         assert_eq!(out.status.code(), Code::Unschedulable);
         assert_eq!(
             out.message,
-            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {k: v}. \
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint(s). \
              preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, \
              2 Preemption is not helpful for scheduling."
         );
@@ -1030,6 +1116,50 @@ mod tests {
             preemptor("2"),
         );
         out.assert_preempted("n2", &["c"]);
+    }
+
+    #[test]
+    fn extenders_narrow_the_candidates() {
+        use crate::framework::extender::tests::FakeExtender;
+        let cluster = |ext: FakeExtender| Cluster {
+            extenders: vec![Arc::new(ext)],
+            ..Cluster::of(
+                &["n1", "n2"],
+                vec![
+                    on("n1", "a", 1, "1"),
+                    on("n1", "b", 1, "1"),
+                    on("n2", "c", 1, "2"),
+                ],
+            )
+        };
+        // Alone, n2 (one victim) wins; the extender allows only n1.
+        let mut ext = FakeExtender::new("http://ext");
+        ext.preempt = Some(Ok(vec!["n1".into()]));
+        preempt(cluster(ext), preemptor("2")).assert_preempted("n1", &["a", "b"]);
+        // It allows none: no candidate.
+        let mut ext = FakeExtender::new("http://ext");
+        ext.preempt = Some(Ok(vec![]));
+        let out = preempt(cluster(ext), preemptor("2"));
+        assert_eq!(
+            (out.status.code(), out.status.message()),
+            (
+                Code::Unschedulable,
+                "preemption: no candidate node for preemption".into()
+            )
+        );
+        assert!(out.deleted().is_empty());
+        // It fails: an error, unless it is ignorable.
+        let mut ext = FakeExtender::new("http://ext");
+        ext.preempt = Some(Err("extender down".into()));
+        let out = preempt(cluster(ext), preemptor("2"));
+        assert_eq!(
+            (out.status.code(), out.status.message()),
+            (Code::Error, "preemption: extender down".into())
+        );
+        let mut ext = FakeExtender::new("http://ext");
+        ext.preempt = Some(Err("extender down".into()));
+        ext.ignorable = true;
+        preempt(cluster(ext), preemptor("2")).assert_preempted("n2", &["c"]);
     }
 
     #[test]

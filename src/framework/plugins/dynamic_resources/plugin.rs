@@ -454,8 +454,10 @@ impl PostFilterPlugin for DynamicResources {
         _snapshot: &Snapshot,
         _filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
+        // No state: an earlier PreFilter rejected the pod before this one ran. Upstream's read of
+        // its cycle state then fails with this error, which ends PostFilter (no preemption).
         let Some(st) = state(cs) else {
-            return (None, Status::unschedulable(NO_NEW_CLAIMS_TO_DEALLOCATE));
+            return (None, Status::error("not found"));
         };
         let claims = st.claims.lock().clone();
         if claims.is_empty() {
@@ -640,6 +642,16 @@ impl ReservePlugin for DynamicResources {
 
 #[async_trait]
 impl PreBindPlugin for DynamicResources {
+    /// Skip for a pod without claims (PreBind has nothing to write, so the scheduler does not set
+    /// nominatedNodeName first), as upstream.
+    fn pre_bind_pre_flight(&self, cs: &CycleState, _pod: &PodInfo, _node_name: &str) -> Status {
+        match state(cs) {
+            None => Status::error(format!("error reading {STATE_KEY:?} from cycle-state")),
+            Some(st) if st.claims.lock().is_empty() => Status::skip(),
+            Some(_) => Status::success(),
+        }
+    }
+
     async fn pre_bind(&self, cs: &CycleState, pod: &PodInfo, _node_name: &str) -> Status {
         let Some(st) = state(cs).cloned() else {
             return Status::error(format!("error reading {STATE_KEY:?} from cycle-state"));

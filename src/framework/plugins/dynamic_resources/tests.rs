@@ -126,6 +126,15 @@ fn pods_without_claims_skip_and_have_nothing_to_deallocate() {
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(s.message(), NO_NEW_CLAIMS_TO_DEALLOCATE);
+    // PreFilter never ran (an earlier one rejected the pod): upstream's "not found" error.
+    let (_, s) = e.plugin.post_filter(
+        &CycleState::new(),
+        &pod,
+        &Snapshot::new(),
+        &NodeToStatus::new(),
+    );
+    assert_eq!(s.code(), Code::Error);
+    assert_eq!(s.message(), "not found");
 }
 
 #[test]
@@ -229,6 +238,8 @@ async fn pre_bind_writes_finalizer_allocation_and_reservation() {
     let (mut cs, _, _) = pre_filter(&e, &pod);
     assert!(e.plugin.filter(&cs, &pod, &node("n1")).is_success());
     assert!(e.plugin.reserve(&mut cs, &pod, "n1").is_success());
+    // Claims to write: PreBind will act (the scheduler nominates the node first).
+    assert!(e.plugin.pre_bind_pre_flight(&cs, &pod, "n1").is_success());
     assert!(e.plugin.pre_bind(&cs, &pod, "n1").await.is_success());
     let writes = e.api.claim_writes.lock().clone();
     let kinds: Vec<&str> = writes.iter().map(|(k, _)| *k).collect();
@@ -449,4 +460,20 @@ fn args_defaults_and_validation() {
     let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(paths, ["filterTimeout", "bindingTimeout"]);
     assert!(decode::<DynamicResourcesArgs>(Some(&json!({"timeout": "1s"}))).is_err());
+}
+
+#[test]
+fn pre_bind_pre_flight_skips_a_pod_without_claims() {
+    let e = env(1, vec![]);
+    let pod = crate::framework::testing::PodBuilder::new("x").info();
+    let (cs, code, _) = pre_filter(&e, &pod);
+    assert_eq!(code, Code::Skip);
+    assert!(e.plugin.pre_bind_pre_flight(&cs, &pod, "n1").is_skip());
+    // Without PreFilter's state: an error, as upstream.
+    assert_eq!(
+        e.plugin
+            .pre_bind_pre_flight(&CycleState::new(), &pod, "n1")
+            .code(),
+        Code::Error
+    );
 }

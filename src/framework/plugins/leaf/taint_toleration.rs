@@ -292,7 +292,7 @@ mod tests {
                 {"key": "tier", "operator": "NotIn", "values": ["db"]}]}
         }]});
         let web = || PodBuilder::new("p").namespace("leafy").label("app", "web");
-        let untolerated = "node(s) had untolerated taint {kosmos.io/node: true}";
+        let untolerated = "node(s) had untolerated taint(s)";
         let cases: Vec<(&str, serde_json::Value, PodBuilder, NodeInfo, Code, &str)> = vec![
             (
                 "no args: leaf taint tolerated for every pod (Kosmos)",
@@ -321,7 +321,7 @@ mod tests {
                     .taint("gpu", "yes", "NoExecute")
                     .info(vec![]),
                 Code::UnschedulableAndUnresolvable,
-                "node(s) had untolerated taint {gpu: yes}",
+                "node(s) had untolerated taint(s)",
             ),
             (
                 "no args: any value of the leaf taint (Kosmos matches key and effect)",
@@ -341,7 +341,7 @@ mod tests {
                     .taint("kosmos.io/node", "true", "NoExecute")
                     .info(vec![]),
                 Code::UnschedulableAndUnresolvable,
-                "node(s) had untolerated taint {kosmos.io/node: true}",
+                "node(s) had untolerated taint(s)",
             ),
             (
                 "policy with a value: only that value",
@@ -351,7 +351,7 @@ mod tests {
                     .taint("kosmos.io/node", "false", "NoSchedule")
                     .info(vec![]),
                 Code::UnschedulableAndUnresolvable,
-                "node(s) had untolerated taint {kosmos.io/node: false}",
+                "node(s) had untolerated taint(s)",
             ),
             (
                 "policy: selected pod tolerates",

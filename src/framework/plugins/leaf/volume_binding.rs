@@ -378,6 +378,16 @@ impl ReservePlugin for LeafNodeVolumeBinding {
 
 #[async_trait]
 impl PreBindPlugin for LeafNodeVolumeBinding {
+    /// The host binding's answer where it handles the node; nothing to do on a leaf node.
+    fn pre_bind_pre_flight(&self, cs: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
+        match self.host.as_ref().and_then(|h| h.as_pre_bind()) {
+            Some(host) if self.host_handles(cs, node_name) => {
+                host.pre_bind_pre_flight(cs, pod, node_name)
+            }
+            _ => Status::skip(),
+        }
+    }
+
     async fn pre_bind(&self, cs: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
         match self.host.as_ref().and_then(|h| h.as_pre_bind()) {
             Some(host) if self.host_handles(cs, node_name) => {

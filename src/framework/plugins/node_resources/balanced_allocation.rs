@@ -1,5 +1,7 @@
-//! NodeResourcesBalancedAllocation: prefers nodes whose resource usage stays balanced across
-//! resources after placing the pod (1 - standard deviation of the usage fractions).
+//! NodeResourcesBalancedAllocation: prefers nodes whose resource balance the pod improves. As
+//! upstream 1.36 does, the score compares the balance (1 - standard deviation of the usage
+//! fractions) with the pod to the balance without it, so a node that is already unbalanced is not
+//! penalized for what the pod does not change.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -141,18 +143,31 @@ impl ScorePlugin for BalancedAllocation {
                 &computed
             }
         };
-        let mut fractions: SmallVec<[f64; 8]> = SmallVec::new();
+        let mut with_pod: SmallVec<[f64; 8]> = SmallVec::new();
+        let mut without_pod: SmallVec<[f64; 8]> = SmallVec::new();
         for_each_allocatable_and_requested(
             node,
             &self.resources,
             pod_requests,
             true,
-            |_, alloc, req| {
-                fractions.push((req as f64 / alloc as f64).min(1.0));
+            |i, alloc, req| {
+                let allocated = req - pod_requests.get(i).copied().unwrap_or(0);
+                with_pod.push((req as f64 / alloc as f64).min(1.0));
+                without_pod.push((allocated as f64 / alloc as f64).min(1.0));
             },
         );
-        Ok(balanced_score_of_fractions(&fractions))
+        Ok(balance_improvement_score(
+            balanced_score_of_fractions(&with_pod),
+            balanced_score_of_fractions(&without_pod),
+        ))
     }
+}
+
+/// Upstream 1.36's `balancedResourceScorer`: 50 for a pod that leaves the balance as it was, more
+/// when it improves it, less when it worsens it (Go's truncating integer division).
+pub fn balance_improvement_score(with_pod: i64, without_pod: i64) -> i64 {
+    let half = MAX_NODE_SCORE / 2;
+    half + (half + with_pod - without_pod) / 2
 }
 
 pub fn registration() -> PluginRegistration {
@@ -166,31 +181,137 @@ pub fn registration() -> PluginRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::{PodBuilder, scoring_node, scoring_pod};
+    use crate::framework::testing::{NodeBuilder, PodBuilder, scoring_pod};
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
+    /// A node with `cpu` millicores, `memory` bytes and optionally 8 GPUs, running `pods`.
+    fn node(name: &str, cpu: &str, memory: &str, gpu: bool, pods: Vec<Pod>) -> NodeInfo {
+        let mut alloc = vec![("cpu", cpu), ("memory", memory), ("pods", "32")];
+        if gpu {
+            alloc.push((GPU, "8"));
+        }
+        NodeBuilder::new(name).allocatable(&alloc).info(pods)
+    }
+
+    const GPU: &str = "nvidia.com/gpu";
+
+    /// A pod on `node` requesting 1000m/2000 and 2000m/3000 (or cpu only).
+    fn existing(node: &str, memory: bool) -> Pod {
+        let (m1, m2) = if memory { ("2000", "3000") } else { ("0", "0") };
+        PodBuilder::new(&format!("e-{node}"))
+            .node(node)
+            .container(&[("cpu", "1000m"), ("memory", m1)])
+            .container(&[("cpu", "2000m"), ("memory", m2)])
+            .build()
+    }
+
+    fn scores(p: &BalancedAllocation, pod: &PodInfo, nodes: &[NodeInfo], pre: bool) -> Vec<i64> {
+        let mut state = CycleState::new();
+        if pre {
+            assert!(
+                p.pre_score(&mut state, pod, &Snapshot::new(), &[])
+                    .is_success()
+            );
+        }
+        nodes
+            .iter()
+            .map(|n| p.score(&state, pod, n).expect("score"))
+            .collect()
+    }
+
+    /// Upstream 1.36's table (`balanced_allocation_test.go`): the score is how much the pod improves
+    /// the node's balance, 50 meaning unchanged.
     #[test]
-    fn score() {
+    fn score_as_upstream_1_36() {
         let p = BalancedAllocation::new(NodeResourcesBalancedAllocationArgs::default());
         let pod = scoring_pod();
-        let n1 = scoring_node("n1", "4000m", vec![]);
-        let n2 = scoring_node("n2", "6000m", vec![]);
-        let mut state = CycleState::new();
-        assert!(
-            p.pre_score(&mut state, &pod, &Snapshot::new(), &[])
-                .is_success()
-        );
-        // n1: cpu 0.75, mem 0.5 -> std 0.125 -> 87; n2: 0.5, 0.5 -> 100
-        assert_eq!(p.score(&state, &pod, &n1), Ok(87));
-        assert_eq!(p.score(&state, &pod, &n2), Ok(100));
+        // cpu 0 -> 75 %, memory 0 -> 50 %: 100 -> 87 = 68; 50 % / 50 %: 100 -> 100 = 75.
+        let nodes = [
+            node("n1", "4000m", "10000", false, vec![]),
+            node("n2", "6000m", "10000", false, vec![]),
+        ];
+        assert_eq!(scores(&p, &pod, &nodes, true), [68, 75]);
         // Existing pods count with their real requests (no non-zero defaults).
-        let existing = PodBuilder::new("e")
-            .node("n3")
-            .container(&[("cpu", "3000m")])
+        // n1: cpu 30 -> 60 %, memory 0 -> 25 %: 85 -> 82 = 73; n2: 97 -> 95 = 74.
+        let nodes = [
+            node("n1", "10000m", "20000", false, vec![existing("n1", false)]),
+            node("n2", "10000m", "20000", false, vec![existing("n2", true)]),
+        ];
+        assert_eq!(scores(&p, &pod, &nodes, true), [73, 74]);
+        // Without PreScore the pod's requests are computed in Score: the same result.
+        assert_eq!(scores(&p, &pod, &nodes, false), [73, 74]);
+        // n2 with 50000 memory: 10 -> 20 %: 90 -> 80 = 70.
+        let nodes = [
+            node("n1", "10000m", "20000", false, vec![existing("n1", false)]),
+            node("n2", "10000m", "50000", false, vec![existing("n2", true)]),
+        ];
+        assert_eq!(scores(&p, &pod, &nodes, true), [73, 70]);
+        // Min and max: a memory-only pod fills a cpu-full node (50 -> 100 = 100) or unbalances an
+        // empty one (100 -> 50 = 50).
+        let memory_pod = PodBuilder::new("m")
+            .container(&[("memory", "2000")])
+            .container(&[("memory", "3000")])
+            .info();
+        let nodes = [
+            node("n1", "3000m", "5000", false, vec![existing("n1", false)]),
+            node("n2", "3000m", "5000", false, vec![]),
+        ];
+        assert_eq!(scores(&p, &memory_pod, &nodes, true), [100, 50]);
+        // At capacity: 75 -> 50 and 100 -> 75 both give 62 (Go's truncating division).
+        let cpu_pod = PodBuilder::new("c")
+            .container(&[("cpu", "1000m")])
+            .container(&[("cpu", "2000m")])
+            .info();
+        let nodes = [
+            node("n1", "6000m", "10000", false, vec![existing("n1", false)]),
+            node("n2", "6000m", "10000", false, vec![existing("n2", true)]),
+        ];
+        assert_eq!(scores(&p, &cpu_pod, &nodes, true), [62, 62]);
+    }
+
+    #[test]
+    fn scalar_resources_count_only_when_requested() {
+        let p = BalancedAllocation::new(NodeResourcesBalancedAllocationArgs {
+            resources: ["cpu", "memory", GPU]
+                .into_iter()
+                .map(|n| ResourceSpec {
+                    name: n.into(),
+                    weight: 1,
+                })
+                .collect(),
+        });
+        let gpu_pod = PodBuilder::new("g")
+            .container(&[("cpu", "0"), ("memory", "0"), (GPU, "1")])
+            .info();
+        let with_gpus = PodBuilder::new("e-n1")
+            .node("n1")
+            .container(&[("cpu", "1000m"), ("memory", "2000")])
+            .container(&[("cpu", "2000m"), ("memory", "3000"), (GPU, "3")])
             .build();
-        let n3 = scoring_node("n3", "6000m", vec![existing]);
-        // cpu 6000/6000 = 1, mem 0.5 -> std 0.25 -> 75
-        assert_eq!(p.score(&state, &pod, &n3), Ok(75));
+        let nodes = [
+            node("n1", "3500m", "40000", true, vec![with_gpus]),
+            node("n2", "3500m", "40000", true, vec![existing("n2", true)]),
+        ];
+        // n1: gpu 3 -> 4 of 8: 69 -> 70 = 75; n2: gpu 0 -> 1: 62 -> 65 = 76.
+        assert_eq!(scores(&p, &gpu_pod, &nodes, true), [75, 76]);
+        // A pod without GPUs ignores them: 100 -> 63 = 56 on both nodes.
+        let nodes = [
+            node("n1", "3500m", "40000", true, vec![]),
+            node("n2", "3500m", "40000", false, vec![]),
+        ];
+        assert_eq!(scores(&p, &scoring_pod(), &nodes, true), [56, 56]);
+    }
+
+    #[test]
+    fn improvement_truncates_toward_zero() {
+        assert_eq!(balance_improvement_score(100, 100), 75);
+        assert_eq!(balance_improvement_score(50, 100), 50);
+        assert_eq!(balance_improvement_score(100, 50), 100);
+        // 50 + (50 + 0 - 100) / 2 = 25; 50 + (50 + 87 - 100) / 2 = 50 + 18.
+        assert_eq!(balance_improvement_score(0, 100), 25);
+        assert_eq!(balance_improvement_score(87, 100), 68);
+        assert_eq!(balance_improvement_score(0, 99), 26); // 50 + (-49 / 2 = -24)
     }
 
     #[test]

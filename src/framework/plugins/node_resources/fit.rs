@@ -631,6 +631,31 @@ mod tests {
     }
 
     #[test]
+    fn pod_level_requests_do_not_move_the_score() {
+        // Upstream 1.36's Fit scorer is built without pod-level resources (its filter and
+        // BalancedAllocation use them): a 1900m pod-level request over a 475m container scores as
+        // 475m. Found by the differential test (resources-017).
+        let pod = PodBuilder::new("p")
+            .container(&[("cpu", "475m"), ("memory", "416Mi")])
+            .pod_level_requests(&[("cpu", "1900m"), ("memory", "1664Mi")])
+            .info();
+        assert_eq!(
+            pod.requests.milli_cpu, 1900,
+            "the filter sees the pod level"
+        );
+        let nodes = [NodeBuilder::new("n1")
+            .allocatable(&[("cpu", "8000m"), ("memory", "2048Mi"), ("pods", "32")])
+            .info(vec![
+                PodBuilder::new("e")
+                    .node("n1")
+                    .container(&[("cpu", "400m"), ("memory", "256Mi")])
+                    .build(),
+            ])];
+        // cpu (8000-875)*100/8000 = 89, mem (2048-672)*100/2048 = 67 -> 78 (upstream's score)
+        assert_eq!(scores(&fit(json!({})), &pod, &nodes), [78]);
+    }
+
+    #[test]
     fn most_allocated_and_weights() {
         let pod = PodBuilder::new("p")
             .container(&[("cpu", "1000m"), ("memory", "2000")])

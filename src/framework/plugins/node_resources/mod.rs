@@ -10,7 +10,7 @@ use crate::config::FieldError;
 use crate::framework::args::invalid;
 use crate::framework::types::{
     NodeInfo, PodInfo, RESOURCE_CPU, RESOURCE_EPHEMERAL_STORAGE, RESOURCE_MEMORY,
-    is_scalar_resource_name,
+    fit_scoring_requests, is_scalar_resource_name,
 };
 
 /// A resource and its weight in scoring (upstream's `ResourceSpec`).
@@ -64,19 +64,21 @@ pub fn validate_resources(resources: &[ResourceSpec], path: &str) -> Vec<FieldEr
         .collect()
 }
 
-/// The pod's request of each resource for scoring. With `use_requested` false, containers that
-/// request no cpu/memory count as 100m/200Mi (upstream's non-zero requests).
+/// The pod's request of each resource for scoring. With `use_requested` (BalancedAllocation) its
+/// requests; without (NodeResourcesFit) what upstream's Fit scorer computes: containers that request
+/// no cpu/memory count as 100m/200Mi, pod-level resources are not looked at
+/// ([`fit_scoring_requests`]).
 pub fn pod_resource_requests(
     pod: &PodInfo,
     resources: &[ResourceSpec],
     use_requested: bool,
 ) -> Vec<i64> {
+    let fit = (!use_requested).then(|| fit_scoring_requests(&pod.pod));
     resources
         .iter()
-        .map(|r| match r.name.as_str() {
-            RESOURCE_CPU if !use_requested => pod.non_zero_cpu,
-            RESOURCE_MEMORY if !use_requested => pod.non_zero_memory,
-            name => pod.requests.get(name),
+        .map(|r| match &fit {
+            Some(f) => f.get(&r.name),
+            None => pod.requests.get(&r.name),
         })
         .collect()
 }

@@ -229,6 +229,21 @@ impl ReservePlugin for VolumeBinding {
 
 #[async_trait]
 impl PreBindPlugin for VolumeBinding {
+    /// Skip when every claim is bound (nothing to do), Success when there are volumes to bind.
+    fn pre_bind_pre_flight(&self, cs: &CycleState, _pod: &PodInfo, node_name: &str) -> Status {
+        let st = match state(cs) {
+            Ok(s) => s,
+            Err(s) => return s,
+        };
+        if st.all_bound.load(Ordering::Relaxed) {
+            return Status::skip();
+        }
+        if !st.pod_volumes_by_node.lock().contains_key(node_name) {
+            return Status::error(format!("no pod volume found for node {node_name:?}"));
+        }
+        Status::success()
+    }
+
     async fn pre_bind(&self, cs: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
         let st = match state(cs) {
             Ok(s) => s,
@@ -868,6 +883,32 @@ mod tests {
                 .name
                 .as_deref(),
             Some("pv-local-n1-5g")
+        );
+    }
+
+    #[test]
+    fn pre_flight_says_whether_pre_bind_will_act() {
+        let (pl, _, _) = plugin(listers());
+        // Claims to provision or bind: PreBind will act (the scheduler nominates the node first).
+        let p = pod(&["wffc"]);
+        let cs = reserved(&pl, &p, "n2");
+        assert!(pl.pre_bind_pre_flight(&cs, &p, "n2").is_success());
+        // A node Filter did not see: an error, as upstream.
+        assert_eq!(
+            pl.pre_bind_pre_flight(&cs, &p, "n9"),
+            Status::error("no pod volume found for node \"n9\"")
+        );
+        // Everything bound, or no claims: nothing to do.
+        let p = pod(&["bound-n1"]);
+        let cs = reserved(&pl, &p, "n1");
+        assert!(pl.pre_bind_pre_flight(&cs, &p, "n1").is_skip());
+        let p = pod(&[]);
+        let cs = reserved(&pl, &p, "n1");
+        assert!(pl.pre_bind_pre_flight(&cs, &p, "n1").is_skip());
+        // Without PreFilter's state: an error.
+        assert_eq!(
+            pl.pre_bind_pre_flight(&CycleState::new(), &p, "n1").code(),
+            Code::Error
         );
     }
 

@@ -1,0 +1,539 @@
+//! Runs one case on the real control plane with one scheduler: wipes what the previous run left,
+//! creates the case's cluster state, starts the scheduler (so its first list already holds the
+//! whole state: no informer race, a fresh queue and rotation index), schedules the incoming pods
+//! one after the other and records what a watch on the pods sees.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
+};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::cases::{Case, FIDELITY_LABEL, NAMESPACES, SCHEDULER_NAME};
+use crate::support::process::LoggedChild;
+use crate::support::scheduler::{ksched_bin, kube_scheduler_command, scheduler_command};
+use crate::support::{ControlPlane, path_str};
+
+/// Which scheduler a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduler {
+    Upstream,
+    Ksched,
+}
+
+/// What happened to one incoming pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodOutcome {
+    /// The node it was bound to.
+    pub node: Option<String>,
+    /// Every distinct `PodScheduled=False` message, in the order seen.
+    pub messages: Vec<String>,
+    /// Every distinct non-empty `status.nominatedNodeName`, in the order seen.
+    pub nominated: Vec<String>,
+    /// Neither bound nor given a condition before the deadline.
+    pub timed_out: bool,
+}
+
+/// What one run of a case showed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observation {
+    pub pods: Vec<PodOutcome>,
+    /// Existing pods that were deleted (preemption victims), as `namespace/name`.
+    pub deleted: BTreeSet<String>,
+    /// Claims the scheduler annotated with `volume.kubernetes.io/selected-node`.
+    pub selected_nodes: BTreeMap<String, String>,
+}
+
+/// How long a state must stay unchanged before it is the outcome: a rejected pod without a
+/// nominated node will not change (no cluster event comes); a nominated one waits for its victims
+/// to go or for a PreBind that never finishes (no PV controller runs).
+const QUIET_REJECTED: Duration = Duration::from_millis(600);
+const QUIET_NOMINATED: Duration = Duration::from_secs(5);
+/// The longest a pod may take to get any answer (scheduler start included).
+const DEADLINE: Duration = Duration::from_secs(40);
+
+pub struct Runner {
+    pub cp: &'static ControlPlane,
+    pub client: Client,
+    /// Configurations of upstream (which reads its kubeconfig from the file) and ksched.
+    upstream_config: PathBuf,
+    ksched_config: PathBuf,
+    runs: u32,
+}
+
+/// Kinds a case may create, in creation order, with their API coordinates and whether they are
+/// namespaced.
+const KINDS: &[(&str, &str, &str, bool)] = &[
+    ("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", false),
+    (
+        "scheduling.k8s.io/v1",
+        "PriorityClass",
+        "priorityclasses",
+        false,
+    ),
+    ("storage.k8s.io/v1", "StorageClass", "storageclasses", false),
+    ("storage.k8s.io/v1", "CSIDriver", "csidrivers", false),
+    ("v1", "Node", "nodes", false),
+    ("resource.k8s.io/v1", "DeviceClass", "deviceclasses", false),
+    (
+        "resource.k8s.io/v1",
+        "ResourceSlice",
+        "resourceslices",
+        false,
+    ),
+    (
+        "resource.k8s.io/v1",
+        "ResourceClaim",
+        "resourceclaims",
+        true,
+    ),
+    ("storage.k8s.io/v1", "CSINode", "csinodes", false),
+    ("v1", "PersistentVolume", "persistentvolumes", false),
+    (
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        true,
+    ),
+    (
+        "policy/v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+    ),
+    ("v1", "Pod", "pods", true),
+];
+
+fn api_resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.to_string()),
+    };
+    ApiResource {
+        group,
+        version,
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        plural: plural.to_string(),
+    }
+}
+
+fn kind_of(obj: &Value) -> (&'static str, &'static str, &'static str, bool) {
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    *KINDS
+        .iter()
+        .find(|(_, k, _, _)| *k == kind)
+        .unwrap_or_else(|| panic!("a case creates an unknown kind: {obj}"))
+}
+
+impl Runner {
+    /// Creates the fixed namespaces (with their `default` ServiceAccounts) and the configuration
+    /// both schedulers read.
+    pub async fn new(cp: &'static ControlPlane) -> Runner {
+        let client = cp.client().await;
+        for (name, labels) in NAMESPACES {
+            let labels: serde_json::Map<String, Value> = labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": name, "labels": labels}});
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": name}});
+            apply(&client, "namespaces", &ns, None).await;
+            apply(&client, "serviceaccounts", &sa, Some(name)).await;
+        }
+        let config = format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+             leaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {SCHEDULER_NAME}\n"
+        );
+        let ksched_config = cp.dir.join("fidelity-ksched.yaml");
+        std::fs::write(&ksched_config, &config).expect("write the ksched config");
+        // With --config, kube-scheduler ignores --kubeconfig.
+        let upstream_config = cp.dir.join("fidelity-upstream.yaml");
+        std::fs::write(
+            &upstream_config,
+            format!(
+                "{config}clientConnection:\n  kubeconfig: {}\n",
+                cp.kubeconfig.display()
+            ),
+        )
+        .expect("write the upstream config");
+        Runner {
+            cp,
+            client,
+            upstream_config,
+            ksched_config,
+            runs: 0,
+        }
+    }
+
+    /// One run of `case` with `who`.
+    pub async fn run(&mut self, case: &Case, who: Scheduler) -> Observation {
+        self.runs += 1;
+        self.wipe().await;
+        let mut objects: Vec<&Value> = case.objects.iter().collect();
+        objects.sort_by_key(|o| KINDS.iter().position(|k| k.1 == o["kind"]));
+        for obj in objects {
+            self.create(obj).await;
+        }
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let selector = format!("{FIDELITY_LABEL}=case");
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list case pods");
+        let rv = list.metadata.resource_version.unwrap_or_default();
+        let mut events = pods
+            .watch(&WatchParams::default().labels(&selector), &rv)
+            .await
+            .expect("watch case pods")
+            .boxed();
+
+        let mut obs = Observation::default();
+        // The first incoming pod exists before the scheduler starts; each next one is created
+        // once the previous one has its outcome.
+        let log = self.cp.dir.join(format!(
+            "fidelity-{:?}-{}-{}.log",
+            who, case.name, self.runs
+        ));
+        let mut scheduler: Option<LoggedChild> = None;
+        for (i, item) in case.incoming.iter().enumerate() {
+            // An `Ungate` step removes a pod's scheduling gates; its old (gated) message is not
+            // an answer.
+            let (ns, name, stale) = if item["kind"] == "Ungate" {
+                let ns = item["namespace"].as_str().unwrap_or_default();
+                let name = item["name"].as_str().unwrap_or_default();
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+                let before = api.get(name).await.expect("get the gated pod");
+                api.patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+                )
+                .await
+                .expect("remove scheduling gates");
+                let mut gated = PodOutcome::default();
+                update(&mut gated, &before, &mut false);
+                (ns, name, gated.messages.pop())
+            } else {
+                self.create(item).await;
+                let meta = &item["metadata"];
+                (
+                    meta["namespace"].as_str().unwrap_or_default(),
+                    meta["name"].as_str().unwrap_or_default(),
+                    None,
+                )
+            };
+            let s =
+                scheduler.get_or_insert_with(|| LoggedChild::spawn(self.command(who), log.clone()));
+            let outcome = follow(&mut events, ns, name, stale, &mut obs, s).await;
+            if outcome.timed_out {
+                let logs = scheduler
+                    .as_ref()
+                    .map(LoggedChild::logs)
+                    .unwrap_or_default();
+                eprintln!(
+                    "fidelity: {} ({who:?}): pod {i} got no answer within {DEADLINE:?}; log tail:\n{}",
+                    case.name,
+                    crate::support::wait::tail(&logs, 15)
+                );
+            }
+            obs.pods.push(outcome);
+        }
+        if let Some(mut s) = scheduler {
+            s.kill();
+            if std::env::var_os("KSCHED_FIDELITY_KEEP_LOGS").is_none() {
+                let _ = std::fs::remove_file(&log);
+            }
+        }
+        // Victims deleted just before the scheduler stopped still count.
+        drain(&mut events, &mut obs).await;
+        obs.selected_nodes = self.selected_nodes().await;
+        obs
+    }
+
+    fn command(&self, who: Scheduler) -> Command {
+        match who {
+            Scheduler::Upstream => {
+                let mut cmd = kube_scheduler_command(self.cp);
+                // KSCHED_FIDELITY_UPSTREAM_V=10 logs every plugin's score.
+                let v = std::env::var("KSCHED_FIDELITY_UPSTREAM_V").unwrap_or_else(|_| "2".into());
+                cmd.args([
+                    format!("--config={}", path_str(&self.upstream_config)),
+                    format!("--v={v}"),
+                ]);
+                cmd
+            }
+            Scheduler::Ksched => {
+                let mut cmd = scheduler_command(&ksched_bin(), self.cp, &self.ksched_config);
+                cmd.args([
+                    "--bind-address=127.0.0.1",
+                    &format!("--secure-port={}", crate::support::free_port()),
+                ]);
+                cmd
+            }
+        }
+    }
+
+    /// Creates `obj`, then sets its `status` (pod start times, PDB budgets, bound claims) through
+    /// the status subresource, as the components that own it would.
+    async fn create(&self, obj: &Value) {
+        let (api_version, kind, plural, namespaced) = kind_of(obj);
+        let ns = namespaced.then(|| obj["metadata"]["namespace"].as_str().unwrap_or("fid-a"));
+        let created = apply(&self.client, plural, obj, ns).await;
+        let status = &obj["status"];
+        if kind != "Node" && status.is_object() {
+            let ar = api_resource(api_version, kind, plural);
+            let api: Api<DynamicObject> = match ns {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+                None => Api::all_with(self.client.clone(), &ar),
+            };
+            api.patch_status(
+                &created.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("status of {kind} {}: {e}", created.name_any()));
+        }
+    }
+
+    /// Deletes every object a case created (finalizers removed: no controller would) and waits
+    /// until they are gone.
+    async fn wipe(&self) {
+        let selector = format!("{FIDELITY_LABEL}=case");
+        let lp = ListParams::default().labels(&selector);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        for (api_version, kind, plural, namespaced) in KINDS.iter().rev() {
+            let ar = api_resource(api_version, kind, plural);
+            let all: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let items = all.list(&lp).await.expect("list case objects").items;
+                if items.is_empty() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{kind}s of the last case not gone within 60s"
+                );
+                for o in items {
+                    let api: Api<DynamicObject> = match (namespaced, o.namespace()) {
+                        (true, Some(ns)) => Api::namespaced_with(self.client.clone(), &ns, &ar),
+                        _ => all.clone(),
+                    };
+                    let name = o.name_any();
+                    if !o.finalizers().is_empty() {
+                        let _ = api
+                            .patch(
+                                &name,
+                                &PatchParams::default(),
+                                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                            )
+                            .await;
+                    }
+                    if o.metadata.deletion_timestamp.is_none() {
+                        let _ = api.delete(&name, &dp).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    async fn selected_nodes(&self) -> BTreeMap<String, String> {
+        let ar = api_resource("v1", "PersistentVolumeClaim", "persistentvolumeclaims");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let lp = ListParams::default().labels(&format!("{FIDELITY_LABEL}=case"));
+        let mut out = BTreeMap::new();
+        for c in api.list(&lp).await.expect("list claims").items {
+            if let Some(n) = c.annotations().get("volume.kubernetes.io/selected-node") {
+                out.insert(
+                    format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()),
+                    n.clone(),
+                );
+            }
+        }
+        let ar = api_resource("resource.k8s.io/v1", "ResourceClaim", "resourceclaims");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        for c in api.list(&lp).await.expect("list resource claims").items {
+            let results = &c.data["status"]["allocation"]["devices"]["results"];
+            if let Some(results) = results.as_array() {
+                let devices: Vec<String> = results
+                    .iter()
+                    .map(|r| format!("{}/{}", r["pool"], r["device"]).replace('"', ""))
+                    .collect();
+                out.insert(
+                    format!(
+                        "resourceclaim {}/{}",
+                        c.namespace().unwrap_or_default(),
+                        c.name_any()
+                    ),
+                    devices.join(","),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Creates `obj` (JSON with apiVersion and kind) as plural `plural`; an existing object is fine.
+async fn apply(client: &Client, plural: &str, obj: &Value, ns: Option<&str>) -> DynamicObject {
+    let api_version = obj["apiVersion"].as_str().unwrap_or("v1");
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let ar = api_resource(api_version, kind, plural);
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let mut body = obj.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.remove("status");
+    }
+    if kind == "Node" {
+        body["status"] = obj["status"].clone();
+    }
+    let dynobj: DynamicObject = serde_json::from_value(body).expect("object literal");
+    match api.create(&PostParams::default(), &dynobj).await {
+        Ok(o) => o,
+        Err(kube::Error::Api(s)) if s.code == 409 => api
+            .get(&dynobj.name_any())
+            .await
+            .expect("get existing object"),
+        Err(e) => panic!("create {kind} {}: {e}\n{obj}", dynobj.name_any()),
+    }
+}
+
+type Events = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Pod>>>;
+
+/// Follows pod `ns/name` until its outcome holds still (see the QUIET constants) or the deadline.
+async fn follow(
+    events: &mut Events,
+    ns: &str,
+    name: &str,
+    stale_message: Option<String>,
+    obs: &mut Observation,
+    scheduler: &mut LoggedChild,
+) -> PodOutcome {
+    let mut out = PodOutcome::default();
+    let start = Instant::now();
+    let mut last_change = Instant::now();
+    let mut rejected = false;
+    loop {
+        if out.node.is_some() {
+            return out;
+        }
+        let quiet = if !out.nominated.is_empty() {
+            Some(QUIET_NOMINATED)
+        } else if rejected {
+            Some(QUIET_REJECTED)
+        } else {
+            None
+        };
+        let wait = match quiet {
+            Some(q) => q.saturating_sub(last_change.elapsed()),
+            None => DEADLINE.saturating_sub(start.elapsed()),
+        };
+        if wait.is_zero() {
+            out.timed_out = quiet.is_none();
+            return out;
+        }
+        if let Ok(Some(status)) = scheduler.child.try_wait() {
+            panic!(
+                "the scheduler exited ({status}):\n{}",
+                crate::support::wait::tail(&scheduler.logs(), 20)
+            );
+        }
+        let ev =
+            match tokio::time::timeout(wait.min(Duration::from_secs(1)), events.try_next()).await {
+                Err(_) => continue,
+                Ok(Ok(Some(ev))) => ev,
+                Ok(Ok(None)) | Ok(Err(_)) => panic!("the pod watch ended"),
+            };
+        let Some(pod) = record(ev, obs) else { continue };
+        if pod.namespace().as_deref() != Some(ns) || pod.name_any() != name {
+            continue;
+        }
+        let before = out.messages.len();
+        if update(&mut out, &pod, &mut rejected) {
+            last_change = Instant::now();
+        }
+        if stale_message.is_some()
+            && out.messages.len() > before
+            && out.messages.last() == stale_message.as_ref()
+        {
+            // The gated message again, from before the scheduler acted.
+            out.messages.pop();
+            rejected = false;
+        }
+    }
+}
+
+/// Records a deletion of an existing pod; returns the pod of an add or update.
+fn record(ev: WatchEvent<Pod>, obs: &mut Observation) -> Option<Pod> {
+    match ev {
+        WatchEvent::Added(p) | WatchEvent::Modified(p) => Some(p),
+        WatchEvent::Deleted(p) => {
+            obs.deleted.insert(format!(
+                "{}/{}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            ));
+            None
+        }
+        WatchEvent::Bookmark(_) => None,
+        WatchEvent::Error(e) => panic!("pod watch: {e:?}"),
+    }
+}
+
+/// Folds `pod`'s state into `out`; true when something changed.
+fn update(out: &mut PodOutcome, pod: &Pod, rejected: &mut bool) -> bool {
+    let mut changed = false;
+    if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        out.node = Some(n);
+        changed = true;
+    }
+    let status = pod.status.as_ref();
+    if let Some(n) = status.and_then(|s| s.nominated_node_name.clone())
+        && !n.is_empty()
+        && out.nominated.last() != Some(&n)
+    {
+        out.nominated.push(n);
+        changed = true;
+    }
+    let cond = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+    if let Some(c) = cond
+        && c.status == "False"
+    {
+        *rejected = true;
+        let msg = c.message.clone().unwrap_or_default();
+        if out.messages.last() != Some(&msg) {
+            out.messages.push(msg);
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// Takes the events already delivered (deletions that raced the end of the run).
+async fn drain(events: &mut Events, obs: &mut Observation) {
+    while let Ok(Ok(Some(ev))) =
+        tokio::time::timeout(Duration::from_millis(150), events.try_next()).await
+    {
+        record(ev, obs);
+    }
+}

@@ -1,0 +1,121 @@
+//! The differential test: the same generated cluster states and pods, scheduled by upstream
+//! kube-scheduler 1.36 (the testenv's) and by `ksched scheduler` with the default profile, compared
+//! on outcome, node, message, nominated node and preemption victims.
+//!
+//! One control plane; each run wipes the last case, creates the case and starts a fresh scheduler
+//! (see `cluster.rs`). Upstream runs first, then ksched; while they differ, upstream runs again on
+//! the same state (up to 5 runs), and an aspect on which upstream's own runs differ is counted as
+//! not deterministic instead of compared.
+//!
+//! `quick` (in `make test`) runs the first cases of every family; `full` (`make fidelity`) the
+//! whole corpus. Environment: `KSCHED_FIDELITY_SEED` (default 17), `KSCHED_FIDELITY_PER_FAMILY`
+//! (full run, default 30), `KSCHED_FIDELITY_CASE` (only cases whose name starts with it),
+//! `KSCHED_FIDELITY_DUMP` (print each case's objects), `KSCHED_FIDELITY_KEEP_LOGS` (keep each scheduler's log in the testenv directory, with
+//! `KSCHED_KEEP_TESTENV`), `KSCHED_FIDELITY_UPSTREAM_V` (upstream's log level: 10 logs
+//! every plugin's score). The report is printed and written to `target/fidelity/report.txt`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cases;
+mod cluster;
+mod objects;
+mod report;
+
+use std::time::Instant;
+
+use cluster::{Runner, Scheduler};
+use support::{Components, control_plane};
+
+/// Cases per family in `make test`.
+const QUICK_PER_FAMILY: usize = 2;
+const FULL_PER_FAMILY: usize = 30;
+/// Upstream runs at most, while ksched's answer differs from all of upstream's.
+const UPSTREAM_RUNS_ON_DIFFERENCE: usize = 5;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs the corpus and writes the report; panics when anything disagrees.
+async fn differential(per_family: usize, report_name: &str) {
+    // One control plane: `quick` and `full` (with --include-ignored) take turns.
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _serial = SERIAL.lock().await;
+    let seed = env_or("KSCHED_FIDELITY_SEED", 17u64);
+    let only = std::env::var("KSCHED_FIDELITY_CASE").unwrap_or_default();
+    let corpus: Vec<cases::Case> = cases::corpus(seed, per_family)
+        .into_iter()
+        .filter(|c| c.name.starts_with(&only))
+        .collect();
+    let cp = control_plane(Components::API_ONLY);
+    let mut runner = Runner::new(cp).await;
+    let started = Instant::now();
+    let mut verdicts = Vec::new();
+    let dump = std::env::var_os("KSCHED_FIDELITY_DUMP").is_some();
+    for case in &corpus {
+        if dump {
+            eprintln!(
+                "fidelity: {}\n{}",
+                case.name,
+                serde_json::to_string_pretty(&(&case.objects, &case.incoming)).unwrap_or_default()
+            );
+        }
+        let mut upstream = vec![runner.run(case, Scheduler::Upstream).await];
+        let ksched = runner.run(case, Scheduler::Ksched).await;
+        let mut verdict = report::compare(case, &upstream, &ksched);
+        // Upstream's choice among equal nodes depends on which filter goroutine finishes first:
+        // before calling a difference a disagreement, see whether upstream varies too.
+        while !verdict.agrees() && upstream.len() < UPSTREAM_RUNS_ON_DIFFERENCE {
+            upstream.push(runner.run(case, Scheduler::Upstream).await);
+            verdict = report::compare(case, &upstream, &ksched);
+        }
+        eprintln!(
+            "fidelity: {} {}",
+            case.name,
+            if verdict.agrees() {
+                "agrees"
+            } else {
+                "DISAGREES"
+            }
+        );
+        for d in &verdict.details {
+            eprintln!("  {d}");
+        }
+        verdicts.push(verdict);
+    }
+    let text = report::render(&verdicts, started.elapsed());
+    let dir = support::repo_root().join("target/fidelity");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(report_name), &text);
+    eprintln!("{text}");
+    let disagreeing: Vec<&str> = verdicts
+        .iter()
+        .filter(|v| !v.agrees())
+        .map(|v| v.case.as_str())
+        .collect();
+    assert!(
+        disagreeing.is_empty(),
+        "ksched disagrees with upstream kube-scheduler on {disagreeing:?} (seed {seed}); report above"
+    );
+}
+
+/// The first cases of every family.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick() {
+    differential(QUICK_PER_FAMILY, "quick.txt").await;
+}
+
+/// The whole corpus: `make fidelity`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes long: run by `make fidelity`"]
+async fn full() {
+    differential(
+        env_or("KSCHED_FIDELITY_PER_FAMILY", FULL_PER_FAMILY),
+        "report.txt",
+    )
+    .await;
+}

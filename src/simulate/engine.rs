@@ -392,6 +392,8 @@ impl Simulation {
             queue.add(pod.clone());
         }
         let mut tried: HashSet<String> = HashSet::new();
+        // The popped pods, in the order of their results.
+        let mut popped: Vec<Arc<PodInfo>> = Vec::new();
         while queue.counts().active > 0 {
             let Some((qpi, _)) = futures::executor::block_on(queue.pop()) else {
                 break;
@@ -399,13 +401,15 @@ impl Simulation {
             let pod = qpi.pod_info.clone();
             let key = pod.key();
             let fwk = self.framework_for(&pod);
-            let result = self.cycle(&fwk, &pod);
+            let result = self.cycle(&fwk, &pod, self.results.len());
             self.results.push(result);
             queue.done(&key);
             tried.insert(key);
+            popped.push(pod);
             self.settle_waiting();
             progress(self.results.len(), total);
         }
+        self.retry_unschedulable(&popped);
         // Pods a PreEnqueue plugin keeps out of the queue (scheduling gates).
         for pod in candidates.iter().filter(|p| !tried.contains(&p.key())) {
             let status = self.framework_for(pod).run_pre_enqueue_plugins(pod);
@@ -431,8 +435,41 @@ impl Simulation {
         Ok(())
     }
 
-    /// One scheduling cycle up to Permit (`scheduler::run::schedule_one` without the writes).
-    fn cycle(&mut self, fwk: &Arc<Framework>, pod: &Arc<PodInfo>) -> PodResult {
+    /// The scheduler tries an unschedulable pod again once the cluster changes, and pods placed
+    /// after it are such changes (a pod whose affinity target came later in the queue fits now):
+    /// the unschedulable pods are tried again against what the others left, pass after pass, until
+    /// a pass places none. `popped[i]` is the pod of `self.results[i]`.
+    fn retry_unschedulable(&mut self, popped: &[Arc<PodInfo>]) {
+        let unschedulable = |results: &[PodResult]| {
+            results
+                .iter()
+                .filter(|r| r.result == Outcome::Unschedulable)
+                .count()
+        };
+        let mut before = unschedulable(&self.results);
+        // A pass goes on only when the previous one left fewer pods unschedulable (a gang member
+        // may turn back when Permit rejects its group), so the passes end.
+        while before > 0 {
+            for (index, pod) in popped.iter().enumerate() {
+                if self.results[index].result != Outcome::Unschedulable {
+                    continue;
+                }
+                let fwk = self.framework_for(pod);
+                let retried = self.cycle(&fwk, pod, index);
+                self.results[index] = retried;
+                self.settle_waiting();
+            }
+            let after = unschedulable(&self.results);
+            if after >= before {
+                return;
+            }
+            before = after;
+        }
+    }
+
+    /// One scheduling cycle up to Permit (`scheduler::run::schedule_one` without the writes);
+    /// `index` is where its result goes in `self.results`.
+    fn cycle(&mut self, fwk: &Arc<Framework>, pod: &Arc<PodInfo>, index: usize) -> PodResult {
         let snapshot = self.snapshot();
         let mut state = CycleState::new();
         let host = match self.algorithm.schedule_pod(fwk, &mut state, pod, &snapshot) {
@@ -464,7 +501,7 @@ impl Simulation {
         let status = fwk.run_permit_plugins(&mut state, &assumed, &host);
         if status.is_wait() {
             self.waiting.push(Waiting {
-                index: self.results.len(),
+                index,
                 fwk: fwk.clone(),
                 state,
                 assumed,
@@ -841,6 +878,54 @@ mod tests {
         assert_eq!(
             r.summary.on_leaf_nodes, None,
             "no leaf nodes, no host/leaf split"
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_affinity_target_comes_later_is_placed_on_a_retry() {
+        let affinity = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}},
+             "topologyKey": "kubernetes.io/hostname"}]}});
+        let host = |name: &str| {
+            node(
+                name,
+                "2",
+                json!({"kubernetes.io/hostname": name}),
+                json!({}),
+            )
+        };
+        let r = pending(vec![
+            host("a"),
+            host("b"),
+            // Popped first (higher priority), when no db pod exists anywhere yet.
+            pod(
+                "web",
+                "100m",
+                json!({"priority": 100, "affinity": affinity}),
+            ),
+            with_labels(pod("db", "100m", json!({})), json!({"app": "db"})),
+        ]);
+        let got = placements(&r);
+        assert_eq!(got[0].0, "web");
+        assert_eq!(got[1].0, "db");
+        let db_node = got[1].2.clone().expect("db placed");
+        assert_eq!(
+            got[0],
+            placed("web", &db_node),
+            "web joins db once db is placed"
+        );
+        assert!(r.pods[0].message.is_empty(), "{}", r.pods[0].message);
+
+        // A pod that fits nowhere stays unschedulable with its message after the passes end.
+        let r = pending(vec![host("a"), pod("huge", "4", json!({}))]);
+        assert_eq!(
+            placements(&r),
+            [("huge".into(), Outcome::Unschedulable, None)]
+        );
+        assert!(
+            r.pods[0].message.contains("Insufficient cpu"),
+            "{}",
+            r.pods[0].message
         );
     }
 

@@ -292,6 +292,22 @@ async fn placements_agree_with_the_scheduler() {
             json!({"affinity": affinity}),
         ));
     }
+    // InterPodAffinity to a pod later in the queue: popped first, rejected, placed next to its
+    // target on a retry (the scheduler's when the target binds; simulate's after the others).
+    let after_target = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "late"}}, "topologyKey": "kubernetes.io/hostname"}]}});
+    pending.push(p(
+        "follow-late",
+        "100m",
+        &[],
+        json!({"affinity": after_target, "priorityClassName": "sim-p40"}),
+    ));
+    pending.push(p(
+        "late",
+        "100m",
+        &[("app", "late")],
+        json!({"nodeSelector": {"kubernetes.io/hostname": f}}),
+    ));
     // DynamicResources: one device, on e (as a driver would publish it); two pods with a claim
     // each, the second finds the device taken by the first's (assumed) allocation. The message
     // of a pod that stays pending must not change when the scheduler retries it later.
@@ -353,6 +369,11 @@ spec:
     assert_eq!(want["anti-3"].0, "Unschedulable");
     assert_eq!(want["spread-2"].0, "Unschedulable");
     assert_eq!(on("near-db-1").as_deref(), Some(f.as_str()));
+    assert_eq!(
+        on("follow-late").as_deref(),
+        Some(f.as_str()),
+        "placed on a retry"
+    );
     assert_eq!(on("dra-1").as_deref(), Some(e.as_str()));
     assert_eq!(want["dra-2"].0, "Unschedulable");
     // Nothing was written: every pod is still pending, and no event was made.

@@ -266,6 +266,9 @@ fn start(cp: &ControlPlane, contender: Contender, log: &Path) -> ContenderProces
         }
     };
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    // An interrupted bench (Ctrl-C, SIGTERM) takes its contender with it: `start` runs on the
+    // main thread, which lives as long as the bench.
+    support::process::killed_with_parent(&mut cmd);
     ContenderProcess {
         child: cmd.spawn().expect("start contender"),
     }

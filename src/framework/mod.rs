@@ -32,7 +32,6 @@
 //! ```
 
 pub mod args;
-pub mod assigned_pod;
 pub mod extender;
 #[cfg(test)]
 mod integration_tests;

@@ -16,7 +16,6 @@ use tracing::{debug, info, warn};
 
 use super::DefaultPreemptionArgs;
 use crate::framework::args::{decode, typed};
-use crate::framework::assigned_pod::DISRUPTION_TARGET;
 use crate::framework::extender::Victims;
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, NominatingInfo, NominatingMode, PostFilterPlugin,
@@ -28,6 +27,7 @@ use crate::framework::plugins::names;
 use crate::framework::registry::{ApiError, Handle, PluginRegistration};
 use crate::framework::runtime::Framework;
 use crate::framework::schedule::{Diagnosis, FitError};
+use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
 /// A node where every lower-priority pod was removed and the pod still does not fit.

@@ -1,5 +1,4 @@
-//! What the scheduler keeps of a pod assigned to a node ([`AssignedPod`]), and [`PodView`], what
-//! plugins read of any pod whether it waits for a node or already has one.
+//! What the scheduler keeps of a pod assigned to a node ([`AssignedPod`]).
 //!
 //! A pod on a node is only ever read as an existing pod: its identity and labels (selectors), its
 //! pod (anti-)affinity, its volumes, its priority and start time (preemption), and what it
@@ -12,86 +11,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Affinity, Pod, PodCondition, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::types::{HostPort, PodInfo, Resource, calculate_pod_resource, pod_host_ports};
-
-/// What selectors and volume checks read of a pod: a `Pod`, a [`PodInfo`] being scheduled, an
-/// [`AssignedPod`] on a node.
-pub trait PodView {
-    fn name(&self) -> &str;
-    fn namespace(&self) -> &str;
-    fn uid(&self) -> &str;
-    fn labels(&self) -> Option<&BTreeMap<String, String>>;
-    fn volumes(&self) -> &[Volume];
-}
-
-impl<T: PodView + ?Sized> PodView for std::sync::Arc<T> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-
-    fn namespace(&self) -> &str {
-        (**self).namespace()
-    }
-
-    fn uid(&self) -> &str {
-        (**self).uid()
-    }
-
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        (**self).labels()
-    }
-
-    fn volumes(&self) -> &[Volume] {
-        (**self).volumes()
-    }
-}
-
-impl PodView for Pod {
-    fn name(&self) -> &str {
-        self.metadata.name.as_deref().unwrap_or("")
-    }
-
-    fn namespace(&self) -> &str {
-        self.metadata.namespace.as_deref().unwrap_or("")
-    }
-
-    fn uid(&self) -> &str {
-        self.metadata.uid.as_deref().unwrap_or("")
-    }
-
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.metadata.labels.as_ref()
-    }
-
-    fn volumes(&self) -> &[Volume] {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_deref())
-            .unwrap_or(&[])
-    }
-}
-
-impl PodView for PodInfo {
-    fn name(&self) -> &str {
-        self.pod.name()
-    }
-
-    fn namespace(&self) -> &str {
-        self.pod.namespace()
-    }
-
-    fn uid(&self) -> &str {
-        self.pod.uid()
-    }
-
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.pod.labels()
-    }
-
-    fn volumes(&self) -> &[Volume] {
-        self.pod.volumes()
-    }
-}
+use super::host_ports::{HostPort, pod_host_ports};
+use super::pod_info::{PodInfo, has_pod_affinity, has_required_anti_affinity};
+use super::pod_view::PodView;
+use super::resource::{Resource, calculate_pod_resource};
 
 /// A pod bound to a node, or assumed on it while its binding is in flight, as the node's
 /// `NodeInfo` keeps it.
@@ -237,22 +160,6 @@ impl PodView for AssignedPod {
     fn volumes(&self) -> &[Volume] {
         &self.volumes
     }
-}
-
-/// Whether `affinity` has pod affinity or anti-affinity terms.
-pub fn has_pod_affinity(affinity: Option<&Affinity>) -> bool {
-    affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
-}
-
-/// Whether `affinity` has required pod anti-affinity terms.
-pub fn has_required_anti_affinity(affinity: Option<&Affinity>) -> bool {
-    affinity
-        .and_then(|a| a.pod_anti_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .is_some_and(|t| !t.is_empty())
 }
 
 /// `affinity` without its node affinity; `None` when nothing is left.

@@ -1,0 +1,39 @@
+//! [`QueuedPodInfo`]: a pod in the scheduling queue.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::pod_info::PodInfo;
+
+/// A pod in the scheduling queue, with what the queue and QueueSort plugins need.
+#[derive(Debug, Clone)]
+pub struct QueuedPodInfo {
+    pub pod_info: Arc<PodInfo>,
+    /// When the pod was added to the queue (or last moved back to it).
+    pub timestamp: Instant,
+    /// Scheduling attempts so far.
+    pub attempts: u32,
+    /// When the pod was first tried; `None` before the first attempt.
+    pub initial_attempt_timestamp: Option<Instant>,
+    /// Plugins that rejected the pod in its last attempt (events for them requeue it).
+    pub unschedulable_plugins: BTreeSet<String>,
+    /// Plugins that returned Pending in the last attempt.
+    pub pending_plugins: BTreeSet<String>,
+    /// Whether a PreEnqueue plugin keeps the pod out of the active queue.
+    pub gated: bool,
+}
+
+impl QueuedPodInfo {
+    pub fn new(pod_info: Arc<PodInfo>, timestamp: Instant) -> QueuedPodInfo {
+        QueuedPodInfo {
+            pod_info,
+            timestamp,
+            attempts: 0,
+            initial_attempt_timestamp: None,
+            unschedulable_plugins: BTreeSet::new(),
+            pending_plugins: BTreeSet::new(),
+            gated: false,
+        }
+    }
+}

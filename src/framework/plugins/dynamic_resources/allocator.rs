@@ -25,34 +25,11 @@ use k8s_openapi::api::resource::v1::{
 
 use super::cel::{Cache, DeviceInput};
 use super::claims::requests;
+use super::tracker::DeviceId;
 use crate::framework::plugins::helper::node_selector_terms_match;
 
 /// Upstream's `resourceapi.AllocationResultsMaxSize`.
 pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
-
-/// One device: driver, pool and device name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeviceId {
-    pub driver: String,
-    pub pool: String,
-    pub device: String,
-}
-
-impl DeviceId {
-    pub fn new(driver: &str, pool: &str, device: &str) -> DeviceId {
-        DeviceId {
-            driver: driver.to_string(),
-            pool: pool.to_string(),
-            device: device.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
-    }
-}
 
 /// Why allocation stopped short of a yes or no for the node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,14 +4,38 @@
 //! get the same device.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::Mutex;
 
-use super::allocator::DeviceId;
 use crate::framework::listers::ObjectStore;
 use crate::framework::plugins::volume_binding::assume_cache::{AssumeCache, AssumeError};
+
+/// One device: driver, pool and device name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+impl DeviceId {
+    pub fn new(driver: &str, pool: &str, device: &str) -> DeviceId {
+        DeviceId {
+            driver: driver.to_string(),
+            pool: pool.to_string(),
+            device: device.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
 
 /// An allocation made in Reserve and not written yet, and how many pods are counting on it.
 struct InFlight {

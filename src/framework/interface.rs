@@ -468,6 +468,44 @@ pub trait Plugin: Send + Sync + 'static {
     }
 }
 
+/// What the framework running a profile offers its plugins while it runs them: upstream's
+/// `framework.Handle` (`pkg/scheduler/framework/interface.go`), the part that calls back into the
+/// profile (its `PluginsRunner` and `RunFilterPluginsWithNominatedPods`). Preemption uses it to
+/// simulate removing victims. The runtime's `Framework` implements it; the components shared by
+/// every profile (API, waiting pods, snapshot, listers) reach a plugin's factory in the registry's
+/// `Handle`.
+pub trait FrameworkHandle: Send + Sync {
+    /// The profile's scheduler name.
+    fn profile_name(&self) -> &str;
+
+    /// The profile's PreFilter `AddPod` extensions, as if `pod_to_add` ran on `node`.
+    fn run_pre_filter_extension_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_add: &AssignedPod,
+        node: &NodeInfo,
+    ) -> Status;
+
+    /// The profile's PreFilter `RemovePod` extensions, as if `pod_to_remove` left `node`.
+    fn run_pre_filter_extension_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_remove: &AssignedPod,
+        node: &NodeInfo,
+    ) -> Status;
+
+    /// The profile's Filter plugins on `node`, counting the pods nominated to it that are at
+    /// least as important as `pod` (upstream's `RunFilterPluginsWithNominatedPods`).
+    fn run_filter_plugins_with_nominated_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+}
+
 /// Called before a pod enters the active queue; a non-success status keeps it out
 /// (SchedulingGates).
 pub trait PreEnqueuePlugin: Plugin {
@@ -538,7 +576,7 @@ pub trait PostFilterPlugin: Plugin {
     /// copies of the state and the node). Defaults to [`PostFilterPlugin::post_filter`].
     fn post_filter_with_framework(
         &self,
-        _fwk: &super::runtime::Framework,
+        _fwk: &dyn FrameworkHandle,
         state: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,

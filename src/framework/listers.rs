@@ -4,6 +4,7 @@
 //! profile without volume plugins never lists a PersistentVolume. Plugins read them through
 //! `Handle::listers`; tests fill them with plain values.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -136,9 +137,36 @@ pub struct Listers {
     pub resource_claims: ObjectStore<ResourceClaim>,
     pub resource_slices: ObjectStore<ResourceSlice>,
     pub device_classes: ObjectStore<DeviceClass>,
-    /// DynamicResources' assumed claims and in-flight allocations, shared by every profile (as
-    /// upstream's one `SharedDRAManager` per scheduler).
-    pub resource_claim_tracker: crate::framework::plugins::dynamic_resources::ClaimTracker,
+    /// What plugins share across the profiles of one scheduler (DynamicResources' claim tracker,
+    /// as upstream's one `SharedDRAManager` per scheduler).
+    pub plugin_state: PluginState,
+}
+
+/// State a plugin shares across every profile of one scheduler: one value per type, created on
+/// first use. The plugin owns the type; the framework only keeps it alive.
+#[derive(Default)]
+pub struct PluginState {
+    items: parking_lot::Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl PluginState {
+    /// The shared `T`, created with its default on first use.
+    pub fn get_or_default<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut items = self.items.lock();
+        let item = items
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        match Arc::clone(item).downcast::<T>() {
+            Ok(value) => value,
+            // Entries are keyed by their own type, so this does not happen; a fresh value keeps
+            // the caller working all the same.
+            Err(_) => {
+                let value = Arc::new(T::default());
+                *item = value.clone();
+                value
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Listers {

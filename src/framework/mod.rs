@@ -1,20 +1,27 @@
 //! The embedded scheduling framework core — pure: data in, data out; no I/O, no `kube::Client`.
 //!
+//! - [`types`]: one module per type: [`types::PodInfo`], [`types::NodeInfo`],
+//!   [`types::Resource`] arithmetic, the incrementally updated [`types::Snapshot`], ...
 //! - [`interface`]: extension-point traits, [`interface::Status`] and [`interface::Code`],
-//!   [`interface::CycleState`].
-//! - [`types`]: [`types::PodInfo`], [`types::NodeInfo`], [`types::Resource`] arithmetic and the
-//!   incrementally updated [`types::Snapshot`].
+//!   [`interface::CycleState`], and [`interface::FrameworkHandle`], what the framework running a
+//!   profile offers its plugins (upstream's `framework.Handle`).
+//! - [`listers`], [`waiting_pods`], [`extender`]: what plugins read besides the snapshot, pods
+//!   waiting at Permit, the extenders' interface.
 //! - [`registry`]: plugin name -> factory(args, [`registry::Handle`]); the [`registry::ApiHandle`]
 //!   trait the scheduler implements for the few API calls plugins make; implements the
-//!   configuration's `PluginCatalog`.
+//!   configuration's `PluginCatalog`. It knows no plugin: the in-tree list is in [`plugins`].
 //! - [`args`]: strict args decoding (unknown fields are errors with their path), defaults,
 //!   validation.
 //! - [`runtime`]: [`runtime::Framework`] — one profile's plugins run per extension point with
 //!   upstream's semantics.
 //! - [`schedule`]: the pure find-nodes-that-fit / prioritize / select-host pipeline and
 //!   [`schedule::FitError`] with upstream's message.
-//! - [`waiting_pods`]: pods waiting at Permit.
-//! - [`plugins`]: the in-tree plugins, one module each.
+//! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
+//!
+//! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
+//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`, `registry`, `runtime`,
+//! `schedule`, `plugins`. Plugins never name the runtime: preemption runs its profile's plugins
+//! through `FrameworkHandle`.
 //!
 //! A typical scheduling cycle, as `scheduler/` drives it:
 //!
@@ -37,6 +44,8 @@ pub mod extender;
 mod integration_tests;
 pub mod interface;
 pub mod listers;
+#[cfg(test)]
+mod module_graph;
 pub mod plugins;
 pub mod registry;
 pub mod runtime;

@@ -1,9 +1,11 @@
 //! Plugin name -> factory, and the [`Handle`] plugins receive.
 //!
 //! Every plugin registers its name, the extension points it implements, a strict args decoder and
-//! a factory. [`Registry::in_tree`] holds every plugin ksched ships (and, as `NotBuiltYet`, the
-//! upstream/seed plugins a later issue builds, so configurations naming them validate). A user's own
-//! binary adds out-of-tree plugins with [`Registry::register`] — the Rust form of `app.WithPlugin`.
+//! a factory. The registry knows no plugin itself: the in-tree list lives with the plugins
+//! (`plugins::register_in_tree`, which also provides `Registry::in_tree`). A user's own binary adds
+//! out-of-tree plugins with [`Registry::register`] — the Rust form of `app.WithPlugin`; a plugin
+//! known but not runnable yet is registered with [`Registry::register_not_built`], so
+//! configurations naming it validate.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -277,13 +279,6 @@ impl Registry {
     /// An empty registry.
     pub fn new() -> Registry {
         Registry::default()
-    }
-
-    /// Every plugin ksched ships, plus the not-yet-built upstream and seed plugins.
-    pub fn in_tree() -> Registry {
-        let mut r = Registry::new();
-        super::plugins::register_in_tree(&mut r);
-        r
     }
 
     /// Adds a built plugin (in-tree or out-of-tree); names are unique.
@@ -595,53 +590,6 @@ impl ApiHandle for RecordingApi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::plugins::names;
-    use serde_json::json;
-
-    #[test]
-    fn in_tree_catalog() {
-        let r = Registry::in_tree();
-        let names_list = r.plugin_names();
-        let mut sorted = names_list.clone();
-        sorted.sort();
-        assert_eq!(names_list, sorted);
-        for n in [
-            names::PRIORITY_SORT,
-            names::NODE_NAME,
-            names::DEFAULT_BINDER,
-            names::TAINT_TOLERATION,
-        ] {
-            assert!(
-                matches!(r.availability(n), PluginAvailability::Built(_)),
-                "{n}"
-            );
-        }
-        for n in [names::INTER_POD_AFFINITY, names::POD_TOPOLOGY_SPREAD] {
-            match r.availability(n) {
-                PluginAvailability::Built(eps) => assert!(eps.contains(&ExtensionPoint::Filter)),
-                other => panic!("{n}: {other:?}"),
-            }
-        }
-        // Upstream 1.36's extension points for its two newest default plugins.
-        use ExtensionPoint::*;
-        assert_eq!(
-            r.availability(names::DYNAMIC_RESOURCES),
-            PluginAvailability::Built(vec![
-                PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
-            ])
-        );
-        assert_eq!(
-            r.availability(names::NODE_DECLARED_FEATURES),
-            PluginAvailability::Built(vec![PreFilter, Filter])
-        );
-        assert_eq!(r.availability("NoSuchPlugin"), PluginAvailability::Unknown);
-        assert!(r.decode_args("NoSuchPlugin", None).is_err());
-        assert_eq!(r.decode_args(names::NODE_NAME, None), Ok(Value::Null));
-        assert!(
-            r.decode_args(names::NODE_NAME, Some(&json!({"x": 1})))
-                .is_err()
-        );
-    }
 
     #[test]
     fn register_out_of_tree_and_duplicates() {

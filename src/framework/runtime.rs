@@ -9,8 +9,9 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use super::interface::{
-    Code, CycleState, MAX_NODE_SCORE, MAX_PERMIT_TIMEOUT, MIN_NODE_SCORE, NodeScore, NodeToStatus,
-    Plugin, PostFilterResult, PreFilterExtensions, PreFilterResult, Status,
+    Code, CycleState, FrameworkHandle, MAX_NODE_SCORE, MAX_PERMIT_TIMEOUT, MIN_NODE_SCORE,
+    NodeScore, NodeToStatus, Plugin, PostFilterResult, PreFilterExtensions, PreFilterResult,
+    Status,
 };
 use super::registry::{Handle, Registry, RegistryEntry};
 use super::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
@@ -928,6 +929,47 @@ impl Framework {
                 p.post_bind(state, pod, node_name).await;
             }
         }
+    }
+}
+
+impl FrameworkHandle for Framework {
+    fn profile_name(&self) -> &str {
+        Framework::profile_name(self)
+    }
+
+    fn run_pre_filter_extension_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_add: &AssignedPod,
+        node: &NodeInfo,
+    ) -> Status {
+        Framework::run_pre_filter_extension_add_pod(self, state, pod_to_schedule, pod_to_add, node)
+    }
+
+    fn run_pre_filter_extension_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_remove: &AssignedPod,
+        node: &NodeInfo,
+    ) -> Status {
+        Framework::run_pre_filter_extension_remove_pod(
+            self,
+            state,
+            pod_to_schedule,
+            pod_to_remove,
+            node,
+        )
+    }
+
+    fn run_filter_plugins_with_nominated_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        Framework::run_filter_plugins_with_nominated_pods(self, state, pod, node)
     }
 }
 

@@ -1,5 +1,5 @@
-//! The in-tree plugins, one module each (args, logic and table tests together), and their
-//! registration.
+//! The in-tree plugins, one module each (args, logic and table tests together), and the in-tree
+//! registry: which plugins ksched ships (upstream's `plugins.NewInTreeRegistry`).
 
 pub mod coscheduling;
 pub mod default_binder;
@@ -27,6 +27,15 @@ pub mod volume_restrictions;
 pub mod volume_zone;
 
 use crate::framework::registry::{PluginRegistration, Registry};
+
+impl Registry {
+    /// Every plugin ksched ships.
+    pub fn in_tree() -> Registry {
+        let mut r = Registry::new();
+        register_in_tree(&mut r);
+        r
+    }
+}
 
 /// Registers every in-tree plugin into `r`.
 pub fn register_in_tree(r: &mut Registry) {
@@ -97,5 +106,58 @@ pub fn register_in_tree(r: &mut Registry) {
         if let Err(e) = r.register(name, reg) {
             tracing::error!(error = %e, "registering in-tree plugin");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::config::{ExtensionPoint, PluginAvailability, PluginCatalog};
+
+    #[test]
+    fn in_tree_catalog() {
+        let r = Registry::in_tree();
+        let names_list = r.plugin_names();
+        let mut sorted = names_list.clone();
+        sorted.sort();
+        assert_eq!(names_list, sorted);
+        for n in [
+            names::PRIORITY_SORT,
+            names::NODE_NAME,
+            names::DEFAULT_BINDER,
+            names::TAINT_TOLERATION,
+        ] {
+            assert!(
+                matches!(r.availability(n), PluginAvailability::Built(_)),
+                "{n}"
+            );
+        }
+        for n in [names::INTER_POD_AFFINITY, names::POD_TOPOLOGY_SPREAD] {
+            match r.availability(n) {
+                PluginAvailability::Built(eps) => assert!(eps.contains(&ExtensionPoint::Filter)),
+                other => panic!("{n}: {other:?}"),
+            }
+        }
+        // Upstream 1.36's extension points for its two newest default plugins.
+        use ExtensionPoint::*;
+        assert_eq!(
+            r.availability(names::DYNAMIC_RESOURCES),
+            PluginAvailability::Built(vec![
+                PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
+            ])
+        );
+        assert_eq!(
+            r.availability(names::NODE_DECLARED_FEATURES),
+            PluginAvailability::Built(vec![PreFilter, Filter])
+        );
+        assert_eq!(r.availability("NoSuchPlugin"), PluginAvailability::Unknown);
+        assert!(r.decode_args("NoSuchPlugin", None).is_err());
+        assert_eq!(r.decode_args(names::NODE_NAME, None), Ok(Value::Null));
+        assert!(
+            r.decode_args(names::NODE_NAME, Some(&json!({"x": 1})))
+                .is_err()
+        );
     }
 }

@@ -18,14 +18,13 @@ use super::DefaultPreemptionArgs;
 use crate::framework::args::{decode, typed};
 use crate::framework::extender::Victims;
 use crate::framework::interface::{
-    Code, CycleState, NodeToStatus, NominatingInfo, NominatingMode, PostFilterPlugin,
-    PostFilterResult, PreEnqueuePlugin, Status,
+    Code, CycleState, FrameworkHandle, NodeToStatus, NominatingInfo, NominatingMode,
+    PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
 use crate::framework::listers::Informer;
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::{ApiError, Handle, PluginRegistration};
-use crate::framework::runtime::Framework;
 use crate::framework::schedule::{Diagnosis, FitError};
 use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
@@ -117,7 +116,7 @@ impl DefaultPreemption {
     /// Upstream's `Evaluator.Preempt` (without the "preemption: " prefix).
     pub fn preempt(
         &self,
-        fwk: &Framework,
+        fwk: &dyn FrameworkHandle,
         state: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
@@ -237,7 +236,7 @@ impl DefaultPreemption {
     #[allow(clippy::too_many_arguments)]
     pub fn dry_run_preemption(
         &self,
-        fwk: &Framework,
+        fwk: &dyn FrameworkHandle,
         state: &CycleState,
         pod: &PodInfo,
         potential: &[&Arc<NodeInfo>],
@@ -307,7 +306,7 @@ impl DefaultPreemption {
     /// `SelectVictimsOnNode`, on copies of the state and the node.
     pub fn select_victims_on_node(
         &self,
-        fwk: &Framework,
+        fwk: &dyn FrameworkHandle,
         state: &mut CycleState,
         pod: &PodInfo,
         node: &mut NodeInfo,
@@ -671,7 +670,7 @@ impl PostFilterPlugin for DefaultPreemption {
 
     fn post_filter_with_framework(
         &self,
-        fwk: &Framework,
+        fwk: &dyn FrameworkHandle,
         state: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
@@ -710,6 +709,7 @@ mod tests {
     use super::*;
     use crate::config::ExtensionPoint::{Filter, PostFilter, PreFilter};
     use crate::framework::registry::{PodNominator, RecordingApi, Registry};
+    use crate::framework::runtime::Framework;
     use crate::framework::schedule::{Algorithm, ScheduleError};
     use crate::framework::testing::{NodeBuilder, PodBuilder, handle, profile};
 

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use super::allocator::{AllocateError, Allocator};
 use super::cel::Cache;
 use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
+use super::tracker::ClaimTracker;
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PostFilterResult,
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
@@ -43,6 +44,8 @@ pub const NO_NEW_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
 
 pub struct DynamicResources {
     listers: Arc<Listers>,
+    /// Shared with this plugin in every other profile of the scheduler.
+    tracker: Arc<ClaimTracker>,
     api: Arc<dyn ApiHandle>,
     cel: Arc<Cache>,
     filter_timeout: Option<Duration>,
@@ -91,6 +94,7 @@ impl DynamicResources {
         filter_timeout: Option<Duration>,
     ) -> DynamicResources {
         DynamicResources {
+            tracker: listers.plugin_state.get_or_default::<ClaimTracker>(),
             listers,
             api,
             cel: Arc::new(Cache::default()),
@@ -99,11 +103,7 @@ impl DynamicResources {
     }
 
     fn claims_of(&self, pod: &PodInfo) -> Result<Vec<Arc<ResourceClaim>>, String> {
-        pod_claims(
-            &pod.pod,
-            &self.listers.resource_claim_tracker,
-            &self.listers.resource_claims,
-        )
+        pod_claims(&pod.pod, &self.tracker, &self.listers.resource_claims)
     }
 
     fn class(&self, name: &str) -> Option<Arc<DeviceClass>> {
@@ -171,12 +171,7 @@ impl DynamicResources {
             }
             st.to_allocate.push(i);
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-            if self
-                .listers
-                .resource_claim_tracker
-                .pending_allocation(uid)
-                .is_some()
-            {
+            if self.tracker.pending_allocation(uid).is_some() {
                 return Err(Status::unresolvable(format!(
                     "resource claim {} is in the process of being allocated",
                     claim_key(claim)
@@ -209,8 +204,7 @@ impl DynamicResources {
         }
         if !st.to_allocate.is_empty() {
             let allocated = self
-                .listers
-                .resource_claim_tracker
+                .tracker
                 .allocated_devices(&self.listers.resource_claims);
             let classes = self
                 .listers
@@ -598,9 +592,7 @@ impl ReservePlugin for DynamicResources {
                 .status
                 .get_or_insert_with(ResourceClaimStatus::default)
                 .allocation = Some(allocation.clone());
-            self.listers
-                .resource_claim_tracker
-                .signal_pending(Arc::new(claim));
+            self.tracker.signal_pending(Arc::new(claim));
             reserved.insert(i, allocation);
         }
         Status::success()
@@ -611,7 +603,7 @@ impl ReservePlugin for DynamicResources {
             return;
         };
         let claims = st.claims.lock().clone();
-        let tracker = &self.listers.resource_claim_tracker;
+        let tracker = &self.tracker;
         for claim in &claims {
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
             if tracker.maybe_remove_pending(uid, false) {
@@ -657,7 +649,7 @@ impl PreBindPlugin for DynamicResources {
             return Status::error(format!("error reading {STATE_KEY:?} from cycle-state"));
         };
         let claims = st.claims.lock().clone();
-        let tracker = &self.listers.resource_claim_tracker;
+        let tracker = &self.tracker;
         for (i, claim) in claims.iter().enumerate() {
             if reserved_for_pod(claim, pod.uid()) {
                 continue;

@@ -278,14 +278,16 @@ async fn pre_bind_writes_finalizer_allocation_and_reservation() {
     // The allocation left the in-flight set and lives on in the assume cache.
     assert!(
         e.listers
-            .resource_claim_tracker
+            .plugin_state
+            .get_or_default::<ClaimTracker>()
             .pending_allocation("p-gpu-uid")
             .is_none()
     );
-    let known = e
-        .listers
-        .resource_claim_tracker
-        .get(&e.listers.resource_claims, "ns", "p-gpu");
+    let known = e.listers.plugin_state.get_or_default::<ClaimTracker>().get(
+        &e.listers.resource_claims,
+        "ns",
+        "p-gpu",
+    );
     assert!(known.is_some_and(|c| is_allocated_for_test(&c)));
 }
 

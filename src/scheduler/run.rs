@@ -31,8 +31,8 @@ use crate::framework::interface::{CycleState, NominatingMode, Status};
 use crate::framework::listers::Informer;
 use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
-use crate::framework::schedule::{Algorithm, ScheduleError};
-use crate::framework::types::{PodInfo, QueuedPodInfo};
+use crate::framework::schedule::{Algorithm, FitError, ScheduleError};
+use crate::framework::types::{PodInfo, QueuedPodInfo, Snapshot};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
@@ -67,8 +67,10 @@ const EVENT_FLUSH_ON_SHUTDOWN: Duration = Duration::from_secs(15);
 /// After a lost lease the API server may not answer: events get a short chance only.
 const EVENT_FLUSH_ON_LOSS: Duration = Duration::from_secs(2);
 
-/// The parts of the scheduler the cycles share.
-struct Shared {
+/// The scheduler's scheduling and binding cycles over the parts they share (upstream's
+/// `Scheduler` and its `pkg/scheduler/schedule_one.go`: `scheduleOne`, `schedulingCycle`,
+/// `bindingCycle`, `handleSchedulingFailure`).
+struct Scheduler {
     cache: Arc<Cache>,
     queue: Arc<SchedulingQueue>,
     frameworks: HashMap<String, Arc<Framework>>,
@@ -191,7 +193,7 @@ pub async fn run(
         .collect();
     let queue = Arc::new(scheduling_queue(config, &frameworks)?.with_nominator(nominator));
     let cache = Arc::new(Cache::default());
-    let shared = Arc::new(Shared {
+    let scheduler = Arc::new(Scheduler {
         cache: cache.clone(),
         queue: queue.clone(),
         frameworks,
@@ -236,7 +238,7 @@ pub async fn run(
     let (extra_tasks, mut extra_synced) = start_informers(
         &clients.informers,
         &informers,
-        &shared.handle.listers,
+        &scheduler.handle.listers,
         &queue,
     );
     tasks.extend(extra_tasks);
@@ -254,7 +256,7 @@ pub async fn run(
     }
     http_state.ready.store(true, Ordering::Release);
     info!("caches synced");
-    tasks.push(tokio::spawn(housekeeping(shared.clone())));
+    tasks.push(tokio::spawn(scheduler.clone().housekeeping()));
 
     // Leader election. The elector is stopped by this function, after scheduling has stopped and
     // the events are written, so the lease is released last.
@@ -286,13 +288,8 @@ pub async fn run(
         elector_task = Some(task);
     }
 
-    info!(profiles = ?shared.frameworks.keys().collect::<Vec<_>>(), "starting to schedule");
-    let loop_shared = shared.clone();
-    let mut scheduling = tokio::spawn(async move {
-        while let Some((qpi, cycle)) = loop_shared.queue.pop().await {
-            schedule_one(&loop_shared, qpi, cycle).await;
-        }
-    });
+    info!(profiles = ?scheduler.frameworks.keys().collect::<Vec<_>>(), "starting to schedule");
+    let mut scheduling = tokio::spawn(scheduler.clone().schedule_all());
     let lost = tokio::select! {
         _ = shutdown.changed() => false,
         // The renew deadline passed (on this process's clock) or the lease was taken over.
@@ -351,282 +348,371 @@ fn elector_config(config: &Config, identity: &str) -> LeaderElectionConfig {
     }
 }
 
-/// Every second: backoff and unschedulable flushes, assumed-pod expiry, the pending-pods gauge.
-async fn housekeeping(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        shared.queue.flush();
-        for key in shared.cache.cleanup_expired_assumed(Instant::now()) {
-            debug!(pod = %key, "expired assumed pod removed");
-            shared.queue.move_all_to_active_or_backoff();
-        }
-        // The plugin counts process-wide; the metric follows it.
-        let errors = crate::framework::plugins::network_traffic::prometheus_errors_total();
-        let exported = shared.metrics.network_traffic_prometheus_errors.get();
-        if errors > exported {
-            shared
-                .metrics
-                .network_traffic_prometheus_errors
-                .inc_by(errors - exported);
-        }
-        let counts = shared.queue.counts();
-        for (queue, n) in [
-            ("active", counts.active),
-            ("backoff", counts.backoff),
-            ("unschedulable", counts.unschedulable),
-            ("gated", counts.gated),
-        ] {
-            shared
-                .metrics
-                .pending_pods
-                .get_or_create(&QueueLabels {
-                    queue: queue.into(),
-                })
-                .set(n as i64);
-        }
-    }
-}
-
-fn observe_extension_point(
-    shared: &Shared,
-    profile: &str,
-    point: &str,
-    status: &Status,
-    since: Instant,
-) {
-    shared
-        .metrics
-        .extension_point_duration
-        .get_or_create(&ExtensionPointLabels {
-            extension_point: point.into(),
-            status: status.code().as_str().into(),
-            profile: profile.into(),
-        })
-        .observe(since.elapsed().as_secs_f64());
-}
-
-/// One scheduling cycle: pick a node, assume the pod there, reserve, permit; then hand the pod to a
-/// binding cycle that runs concurrently with the next scheduling cycle.
-async fn schedule_one(shared: &Arc<Shared>, qpi: QueuedPodInfo, cycle: u64) {
-    let pod = qpi.pod_info.clone();
-    let key = pod.key();
-    let profile = pod.scheduler_name().to_string();
-    let Some(fwk) = shared.frameworks.get(&profile).cloned() else {
-        shared.queue.done(&key);
-        return;
-    };
-    if shared.cache.is_assumed(&key) {
-        shared.queue.done(&key);
-        return;
-    }
-    let started = Instant::now();
-    shared
-        .handle
-        .snapshot
-        .update(|s| shared.cache.update_snapshot(s));
-    let snapshot = shared.handle.snapshot.load();
-    let mut state = CycleState::new();
-    let result = cpu_bound(|| {
-        shared
-            .algorithm
-            .lock()
-            .schedule_pod(&fwk, &mut state, &pod, &snapshot)
-    });
-    let host = match result {
-        Ok(r) => r.suggested_host,
-        Err(ScheduleError::Fit(mut fit)) => {
-            let mut nominated = None;
-            if fwk.has_post_filter_plugins() {
-                let t = Instant::now();
-                // The dry run is CPU work, and preempting extenders are called synchronously.
-                let (res, status) = cpu_bound(|| {
-                    fwk.run_post_filter_plugins(
-                        &state,
-                        &pod,
-                        &snapshot,
-                        &fit.diagnosis.node_to_status,
-                    )
-                });
-                observe_extension_point(shared, &profile, "PostFilter", &status, t);
-                if !status.message().is_empty() {
-                    fit.set_post_filter_message(status.message());
-                }
-                // Override with a node nominates the pod there; with "" it clears a nomination.
-                if let Some(info) = res.map(|r| r.nominating_info)
-                    && info.mode == NominatingMode::Override
-                {
-                    let node = info.nominated_node_name;
-                    shared
-                        .queue
-                        .nominator()
-                        .add_nominated_pod(pod.clone(), &node);
-                    if !node.is_empty() || !pod.nominated_node_name().is_empty() {
-                        nominated = Some(node);
-                    }
-                }
-            }
-            drop(snapshot);
-            let mut qpi = qpi;
-            qpi.unschedulable_plugins = fit.diagnosis.unschedulable_plugins.clone();
-            qpi.pending_plugins = fit.diagnosis.pending_plugins.clone();
-            fail(
-                shared,
-                &profile,
-                qpi,
-                cycle,
-                true,
-                fit.to_string(),
-                nominated,
-                started,
-            )
-            .await;
-            return;
-        }
-        Err(ScheduleError::NoNodesAvailable) => {
-            drop(snapshot);
-            fail(
-                shared,
-                &profile,
-                qpi,
-                cycle,
-                true,
-                "no nodes available to schedule pods".into(),
-                None,
-                started,
-            )
-            .await;
-            return;
-        }
-        Err(ScheduleError::Internal(status)) => {
-            drop(snapshot);
-            fail(
-                shared,
-                &profile,
-                qpi,
-                cycle,
-                false,
-                status.message(),
-                None,
-                started,
-            )
-            .await;
-            return;
-        }
-    };
-    drop(snapshot);
-
-    // Assume: the cache counts the pod on `host` from now on, so the next cycle sees it.
-    let assumed = Arc::new(PodInfo::new(Arc::new(with_node_name(&pod.pod, &host))));
-    // The pod is counted on its node from now on; a nomination would count it twice.
-    shared.queue.nominator().delete(&key);
-    if let Err(err) = shared.cache.assume_pod(&assumed) {
-        fail(
-            shared,
-            &profile,
-            qpi,
-            cycle,
-            false,
-            err.to_string(),
-            None,
-            started,
-        )
-        .await;
-        return;
-    }
-    let t = Instant::now();
-    let status = fwk.run_reserve_plugins_reserve(&mut state, &assumed, &host);
-    observe_extension_point(shared, &profile, "Reserve", &status, t);
-    if !status.is_success() {
-        undo_reservation(shared, &fwk, &mut state, &assumed, &host);
-        fail_with(shared, &profile, qpi, cycle, &status, started).await;
-        return;
-    }
-    let t = Instant::now();
-    let status = fwk.run_permit_plugins(&mut state, &assumed, &host);
-    observe_extension_point(shared, &profile, "Permit", &status, t);
-    if !status.is_success() && !status.is_wait() {
-        undo_reservation(shared, &fwk, &mut state, &assumed, &host);
-        fail_with(shared, &profile, qpi, cycle, &status, started).await;
-        return;
-    }
-
-    let shared = shared.clone();
-    tokio::spawn(async move {
-        binding_cycle(&shared, &fwk, state, qpi, cycle, assumed, host, started).await;
-    });
-}
-
-/// Permit wait, PreBind, Bind, PostBind; on failure the reservation is undone and the pod requeued.
-#[allow(clippy::too_many_arguments)]
-async fn binding_cycle(
-    shared: &Arc<Shared>,
-    fwk: &Framework,
-    mut state: CycleState,
+/// One pod's scheduling attempt: what its cycles and the failure handler share.
+struct Attempt {
     qpi: QueuedPodInfo,
+    /// The queue's scheduling cycle when the pod was popped (an event after it sends a rejected
+    /// pod to backoff rather than to the unschedulable pool).
     cycle: u64,
+    /// The framework of the pod's profile.
+    fwk: Arc<Framework>,
+    started: Instant,
+}
+
+/// What the scheduling cycle hands to the binding cycle: the pod assumed and reserved on `host`.
+struct Reserved {
+    state: CycleState,
     assumed: Arc<PodInfo>,
     host: String,
-    started: Instant,
-) {
-    let profile = fwk.profile_name().to_string();
-    let key = assumed.key();
-    if !shared.leadership.is_leader() {
-        // Stepping down: this binding cycle never starts; the next leader schedules the pod.
-        undo_reservation(shared, fwk, &mut state, &assumed, &host);
-        return;
-    }
-    // NominatedNodeNameForExpectation: when PreBind will act or Permit waits, the pod's node is
-    // published as its nominated node before it is bound (autoscalers and users see it coming).
-    let pre_flight = fwk.run_pre_bind_pre_flights(&mut state, &assumed, &host);
-    let mut status = if pre_flight.is_success() || pre_flight.is_skip() {
-        if (pre_flight.is_success() || fwk.will_wait_on_permit(&assumed))
-            && let Some(reporter) = shared.reporters.get(&profile)
-        {
-            reporter.nominate(&qpi.pod_info.pod, &host).await;
-        }
-        fwk.wait_on_permit(&assumed).await
-    } else {
-        pre_flight
-    };
-    if status.is_success() {
-        let t = Instant::now();
-        status = fwk.run_pre_bind_plugins(&state, &assumed, &host).await;
-        observe_extension_point(shared, &profile, "PreBind", &status, t);
-    }
-    if status.is_success() {
-        let t = Instant::now();
-        status = match extender_binder(shared, &assumed) {
-            Some(extender) => bind_through(extender, &assumed, &host).await,
-            None => fwk.run_bind_plugins(&state, &assumed, &host).await,
-        };
-        observe_extension_point(shared, &profile, "Bind", &status, t);
-    }
-    if !status.is_success() {
-        undo_reservation(shared, fwk, &mut state, &assumed, &host);
-        // The freed reservation may let other pods fit (upstream: AssignedPodDelete).
-        shared.queue.move_all_to_active_or_backoff();
-        fail_with(shared, &profile, qpi, cycle, &status, started).await;
-        return;
-    }
-    shared.cache.finish_binding(&key);
-    shared.queue.done(&key);
-    record_attempt(shared, &profile, "scheduled", started);
-    if let Some(reporter) = shared.reporters.get(&profile) {
-        reporter.scheduled(&assumed.pod, &host);
-    }
-    fwk.run_post_bind_plugins(&state, &assumed, &host).await;
 }
 
-/// The extender that binds `pod` instead of the Bind plugins: the first binding extender
-/// interested in it (upstream's `extendersBinding`).
-fn extender_binder(shared: &Shared, pod: &PodInfo) -> Option<Arc<dyn Extender>> {
-    shared
-        .handle
-        .extenders
-        .iter()
-        .find(|e| e.is_binder() && e.is_interested(pod))
-        .cloned()
+/// Why an attempt failed: what the failure handler reports and how the pod is requeued.
+struct Failure {
+    /// Unschedulable: the pod waits for a cluster event; otherwise an error, retried with
+    /// backoff.
+    unschedulable: bool,
+    message: String,
+    /// The node PostFilter nominated the pod to (`""` clears a nomination); `None` leaves it.
+    nominated: Option<String>,
+}
+
+impl Failure {
+    fn unschedulable(message: String) -> Failure {
+        Failure {
+            unschedulable: true,
+            message,
+            nominated: None,
+        }
+    }
+
+    fn error(message: String) -> Failure {
+        Failure {
+            unschedulable: false,
+            message,
+            nominated: None,
+        }
+    }
+
+    /// A plugin's status: rejected means unschedulable, anything else an error.
+    fn from_status(status: &Status) -> Failure {
+        Failure {
+            unschedulable: status.is_rejected(),
+            message: status.message(),
+            nominated: None,
+        }
+    }
+}
+
+impl Scheduler {
+    /// Schedules the pods the queue hands out, one at a time, until it closes.
+    async fn schedule_all(self: Arc<Self>) {
+        while let Some((qpi, cycle)) = self.queue.pop().await {
+            self.schedule_one(qpi, cycle).await;
+        }
+    }
+
+    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, the pending-pods
+    /// gauge.
+    async fn housekeeping(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            self.queue.flush();
+            for key in self.cache.cleanup_expired_assumed(Instant::now()) {
+                debug!(pod = %key, "expired assumed pod removed");
+                self.queue.move_all_to_active_or_backoff();
+            }
+            // The plugin counts process-wide; the metric follows it.
+            let errors = crate::framework::plugins::network_traffic::prometheus_errors_total();
+            let exported = self.metrics.network_traffic_prometheus_errors.get();
+            if errors > exported {
+                self.metrics
+                    .network_traffic_prometheus_errors
+                    .inc_by(errors - exported);
+            }
+            let counts = self.queue.counts();
+            for (queue, n) in [
+                ("active", counts.active),
+                ("backoff", counts.backoff),
+                ("unschedulable", counts.unschedulable),
+                ("gated", counts.gated),
+            ] {
+                self.metrics
+                    .pending_pods
+                    .get_or_create(&QueueLabels {
+                        queue: queue.into(),
+                    })
+                    .set(n as i64);
+            }
+        }
+    }
+
+    /// One pod: the scheduling cycle, then a binding cycle that runs concurrently with the next
+    /// pod's scheduling cycle (upstream's `scheduleOne`).
+    async fn schedule_one(self: &Arc<Self>, qpi: QueuedPodInfo, cycle: u64) {
+        let key = qpi.pod_info.key();
+        let Some(fwk) = self.frameworks.get(qpi.pod_info.scheduler_name()).cloned() else {
+            self.queue.done(&key);
+            return;
+        };
+        if self.cache.is_assumed(&key) {
+            self.queue.done(&key);
+            return;
+        }
+        let mut attempt = Attempt {
+            qpi,
+            cycle,
+            fwk,
+            started: Instant::now(),
+        };
+        match self.scheduling_cycle(&mut attempt) {
+            Ok(reserved) => {
+                let scheduler = self.clone();
+                tokio::spawn(scheduler.binding_cycle(attempt, reserved));
+            }
+            Err(failure) => self.handle_scheduling_failure(attempt, failure).await,
+        }
+    }
+
+    /// Picks a node, assumes the pod there, reserves, permits (upstream's `schedulingCycle`). On
+    /// failure what was reserved is undone; the caller reports the failure.
+    fn scheduling_cycle(&self, attempt: &mut Attempt) -> Result<Reserved, Failure> {
+        let fwk = &attempt.fwk;
+        let pod = attempt.qpi.pod_info.clone();
+        let profile = fwk.profile_name();
+        self.handle
+            .snapshot
+            .update(|s| self.cache.update_snapshot(s));
+        let snapshot = self.handle.snapshot.load();
+        let mut state = CycleState::new();
+        let result = cpu_bound(|| {
+            self.algorithm
+                .lock()
+                .schedule_pod(fwk, &mut state, &pod, &snapshot)
+        });
+        let host = match result {
+            Ok(r) => r.suggested_host,
+            Err(ScheduleError::Fit(fit)) => {
+                attempt.qpi.unschedulable_plugins = fit.diagnosis.unschedulable_plugins.clone();
+                attempt.qpi.pending_plugins = fit.diagnosis.pending_plugins.clone();
+                return Err(self.post_filter(fwk, &state, &pod, &snapshot, fit));
+            }
+            Err(ScheduleError::NoNodesAvailable) => {
+                return Err(Failure::unschedulable(
+                    "no nodes available to schedule pods".into(),
+                ));
+            }
+            Err(ScheduleError::Internal(status)) => return Err(Failure::error(status.message())),
+        };
+        drop(snapshot);
+
+        // Assume: the cache counts the pod on `host` from now on, so the next cycle sees it.
+        let assumed = Arc::new(PodInfo::new(Arc::new(with_node_name(&pod.pod, &host))));
+        // The pod is counted on its node from now on; a nomination would count it twice.
+        self.queue.nominator().delete(&pod.key());
+        if let Err(err) = self.cache.assume_pod(&assumed) {
+            return Err(Failure::error(err.to_string()));
+        }
+        let t = Instant::now();
+        let status = fwk.run_reserve_plugins_reserve(&mut state, &assumed, &host);
+        self.observe_extension_point(profile, "Reserve", &status, t);
+        if !status.is_success() {
+            self.undo_reservation(fwk, &mut state, &assumed, &host);
+            return Err(Failure::from_status(&status));
+        }
+        let t = Instant::now();
+        let status = fwk.run_permit_plugins(&mut state, &assumed, &host);
+        self.observe_extension_point(profile, "Permit", &status, t);
+        if !status.is_success() && !status.is_wait() {
+            self.undo_reservation(fwk, &mut state, &assumed, &host);
+            return Err(Failure::from_status(&status));
+        }
+        Ok(Reserved {
+            state,
+            assumed,
+            host,
+        })
+    }
+
+    /// No node fits: PostFilter (preemption) may nominate the pod to a node; the failure carries
+    /// the fit error's message with PostFilter's and the nomination.
+    fn post_filter(
+        &self,
+        fwk: &Framework,
+        state: &CycleState,
+        pod: &Arc<PodInfo>,
+        snapshot: &Snapshot,
+        mut fit: Box<FitError>,
+    ) -> Failure {
+        let mut nominated = None;
+        if fwk.has_post_filter_plugins() {
+            let t = Instant::now();
+            // The dry run is CPU work, and preempting extenders are called synchronously.
+            let (res, status) = cpu_bound(|| {
+                fwk.run_post_filter_plugins(state, pod, snapshot, &fit.diagnosis.node_to_status)
+            });
+            self.observe_extension_point(fwk.profile_name(), "PostFilter", &status, t);
+            if !status.message().is_empty() {
+                fit.set_post_filter_message(status.message());
+            }
+            // Override with a node nominates the pod there; with "" it clears a nomination.
+            if let Some(info) = res.map(|r| r.nominating_info)
+                && info.mode == NominatingMode::Override
+            {
+                let node = info.nominated_node_name;
+                self.queue.nominator().add_nominated_pod(pod.clone(), &node);
+                if !node.is_empty() || !pod.nominated_node_name().is_empty() {
+                    nominated = Some(node);
+                }
+            }
+        }
+        Failure {
+            unschedulable: true,
+            message: fit.to_string(),
+            nominated,
+        }
+    }
+
+    /// Permit wait, PreBind, Bind, PostBind (upstream's `bindingCycle`); on failure the
+    /// reservation is undone and the pod requeued.
+    async fn binding_cycle(self: Arc<Self>, attempt: Attempt, reserved: Reserved) {
+        let Reserved {
+            mut state,
+            assumed,
+            host,
+        } = reserved;
+        let fwk = attempt.fwk.clone();
+        let profile = fwk.profile_name();
+        let key = assumed.key();
+        if !self.leadership.is_leader() {
+            // Stepping down: this binding cycle never starts; the next leader schedules the pod.
+            self.undo_reservation(&fwk, &mut state, &assumed, &host);
+            return;
+        }
+        // NominatedNodeNameForExpectation: when PreBind will act or Permit waits, the pod's node
+        // is published as its nominated node before it is bound (autoscalers and users see it
+        // coming).
+        let pre_flight = fwk.run_pre_bind_pre_flights(&mut state, &assumed, &host);
+        let mut status = if pre_flight.is_success() || pre_flight.is_skip() {
+            if (pre_flight.is_success() || fwk.will_wait_on_permit(&assumed))
+                && let Some(reporter) = self.reporters.get(profile)
+            {
+                reporter.nominate(&attempt.qpi.pod_info.pod, &host).await;
+            }
+            fwk.wait_on_permit(&assumed).await
+        } else {
+            pre_flight
+        };
+        if status.is_success() {
+            let t = Instant::now();
+            status = fwk.run_pre_bind_plugins(&state, &assumed, &host).await;
+            self.observe_extension_point(profile, "PreBind", &status, t);
+        }
+        if status.is_success() {
+            let t = Instant::now();
+            status = match self.extender_binder(&assumed) {
+                Some(extender) => bind_through(extender, &assumed, &host).await,
+                None => fwk.run_bind_plugins(&state, &assumed, &host).await,
+            };
+            self.observe_extension_point(profile, "Bind", &status, t);
+        }
+        if !status.is_success() {
+            self.undo_reservation(&fwk, &mut state, &assumed, &host);
+            // The freed reservation may let other pods fit (upstream: AssignedPodDelete).
+            self.queue.move_all_to_active_or_backoff();
+            self.handle_scheduling_failure(attempt, Failure::from_status(&status))
+                .await;
+            return;
+        }
+        self.cache.finish_binding(&key);
+        self.queue.done(&key);
+        self.record_attempt(profile, "scheduled", attempt.started);
+        if let Some(reporter) = self.reporters.get(profile) {
+            reporter.scheduled(&assumed.pod, &host);
+        }
+        fwk.run_post_bind_plugins(&state, &assumed, &host).await;
+    }
+
+    /// Requeues a pod that did not get scheduled and tells the user why (event +
+    /// PodScheduled=False): upstream's `handleSchedulingFailure`, the one place every failed
+    /// attempt ends. The status is written before the caller goes on, so the next attempt (which
+    /// may bind the pod at once) cannot overtake it.
+    async fn handle_scheduling_failure(&self, attempt: Attempt, failure: Failure) {
+        let Attempt {
+            qpi,
+            cycle,
+            fwk,
+            started,
+        } = attempt;
+        let profile = fwk.profile_name();
+        let pod = qpi.pod_info.pod.clone();
+        let message = &failure.message;
+        if failure.unschedulable {
+            self.record_attempt(profile, "unschedulable", started);
+            debug!(pod = %qpi.pod_info.key(), %message, "unable to schedule pod; waiting");
+            self.queue.add_unschedulable(qpi, cycle);
+        } else {
+            self.record_attempt(profile, "error", started);
+            error!(pod = %qpi.pod_info.key(), %message, "error scheduling pod; retrying");
+            self.queue.add_backoff(qpi);
+        }
+        let Some(reporter) = self.reporters.get(profile) else {
+            return;
+        };
+        let reason = if failure.unschedulable {
+            REASON_UNSCHEDULABLE
+        } else {
+            REASON_SCHEDULER_ERROR
+        };
+        reporter
+            .failed(&pod, reason, message, failure.nominated.as_deref())
+            .await;
+    }
+
+    /// Unreserve (in reverse order) and forget the assumed pod: the node is free again.
+    fn undo_reservation(
+        &self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        assumed: &PodInfo,
+        host: &str,
+    ) {
+        fwk.run_reserve_plugins_unreserve(state, assumed, host);
+        let _ = self.cache.forget_pod(&assumed.key());
+    }
+
+    /// The extender that binds `pod` instead of the Bind plugins: the first binding extender
+    /// interested in it (upstream's `extendersBinding`).
+    fn extender_binder(&self, pod: &PodInfo) -> Option<Arc<dyn Extender>> {
+        self.handle
+            .extenders
+            .iter()
+            .find(|e| e.is_binder() && e.is_interested(pod))
+            .cloned()
+    }
+
+    fn observe_extension_point(&self, profile: &str, point: &str, status: &Status, since: Instant) {
+        self.metrics
+            .extension_point_duration
+            .get_or_create(&ExtensionPointLabels {
+                extension_point: point.into(),
+                status: status.code().as_str().into(),
+                profile: profile.into(),
+            })
+            .observe(since.elapsed().as_secs_f64());
+    }
+
+    fn record_attempt(&self, profile: &str, result: &str, started: Instant) {
+        let labels = AttemptLabels {
+            result: result.into(),
+            profile: profile.into(),
+        };
+        self.metrics.schedule_attempts.get_or_create(&labels).inc();
+        self.metrics
+            .scheduling_attempt_duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+    }
 }
 
 /// Binds through `extender` (a blocking call, off the async workers).
@@ -642,94 +728,6 @@ async fn bind_through(extender: Arc<dyn Extender>, pod: &PodInfo, node: &str) ->
         Ok(Err(e)) => Status::error(e),
         Err(e) => Status::error(format!("binding through the extender: {e}")),
     }
-}
-
-/// Unreserve (in reverse order) and forget the assumed pod: the node is free again.
-fn undo_reservation(
-    shared: &Shared,
-    fwk: &Framework,
-    state: &mut CycleState,
-    assumed: &PodInfo,
-    host: &str,
-) {
-    fwk.run_reserve_plugins_unreserve(state, assumed, host);
-    let _ = shared.cache.forget_pod(&assumed.key());
-}
-
-/// [`fail`] for a plugin's status: rejected means unschedulable, anything else an error.
-async fn fail_with(
-    shared: &Arc<Shared>,
-    profile: &str,
-    qpi: QueuedPodInfo,
-    cycle: u64,
-    status: &Status,
-    started: Instant,
-) {
-    fail(
-        shared,
-        profile,
-        qpi,
-        cycle,
-        status.is_rejected(),
-        status.message(),
-        None,
-        started,
-    )
-    .await;
-}
-
-fn record_attempt(shared: &Shared, profile: &str, result: &str, started: Instant) {
-    let labels = AttemptLabels {
-        result: result.into(),
-        profile: profile.into(),
-    };
-    shared
-        .metrics
-        .schedule_attempts
-        .get_or_create(&labels)
-        .inc();
-    shared
-        .metrics
-        .scheduling_attempt_duration
-        .get_or_create(&labels)
-        .observe(started.elapsed().as_secs_f64());
-}
-
-/// Requeues a pod that did not get scheduled and tells the user why (event + PodScheduled=False).
-/// The status is written before the caller goes on, as upstream's `handleSchedulingFailure` does:
-/// the next attempt (which may bind the pod at once) cannot overtake it.
-#[allow(clippy::too_many_arguments)]
-async fn fail(
-    shared: &Arc<Shared>,
-    profile: &str,
-    qpi: QueuedPodInfo,
-    cycle: u64,
-    unschedulable: bool,
-    message: String,
-    nominated: Option<String>,
-    started: Instant,
-) {
-    let pod = qpi.pod_info.pod.clone();
-    if unschedulable {
-        record_attempt(shared, profile, "unschedulable", started);
-        debug!(pod = %qpi.pod_info.key(), %message, "unable to schedule pod; waiting");
-        shared.queue.add_unschedulable(qpi, cycle);
-    } else {
-        record_attempt(shared, profile, "error", started);
-        error!(pod = %qpi.pod_info.key(), %message, "error scheduling pod; retrying");
-        shared.queue.add_backoff(qpi);
-    }
-    let Some(reporter) = shared.reporters.get(profile) else {
-        return;
-    };
-    let reason = if unschedulable {
-        REASON_UNSCHEDULABLE
-    } else {
-        REASON_SCHEDULER_ERROR
-    };
-    reporter
-        .failed(&pod, reason, &message, nominated.as_deref())
-        .await;
 }
 
 /// A copy of `pod` bound to `node` (what the cache assumes).

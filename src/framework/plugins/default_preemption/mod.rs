@@ -1,13 +1,22 @@
 //! DefaultPreemption: when no node fits, find nodes where removing lower-priority pods lets the pod
 //! fit, pick the best one, evict those pods gracefully and nominate the node for the pod — upstream's
 //! `plugins/defaultpreemption` and `framework/preemption` (1.36, asynchronous preemption).
+//!
+//! - [`plugin`]: the plugin (`default_preemption.go`): eligibility, the victims on one node,
+//!   PreEnqueue, PostFilter, the registration.
+//! - [`evaluator`]: the evaluator (`preemption.go`): the dry run, extenders, choice of the node.
+//! - [`executor`]: the executor (`executor.go`): the victims' eviction, in the background.
 
 mod evaluator;
+mod executor;
+mod plugin;
+#[cfg(test)]
+mod tests;
 
-pub use evaluator::{
-    Candidate, DefaultPreemption, ERR_NO_VICTIMS, ERR_NOT_HELPFUL, NOT_ELIGIBLE_NEVER,
-    NOT_ELIGIBLE_TERMINATING, WAITING_FOR_PREEMPTION, more_important_pod,
-    pick_one_node_for_preemption, registration,
+pub use evaluator::{Candidate, ERR_NOT_HELPFUL, pick_one_node_for_preemption};
+pub use plugin::{
+    DefaultPreemption, ERR_NO_VICTIMS, NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING,
+    WAITING_FOR_PREEMPTION, more_important_pod, registration,
 };
 
 use serde::{Deserialize, Serialize};
@@ -66,7 +75,7 @@ impl PluginArgs for DefaultPreemptionArgs {
 }
 
 #[cfg(test)]
-mod tests {
+mod args_tests {
     use super::*;
     use crate::framework::args::decode;
     use serde_json::json;

@@ -1,0 +1,106 @@
+//! The preemption executor (upstream's `framework/preemption/executor.go`): clears lower-priority
+//! nominations on the chosen node and evicts the victims, in the background (asynchronous
+//! preemption).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PodCondition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use tracing::{debug, info, warn};
+
+use super::evaluator::Candidate;
+use super::plugin::{DefaultPreemption, REASON_PREEMPTION_BY_SCHEDULER};
+use crate::framework::interface::{NominatingInfo, NominatingMode};
+use crate::framework::registry::ApiError;
+use crate::framework::types::DISRUPTION_TARGET;
+use crate::framework::types::{AssignedPod, PodInfo, PodView};
+
+impl DefaultPreemption {
+    /// Clears lower-priority nominations on the node and evicts the victims, in the background
+    /// (upstream's asynchronous preemption): waiting pods are rejected, the others get the
+    /// `DisruptionTarget` condition and are deleted gracefully.
+    pub(super) fn actuate(&self, pod: &PodInfo, c: &Candidate) {
+        let victims: Vec<Arc<AssignedPod>> = c
+            .victims
+            .iter()
+            .filter(|v| !v.is_terminating())
+            .cloned()
+            .collect();
+        if victims.is_empty() {
+            return;
+        }
+        let lower_nominated: Vec<Arc<PodInfo>> = match &self.handle.nominator {
+            Some(n) => n
+                .nominated_pods_for_node(&c.name)
+                .into_iter()
+                .filter(|p| p.priority() < pod.priority())
+                .collect(),
+            None => Vec::new(),
+        };
+        let api = self.handle.api.clone();
+        let waiting = self.handle.waiting_pods.clone();
+        let message = format!(
+            "{}: preempting to accommodate a higher priority pod",
+            pod.scheduler_name()
+        );
+        let (preemptor, node) = (pod.key(), c.name.clone());
+        let (preempting, uid) = (self.preempting.clone(), pod.uid().to_string());
+        preempting.lock().insert(uid.clone());
+        let work = async move {
+            for p in &lower_nominated {
+                let clear = NominatingInfo {
+                    nominated_node_name: String::new(),
+                    mode: NominatingMode::Override,
+                };
+                if let Err(err) = api
+                    .patch_pod_status(p.namespace(), p.name(), None, Some(clear))
+                    .await
+                {
+                    warn!(pod = %p.key(), %err, "cannot clear nominatedNodeName");
+                }
+            }
+            let evictions = victims.iter().map(|v| {
+                let (api, waiting, message) = (api.clone(), waiting.clone(), message.clone());
+                let (preemptor, node) = (preemptor.clone(), node.clone());
+                async move {
+                    if waiting.reject(v.uid(), "preempted") {
+                        info!(%preemptor, victim = %v.key(), %node, "preempted a waiting pod");
+                        return;
+                    }
+                    let condition = PodCondition {
+                        type_: DISRUPTION_TARGET.into(),
+                        status: "True".into(),
+                        reason: Some(REASON_PREEMPTION_BY_SCHEDULER.into()),
+                        message: Some(message),
+                        last_transition_time: Some(Time(Timestamp::now())),
+                        ..Default::default()
+                    };
+                    let r = match api
+                        .patch_pod_status(v.namespace(), v.name(), Some(condition), None)
+                        .await
+                    {
+                        Ok(()) => api.delete_pod(v.namespace(), v.name(), v.uid()).await,
+                        Err(e) => Err(e),
+                    };
+                    match r {
+                        Ok(()) => info!(%preemptor, victim = %v.key(), %node, "preempted"),
+                        Err(ApiError::NotFound(_)) => {
+                            debug!(victim = %v.key(), "victim pod is already deleted")
+                        }
+                        Err(err) => warn!(%preemptor, victim = %v.key(), %err, "preempting"),
+                    }
+                }
+            });
+            futures::future::join_all(evictions).await;
+            preempting.lock().remove(&uid);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(work);
+            }
+            // No runtime (tests, offline simulation): run it here.
+            Err(_) => futures::executor::block_on(work),
+        }
+    }
+}

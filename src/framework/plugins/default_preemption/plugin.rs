@@ -1,0 +1,317 @@
+//! The DefaultPreemption plugin (upstream's `plugins/defaultpreemption/default_preemption.go`):
+//! its args and candidate counts, which pods may preempt (`PodEligibleToPreemptOthers`), the
+//! victims on one node (`SelectVictimsOnNode`, PDB violations first reprieved), and its PreEnqueue
+//! and PostFilter.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::{Selector, SelectorExt};
+
+use super::DefaultPreemptionArgs;
+use crate::framework::args::{decode, typed};
+use crate::framework::interface::{
+    Code, CycleState, FrameworkHandle, NodeToStatus, PostFilterPlugin, PostFilterResult,
+    PreEnqueuePlugin, Status,
+};
+use crate::framework::listers::Informer;
+use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::names;
+use crate::framework::registry::{Handle, PluginRegistration};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
+
+/// A node where every lower-priority pod was removed and the pod still does not fit.
+pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+
+pub const NOT_ELIGIBLE_NEVER: &str = "not eligible due to preemptionPolicy=Never.";
+
+pub const NOT_ELIGIBLE_TERMINATING: &str =
+    "not eligible due to a terminating pod on the nominated node.";
+
+/// PreEnqueue's reason while the pod's own preemption is still evicting.
+pub const WAITING_FOR_PREEMPTION: &str = "waiting for the preemption for this pod to be finished";
+
+pub(super) const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+
+/// Picks the random start among `n` potential nodes (upstream's `getOffsetRand`).
+pub(super) type OffsetFn = Box<dyn Fn(usize) -> usize + Send + Sync>;
+
+pub struct DefaultPreemption {
+    pub(super) handle: Handle,
+    pub(super) min_candidate_nodes_percentage: i32,
+    pub(super) min_candidate_nodes_absolute: i32,
+    pub(super) offset: OffsetFn,
+    /// UIDs of preemptors whose victims are still being evicted (upstream's `preempting`).
+    pub(super) preempting: Arc<parking_lot::Mutex<HashSet<String>>>,
+}
+
+impl DefaultPreemption {
+    pub fn new(args: &DefaultPreemptionArgs, handle: Handle) -> DefaultPreemption {
+        DefaultPreemption {
+            handle,
+            min_candidate_nodes_percentage: args.min_candidate_nodes_percentage.unwrap_or(10),
+            min_candidate_nodes_absolute: args.min_candidate_nodes_absolute.unwrap_or(100),
+            offset: Box::new(|n| if n == 0 { 0 } else { fastrand::usize(..n) }),
+            preempting: Arc::default(),
+        }
+    }
+
+    /// Replaces the random offset (tests).
+    pub fn with_offset(mut self, offset: impl Fn(usize) -> usize + Send + Sync + 'static) -> Self {
+        self.offset = Box::new(offset);
+        self
+    }
+
+    /// How many candidates to find among `num_nodes` potential nodes (upstream's
+    /// `calculateNumCandidates`).
+    pub fn num_candidates(&self, num_nodes: usize) -> usize {
+        let pct = usize::try_from(self.min_candidate_nodes_percentage).unwrap_or(0);
+        let abs = usize::try_from(self.min_candidate_nodes_absolute).unwrap_or(0);
+        (num_nodes * pct / 100).max(abs).min(num_nodes)
+    }
+
+    /// Upstream's `PodEligibleToPreemptOthers`.
+    pub(super) fn eligible(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominated_status: &Status,
+    ) -> Result<(), &'static str> {
+        let policy = pod.spec().and_then(|s| s.preemption_policy.as_deref());
+        if policy == Some("Never") {
+            return Err(NOT_ELIGIBLE_NEVER);
+        }
+        let nominated = pod.nominated_node_name();
+        if nominated.is_empty() || nominated_status.code() == Code::UnschedulableAndUnresolvable {
+            return Ok(());
+        }
+        if let Some(node) = snapshot.get(nominated)
+            && node
+                .pods
+                .iter()
+                .any(|p| p.priority() < pod.priority() && terminating_by_preemption(p))
+        {
+            return Err(NOT_ELIGIBLE_TERMINATING);
+        }
+        Ok(())
+    }
+
+    /// The fewest lower-priority pods to remove from `node` so that `pod` fits, reprieving PDB
+    /// violators first; with the number of victims that violate a PDB. Upstream's
+    /// `SelectVictimsOnNode`, on copies of the state and the node.
+    pub fn select_victims_on_node(
+        &self,
+        fwk: &dyn FrameworkHandle,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &mut NodeInfo,
+        pdbs: &[Arc<PodDisruptionBudget>],
+    ) -> Result<(Vec<Arc<AssignedPod>>, usize), Status> {
+        let remove = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<AssignedPod>| {
+            node.remove_pod(p)
+                .map_err(|e| Status::error(e.to_string()))?;
+            let s = fwk.run_pre_filter_extension_remove_pod(state, pod, p, node);
+            if s.is_success() { Ok(()) } else { Err(s) }
+        };
+        let add = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<AssignedPod>| {
+            node.add_pod(p.clone());
+            let s = fwk.run_pre_filter_extension_add_pod(state, pod, p, node);
+            if s.is_success() { Ok(()) } else { Err(s) }
+        };
+        let mut potential: Vec<Arc<AssignedPod>> = node
+            .pods
+            .iter()
+            .filter(|p| p.priority() < pod.priority())
+            .cloned()
+            .collect();
+        for p in &potential {
+            remove(state, node, p)?;
+        }
+        if potential.is_empty() {
+            return Err(Status::unresolvable(ERR_NO_VICTIMS));
+        }
+        let s = fwk.run_filter_plugins_with_nominated_pods(state, pod, node);
+        if !s.is_success() {
+            return Err(s);
+        }
+        let now = Timestamp::now();
+        potential.sort_by(|a, b| more_important_cmp(a, b, now));
+        let (violating, non_violating) = filter_pods_with_pdb_violation(&potential, pdbs);
+        let mut victims = Vec::new();
+        let mut num_violating = 0;
+        let mut reprieve = |p: &Arc<AssignedPod>, victims: &mut Vec<Arc<AssignedPod>>| {
+            add(state, node, p)?;
+            let fits = fwk
+                .run_filter_plugins_with_nominated_pods(state, pod, node)
+                .is_success();
+            if !fits {
+                remove(state, node, p)?;
+                victims.push(p.clone());
+            }
+            Ok::<bool, Status>(fits)
+        };
+        for p in &violating {
+            if !reprieve(p, &mut victims)? {
+                num_violating += 1;
+            }
+        }
+        for p in &non_violating {
+            reprieve(p, &mut victims)?;
+        }
+        if !violating.is_empty() && !non_violating.is_empty() {
+            victims.sort_by(|a, b| more_important_cmp(a, b, now));
+        }
+        Ok((victims, num_violating))
+    }
+}
+
+/// A victim the scheduler is already evicting: deleted, with `DisruptionTarget=True` by
+/// `PreemptionByScheduler`.
+fn terminating_by_preemption(p: &AssignedPod) -> bool {
+    p.is_terminating()
+        && p.disruption_target().is_some_and(|c| {
+            c.status == "True" && c.reason.as_deref() == Some(REASON_PREEMPTION_BY_SCHEDULER)
+        })
+}
+
+/// `status.startTime`, or `now` for pods not started yet (upstream's `GetPodStartTime`).
+pub(super) fn start_time(p: &AssignedPod, now: Timestamp) -> Timestamp {
+    p.start_time().map_or(now, |t| t.0)
+}
+
+pub(super) fn more_important_cmp(a: &AssignedPod, b: &AssignedPod, now: Timestamp) -> Ordering {
+    b.priority()
+        .cmp(&a.priority())
+        .then_with(|| start_time(a, now).cmp(&start_time(b, now)))
+}
+
+/// Higher priority, or equal priority and started earlier (upstream's `MoreImportantPod`).
+pub fn more_important_pod(a: &AssignedPod, b: &AssignedPod) -> bool {
+    more_important_cmp(a, b, Timestamp::now()) == Ordering::Less
+}
+
+/// Splits `pods` (most important first) into those whose eviction would exceed a PDB's allowed
+/// disruptions and the others (upstream's `filterPodsWithPDBViolation`).
+fn filter_pods_with_pdb_violation(
+    pods: &[Arc<AssignedPod>],
+    pdbs: &[Arc<PodDisruptionBudget>],
+) -> (Vec<Arc<AssignedPod>>, Vec<Arc<AssignedPod>>) {
+    let mut allowed: Vec<i32> = pdbs
+        .iter()
+        .map(|p| {
+            p.status
+                .as_ref()
+                .map_or(0, |s| s.disruptions_allowed.unwrap_or(0))
+        })
+        .collect();
+    // A PDB without a selector selects nothing; an empty one is skipped as upstream does.
+    let selectors: Vec<Option<Selector>> = pdbs
+        .iter()
+        .map(|p| {
+            let sel = p.spec.as_ref()?.selector.clone()?;
+            Selector::try_from(sel).ok().filter(|s| !s.selects_all())
+        })
+        .collect();
+    let empty = BTreeMap::new();
+    let (mut violating, mut non_violating) = (Vec::new(), Vec::new());
+    for p in pods {
+        let labels = p.labels().unwrap_or(&empty);
+        let mut violated = false;
+        if !labels.is_empty() {
+            for (i, pdb) in pdbs.iter().enumerate() {
+                if pdb.metadata.namespace.as_deref() != Some(p.namespace()) {
+                    continue;
+                }
+                let Some(sel) = &selectors[i] else { continue };
+                if !sel.matches(labels) {
+                    continue;
+                }
+                let disrupted = pdb
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.disrupted_pods.as_ref())
+                    .is_some_and(|d| d.contains_key(p.name()));
+                if disrupted {
+                    continue;
+                }
+                allowed[i] -= 1;
+                if allowed[i] < 0 {
+                    violated = true;
+                }
+            }
+        }
+        if violated {
+            violating.push(p.clone());
+        } else {
+            non_violating.push(p.clone());
+        }
+    }
+    (violating, non_violating)
+}
+
+impl_plugin!(
+    DefaultPreemption,
+    names::DEFAULT_PREEMPTION,
+    [PreEnqueue, PostFilter]
+);
+
+/// Keeps a preemptor out of the active queue while its victims are being evicted (asynchronous
+/// preemption), so it does not preempt again meanwhile.
+impl PreEnqueuePlugin for DefaultPreemption {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        if self.preempting.lock().contains(pod.uid()) {
+            return Status::unresolvable(WAITING_FOR_PREEMPTION);
+        }
+        Status::success()
+    }
+}
+
+impl PostFilterPlugin for DefaultPreemption {
+    /// Preemption simulates with the framework: see `post_filter_with_framework`.
+    fn post_filter(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        (
+            None,
+            Status::error("DefaultPreemption runs only through its framework"),
+        )
+    }
+
+    fn post_filter_with_framework(
+        &self,
+        fwk: &dyn FrameworkHandle,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        let (result, status) = self.preempt(fwk, state, pod, snapshot, filtered);
+        let msg = status.message();
+        if msg.is_empty() {
+            return (result, status);
+        }
+        (
+            result,
+            Status::new(status.code(), format!("preemption: {msg}")),
+        )
+    }
+}
+
+pub fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        DefaultPreemption::EXTENSION_POINTS,
+        decode::<DefaultPreemptionArgs>,
+        |args, handle| {
+            let args = typed::<DefaultPreemptionArgs>(args)?;
+            Ok(Arc::new(DefaultPreemption::new(&args, handle.clone())))
+        },
+    )
+    .with_informers(&[Informer::PodDisruptionBudgets])
+}

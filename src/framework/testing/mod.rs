@@ -1,0 +1,13 @@
+//! Builders and fakes shared by the framework's and plugins' unit tests.
+//!
+//! - [`builders`]: Pods, Nodes, volumes, selectors and affinity terms, snapshots.
+//! - [`fakes`]: a configurable fake plugin, a recording handle, small profiles.
+//! - [`scoring`]: running a Score plugin over nodes.
+
+pub mod builders;
+pub mod fakes;
+pub mod scoring;
+
+pub use builders::*;
+pub use fakes::*;
+pub use scoring::*;

@@ -17,11 +17,23 @@
 //!
 //! Counting a group's pods needs every pod with the label, also unscheduled ones: the framework
 //! has no pod lister, so PreFilter lists them through the ApiHandle (bounded by a timeout).
-mod plugin;
+//!
+//! - `plugin`: the extension points (scheduler-plugins' `coscheduling.go`).
+//! - `pod_group_manager`: a pod's group, its members, the cluster's room for the group
+//!   (`core/core.go`).
+//! - `status`: the PodGroup statuses, written in order in the background.
 
-pub use plugin::{
-    Coscheduling, PHASE_FAILED, PHASE_FINISHED, PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_RUNNING,
-    PHASE_SCHEDULED, PHASE_SCHEDULING, factory, pod_group_full_name, pod_group_label,
+mod plugin;
+mod pod_group_manager;
+mod status;
+#[cfg(test)]
+mod tests;
+
+pub use plugin::{Coscheduling, factory};
+pub use pod_group_manager::{pod_group_full_name, pod_group_label};
+pub use status::{
+    PHASE_FAILED, PHASE_FINISHED, PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_RUNNING,
+    PHASE_SCHEDULED, PHASE_SCHEDULING,
 };
 
 use serde::{Deserialize, Serialize};
@@ -85,7 +97,7 @@ pub fn registration() -> crate::framework::registry::PluginRegistration {
 }
 
 #[cfg(test)]
-mod tests {
+mod args_tests {
     use super::*;
     use crate::framework::args::decode;
     use serde_json::json;

@@ -2,10 +2,10 @@
 //! fit, pick the best one, evict those pods gracefully and nominate the node for the pod — upstream's
 //! `plugins/defaultpreemption` and `framework/preemption` (1.36, asynchronous preemption).
 //!
-//! - [`plugin`]: the plugin (`default_preemption.go`): eligibility, the victims on one node,
+//! - `plugin`: the plugin (`default_preemption.go`): eligibility, the victims on one node,
 //!   PreEnqueue, PostFilter, the registration.
-//! - [`evaluator`]: the evaluator (`preemption.go`): the dry run, extenders, choice of the node.
-//! - [`executor`]: the executor (`executor.go`): the victims' eviction, in the background.
+//! - `evaluator`: the evaluator (`preemption.go`): the dry run, extenders, choice of the node.
+//! - `executor`: the executor (`executor.go`): the victims' eviction, in the background.
 
 mod evaluator;
 mod executor;

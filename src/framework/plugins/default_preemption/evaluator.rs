@@ -1,8 +1,10 @@
 //! The preemption evaluator (upstream's `framework/preemption/preemption.go`): the dry run over
 //! the potential nodes (`DryRunPreemption`), the extenders' say on the candidates
 //! (`callExtenders`), the choice of the node (`SelectCandidate`, `pickOneNodeForPreemption`), and
-//! the status when preemption cannot help.
+//! the status when preemption cannot help. It knows the plugin only through [`Interface`] and
+//! hands its decision to the [`Executor`].
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -11,11 +13,12 @@ use k8s_openapi::jiff::Timestamp;
 use rayon::prelude::*;
 use tracing::{debug, info};
 
-use super::plugin::{DefaultPreemption, start_time};
+use super::executor::Executor;
 use crate::framework::extender::Victims;
 use crate::framework::interface::{
     Code, CycleState, FrameworkHandle, NodeToStatus, PostFilterResult, Status,
 };
+use crate::framework::registry::Handle;
 use crate::framework::schedule::{Diagnosis, FitError};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
 
@@ -31,10 +34,57 @@ pub struct Candidate {
     pub num_pdb_violations: usize,
 }
 
-impl DefaultPreemption {
+/// What the evaluator asks of the preemption plugin it works for (upstream's
+/// `preemption.Interface`).
+pub trait Interface: Send + Sync {
+    /// Where the dry run starts among `num_nodes` potential nodes, and how many candidates it
+    /// looks for (upstream's `GetOffsetAndNumCandidates`).
+    fn offset_and_num_candidates(&self, num_nodes: usize) -> (usize, usize);
+
+    /// Whether `pod` may preempt others; the reason why not (upstream's
+    /// `PodEligibleToPreemptOthers`).
+    fn pod_eligible_to_preempt_others(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominated_status: &Status,
+    ) -> Result<(), &'static str>;
+
+    /// The fewest pods to remove from `node` so that `pod` fits, and how many of them violate a
+    /// PDB (upstream's `SelectVictimsOnNode`), on copies of the state and the node.
+    fn select_victims_on_node(
+        &self,
+        fwk: &dyn FrameworkHandle,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &mut NodeInfo,
+        pdbs: &[Arc<PodDisruptionBudget>],
+    ) -> Result<(Vec<Arc<AssignedPod>>, usize), Status>;
+}
+
+/// Finds the node and victims of a preemption and hands them to the executor (upstream's
+/// `Evaluator`).
+pub struct Evaluator {
+    handle: Handle,
+    pub(super) executor: Executor,
+}
+
+impl Evaluator {
+    pub fn new(handle: Handle) -> Evaluator {
+        Evaluator {
+            executor: Executor::new(handle.clone()),
+            handle,
+        }
+    }
+
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
     /// Upstream's `Evaluator.Preempt` (without the "preemption: " prefix).
     pub fn preempt(
         &self,
+        plugin: &dyn Interface,
         fwk: &dyn FrameworkHandle,
         state: &CycleState,
         pod: &PodInfo,
@@ -42,7 +92,7 @@ impl DefaultPreemption {
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
         let nominated_status = filtered.get(pod.nominated_node_name());
-        if let Err(msg) = self.eligible(pod, snapshot, nominated_status) {
+        if let Err(msg) = plugin.pod_eligible_to_preempt_others(pod, snapshot, nominated_status) {
             debug!(pod = %pod.key(), reason = msg, "pod is not eligible for preemption");
             return (None, Status::unschedulable(msg));
         }
@@ -58,9 +108,8 @@ impl DefaultPreemption {
             (Vec::new(), NodeToStatus::new(), Vec::new())
         } else {
             let pdbs = self.handle.listers.pod_disruption_budgets.list();
-            let offset = (self.offset)(potential.len());
-            let num = self.num_candidates(potential.len());
-            self.dry_run_preemption(fwk, state, pod, &potential, &pdbs, offset, num)
+            let (offset, num) = plugin.offset_and_num_candidates(potential.len());
+            self.dry_run_preemption(plugin, fwk, state, pod, &potential, &pdbs, offset, num)
         };
         if candidates.is_empty() && !errors.is_empty() {
             return (None, Status::error(aggregate(&errors)));
@@ -79,7 +128,7 @@ impl DefaultPreemption {
             );
         };
         info!(pod = %pod.key(), node = %best.name, victims = best.victims.len(), "preempting");
-        self.actuate(pod, best);
+        self.executor.actuate(pod, &best.name, &best.victims);
         (
             Some(PostFilterResult::nominate(&best.name)),
             Status::success(),
@@ -155,6 +204,7 @@ impl DefaultPreemption {
     #[allow(clippy::too_many_arguments)]
     pub fn dry_run_preemption(
         &self,
+        plugin: &dyn Interface,
         fwk: &dyn FrameworkHandle,
         state: &CycleState,
         pod: &PodInfo,
@@ -172,7 +222,7 @@ impl DefaultPreemption {
             let node = potential[(offset + i) % n];
             let mut node_copy = NodeInfo::clone(node);
             let mut state_copy = state.clone();
-            let r = self.select_victims_on_node(fwk, &mut state_copy, pod, &mut node_copy, pdbs);
+            let r = plugin.select_victims_on_node(fwk, &mut state_copy, pod, &mut node_copy, pdbs);
             (node.name().to_string(), r)
         };
         let mut next = 0;
@@ -314,4 +364,20 @@ fn earliest_start_time(victims: &[Arc<AssignedPod>], now: Timestamp) -> Timestam
         .map(|p| start_time(p, now))
         .min()
         .unwrap_or(Timestamp::MIN)
+}
+
+/// `status.startTime`, or `now` for pods not started yet (upstream's `GetPodStartTime`).
+fn start_time(p: &AssignedPod, now: Timestamp) -> Timestamp {
+    p.start_time().map_or(now, |t| t.0)
+}
+
+pub(super) fn more_important_cmp(a: &AssignedPod, b: &AssignedPod, now: Timestamp) -> Ordering {
+    b.priority()
+        .cmp(&a.priority())
+        .then_with(|| start_time(a, now).cmp(&start_time(b, now)))
+}
+
+/// Higher priority, or equal priority and started earlier (upstream's `MoreImportantPod`).
+pub fn more_important_pod(a: &AssignedPod, b: &AssignedPod) -> bool {
+    more_important_cmp(a, b, Timestamp::now()) == Ordering::Less
 }

@@ -2,27 +2,49 @@
 //! nominations on the chosen node and evicts the victims, in the background (asynchronous
 //! preemption).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
-use super::evaluator::Candidate;
-use super::plugin::{DefaultPreemption, REASON_PREEMPTION_BY_SCHEDULER};
 use crate::framework::interface::{NominatingInfo, NominatingMode};
-use crate::framework::registry::ApiError;
+use crate::framework::registry::{ApiError, Handle};
 use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, PodInfo, PodView};
 
-impl DefaultPreemption {
-    /// Clears lower-priority nominations on the node and evicts the victims, in the background
+/// The reason of the `DisruptionTarget` condition preemption puts on its victims.
+pub(super) const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+
+/// Carries out a decided preemption (upstream's `Executor`), and knows which preemptors are still
+/// waiting for their victims to go.
+pub struct Executor {
+    handle: Handle,
+    /// UIDs of preemptors whose victims are still being evicted (upstream's `preempting`).
+    pub(super) preempting: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Executor {
+    pub fn new(handle: Handle) -> Executor {
+        Executor {
+            handle,
+            preempting: Arc::default(),
+        }
+    }
+
+    /// Whether the preemption of the pod with `uid` is still evicting its victims.
+    pub fn is_preempting(&self, uid: &str) -> bool {
+        self.preempting.lock().contains(uid)
+    }
+
+    /// Clears lower-priority nominations on `node` and evicts `victims` there, in the background
     /// (upstream's asynchronous preemption): waiting pods are rejected, the others get the
     /// `DisruptionTarget` condition and are deleted gracefully.
-    pub(super) fn actuate(&self, pod: &PodInfo, c: &Candidate) {
-        let victims: Vec<Arc<AssignedPod>> = c
-            .victims
+    pub fn actuate(&self, pod: &PodInfo, node: &str, victims: &[Arc<AssignedPod>]) {
+        let victims: Vec<Arc<AssignedPod>> = victims
             .iter()
             .filter(|v| !v.is_terminating())
             .cloned()
@@ -32,7 +54,7 @@ impl DefaultPreemption {
         }
         let lower_nominated: Vec<Arc<PodInfo>> = match &self.handle.nominator {
             Some(n) => n
-                .nominated_pods_for_node(&c.name)
+                .nominated_pods_for_node(node)
                 .into_iter()
                 .filter(|p| p.priority() < pod.priority())
                 .collect(),
@@ -44,7 +66,7 @@ impl DefaultPreemption {
             "{}: preempting to accommodate a higher priority pod",
             pod.scheduler_name()
         );
-        let (preemptor, node) = (pod.key(), c.name.clone());
+        let (preemptor, node) = (pod.key(), node.to_string());
         let (preempting, uid) = (self.preempting.clone(), pod.uid().to_string());
         preempting.lock().insert(uid.clone());
         let work = async move {

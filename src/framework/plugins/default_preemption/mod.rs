@@ -13,10 +13,14 @@ mod plugin;
 #[cfg(test)]
 mod tests;
 
-pub use evaluator::{Candidate, ERR_NOT_HELPFUL, pick_one_node_for_preemption};
+pub use evaluator::{
+    Candidate, ERR_NOT_HELPFUL, Evaluator, Interface, more_important_pod,
+    pick_one_node_for_preemption,
+};
+pub use executor::Executor;
 pub use plugin::{
     DefaultPreemption, ERR_NO_VICTIMS, NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING,
-    WAITING_FOR_PREEMPTION, more_important_pod, registration,
+    WAITING_FOR_PREEMPTION, registration,
 };
 
 use serde::{Deserialize, Serialize};

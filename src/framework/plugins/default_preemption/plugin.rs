@@ -3,8 +3,7 @@
 //! victims on one node (`SelectVictimsOnNode`, PDB violations first reprieved), and its PreEnqueue
 //! and PostFilter.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -12,6 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::{Selector, SelectorExt};
 
 use super::DefaultPreemptionArgs;
+use super::evaluator::{Evaluator, Interface, more_important_cmp};
+use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
 use crate::framework::args::{decode, typed};
 use crate::framework::interface::{
     Code, CycleState, FrameworkHandle, NodeToStatus, PostFilterPlugin, PostFilterResult,
@@ -34,28 +35,23 @@ pub const NOT_ELIGIBLE_TERMINATING: &str =
 /// PreEnqueue's reason while the pod's own preemption is still evicting.
 pub const WAITING_FOR_PREEMPTION: &str = "waiting for the preemption for this pod to be finished";
 
-pub(super) const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
-
 /// Picks the random start among `n` potential nodes (upstream's `getOffsetRand`).
-pub(super) type OffsetFn = Box<dyn Fn(usize) -> usize + Send + Sync>;
+type OffsetFn = Box<dyn Fn(usize) -> usize + Send + Sync>;
 
 pub struct DefaultPreemption {
-    pub(super) handle: Handle,
-    pub(super) min_candidate_nodes_percentage: i32,
-    pub(super) min_candidate_nodes_absolute: i32,
-    pub(super) offset: OffsetFn,
-    /// UIDs of preemptors whose victims are still being evicted (upstream's `preempting`).
-    pub(super) preempting: Arc<parking_lot::Mutex<HashSet<String>>>,
+    min_candidate_nodes_percentage: i32,
+    min_candidate_nodes_absolute: i32,
+    offset: OffsetFn,
+    pub(super) evaluator: Evaluator,
 }
 
 impl DefaultPreemption {
     pub fn new(args: &DefaultPreemptionArgs, handle: Handle) -> DefaultPreemption {
         DefaultPreemption {
-            handle,
             min_candidate_nodes_percentage: args.min_candidate_nodes_percentage.unwrap_or(10),
             min_candidate_nodes_absolute: args.min_candidate_nodes_absolute.unwrap_or(100),
             offset: Box::new(|n| if n == 0 { 0 } else { fastrand::usize(..n) }),
-            preempting: Arc::default(),
+            evaluator: Evaluator::new(handle),
         }
     }
 
@@ -72,9 +68,14 @@ impl DefaultPreemption {
         let abs = usize::try_from(self.min_candidate_nodes_absolute).unwrap_or(0);
         (num_nodes * pct / 100).max(abs).min(num_nodes)
     }
+}
 
-    /// Upstream's `PodEligibleToPreemptOthers`.
-    pub(super) fn eligible(
+impl Interface for DefaultPreemption {
+    fn offset_and_num_candidates(&self, num_nodes: usize) -> (usize, usize) {
+        ((self.offset)(num_nodes), self.num_candidates(num_nodes))
+    }
+
+    fn pod_eligible_to_preempt_others(
         &self,
         pod: &PodInfo,
         snapshot: &Snapshot,
@@ -99,10 +100,8 @@ impl DefaultPreemption {
         Ok(())
     }
 
-    /// The fewest lower-priority pods to remove from `node` so that `pod` fits, reprieving PDB
-    /// violators first; with the number of victims that violate a PDB. Upstream's
-    /// `SelectVictimsOnNode`, on copies of the state and the node.
-    pub fn select_victims_on_node(
+    /// Lower-priority pods only; PDB violators are reprieved first.
+    fn select_victims_on_node(
         &self,
         fwk: &dyn FrameworkHandle,
         state: &mut CycleState,
@@ -177,22 +176,6 @@ fn terminating_by_preemption(p: &AssignedPod) -> bool {
         })
 }
 
-/// `status.startTime`, or `now` for pods not started yet (upstream's `GetPodStartTime`).
-pub(super) fn start_time(p: &AssignedPod, now: Timestamp) -> Timestamp {
-    p.start_time().map_or(now, |t| t.0)
-}
-
-pub(super) fn more_important_cmp(a: &AssignedPod, b: &AssignedPod, now: Timestamp) -> Ordering {
-    b.priority()
-        .cmp(&a.priority())
-        .then_with(|| start_time(a, now).cmp(&start_time(b, now)))
-}
-
-/// Higher priority, or equal priority and started earlier (upstream's `MoreImportantPod`).
-pub fn more_important_pod(a: &AssignedPod, b: &AssignedPod) -> bool {
-    more_important_cmp(a, b, Timestamp::now()) == Ordering::Less
-}
-
 /// Splits `pods` (most important first) into those whose eviction would exceed a PDB's allowed
 /// disruptions and the others (upstream's `filterPodsWithPDBViolation`).
 fn filter_pods_with_pdb_violation(
@@ -262,7 +245,7 @@ impl_plugin!(
 /// preemption), so it does not preempt again meanwhile.
 impl PreEnqueuePlugin for DefaultPreemption {
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
-        if self.preempting.lock().contains(pod.uid()) {
+        if self.evaluator.executor().is_preempting(pod.uid()) {
             return Status::unresolvable(WAITING_FOR_PREEMPTION);
         }
         Status::success()
@@ -292,7 +275,9 @@ impl PostFilterPlugin for DefaultPreemption {
         snapshot: &Snapshot,
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
-        let (result, status) = self.preempt(fwk, state, pod, snapshot, filtered);
+        let (result, status) = self
+            .evaluator
+            .preempt(self, fwk, state, pod, snapshot, filtered);
         let msg = status.message();
         if msg.is_empty() {
             return (result, status);

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
 use super::evaluator::*;
+use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
 use super::plugin::*;
 use super::*;
 use crate::config::ExtensionPoint::{Filter, PostFilter, PreFilter};
@@ -560,7 +561,11 @@ fn pre_enqueue_holds_the_preemptor_only_while_it_preempts() {
     let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h);
     let p = pod("p", 100, "1").info();
     assert!(pl.pre_enqueue(&p).is_success());
-    pl.preempting.lock().insert(p.uid().to_string());
+    pl.evaluator
+        .executor
+        .preempting
+        .lock()
+        .insert(p.uid().to_string());
     let s = pl.pre_enqueue(&p);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), WAITING_FOR_PREEMPTION);

@@ -1,29 +1,22 @@
 //! The Coscheduling plugin (scheduler-plugins' `pkg/coscheduling/coscheduling.go`): its extension
-//! points over the PodGroup bookkeeping of [`super::pod_group_manager`] and the statuses of [`super::status`].
+//! points, deciding with the `PodGroupManager` and recording with the `PodGroupStatuses`.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use parking_lot::Mutex;
 use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::CoschedulingArgs;
 use super::pod_group_manager::{
-    block_on, check_cluster_resource, count_assigned, is_terminal, min_member, pod_group_full_name,
-    pod_group_label,
+    PodGroupManager, check_cluster_resource, count_assigned, is_terminal, min_member,
+    pod_group_full_name, pod_group_label,
 };
-use super::status::{
-    PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_SCHEDULING, StatusWriter, TRACK_INTERVAL,
-    TRACK_ROUNDS, next_status, refresh_bound_status,
-};
-use crate::api::pod_group::POD_GROUP_LABEL;
-use crate::api::{PodGroup, PodGroupStatus};
+use super::status::{PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_SCHEDULING, PodGroupStatuses};
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, PermitPlugin, Plugin, PostFilterPlugin, PostFilterResult,
     PreFilterExtensions, PreFilterPlugin, PreFilterResult, QueueSortPlugin, ReservePlugin, Status,
@@ -39,15 +32,8 @@ pub struct Coscheduling {
     schedule_timeout: Duration,
     /// podGroupBackoffSeconds (zero: no backoff).
     backoff: Duration,
-    /// Groups that failed recently, until when (upstream's `backedOffPG`).
-    pub(super) backed_off: Mutex<HashMap<String, Instant>>,
-    /// Groups whose minResources check passed, until when (upstream's `permittedPG`).
-    permitted: Mutex<HashMap<String, Instant>>,
-    /// The status last written per group (the lister may lag behind our own writes).
-    statuses: Arc<Mutex<HashMap<String, PodGroupStatus>>>,
-    /// Groups whose progress a background task follows.
-    tracking: Arc<Mutex<HashSet<String>>>,
-    writer: StatusWriter,
+    pub(super) pg_mgr: PodGroupManager,
+    statuses: PodGroupStatuses,
 }
 
 impl Coscheduling {
@@ -63,43 +49,13 @@ impl Coscheduling {
                 "Coscheduling: kubeMaster and kubeConfigPath are deprecated and ignored; the scheduler's own connection is used"
             );
         }
+        let schedule_timeout = secs(args.permit_waiting_time_seconds.or(Some(60)));
         Coscheduling {
-            handle: handle.clone(),
-            schedule_timeout: secs(args.permit_waiting_time_seconds.or(Some(60))),
+            pg_mgr: PodGroupManager::new(handle.clone(), schedule_timeout),
+            statuses: PodGroupStatuses::new(handle.api.clone()),
+            handle,
+            schedule_timeout,
             backoff: secs(args.pod_group_backoff_seconds),
-            backed_off: Mutex::new(HashMap::new()),
-            permitted: Mutex::new(HashMap::new()),
-            statuses: Arc::new(Mutex::new(HashMap::new())),
-            tracking: Arc::new(Mutex::new(HashSet::new())),
-            writer: StatusWriter::new(handle.api.clone()),
-        }
-    }
-
-    /// The pod's PodGroup full name and the PodGroup (None when the label names a missing group).
-    fn pod_group(&self, pod: &Pod) -> (String, Option<Arc<PodGroup>>) {
-        let name = pod_group_label(pod);
-        if name.is_empty() {
-            return (String::new(), None);
-        }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        (
-            format!("{ns}/{name}"),
-            self.handle.listers.pod_groups.get(ns, name),
-        )
-    }
-
-    /// The group's pods that have a node in the snapshot (assumed or bound).
-    pub fn calculate_assigned_pods(&self, pg_name: &str, namespace: &str) -> usize {
-        let snapshot = self.handle.snapshot.load();
-        count_assigned(&snapshot, pg_name, namespace)
-    }
-
-    fn list_group_pods(&self, namespace: &str, group: &str) -> Result<Vec<Pod>, String> {
-        let api = self.handle.api.clone();
-        match block_on(api.list_pods_with_label(namespace, POD_GROUP_LABEL, group)) {
-            Some(Ok(pods)) => Ok(pods),
-            Some(Err(e)) => Err(format!("podLister list pods failed: {e}")),
-            None => Err("podLister list pods failed: timed out".to_string()),
         }
     }
 
@@ -111,77 +67,6 @@ impl Coscheduling {
                 wp.reject(names::COSCHEDULING, message);
             }
         }
-    }
-
-    fn is_backed_off(&self, full: &str) -> bool {
-        let mut b = self.backed_off.lock();
-        match b.get(full) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                b.remove(full);
-                false
-            }
-            None => false,
-        }
-    }
-
-    fn is_permitted(&self, full: &str) -> bool {
-        let mut p = self.permitted.lock();
-        match p.get(full) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                p.remove(full);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// Computes the group's next status with `f` (from the last one written, or the lister's) and
-    /// queues it for writing when it changed (without waiting for the API).
-    fn update_status(&self, pg: &PodGroup, f: impl FnOnce(&mut PodGroupStatus)) {
-        if let Some(next) = next_status(&self.statuses, pg, f) {
-            self.writer.send(pg, next);
-        }
-    }
-
-    /// After the quorum is reached: follows the group's pods for a while (they bind, then start)
-    /// and records `Scheduled`, then `Running`, with the counts. One tracker per group.
-    fn track(&self, pg: Arc<PodGroup>) {
-        let ns = pg.metadata.namespace.clone().unwrap_or_default();
-        let group = pg.metadata.name.clone().unwrap_or_default();
-        let key = format!("{ns}/{group}");
-        if !self.tracking.lock().insert(key.clone()) {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.tracking.lock().remove(&key);
-            return;
-        };
-        let api = self.handle.api.clone();
-        let statuses = self.statuses.clone();
-        let tracking = self.tracking.clone();
-        let writer = self.writer.clone();
-        rt.spawn(async move {
-            for _ in 0..TRACK_ROUNDS {
-                tokio::time::sleep(TRACK_INTERVAL).await;
-                let Ok(pods) = api.list_pods_with_label(&ns, POD_GROUP_LABEL, &group).await else {
-                    continue;
-                };
-                if refresh_bound_status(&statuses, &pg, &pods, &writer) {
-                    break;
-                }
-            }
-            tracking.lock().remove(&key);
-        });
-    }
-
-    fn creation_time(&self, q: &QueuedPodInfo) -> Option<Timestamp> {
-        let pod = &q.pod_info.pod;
-        let (_, pg) = self.pod_group(pod);
-        pg.and_then(|pg| pg.metadata.creation_timestamp.clone())
-            .or_else(|| pod.metadata.creation_timestamp.clone())
-            .map(|t| t.0)
     }
 }
 
@@ -200,7 +85,7 @@ impl QueueSortPlugin for Coscheduling {
         if pa != pb {
             return pa > pb;
         }
-        let (ta, tb) = (self.creation_time(a), self.creation_time(b));
+        let (ta, tb) = (self.pg_mgr.creation_time(a), self.pg_mgr.creation_time(b));
         let by_time = match (ta, tb) {
             (Some(x), Some(y)) => x.cmp(&y),
             _ => Ordering::Equal,
@@ -223,28 +108,28 @@ impl PreFilterPlugin for Coscheduling {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Option<PreFilterResult>, Status) {
-        let (full, pg) = self.pod_group(&pod.pod);
+        let (full, pg) = self.pg_mgr.pod_group(&pod.pod);
         if full.is_empty() {
             return (None, Status::success());
         }
         let Some(pg) = pg else {
             return (None, Status::unresolvable("PodGroup not found"));
         };
-        if self.is_backed_off(&full) {
+        if self.pg_mgr.is_backed_off(&full) {
             return (
                 None,
                 Status::unresolvable(format!("podGroup {full} failed recently")),
             );
         }
         let group = pod_group_label(&pod.pod);
-        let pods = match self.list_group_pods(pod.namespace(), group) {
+        let pods = match self.pg_mgr.list_group_pods(pod.namespace(), group) {
             Ok(p) => p,
             Err(e) => return (None, Status::error(e)),
         };
         let live = pods.iter().filter(|p| !is_terminal(p)).count();
         let min = min_member(&pg);
         if live < min {
-            self.update_status(&pg, |s| {
+            self.statuses.update(&pg, |s| {
                 s.phase = Some(PHASE_PENDING.into());
             });
             return (
@@ -256,7 +141,7 @@ impl PreFilterPlugin for Coscheduling {
             );
         }
         if let Some(min_resources) = &pg.spec.min_resources
-            && !self.is_permitted(&full)
+            && !self.pg_mgr.is_permitted(&full)
         {
             let mut request: BTreeMap<String, i64> = BTreeMap::new();
             let r = Resource::from_list(min_resources);
@@ -267,11 +152,9 @@ impl PreFilterPlugin for Coscheduling {
             if let Err(gap) = check_cluster_resource(snapshot.nodes(), &request, &full) {
                 return (None, Status::unresolvable(gap));
             }
-            self.permitted
-                .lock()
-                .insert(full.clone(), Instant::now() + self.schedule_timeout);
+            self.pg_mgr.permit(&full);
         }
-        self.update_status(&pg, |s| {
+        self.statuses.update(&pg, |s| {
             if matches!(s.phase.as_deref(), None | Some("") | Some(PHASE_PENDING)) {
                 s.phase = Some(PHASE_PRE_SCHEDULING.into());
             }
@@ -315,7 +198,7 @@ impl PostFilterPlugin for Coscheduling {
         snapshot: &Snapshot,
         _filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
-        let (full, pg) = self.pod_group(&pod.pod);
+        let (full, pg) = self.pg_mgr.pod_group(&pod.pod);
         let Some(pg) = pg else {
             return (
                 Some(PostFilterResult::default()),
@@ -341,14 +224,12 @@ impl PostFilterPlugin for Coscheduling {
         }
         self.reject_waiting(pod.namespace(), group, "optimistic rejection in PostFilter");
         if !self.backoff.is_zero()
-            && let Ok(pods) = self.list_group_pods(pod.namespace(), group)
+            && let Ok(pods) = self.pg_mgr.list_group_pods(pod.namespace(), group)
             && pods.iter().filter(|p| !is_terminal(p)).count() >= min
         {
-            self.backed_off
-                .lock()
-                .insert(full.clone(), Instant::now() + self.backoff);
+            self.pg_mgr.backoff_pod_group(&full, self.backoff);
         }
-        self.permitted.lock().remove(&full);
+        self.pg_mgr.delete_permitted(&full);
         (
             Some(PostFilterResult::default()),
             Status::unschedulable(format!(
@@ -367,7 +248,7 @@ impl ReservePlugin for Coscheduling {
     /// One member failed after Reserve (Permit timeout, rejection, bind error): the group's other
     /// waiting members are rejected too.
     fn unreserve(&self, _: &mut CycleState, pod: &PodInfo, _: &str) {
-        let (full, pg) = self.pod_group(&pod.pod);
+        let (full, pg) = self.pg_mgr.pod_group(&pod.pod);
         if pg.is_none() {
             return;
         }
@@ -376,13 +257,13 @@ impl ReservePlugin for Coscheduling {
             pod_group_label(&pod.pod),
             "rejection in Unreserve",
         );
-        self.permitted.lock().remove(&full);
+        self.pg_mgr.delete_permitted(&full);
     }
 }
 
 impl PermitPlugin for Coscheduling {
     fn permit(&self, _: &mut CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
-        let (full, pg) = self.pod_group(&pod.pod);
+        let (full, pg) = self.pg_mgr.pod_group(&pod.pod);
         if full.is_empty() {
             return (Status::success(), Duration::ZERO);
         }
@@ -398,7 +279,7 @@ impl PermitPlugin for Coscheduling {
         };
         let group = pod_group_label(&pod.pod);
         // The snapshot does not hold the pod of this cycle yet: +1.
-        let assigned = self.calculate_assigned_pods(group, pod.namespace());
+        let assigned = self.pg_mgr.calculate_assigned_pods(group, pod.namespace());
         if assigned + 1 >= min_member(&pg) {
             for wp in self.handle.waiting_pods.list() {
                 let p = &wp.pod().pod;
@@ -409,10 +290,10 @@ impl PermitPlugin for Coscheduling {
                     wp.allow(names::COSCHEDULING);
                 }
             }
-            self.track(pg);
+            self.statuses.track(pg);
             return (Status::success(), Duration::ZERO);
         }
-        self.update_status(&pg, |s| {
+        self.statuses.update(&pg, |s| {
             if s.phase.as_deref() != Some(PHASE_SCHEDULING) {
                 s.phase = Some(PHASE_SCHEDULING.into());
                 s.schedule_start_time = Some(Time(Timestamp::now()));

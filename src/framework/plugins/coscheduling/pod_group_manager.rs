@@ -2,19 +2,22 @@
 //! and `pkg/util`): a pod's group, the group's members, whether the cluster has room for its
 //! `minResources`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
 
 use crate::api::PodGroup;
 use crate::api::pod_group::POD_GROUP_LABEL;
-use crate::framework::types::{NodeInfo, PodView, Resource, Snapshot};
+use crate::framework::registry::Handle;
+use crate::framework::types::{NodeInfo, PodView, QueuedPodInfo, Resource, Snapshot};
 
 /// The longest PreFilter/PostFilter wait for the API when they count a group's pods.
-pub(super) const LIST_TIMEOUT: Duration = Duration::from_secs(5);
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The PodGroup name a pod's label names (empty when none).
 pub fn pod_group_label(pod: &impl PodView) -> &str {
@@ -39,7 +42,7 @@ pub(super) fn min_member(pg: &PodGroup) -> usize {
 /// Runs `f` to completion from a synchronous extension point (they run on a blocking-capable
 /// worker of the multi-threaded runtime); `None` on a current-thread runtime or on timeout.
 /// Without any runtime (`ksched simulate`, whose API answers from memory) it runs here.
-pub(super) fn block_on<F: Future>(f: F) -> Option<F::Output> {
+fn block_on<F: Future>(f: F) -> Option<F::Output> {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return Some(futures::executor::block_on(f));
     };
@@ -116,4 +119,109 @@ pub(super) fn check_cluster_resource(
         })
         .collect();
     Err(format!("resource gap: map[{}]", gap.join(" ")))
+}
+
+/// The PodGroup bookkeeping the plugin decides with (scheduler-plugins' `PodGroupManager`): a
+/// pod's group, its members, the groups that failed recently (backoff) and those whose
+/// `minResources` check passed.
+pub struct PodGroupManager {
+    handle: Handle,
+    /// permitWaitingTimeSeconds: how long a passed `minResources` check holds.
+    schedule_timeout: Duration,
+    /// Groups that failed recently, until when (upstream's `backedOffPG`).
+    pub(super) backed_off: Mutex<HashMap<String, Instant>>,
+    /// Groups whose minResources check passed, until when (upstream's `permittedPG`).
+    permitted: Mutex<HashMap<String, Instant>>,
+}
+
+impl PodGroupManager {
+    pub fn new(handle: Handle, schedule_timeout: Duration) -> PodGroupManager {
+        PodGroupManager {
+            handle,
+            schedule_timeout,
+            backed_off: Mutex::new(HashMap::new()),
+            permitted: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The pod's PodGroup full name and the PodGroup (None when the label names a missing group).
+    pub fn pod_group(&self, pod: &Pod) -> (String, Option<Arc<PodGroup>>) {
+        let name = pod_group_label(pod);
+        if name.is_empty() {
+            return (String::new(), None);
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        (
+            format!("{ns}/{name}"),
+            self.handle.listers.pod_groups.get(ns, name),
+        )
+    }
+
+    /// The group's pods that have a node in the snapshot (assumed or bound).
+    pub fn calculate_assigned_pods(&self, pg_name: &str, namespace: &str) -> usize {
+        let snapshot = self.handle.snapshot.load();
+        count_assigned(&snapshot, pg_name, namespace)
+    }
+
+    pub fn list_group_pods(&self, namespace: &str, group: &str) -> Result<Vec<Pod>, String> {
+        let api = self.handle.api.clone();
+        match block_on(api.list_pods_with_label(namespace, POD_GROUP_LABEL, group)) {
+            Some(Ok(pods)) => Ok(pods),
+            Some(Err(e)) => Err(format!("podLister list pods failed: {e}")),
+            None => Err("podLister list pods failed: timed out".to_string()),
+        }
+    }
+
+    pub fn is_backed_off(&self, full: &str) -> bool {
+        let mut b = self.backed_off.lock();
+        match b.get(full) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                b.remove(full);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Denies the group for `backoff` (upstream's `BackoffPodGroup`).
+    pub fn backoff_pod_group(&self, full: &str, backoff: Duration) {
+        self.backed_off
+            .lock()
+            .insert(full.to_string(), Instant::now() + backoff);
+    }
+
+    pub fn is_permitted(&self, full: &str) -> bool {
+        let mut p = self.permitted.lock();
+        match p.get(full) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                p.remove(full);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers that the group's `minResources` check passed, for `permitWaitingTimeSeconds`.
+    pub fn permit(&self, full: &str) {
+        self.permitted
+            .lock()
+            .insert(full.to_string(), Instant::now() + self.schedule_timeout);
+    }
+
+    /// Forgets the group's passed `minResources` check (upstream's `DeletePermittedPodGroup`).
+    pub fn delete_permitted(&self, full: &str) {
+        self.permitted.lock().remove(full);
+    }
+
+    /// The group's creation time, or the pod's own when it has no group (upstream's
+    /// `GetCreationTimestamp`).
+    pub fn creation_time(&self, q: &QueuedPodInfo) -> Option<Timestamp> {
+        let pod = &q.pod_info.pod;
+        let (_, pg) = self.pod_group(pod);
+        pg.and_then(|pg| pg.metadata.creation_timestamp.clone())
+            .or_else(|| pod.metadata.creation_timestamp.clone())
+            .map(|t| t.0)
+    }
 }

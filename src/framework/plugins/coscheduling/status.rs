@@ -1,7 +1,7 @@
 //! PodGroup status: scheduler-plugins leaves it to its PodGroup controller; ksched has none, so
 //! Coscheduling computes each group's next status and writes it in order, in the background.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +11,14 @@ use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use tracing::warn;
 
+use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::api::{PodGroup, PodGroupStatus};
+use crate::framework::registry::ApiHandle;
 
 /// How often and how long the group's progress is followed after its quorum.
-pub(super) const TRACK_INTERVAL: Duration = Duration::from_secs(1);
+const TRACK_INTERVAL: Duration = Duration::from_secs(1);
 
-pub(super) const TRACK_ROUNDS: u32 = 120;
+const TRACK_ROUNDS: u32 = 120;
 
 pub const PHASE_PENDING: &str = "Pending";
 
@@ -122,14 +124,14 @@ pub(super) fn refresh_bound_status(
 /// on first use), so a later phase is never overtaken by an earlier one.
 #[derive(Clone)]
 pub(super) struct StatusWriter {
-    api: Arc<dyn crate::framework::registry::ApiHandle>,
+    api: Arc<dyn ApiHandle>,
     tx: Arc<
         std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(String, String, PodGroupStatus)>>,
     >,
 }
 
 impl StatusWriter {
-    pub(super) fn new(api: Arc<dyn crate::framework::registry::ApiHandle>) -> StatusWriter {
+    pub(super) fn new(api: Arc<dyn ApiHandle>) -> StatusWriter {
         StatusWriter {
             api,
             tx: Arc::new(std::sync::OnceLock::new()),
@@ -158,5 +160,66 @@ impl StatusWriter {
             pg.metadata.name.clone().unwrap_or_default(),
             status,
         ));
+    }
+}
+
+/// The PodGroup statuses Coscheduling writes: the last one per group, the groups whose progress is
+/// followed, and the writer that sends them in order.
+pub struct PodGroupStatuses {
+    api: Arc<dyn ApiHandle>,
+    /// The status last written per group (the lister may lag behind our own writes).
+    statuses: Arc<Mutex<HashMap<String, PodGroupStatus>>>,
+    /// Groups whose progress a background task follows.
+    tracking: Arc<Mutex<HashSet<String>>>,
+    writer: StatusWriter,
+}
+
+impl PodGroupStatuses {
+    pub fn new(api: Arc<dyn ApiHandle>) -> PodGroupStatuses {
+        PodGroupStatuses {
+            writer: StatusWriter::new(api.clone()),
+            api,
+            statuses: Arc::new(Mutex::new(HashMap::new())),
+            tracking: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    /// Computes the group's next status with `f` (from the last one written, or the lister's) and
+    /// queues it for writing when it changed (without waiting for the API).
+    pub fn update(&self, pg: &PodGroup, f: impl FnOnce(&mut PodGroupStatus)) {
+        if let Some(next) = next_status(&self.statuses, pg, f) {
+            self.writer.send(pg, next);
+        }
+    }
+
+    /// After the quorum is reached: follows the group's pods for a while (they bind, then start)
+    /// and records `Scheduled`, then `Running`, with the counts. One tracker per group.
+    pub fn track(&self, pg: Arc<PodGroup>) {
+        let ns = pg.metadata.namespace.clone().unwrap_or_default();
+        let group = pg.metadata.name.clone().unwrap_or_default();
+        let key = format!("{ns}/{group}");
+        if !self.tracking.lock().insert(key.clone()) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.tracking.lock().remove(&key);
+            return;
+        };
+        let api = self.api.clone();
+        let statuses = self.statuses.clone();
+        let tracking = self.tracking.clone();
+        let writer = self.writer.clone();
+        rt.spawn(async move {
+            for _ in 0..TRACK_ROUNDS {
+                tokio::time::sleep(TRACK_INTERVAL).await;
+                let Ok(pods) = api.list_pods_with_label(&ns, POD_GROUP_LABEL, &group).await else {
+                    continue;
+                };
+                if refresh_bound_status(&statuses, &pg, &pods, &writer) {
+                    break;
+                }
+            }
+            tracking.lock().remove(&key);
+        });
     }
 }

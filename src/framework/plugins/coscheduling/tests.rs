@@ -294,6 +294,7 @@ async fn unreserve_rejects_the_group_and_backoff_denies_it() {
         },
     );
     e.plugin
+        .pg_mgr
         .backed_off
         .lock()
         .insert("ns/pg".into(), Instant::now() + Duration::from_secs(30));

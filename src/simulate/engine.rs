@@ -3,13 +3,13 @@
 //! [`Algorithm::schedule_pod`] — over a [`ClusterState`] instead of informers, with an in-memory
 //! API ([`RecordingApi`]) so nothing is ever written.
 //!
-//! Each pod goes through the scheduling cycle as in `scheduler::run::schedule_one` up to Permit:
-//! the chosen node is assumed (later pods see it), Reserve and Permit run; PreBind and Bind, the
-//! places for API writes, never do. A pod Permit holds (a gang) counts as placed once another
-//! member's Permit allows it. PostFilter runs as well: DefaultPreemption's evictions land in the
-//! recording API and are reported as "would preempt", the victims stay, and the preemptor stays
-//! nominated to its node (as it would be while the victims terminate). Every pod is tried once,
-//! in queue order.
+//! Each pod goes through the scheduling cycle as in `scheduler::run` (`scheduling_cycle`) up to
+//! Permit: the chosen node is assumed (later pods see it), Reserve and Permit run; PreBind and
+//! Bind, the places for API writes, never do. A pod Permit holds (a gang) counts as placed once
+//! another member's Permit allows it. PostFilter runs as well: DefaultPreemption's evictions land
+//! in the recording API and are reported as "would preempt", the victims stay, and the preemptor
+//! stays nominated to its node (as it would be while the victims terminate). Every pod is tried
+//! once, in queue order.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -467,8 +467,8 @@ impl Simulation {
         }
     }
 
-    /// One scheduling cycle up to Permit (`scheduler::run::schedule_one` without the writes);
-    /// `index` is where its result goes in `self.results`.
+    /// One scheduling cycle up to Permit (`scheduler::run`'s `Scheduler::scheduling_cycle` without
+    /// the writes); `index` is where its result goes in `self.results`.
     fn cycle(&mut self, fwk: &Arc<Framework>, pod: &Arc<PodInfo>, index: usize) -> PodResult {
         let snapshot = self.snapshot();
         let mut state = CycleState::new();

@@ -475,9 +475,6 @@ pub trait Plugin: Send + Sync + 'static {
 /// every profile (API, waiting pods, snapshot, listers) reach a plugin's factory in the registry's
 /// `Handle`.
 pub trait FrameworkHandle: Send + Sync {
-    /// The profile's scheduler name.
-    fn profile_name(&self) -> &str;
-
     /// The profile's PreFilter `AddPod` extensions, as if `pod_to_add` ran on `node`.
     fn run_pre_filter_extension_add_pod(
         &self,

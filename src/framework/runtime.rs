@@ -451,32 +451,6 @@ impl Framework {
         (result, return_status, plugins_with_nodes)
     }
 
-    /// PreFilter extensions' AddPod, for plugins not skipped.
-    pub fn run_pre_filter_extension_add_pod(
-        &self,
-        state: &mut CycleState,
-        pod_to_schedule: &PodInfo,
-        pod_to_add: &AssignedPod,
-        node: &NodeInfo,
-    ) -> Status {
-        self.run_pre_filter_extension(state, "AddPod", |ext, state| {
-            ext.add_pod(state, pod_to_schedule, pod_to_add, node)
-        })
-    }
-
-    /// PreFilter extensions' RemovePod, for plugins not skipped.
-    pub fn run_pre_filter_extension_remove_pod(
-        &self,
-        state: &mut CycleState,
-        pod_to_schedule: &PodInfo,
-        pod_to_remove: &AssignedPod,
-        node: &NodeInfo,
-    ) -> Status {
-        self.run_pre_filter_extension(state, "RemovePod", |ext, state| {
-            ext.remove_pod(state, pod_to_schedule, pod_to_remove, node)
-        })
-    }
-
     /// Runs `call` on the PreFilter extensions of the plugins not skipped, stopping at the first
     /// failure (an Error naming the plugin and the extension `what`).
     fn run_pre_filter_extension(
@@ -529,43 +503,6 @@ impl Framework {
             }
         }
         Status::success()
-    }
-
-    /// Filter with the pods nominated to this node at equal or higher priority counted as running
-    /// (first pass), and, if that passes, without them (second pass) — upstream's
-    /// `RunFilterPluginsWithNominatedPods`. Without a nominator this is `run_filter_plugins`.
-    pub fn run_filter_plugins_with_nominated_pods(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-    ) -> Status {
-        let nominated = match &self.handle.nominator {
-            Some(n) => n.nominated_pods_for_node(node.name()),
-            None => Vec::new(),
-        };
-        let to_add: Vec<&Arc<PodInfo>> = nominated
-            .iter()
-            .filter(|p| p.priority() >= pod.priority() && p.uid() != pod.uid())
-            .collect();
-        if to_add.is_empty() {
-            return self.run_filter_plugins(state, pod, node);
-        }
-        let mut state_out = state.clone();
-        let mut node_out = node.clone();
-        for p in to_add {
-            let p = Arc::new(AssignedPod::from_pod_info(p));
-            node_out.add_pod(p.clone());
-            let s = self.run_pre_filter_extension_add_pod(&mut state_out, pod, &p, &node_out);
-            if !s.is_success() {
-                return s;
-            }
-        }
-        let s = self.run_filter_plugins(&state_out, pod, &node_out);
-        if !s.is_success() {
-            return s;
-        }
-        self.run_filter_plugins(state, pod, node)
     }
 
     /// PostFilter: stops at the first Success, UnschedulableAndUnresolvable or Error; otherwise
@@ -933,10 +870,7 @@ impl Framework {
 }
 
 impl FrameworkHandle for Framework {
-    fn profile_name(&self) -> &str {
-        Framework::profile_name(self)
-    }
-
+    /// PreFilter extensions' AddPod, for plugins not skipped.
     fn run_pre_filter_extension_add_pod(
         &self,
         state: &mut CycleState,
@@ -944,9 +878,12 @@ impl FrameworkHandle for Framework {
         pod_to_add: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
-        Framework::run_pre_filter_extension_add_pod(self, state, pod_to_schedule, pod_to_add, node)
+        self.run_pre_filter_extension(state, "AddPod", |ext, state| {
+            ext.add_pod(state, pod_to_schedule, pod_to_add, node)
+        })
     }
 
+    /// PreFilter extensions' RemovePod, for plugins not skipped.
     fn run_pre_filter_extension_remove_pod(
         &self,
         state: &mut CycleState,
@@ -954,22 +891,46 @@ impl FrameworkHandle for Framework {
         pod_to_remove: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
-        Framework::run_pre_filter_extension_remove_pod(
-            self,
-            state,
-            pod_to_schedule,
-            pod_to_remove,
-            node,
-        )
+        self.run_pre_filter_extension(state, "RemovePod", |ext, state| {
+            ext.remove_pod(state, pod_to_schedule, pod_to_remove, node)
+        })
     }
 
+    /// Filter with the pods nominated to this node at equal or higher priority counted as running
+    /// (first pass), and, if that passes, without them (second pass) — upstream's
+    /// `RunFilterPluginsWithNominatedPods`. Without a nominator this is `run_filter_plugins`.
     fn run_filter_plugins_with_nominated_pods(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        Framework::run_filter_plugins_with_nominated_pods(self, state, pod, node)
+        let nominated = match &self.handle.nominator {
+            Some(n) => n.nominated_pods_for_node(node.name()),
+            None => Vec::new(),
+        };
+        let to_add: Vec<&Arc<PodInfo>> = nominated
+            .iter()
+            .filter(|p| p.priority() >= pod.priority() && p.uid() != pod.uid())
+            .collect();
+        if to_add.is_empty() {
+            return self.run_filter_plugins(state, pod, node);
+        }
+        let mut state_out = state.clone();
+        let mut node_out = node.clone();
+        for p in to_add {
+            let p = Arc::new(AssignedPod::from_pod_info(p));
+            node_out.add_pod(p.clone());
+            let s = self.run_pre_filter_extension_add_pod(&mut state_out, pod, &p, &node_out);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        let s = self.run_filter_plugins(&state_out, pod, &node_out);
+        if !s.is_success() {
+            return s;
+        }
+        self.run_filter_plugins(state, pod, node)
     }
 }
 

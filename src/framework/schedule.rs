@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::extender::{EXTENDER_NAME, Extender, extender_scores, find_nodes_that_pass_extenders};
-use super::interface::{Code, CycleState, NodeToStatus, Status};
+use super::interface::{Code, CycleState, FrameworkHandle, NodeToStatus, Status};
 use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD};
 use super::types::{NodeInfo, PodInfo, Snapshot};
 

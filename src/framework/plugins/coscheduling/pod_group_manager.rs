@@ -172,16 +172,9 @@ impl PodGroupManager {
         }
     }
 
+    /// Whether the group failed recently (upstream's backedOffPG).
     pub fn is_backed_off(&self, full: &str) -> bool {
-        let mut b = self.backed_off.lock();
-        match b.get(full) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                b.remove(full);
-                false
-            }
-            None => false,
-        }
+        unexpired(&self.backed_off, full)
     }
 
     /// Denies the group for `backoff` (upstream's `BackoffPodGroup`).
@@ -191,16 +184,9 @@ impl PodGroupManager {
             .insert(full.to_string(), Instant::now() + backoff);
     }
 
+    /// Whether the group's `minResources` check passed lately (upstream's permittedPG).
     pub fn is_permitted(&self, full: &str) -> bool {
-        let mut p = self.permitted.lock();
-        match p.get(full) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                p.remove(full);
-                false
-            }
-            None => false,
-        }
+        unexpired(&self.permitted, full)
     }
 
     /// Remembers that the group's `minResources` check passed, for `permitWaitingTimeSeconds`.
@@ -223,5 +209,18 @@ impl PodGroupManager {
         pg.and_then(|pg| pg.metadata.creation_timestamp.clone())
             .or_else(|| pod.metadata.creation_timestamp.clone())
             .map(|t| t.0)
+    }
+}
+
+/// Whether `map` holds `key` until a time not yet reached; an expired entry is dropped.
+fn unexpired(map: &Mutex<HashMap<String, Instant>>, key: &str) -> bool {
+    let mut map = map.lock();
+    match map.get(key) {
+        Some(until) if *until > Instant::now() => true,
+        Some(_) => {
+            map.remove(key);
+            false
+        }
+        None => false,
     }
 }

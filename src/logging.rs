@@ -9,16 +9,15 @@
 //! for [`MAX_INTERVAL`] starts afresh. Distinct messages are never held back.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::writer::MakeWriterExt;
-use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::registry::LookupSpan;
 
 /// The first repeat of a message is written this long after it, at the earliest.
@@ -77,7 +76,9 @@ pub fn init(opts: &LogOptions) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Write it; `repeated` earlier copies were left out since it was last written.
-    Write { repeated: u64 },
+    Write {
+        repeated: u64,
+    },
     Suppress,
 }
 
@@ -430,7 +431,10 @@ mod tests {
         assert_eq!(lines[0]["msg"], "Successfully bound pod to node");
         assert_eq!(lines[0]["v"], 0);
         assert_eq!(lines[0]["pod"], "ns/p");
-        assert!(lines[0]["ts"].as_f64().unwrap() > 1.6e12, "epoch milliseconds");
+        assert!(
+            lines[0]["ts"].as_f64().unwrap() > 1.6e12,
+            "epoch milliseconds"
+        );
         assert!(
             lines[0]["caller"]
                 .as_str()

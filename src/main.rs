@@ -49,9 +49,6 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Scheduler(args) = &cli.command {
-        init_logging(ksched::scheduler::command::log_filter(args.verbosity));
-    }
     match cli.command {
         Command::Scheduler(args) => ksched::scheduler::command::main(args),
         Command::Config(ConfigCommand::Validate { file }) => validate_config(&file),
@@ -95,17 +92,6 @@ fn crds(output_dir: Option<&std::path::Path>) -> ExitCode {
         println!("wrote {}", path.display());
     }
     ExitCode::SUCCESS
-}
-
-fn init_logging(default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour codes only for a terminal: log files and collectors get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 fn validate_config(file: &std::path::Path) -> ExitCode {

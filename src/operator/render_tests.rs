@@ -468,8 +468,15 @@ fn a_minimal_profile_gets_only_the_core_permissions() {
         vec!["DefaultBinder", "NodeResourcesFit", "PrioritySort"]
     );
     let rules = r.cluster_role.rules.clone().unwrap_or_default();
-    assert_eq!(rules.len(), 6, "{rules:#?}");
+    assert_eq!(rules.len(), 8, "{rules:#?}");
     assert!(has_rule(&rules, "", "pods/binding", "create"));
+    assert!(has_rule(&rules, "authentication.k8s.io", "tokenreviews", "create"));
+    assert!(has_rule(
+        &rules,
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "create"
+    ));
     assert!(!has_rule(&rules, "", "pods", "delete"));
     assert!(!has_rule(&rules, "", "namespaces", "list"));
     assert!(!has_rule(&rules, "", "persistentvolumeclaims", "get"));

@@ -585,7 +585,11 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
     ));
     rules.push(rule(&[""], &["nodes"], &read));
     // Delegated authentication and authorization of the HTTPS endpoint, as system:kube-scheduler.
-    rules.push(rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]));
+    rules.push(rule(
+        &["authentication.k8s.io"],
+        &["tokenreviews"],
+        &["create"],
+    ));
     rules.push(rule(
         &["authorization.k8s.io"],
         &["subjectaccessreviews"],

@@ -470,7 +470,12 @@ fn a_minimal_profile_gets_only_the_core_permissions() {
     let rules = r.cluster_role.rules.clone().unwrap_or_default();
     assert_eq!(rules.len(), 8, "{rules:#?}");
     assert!(has_rule(&rules, "", "pods/binding", "create"));
-    assert!(has_rule(&rules, "authentication.k8s.io", "tokenreviews", "create"));
+    assert!(has_rule(
+        &rules,
+        "authentication.k8s.io",
+        "tokenreviews",
+        "create"
+    ));
     assert!(has_rule(
         &rules,
         "authorization.k8s.io",

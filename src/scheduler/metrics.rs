@@ -3,9 +3,12 @@
 //! process's (`process_*`, as client_golang's process collector), the API clients' (client-go's
 //! `rest_client_*`, recorded by `scheduler::client`) and leader election's.
 //!
-//! Families marked "phase 2" are defined with upstream's names and buckets but not recorded yet:
-//! they need hooks inside the scheduling loop (`framework/runtime.rs`, `scheduler/run.rs`,
-//! `scheduler/queue.rs`); until then they expose no samples.
+//! Families marked "phase 2" are defined with upstream's names, labels and buckets but not recorded
+//! yet: they need hooks inside the scheduling loop (`framework/runtime.rs`, `scheduler/run.rs`,
+//! `scheduler/queue.rs`); until then they expose no samples. Upstream's unlabelled phase-2
+//! families (`scheduler_scheduling_algorithm_duration_seconds`, `scheduler_preemption_attempts_total`,
+//! `scheduler_preemption_victims`, `scheduler_pod_scheduling_attempts`) would show zero samples, as
+//! if recorded: phase 2 registers them with the calls that record them.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -105,18 +108,12 @@ pub struct Metrics {
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
     /// Failed Prometheus queries of the NetworkTraffic plugin (scheduling went on with score 0).
     pub network_traffic_prometheus_errors: Counter,
-    /// Phase 2: the scheduling algorithm's latency (filter to host selection).
-    pub scheduling_algorithm_duration: Histogram,
     /// Phase 2: per plugin, sampled as upstream (`percentageOfNodesToScore`-independent 10 %).
     pub plugin_execution_duration: Histograms<PluginLabels>,
     /// Phase 2: pods added to a queue, by the event that moved them.
     pub queue_incoming_pods: Family<IncomingLabels, Counter>,
-    /// Phase 2: preemption attempts and victims per attempt.
-    pub preemption_attempts: Counter,
-    pub preemption_victims: Histogram,
     /// Phase 2: end to end, from a pod's first entry into the queue to its binding.
     pub pod_scheduling_sli_duration: Histograms<SliLabels>,
-    pub pod_scheduling_attempts: Histogram,
     /// Phase 2: pods the profile's plugins rejected, by plugin.
     pub unschedulable_pods: Family<UnschedulableLabels, Gauge>,
     pub permit_wait_duration: Histograms<ResultLabels>,
@@ -186,12 +183,6 @@ impl Metrics {
                 "Prometheus queries of the NetworkTraffic plugin that failed or timed out",
                 Counter::default(),
             ),
-            scheduling_algorithm_duration: register(
-                r,
-                "scheduler_scheduling_algorithm_duration_seconds",
-                "Scheduling algorithm latency in seconds",
-                latency_histogram(),
-            ),
             plugin_execution_duration: register(
                 r,
                 "scheduler_plugin_execution_duration_seconds",
@@ -204,29 +195,11 @@ impl Metrics {
                 "Number of pods added to scheduling queues by event and queue type.",
                 Family::default(),
             ),
-            preemption_attempts: register(
-                r,
-                "scheduler_preemption_attempts",
-                "Total preemption attempts in the cluster till now",
-                Counter::default(),
-            ),
-            preemption_victims: register(
-                r,
-                "scheduler_preemption_victims",
-                "Number of selected preemption victims",
-                Histogram::new(exponential_buckets(1.0, 2.0, 7)),
-            ),
             pod_scheduling_sli_duration: register(
                 r,
                 "scheduler_pod_scheduling_sli_duration_seconds",
                 "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts.",
                 Family::new_with_constructor(sli_histogram),
-            ),
-            pod_scheduling_attempts: register(
-                r,
-                "scheduler_pod_scheduling_attempts",
-                "Number of attempts to successfully schedule a pod.",
-                Histogram::new(exponential_buckets(1.0, 2.0, 5)),
             ),
             unschedulable_pods: register(
                 r,

@@ -35,6 +35,10 @@ pub struct TlsArgs {
     /// Minimum TLS version supported: VersionTLS12 (the lowest ksched serves) or VersionTLS13.
     #[arg(long)]
     pub tls_min_version: Option<String>,
+    /// Comma-separated list of elliptic curve preferences for ECDHE handshakes (accepted; ksched
+    /// uses rustls's order: X25519, P-256, P-384).
+    #[arg(long, value_delimiter = ',')]
+    pub tls_curve_preferences: Vec<String>,
     /// A pair of x509 certificate and private key file paths, optionally suffixed with a list of
     /// domain patterns (accepted; ksched serves the default certificate to every name).
     #[arg(long)]
@@ -93,6 +97,9 @@ impl TlsArgs {
         let mut flags = Vec::new();
         if !self.tls_sni_cert_key.is_empty() {
             flags.push("--tls-sni-cert-key");
+        }
+        if !self.tls_curve_preferences.is_empty() {
+            flags.push("--tls-curve-preferences");
         }
         flags
     }

@@ -78,9 +78,8 @@ pub async fn get_bytes(
         As::Token(token) => format!("Authorization: Bearer {token}\r\n"),
         _ => String::new(),
     };
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n"
-    );
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
     tls.write_all(request.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
@@ -90,7 +89,12 @@ pub async fn get_bytes(
     let split = response
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("no HTTP response in {:?}", String::from_utf8_lossy(&response)))?;
+        .ok_or_else(|| {
+            format!(
+                "no HTTP response in {:?}",
+                String::from_utf8_lossy(&response)
+            )
+        })?;
     let head = String::from_utf8_lossy(&response[..split]).into_owned();
     let status = head
         .split_whitespace()

@@ -493,7 +493,7 @@ fn a_minimal_profile_gets_only_the_core_permissions() {
 fn rbac_follows_each_plugin() {
     let rules = |plugins: &[&str]| cluster_rules(plugins);
     let base = rules(&["PrioritySort", "DefaultBinder"]);
-    assert_eq!(base.len(), 6);
+    assert_eq!(base.len(), 8);
     let cos = rules(&["Coscheduling"]);
     assert!(has_rule(&cos, "scheduling.x-k8s.io", "podgroups", "watch"));
     assert!(has_rule(

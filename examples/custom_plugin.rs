@@ -41,7 +41,7 @@ use ksched::framework::args::{PluginArgs, decode, required};
 use ksched::framework::interface::{CycleState, MAX_NODE_SCORE, Plugin, ScorePlugin, Status};
 use ksched::framework::registry::{PluginRegistration, Registry};
 use ksched::framework::types::{NodeInfo, PodInfo};
-use ksched::scheduler::command::{SchedulerArgs, log_filter, main_with_registry};
+use ksched::scheduler::command::{SchedulerArgs, main_with_registry};
 use serde::{Deserialize, Serialize};
 
 const NAME: &str = "PreferLabeled";
@@ -122,13 +122,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Logging (`--logging-format`, `-v`) is set up by `main_with_registry`.
     let Command::Scheduler(args) = Cli::parse().command;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(args.verbosity)));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 
     let mut registry = Registry::in_tree();
     if let Err(err) = registry.register(NAME, registration()) {

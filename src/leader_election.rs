@@ -288,6 +288,52 @@ impl Leadership {
     }
 }
 
+/// How long past `leaseDuration` a leader that has not renewed is still healthy: client-go's
+/// `NewLeaderHealthzAdaptor(20 * time.Second)`, as kube-scheduler sets it.
+pub const HEALTHZ_TOLERANCE: Duration = Duration::from_secs(20);
+
+/// What `/healthz/leaderElection` reads: whether the last record this candidate saw names it as
+/// holder, and when that record was seen.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderHealth(Arc<parking_lot::Mutex<Option<LeaderObservation>>>);
+
+#[derive(Debug, Clone)]
+struct LeaderObservation {
+    lease: String,
+    holder_is_us: bool,
+    seen: Instant,
+    lease_duration: Duration,
+}
+
+impl LeaderHealth {
+    fn observe(&self, config: &LeaderElectionConfig, spec: &LeaseSpec, seen: Instant) {
+        *self.0.lock() = Some(LeaderObservation {
+            lease: config.lease_name.clone(),
+            holder_is_us: spec.holder_identity.as_deref() == Some(config.identity.as_str()),
+            seen,
+            lease_duration: config.lease_duration,
+        });
+    }
+
+    /// client-go's `LeaderElector.Check`: a replica that leads (the last record it saw names it)
+    /// but has not seen its lease renewed for `leaseDuration` + [`HEALTHZ_TOLERANCE`] is
+    /// unhealthy (it should have stepped down; something is stuck). Standbys are healthy.
+    pub fn check(&self, now: Instant) -> Result<(), String> {
+        let Some(o) = self.0.lock().clone() else {
+            return Ok(());
+        };
+        if o.holder_is_us
+            && now.saturating_duration_since(o.seen) > o.lease_duration + HEALTHZ_TOLERANCE
+        {
+            return Err(format!(
+                "failed election to renew leadership on lease {}",
+                o.lease
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One candidate. [`Self::run`] campaigns until leader, renews, and ends when told to stop (then the
 /// lease is released) or when leadership is lost.
 pub struct LeaderElector {
@@ -296,6 +342,7 @@ pub struct LeaderElector {
     /// The last record we saw and when we saw it change (local clock).
     observed: Option<(LeaseSpec, Instant)>,
     leadership: Leadership,
+    health: LeaderHealth,
 }
 
 impl LeaderElector {
@@ -311,12 +358,18 @@ impl LeaderElector {
             api,
             observed: None,
             leadership: leadership.clone(),
+            health: LeaderHealth::default(),
         };
         Ok((elector, leadership))
     }
 
     pub fn identity(&self) -> &str {
         &self.config.identity
+    }
+
+    /// The health check of this candidate (`/healthz/leaderElection`).
+    pub fn health(&self) -> LeaderHealth {
+        self.health.clone()
     }
 
     /// Campaigns, then renews until `stop` turns true or its sender is dropped (then resigns,
@@ -489,7 +542,9 @@ impl LeaderElector {
     fn observe(&mut self, spec: LeaseSpec) {
         let changed = self.observed.as_ref().is_none_or(|(old, _)| *old != spec);
         if changed {
-            self.observed = Some((spec, Instant::now()));
+            let now = Instant::now();
+            self.health.observe(&self.config, &spec, now);
+            self.observed = Some((spec, now));
         }
     }
 
@@ -743,5 +798,28 @@ mod tests {
             }
         });
         addr
+    }
+
+    #[test]
+    fn healthz_fails_only_for_a_leader_that_has_not_renewed_in_time() {
+        let cfg = config(15, 10, 2);
+        let health = LeaderHealth::default();
+        let start = Instant::now();
+        assert!(health.check(start).is_ok(), "nothing observed yet");
+        let ours = LeaseSpec {
+            holder_identity: Some("me".into()),
+            ..LeaseSpec::default()
+        };
+        health.observe(&cfg, &ours, start);
+        assert!(health.check(start + Duration::from_secs(34)).is_ok());
+        let err = health.check(start + Duration::from_secs(36)).unwrap_err();
+        assert_eq!(err, "failed election to renew leadership on lease l");
+        // A standby (the record names another holder) is healthy however old its observation.
+        let theirs = LeaseSpec {
+            holder_identity: Some("other".into()),
+            ..LeaseSpec::default()
+        };
+        health.observe(&cfg, &theirs, start);
+        assert!(health.check(start + Duration::from_secs(3600)).is_ok());
     }
 }

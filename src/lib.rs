@@ -5,6 +5,7 @@ pub mod api;
 pub mod config;
 pub mod framework;
 pub mod leader_election;
+pub mod logging;
 pub mod operator;
 pub mod quantity;
 pub mod scheduler;

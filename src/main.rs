@@ -24,12 +24,12 @@ enum Command {
         output_dir: Option<std::path::PathBuf>,
     },
     /// Run the scheduler: `ksched scheduler --config FILE`.
-    Scheduler(ksched::scheduler::command::SchedulerArgs),
+    Scheduler(Box<ksched::scheduler::command::SchedulerArgs>),
     /// Work with KubeSchedulerConfiguration files.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Run the operator: reconcile SchedulerProfiles and LeafClusterPolicies.
-    Operator(ksched::operator::command::OperatorArgs),
+    Operator(Box<ksched::operator::command::OperatorArgs>),
     /// Print the objects the operator renders for profiles (and policies) in files, or the errors.
     Render(ksched::operator::command::RenderArgs),
     /// What a profile would do, before it does it: pending pods placed, or why not, with no writes.
@@ -49,13 +49,10 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Scheduler(args) = &cli.command {
-        init_logging(ksched::scheduler::command::log_filter(args.verbosity));
-    }
     match cli.command {
-        Command::Scheduler(args) => ksched::scheduler::command::main(args),
+        Command::Scheduler(args) => ksched::scheduler::command::main(*args),
         Command::Config(ConfigCommand::Validate { file }) => validate_config(&file),
-        Command::Operator(args) => ksched::operator::command::operator_main(args),
+        Command::Operator(args) => ksched::operator::command::operator_main(*args),
         Command::Render(args) => ksched::operator::command::render_main(args),
         Command::Simulate(args) => ksched::simulate::command::main(args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
@@ -95,17 +92,6 @@ fn crds(output_dir: Option<&std::path::Path>) -> ExitCode {
         println!("wrote {}", path.display());
     }
     ExitCode::SUCCESS
-}
-
-fn init_logging(default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour codes only for a terminal: log files and collectors get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 fn validate_config(file: &std::path::Path) -> ExitCode {

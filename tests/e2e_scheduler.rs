@@ -330,7 +330,10 @@ async fn health_metrics_and_configz_answer_over_https() {
     sched
         .create_bound(&pods, &pod("p", "ksched-http", "100m", json!({})))
         .await;
-    let (status, metrics) = support::https::get(&ca, sched.secure_port, "/metrics")
+    // The admin's client certificate (system:masters) is authorized without a review.
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let admin = support::https::As::Cert(&cert, &key);
+    let (status, metrics) = support::https::get_as(&ca, sched.secure_port, "/metrics", admin)
         .await
         .expect("metrics");
     assert_eq!(status, 200);
@@ -347,7 +350,7 @@ async fn health_metrics_and_configz_answer_over_https() {
     ] {
         assert!(metrics.contains(name), "{name} missing:\n{metrics}");
     }
-    let (status, configz) = support::https::get(&ca, sched.secure_port, "/configz")
+    let (status, configz) = support::https::get_as(&ca, sched.secure_port, "/configz", admin)
         .await
         .expect("configz");
     assert_eq!(status, 200);

@@ -41,6 +41,22 @@ pub struct OperatorArgs {
     /// Port of the HTTP endpoint; 0 turns it off.
     #[arg(long, default_value_t = http::DEFAULT_PORT)]
     pub http_port: u16,
+    /// Port of an HTTPS endpoint with delegated authentication and authorization (as the
+    /// scheduler's); `/metrics` moves there from the plain port. 0 (default): none.
+    #[arg(long, default_value_t = 0)]
+    pub secure_port: u16,
+    /// Serve `/debug/pprof/profile` on the secure port.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub profiling: bool,
+    #[command(flatten)]
+    pub tls: crate::serving::tls::TlsArgs,
+    #[command(flatten)]
+    pub authentication: crate::serving::auth::AuthenticationArgs,
+    #[command(flatten)]
+    pub authorization: crate::serving::auth::AuthorizationArgs,
+    /// Log format: "text" or "json" (klog's JSON keys).
+    #[arg(long, value_enum, default_value = "text")]
+    pub logging_format: crate::logging::LogFormat,
     /// Elect a leader among replicas on the Lease `ksched-operator` in the operator namespace; only
     /// the leader reconciles and runs Embedded schedulers (`--leader-elect=false`: this one leads).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -120,13 +136,11 @@ pub fn render_main(args: RenderArgs) -> ExitCode {
 
 /// Runs `ksched operator` until SIGINT or SIGTERM.
 pub fn operator_main(args: OperatorArgs) -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    crate::logging::init(&crate::logging::LogOptions {
+        format: args.logging_format,
+        default_filter: "info,kube_runtime=warn".into(),
+        split_stream: false,
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -157,14 +171,35 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
         opts.known_schedulers = args.known_schedulers;
         opts.leader_election = leader_election;
         let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+        if args.secure_port != 0 {
+            let endpoint = http::SecureEndpoint {
+                addr: SocketAddr::new(args.bind_address, args.secure_port),
+                tls: args.tls.clone(),
+                authentication: args.authentication.clone(),
+                authorization: args.authorization.clone(),
+                profiling: args.profiling,
+            };
+            if let Err(e) =
+                http::serve_secure(&endpoint, opts.health.clone(), http_stopped.clone()).await
+            {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
         if args.http_port != 0 {
             let addr = SocketAddr::new(args.bind_address, args.http_port);
-            if let Err(e) = http::serve(addr, opts.health.clone(), http_stopped).await {
+            let routes = if args.secure_port != 0 {
+                http::PlainRoutes::ProbesOnly
+            } else {
+                http::PlainRoutes::All
+            };
+            if let Err(e) = http::serve(addr, opts.health.clone(), routes, http_stopped).await {
                 eprintln!("error: {e} (choose another --http-port, or 0 for none)");
                 return ExitCode::FAILURE;
             }
         }
-        let embedded = InProcessSchedulers::new(client.clone(), registry, opts.instance.clone());
+        let embedded = InProcessSchedulers::new(client.clone(), registry, opts.instance.clone())
+            .with_metrics(opts.health.metrics.clone());
         let result = super::run(client, opts, Arc::new(embedded), shutdown_signal()).await;
         let _ = stop_http.send(true);
         match result {
@@ -191,6 +226,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Stri
             .await
             .map_err(|e| format!("no cluster configuration: {e}"))?,
     };
+    crate::scheduler::metrics::set_api_host(&config.cluster_url);
     Client::try_from(config).map_err(|e| format!("creating the client: {e}"))
 }
 

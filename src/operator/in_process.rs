@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::embedded::{EmbeddedError, EmbeddedSchedulers};
+use super::metrics::OperatorMetrics;
 use crate::config;
 use crate::framework::registry::Registry;
 use crate::scheduler::{SchedulerOptions, run};
@@ -27,6 +28,8 @@ struct Running {
 pub struct InProcessSchedulers {
     client: Client,
     registry: Arc<Registry>,
+    /// Where the schedulers' metrics are exported (the operator's `/metrics`).
+    metrics: Arc<OperatorMetrics>,
     /// Leader-election identity prefix (the operator's instance).
     instance: String,
     running: Mutex<HashMap<String, Running>>,
@@ -37,9 +40,16 @@ impl InProcessSchedulers {
         Self {
             client,
             registry,
+            metrics: Arc::new(OperatorMetrics::new()),
             instance: instance.into(),
             running: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Exports the schedulers' metrics through `metrics` (the operator's).
+    pub fn with_metrics(mut self, metrics: Arc<OperatorMetrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Profiles whose scheduler task is running.
@@ -84,12 +94,14 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             shut_down(profile, old).await;
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let metrics = self.metrics.embedded(profile);
         let identity = format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..));
         let options = SchedulerOptions {
             config: loaded.config,
             registry: self.registry.clone(),
             secure_address: None,
-            tls: Default::default(),
+            endpoint: Default::default(),
+            metrics: Some(metrics),
             identity: identity.clone(),
             configz: String::new(),
         };
@@ -122,6 +134,7 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             shut_down(profile, r).await;
             info!(profile, "embedded scheduler stopped");
         }
+        self.metrics.remove_embedded(profile);
     }
 
     async fn identity(&self, profile: &str) -> Option<String> {

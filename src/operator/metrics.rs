@@ -1,7 +1,9 @@
 //! The operator's Prometheus metrics, under the names controller-runtime operators export
 //! (`controller_runtime_reconcile_*`, `controller_runtime_active_workers`) and client-go's
 //! `leader_election_master_status`, so existing operator dashboards and alerts work; and
-//! `ksched_operator_queue_depth`, the objects still waiting for the operator.
+//! `ksched_operator_queue_depth`, the objects still waiting for the operator. Also the process's
+//! and the API clients' metrics (as the scheduler's), and the scheduler metrics of the Embedded
+//! profiles running inside the operator, each sample labelled `profile="<name>"`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,6 +16,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use std::collections::BTreeMap;
+
+use parking_lot::Mutex;
+
+use crate::scheduler::metrics::{Metrics, register_process_metrics};
 use crate::serving::register;
 
 /// Controller names in the `controller` label.
@@ -47,6 +54,8 @@ fn reconcile_histogram() -> Histogram {
 /// Every metric the operator exports.
 pub struct OperatorMetrics {
     registry: Registry,
+    /// The metrics of the Embedded schedulers, by profile.
+    embedded: Mutex<BTreeMap<String, Arc<Metrics>>>,
     pub reconcile_total: Family<ReconcileLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub reconcile_time: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -70,8 +79,10 @@ impl std::fmt::Debug for OperatorMetrics {
 impl OperatorMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
+        register_process_metrics(&mut registry);
         let r = &mut registry;
         Self {
+            embedded: Mutex::new(BTreeMap::new()),
             reconcile_total: register(
                 r,
                 "controller_runtime_reconcile",
@@ -184,9 +195,34 @@ impl OperatorMetrics {
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The metrics of `profile`'s Embedded scheduler (kept across its restarts, so its counters
+    /// go on).
+    pub fn embedded(&self, profile: &str) -> Arc<Metrics> {
+        self.embedded
+            .lock()
+            .entry(profile.to_string())
+            .or_insert_with(|| Arc::new(Metrics::scheduler_only()))
+            .clone()
+    }
+
+    /// Forgets `profile`'s Embedded scheduler's metrics (it stopped for good).
+    pub fn remove_embedded(&self, profile: &str) {
+        self.embedded.lock().remove(profile);
+    }
+
+    /// The exposition of every metric: the operator's and the Embedded schedulers'.
     pub fn encode(&self) -> String {
-        crate::serving::encode(&self.registry)
+        let mut parts = vec![(None, crate::serving::encode(&self.registry))];
+        let embedded: Vec<(String, Arc<Metrics>)> = self
+            .embedded
+            .lock()
+            .iter()
+            .map(|(p, m)| (p.clone(), m.clone()))
+            .collect();
+        for (profile, metrics) in &embedded {
+            parts.push((Some(("profile", profile.as_str())), metrics.encode()));
+        }
+        crate::serving::merge_expositions(&parts)
     }
 }
 
@@ -270,5 +306,44 @@ mod tests {
                 .lines()
                 .any(|l| l == r#"leader_election_master_status{name="ksched-operator"} 0"#)
         );
+    }
+
+    #[test]
+    fn embedded_schedulers_metrics_are_served_with_their_profile() {
+        let m = OperatorMetrics::new();
+        let a = m.embedded("a");
+        let b = m.embedded("b");
+        for (metrics, profile) in [(&a, "a"), (&b, "b")] {
+            metrics
+                .schedule_attempts
+                .get_or_create(&crate::scheduler::metrics::AttemptLabels {
+                    result: "scheduled".into(),
+                    profile: profile.into(),
+                })
+                .inc();
+            metrics
+                .pending_pods
+                .get_or_create(&crate::scheduler::metrics::QueueLabels {
+                    queue: "active".into(),
+                })
+                .set(1);
+        }
+        let text = m.encode();
+        for line in [
+            r#"scheduler_schedule_attempts_total{result="scheduled",profile="a"} 1"#,
+            r#"scheduler_schedule_attempts_total{result="scheduled",profile="b"} 1"#,
+            r#"scheduler_pending_pods{profile="b",queue="active"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        assert_eq!(
+            text.matches("# TYPE scheduler_pending_pods gauge").count(),
+            1
+        );
+        assert!(text.contains("process_cpu_seconds_total"));
+        // The same handle after a restart; gone once removed.
+        assert!(Arc::ptr_eq(&a, &m.embedded("a")));
+        m.remove_embedded("a");
+        assert!(!m.encode().contains(r#"profile="a""#));
     }
 }

@@ -584,6 +584,17 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
         &["create", "patch", "update"],
     ));
     rules.push(rule(&[""], &["nodes"], &read));
+    // Delegated authentication and authorization of the HTTPS endpoint, as system:kube-scheduler.
+    rules.push(rule(
+        &["authentication.k8s.io"],
+        &["tokenreviews"],
+        &["create"],
+    ));
+    rules.push(rule(
+        &["authorization.k8s.io"],
+        &["subjectaccessreviews"],
+        &["create"],
+    ));
     if any(&[
         "InterPodAffinity",
         "LeafNodeTaintToleration",

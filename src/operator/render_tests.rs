@@ -468,8 +468,20 @@ fn a_minimal_profile_gets_only_the_core_permissions() {
         vec!["DefaultBinder", "NodeResourcesFit", "PrioritySort"]
     );
     let rules = r.cluster_role.rules.clone().unwrap_or_default();
-    assert_eq!(rules.len(), 6, "{rules:#?}");
+    assert_eq!(rules.len(), 8, "{rules:#?}");
     assert!(has_rule(&rules, "", "pods/binding", "create"));
+    assert!(has_rule(
+        &rules,
+        "authentication.k8s.io",
+        "tokenreviews",
+        "create"
+    ));
+    assert!(has_rule(
+        &rules,
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "create"
+    ));
     assert!(!has_rule(&rules, "", "pods", "delete"));
     assert!(!has_rule(&rules, "", "namespaces", "list"));
     assert!(!has_rule(&rules, "", "persistentvolumeclaims", "get"));
@@ -481,7 +493,7 @@ fn a_minimal_profile_gets_only_the_core_permissions() {
 fn rbac_follows_each_plugin() {
     let rules = |plugins: &[&str]| cluster_rules(plugins);
     let base = rules(&["PrioritySort", "DefaultBinder"]);
-    assert_eq!(base.len(), 6);
+    assert_eq!(base.len(), 8);
     let cos = rules(&["Coscheduling"]);
     assert!(has_rule(&cos, "scheduling.x-k8s.io", "podgroups", "watch"));
     assert!(has_rule(

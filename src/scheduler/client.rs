@@ -15,7 +15,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
@@ -24,6 +24,7 @@ use kube::Client;
 use kube::client::Body;
 use tokio::sync::Semaphore;
 
+use super::metrics::rest_client_metrics;
 use crate::leader_election::Leadership;
 
 /// Requests in flight per client at most; 64 keep the API server's binding path saturated (the
@@ -121,6 +122,32 @@ struct Limited {
     gate: Option<Leadership>,
 }
 
+/// client-go's request metrics for one request: its status code, or `<error>` when it got no
+/// answer (a transport error, a timeout).
+fn record(
+    method: &str,
+    result: &Result<Response<Body>, kube::Error>,
+    started: Instant,
+    request_size: Option<u64>,
+) {
+    let (code, response_size) = match result {
+        Ok(resp) => (
+            resp.status().as_u16().to_string(),
+            resp.headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok()),
+        ),
+        Err(kube::Error::Api(status)) => (status.code.to_string(), None),
+        Err(_) => ("<error>".to_string(), None),
+    };
+    rest_client_metrics().observe(
+        method,
+        &code,
+        started.elapsed(),
+        (request_size, response_size),
+    );
+}
+
 fn is_watch<B>(req: &Request<B>) -> bool {
     req.uri()
         .query()
@@ -139,28 +166,40 @@ impl tower::Service<Request<Body>> for Limited {
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
+            let method = req.method().as_str().to_string();
+            let request_size = hyper::body::Body::size_hint(req.body()).exact();
             if is_watch(&req) {
-                return this.inner.send(req).await;
+                let started = Instant::now();
+                let result = this.inner.send(req).await;
+                record(&method, &result, started, request_size);
+                return result;
             }
             if let Some(rate) = &this.rate {
+                let waiting = Instant::now();
                 rate.until_ready().await;
+                rest_client_metrics().observe_rate_limiter(&method, waiting.elapsed());
             }
             // Held until the response headers are in; the semaphore is never closed.
             let _permit = this.in_flight.acquire().await;
+            let started = Instant::now();
             let timed_out = || kube::Error::Service(RequestError::Timeout(this.timeout).into());
             let send = tokio::time::timeout(this.timeout, this.inner.send(req));
             let Some(leadership) = &this.gate else {
-                return send.await.unwrap_or_else(|_| Err(timed_out()));
+                let result = send.await.unwrap_or_else(|_| Err(timed_out()));
+                record(&method, &result, started, request_size);
+                return result;
             };
             let not_leader = || kube::Error::Service(RequestError::NotLeader.into());
             if !leadership.is_leader() {
                 return Err(not_leader());
             }
-            tokio::select! {
+            let result = tokio::select! {
                 biased;
                 _ = leadership.lost() => Err(not_leader()),
                 r = send => r.unwrap_or_else(|_| Err(timed_out())),
-            }
+            };
+            record(&method, &result, started, request_size);
+            result
         })
     }
 }
@@ -169,7 +208,6 @@ impl tower::Service<Request<Body>> for Limited {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Instant;
 
     /// An API stand-in that answers `{}` after 20 ms (or never, when `silent`) and records how many
     /// requests it saw and the most it saw at once.

@@ -1,4 +1,12 @@
-//! `ksched scheduler`: the flags kube-scheduler users know, then [`super::run`].
+//! `ksched scheduler`: every flag of kube-scheduler 1.36, then [`super::run`].
+//!
+//! Each flag is accepted as upstream spells it (pflag syntax: `--flag=value`, `--flag value`,
+//! bare booleans, comma-separated lists). Those that mean something to ksched are honoured, with
+//! upstream's precedence: the leader-election flags override the configuration file; the
+//! deprecated ones (`--kube-api-qps`, `--profiling`, ...) apply only without `--config`, as
+//! upstream's. The others are accepted and named in one warning at start. One deliberate
+//! difference: `--kubeconfig` also applies with `--config` (upstream ignores it then), as ksched
+//! has always done.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -7,38 +15,197 @@ use std::sync::Arc;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-use super::http::TlsFiles;
+use super::features::FeatureGates;
+use super::http::Endpoint;
 use super::leader_election::default_identity;
 use super::run::{SchedulerOptions, run};
-use crate::config;
+use crate::config::{self, GoDuration};
 use crate::framework::registry::Registry;
+use crate::logging::{self, LogFormat, LogOptions};
+use crate::serving::auth::{AuthenticationArgs, AuthorizationArgs};
+use crate::serving::tls::TlsArgs;
+
+/// The configuration upstream runs without `--config`: its defaults.
+const DEFAULT_CONFIG: &[u8] =
+    b"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {
-    /// The KubeSchedulerConfiguration file (v1, or v1beta1-3 converted).
+    /// The path to the configuration file (KubeSchedulerConfiguration v1, or v1beta1-3
+    /// converted). Without it, upstream's default configuration.
     #[arg(long)]
-    pub config: PathBuf,
-    /// Kubeconfig; overrides clientConnection.kubeconfig. In-cluster config when neither is set.
+    pub config: Option<PathBuf>,
+    /// If set, write the configuration values to this file and exit.
+    #[arg(long)]
+    pub write_config_to: Option<PathBuf>,
+    /// The address of the Kubernetes API server (overrides any value in kubeconfig)
+    #[arg(long)]
+    pub master: Option<String>,
+    /// Print version information and quit.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub version: Option<String>,
+
+    /// The IP address on which to listen for the --secure-port port.
+    #[arg(long, default_value = "0.0.0.0", help_heading = "Secure serving flags")]
+    pub bind_address: IpAddr,
+    /// The port on which to serve HTTPS with authentication and authorization. If 0, don't serve
+    /// HTTPS at all.
+    #[arg(long, default_value_t = 10259, help_heading = "Secure serving flags")]
+    pub secure_port: u16,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
+    pub authentication: AuthenticationArgs,
+    #[command(flatten)]
+    pub authorization: AuthorizationArgs,
+    #[command(flatten)]
+    pub deprecated: DeprecatedArgs,
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
+    #[command(flatten)]
+    pub feature_gate: FeatureGateArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+    #[command(flatten)]
+    pub logs: LogsArgs,
+}
+
+/// kube-scheduler's deprecated flags: they apply only without `--config`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Deprecated flags")]
+pub struct DeprecatedArgs {
+    /// Enable profiling via web interface host:port/debug/pprof/ (ignored with --config).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub profiling: Option<bool>,
+    /// Enable block profiling, if profiling is enabled (ignored with --config).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub contention_profiling: Option<bool>,
+    /// Path to kubeconfig file with authorization and master location information; in ksched
+    /// it also overrides clientConnection.kubeconfig of --config. In-cluster config when
+    /// neither is set.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// HTTPS port for /healthz, /livez, /readyz, /metrics and /configz (0 disables it).
-    #[arg(long, default_value_t = 10259)]
-    pub secure_port: u16,
-    #[arg(long, default_value = "0.0.0.0")]
-    pub bind_address: IpAddr,
-    /// Serving certificate; a self-signed one when absent.
+    /// Content type of requests sent to apiserver (ignored with --config; ksched sends JSON).
     #[arg(long)]
-    pub tls_cert_file: Option<PathBuf>,
+    pub kube_api_content_type: Option<String>,
+    /// QPS to use while talking with kubernetes apiserver (ignored with --config).
     #[arg(long)]
-    pub tls_private_key_file: Option<PathBuf>,
-    /// Overrides leaderElection.leaderElect (`--leader-elect=false`).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub kube_api_qps: Option<f32>,
+    /// Burst to use while talking with kubernetes apiserver (ignored with --config).
+    #[arg(long)]
+    pub kube_api_burst: Option<i32>,
+    /// The maximum time a pod can stay in unschedulablePods (ksched keeps upstream's 5m).
+    #[arg(long)]
+    pub pod_max_in_unschedulable_pods_duration: Option<GoDuration>,
+}
+
+/// kube-scheduler's leader-election flags: they override the configuration file.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Leader election flags")]
+pub struct LeaderElectionArgs {
+    /// Start a leader election client and gain leadership before executing the main loop.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub leader_elect: Option<bool>,
-    /// Log verbosity as kube-scheduler's -v (0-10); RUST_LOG overrides.
+    /// The duration that non-leader candidates will wait after observing a leadership renewal
+    /// until attempting to acquire leadership.
+    #[arg(long)]
+    pub leader_elect_lease_duration: Option<GoDuration>,
+    /// The interval between attempts by the acting master to renew a leadership slot before it
+    /// stops leading.
+    #[arg(long)]
+    pub leader_elect_renew_deadline: Option<GoDuration>,
+    /// The type of resource object that is used for locking during leader election: leases.
+    #[arg(long)]
+    pub leader_elect_resource_lock: Option<String>,
+    /// The name of resource object that is used for locking during leader election.
+    #[arg(long)]
+    pub leader_elect_resource_name: Option<String>,
+    /// The namespace of resource object that is used for locking during leader election.
+    #[arg(long)]
+    pub leader_elect_resource_namespace: Option<String>,
+    /// The duration the clients should wait between attempting acquisition and renewal of a
+    /// leadership.
+    #[arg(long)]
+    pub leader_elect_retry_period: Option<GoDuration>,
+}
+
+/// kube-scheduler's feature-gate flags.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Feature gate flags")]
+pub struct FeatureGateArgs {
+    /// Comma-separated list of component:key=value pairs that describe feature gates.
+    #[arg(long)]
+    pub feature_gates: Vec<String>,
+    /// The versions different components emulate their capabilities (APIs, features, ...) of.
+    #[arg(long, value_delimiter = ',')]
+    pub emulated_version: Vec<String>,
+    /// The min version a component's behavior is compatible with.
+    #[arg(long, value_delimiter = ',')]
+    pub min_compatibility_version: Vec<String>,
+}
+
+/// kube-scheduler's metrics flags.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Metrics flags")]
+pub struct MetricsArgs {
+    /// Map from metric-label to value allow-list of this label.
+    #[arg(long)]
+    pub allow_metric_labels: Vec<String>,
+    /// The path to the manifest file that contains the allow-list mapping.
+    #[arg(long)]
+    pub allow_metric_labels_manifest: Option<PathBuf>,
+    /// This flag provides an escape hatch for misbehaving metrics: their names, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub disabled_metrics: Vec<String>,
+    /// The previous version for which you want to show hidden metrics.
+    #[arg(long)]
+    pub show_hidden_metrics_for_version: Option<String>,
+}
+
+/// kube-scheduler's logs flags.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Logs flags")]
+pub struct LogsArgs {
+    /// Maximum number of seconds between log flushes (ksched writes every line at once).
+    #[arg(long, default_value = "5s")]
+    pub log_flush_frequency: GoDuration,
+    /// [Alpha] In JSON format with split output streams, the info messages can be buffered.
+    #[arg(long)]
+    pub log_json_info_buffer_size: Option<String>,
+    /// [Alpha] In JSON format, write error messages to stderr and info messages to stdout.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub log_json_split_stream: bool,
+    /// [Alpha] In text format with split output streams, the info messages can be buffered.
+    #[arg(long)]
+    pub log_text_info_buffer_size: Option<String>,
+    /// [Alpha] In text format, write error messages to stderr and info messages to stdout.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub log_text_split_stream: bool,
+    /// Sets the log format. Permitted formats: "json", "text".
+    #[arg(long, value_enum, default_value = "text")]
+    pub logging_format: LogFormat,
+    /// Number for the log level verbosity (0-10); RUST_LOG overrides.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,
+    /// comma-separated list of pattern=N settings for file-filtered logging (Go files: ksched
+    /// accepts it without effect; use RUST_LOG).
+    #[arg(long)]
+    pub vmodule: Option<String>,
+}
+
+impl LogsArgs {
+    pub fn options(&self) -> LogOptions {
+        LogOptions {
+            format: self.logging_format,
+            default_filter: log_filter(self.verbosity).to_string(),
+            split_stream: match self.logging_format {
+                LogFormat::Text => self.log_text_split_stream,
+                LogFormat::Json => self.log_json_split_stream,
+            },
+        }
+    }
 }
 
 /// Log filter for a kube-scheduler style verbosity.
@@ -48,6 +215,128 @@ pub fn log_filter(verbosity: u8) -> &'static str {
         2..=3 => "info",
         4..=5 => "ksched=debug,info",
         _ => "ksched=trace,debug",
+    }
+}
+
+impl SchedulerArgs {
+    /// The flags given that ksched accepts without acting on them, for the start-up warning.
+    pub fn not_honoured(&self, features: &FeatureGates) -> Vec<String> {
+        let mut flags: Vec<String> = self
+            .tls
+            .not_honoured()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let d = &self.deprecated;
+        if self.config.is_none() && d.kube_api_content_type.is_some() {
+            flags.push("--kube-api-content-type (ksched speaks JSON)".into());
+        }
+        if d.pod_max_in_unschedulable_pods_duration.is_some() {
+            flags.push("--pod-max-in-unschedulable-pods-duration (ksched keeps 5m)".into());
+        }
+        if !features.not_honoured().is_empty() {
+            flags.push(format!(
+                "--feature-gates {} (ksched implements these gates at their 1.36 default, or they are not scheduling gates)",
+                features.not_honoured().join(",")
+            ));
+        }
+        let fg = &self.feature_gate;
+        if !fg.emulated_version.is_empty() {
+            flags.push("--emulated-version".into());
+        }
+        if !fg.min_compatibility_version.is_empty() {
+            flags.push("--min-compatibility-version".into());
+        }
+        let m = &self.metrics;
+        if !m.allow_metric_labels.is_empty() {
+            flags.push("--allow-metric-labels".into());
+        }
+        if m.allow_metric_labels_manifest.is_some() {
+            flags.push("--allow-metric-labels-manifest".into());
+        }
+        if m.show_hidden_metrics_for_version.is_some() {
+            flags.push("--show-hidden-metrics-for-version (ksched hides no metric)".into());
+        }
+        let l = &self.logs;
+        if l.vmodule.is_some() {
+            flags.push("--vmodule (use RUST_LOG)".into());
+        }
+        if l.log_json_info_buffer_size.is_some() || l.log_text_info_buffer_size.is_some() {
+            flags.push("--log-*-info-buffer-size".into());
+        }
+        flags
+    }
+
+    /// Deprecated flags given together with `--config`: upstream ignores them, and so does ksched,
+    /// saying so.
+    pub fn ignored_with_config(&self) -> Vec<&'static str> {
+        if self.config.is_none() {
+            return Vec::new();
+        }
+        let d = &self.deprecated;
+        [
+            (d.profiling.is_some(), "--profiling"),
+            (d.contention_profiling.is_some(), "--contention-profiling"),
+            (d.kube_api_content_type.is_some(), "--kube-api-content-type"),
+            (d.kube_api_qps.is_some(), "--kube-api-qps"),
+            (d.kube_api_burst.is_some(), "--kube-api-burst"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
+
+    /// Applies the flags that override the configuration, with upstream's precedence.
+    pub fn apply_to(&self, cfg: &mut config::Config) {
+        let d = &self.deprecated;
+        if self.config.is_none() {
+            if let Some(p) = d.profiling {
+                cfg.enable_profiling = p;
+            }
+            if let Some(p) = d.contention_profiling {
+                cfg.enable_contention_profiling = p;
+            }
+            if let Some(qps) = d.kube_api_qps {
+                cfg.client_connection.qps = qps;
+            }
+            if let Some(burst) = d.kube_api_burst {
+                cfg.client_connection.burst = burst;
+            }
+            if let Some(ct) = &d.kube_api_content_type {
+                cfg.client_connection.content_type = ct.clone();
+            }
+        }
+        let le = &self.leader_election;
+        let l = &mut cfg.leader_election;
+        if let Some(v) = le.leader_elect {
+            l.leader_elect = v;
+        }
+        if let Some(v) = le.leader_elect_lease_duration {
+            l.lease_duration = v;
+        }
+        if let Some(v) = le.leader_elect_renew_deadline {
+            l.renew_deadline = v;
+        }
+        if let Some(v) = le.leader_elect_retry_period {
+            l.retry_period = v;
+        }
+        if let Some(v) = &le.leader_elect_resource_lock {
+            l.resource_lock = v.clone();
+        }
+        if let Some(v) = &le.leader_elect_resource_name {
+            l.resource_name = v.clone();
+        }
+        if let Some(v) = &le.leader_elect_resource_namespace {
+            l.resource_namespace = v.clone();
+        }
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            tls: self.tls.clone(),
+            auth: Some((self.authentication.clone(), self.authorization.clone())),
+            disabled_metrics: self.metrics.disabled_metrics.clone(),
+        }
     }
 }
 
@@ -63,12 +352,33 @@ pub fn main(args: SchedulerArgs) -> ExitCode {
 /// like any in-tree one (`ksched config validate` does not know them; the binary validates at
 /// start-up). See `examples/custom_plugin.rs`.
 pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
-    let bytes = match std::fs::read(&args.config) {
-        Ok(b) => b,
+    if let Some(v) = &args.version {
+        if v == "raw" {
+            println!("{{\"gitVersion\":\"v{}\"}}", env!("CARGO_PKG_VERSION"));
+        } else if v != "false" {
+            println!("ksched {}", env!("CARGO_PKG_VERSION"));
+        }
+        if v != "false" {
+            return ExitCode::SUCCESS;
+        }
+    }
+    logging::init(&args.logs.options());
+    let features = match FeatureGates::parse(&args.feature_gate.feature_gates) {
+        Ok(f) => f,
         Err(err) => {
-            eprintln!("error: reading {}: {err}", args.config.display());
+            eprintln!("error: {err}");
             return ExitCode::FAILURE;
         }
+    };
+    let bytes = match &args.config {
+        Some(path) => match std::fs::read(path) {
+            Ok(b) => b,
+            Err(err) => {
+                eprintln!("error: reading {}: {err}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => DEFAULT_CONFIG.to_vec(),
     };
     let registry = Arc::new(registry);
     let loaded = match config::load(&bytes, registry.as_ref()) {
@@ -77,24 +387,59 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
             for e in &errors.errors {
                 eprintln!("error: {e}");
             }
+            let file = args
+                .config
+                .as_deref()
+                .map_or_else(|| "(default)".into(), |p| p.display().to_string());
             eprintln!(
-                "the configuration {} is invalid; `ksched config validate` shows the same errors",
-                args.config.display()
+                "the configuration {file} is invalid; `ksched config validate` shows the same errors"
             );
             return ExitCode::FAILURE;
         }
     };
     for w in &loaded.warnings {
-        eprintln!("warning: {w}");
+        warn!("{w}");
     }
     let mut cfg = loaded.config;
-    if let Some(le) = args.leader_elect {
-        cfg.leader_election.leader_elect = le;
+    args.apply_to(&mut cfg);
+    features.apply(&mut cfg);
+    if cfg.leader_election.resource_lock != "leases" {
+        eprintln!(
+            "error: leaderElection.resourceLock: Invalid value: {:?}: resourceLock value must be \"leases\"",
+            cfg.leader_election.resource_lock
+        );
+        return ExitCode::FAILURE;
+    }
+    let ignored = args.ignored_with_config();
+    if !ignored.is_empty() {
+        warn!(
+            flags = %ignored.join(", "),
+            "these deprecated flags are ignored because --config is given, as kube-scheduler ignores them"
+        );
+    }
+    let not_honoured = args.not_honoured(&features);
+    if !not_honoured.is_empty() {
+        warn!(
+            flags = %not_honoured.join("; "),
+            "these kube-scheduler flags are accepted but have no effect in ksched"
+        );
+    }
+    if let Some(path) = &args.write_config_to {
+        return match std::fs::write(path, config::to_v1_yaml(&cfg)) {
+            Ok(()) => {
+                info!(file = %path.display(), "Wrote configuration");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("error: writing {}: {err}", path.display());
+                ExitCode::FAILURE
+            }
+        };
     }
     let configz = serde_saphyr::from_str::<serde_json::Value>(&config::to_v1_yaml(&cfg))
         .map(|v| serde_json::json!({ "componentconfig": v }).to_string())
         .unwrap_or_default();
-    let kubeconfig = args.kubeconfig.clone().or_else(|| {
+    let kubeconfig = args.deprecated.kubeconfig.clone().or_else(|| {
         (!cfg.client_connection.kubeconfig.is_empty())
             .then(|| PathBuf::from(&cfg.client_connection.kubeconfig))
     });
@@ -109,8 +454,10 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let endpoint = args.endpoint();
+    let master = args.master.clone();
     runtime.block_on(async move {
-        let client = match client(kubeconfig).await {
+        let client = match client(kubeconfig, master).await {
             Ok(c) => c,
             Err(err) => {
                 error!("{err}");
@@ -128,10 +475,8 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
             registry,
             secure_address: (args.secure_port != 0)
                 .then(|| SocketAddr::new(args.bind_address, args.secure_port)),
-            tls: TlsFiles {
-                cert: args.tls_cert_file,
-                key: args.tls_private_key_file,
-            },
+            endpoint,
+            metrics: None,
             identity: default_identity(),
             configz,
         };
@@ -145,8 +490,11 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
     })
 }
 
-async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
-    let config = match kubeconfig {
+async fn client(
+    kubeconfig: Option<PathBuf>,
+    master: Option<String>,
+) -> Result<kube::Client, String> {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(&path)
                 .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
@@ -158,6 +506,12 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
             .await
             .map_err(|e| format!("no kubeconfig given and no in-cluster config: {e}"))?,
     };
+    if let Some(master) = master {
+        config.cluster_url = master
+            .parse()
+            .map_err(|e| format!("--master={master}: {e}"))?;
+    }
+    super::metrics::set_api_host(&config.cluster_url);
     kube::Client::try_from(with_read_timeout(config))
         .map_err(|e| format!("building the client: {e}"))
 }

@@ -1,22 +1,27 @@
-//! The scheduler's HTTPS endpoint (default port 10259): `/healthz`, `/livez`, `/readyz` (ready once
-//! the informer caches have synced), `/metrics` and `/configz`. Without a certificate it serves a
-//! self-signed one, as kube-scheduler does.
+//! The scheduler's HTTPS endpoint (default port 10259), as kube-scheduler's: `/healthz`
+//! (`leaderElection` check with leader election on), `/livez`, `/readyz` (`leaderElection`,
+//! `shutdown`, `sched-handler-sync`: ready once the informer caches have synced), `/metrics`,
+//! `/configz`, and `/debug/pprof/profile` when `enableProfiling` is true. Every request is
+//! authenticated and authorized as upstream's ([`crate::serving::auth`]); the health paths are
+//! always allowed by default. Without a certificate it serves a self-signed one, as upstream.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
 use tracing::info;
 
+use super::leader_election::LeaderHealth;
 use super::metrics::Metrics;
-use crate::serving;
+use crate::serving::auth::{AuthSetupError, AuthenticationArgs, AuthorizationArgs};
+use crate::serving::healthz::{CheckFn, HealthChecks};
+use crate::serving::tls::{TlsArgs, TlsError};
+use crate::serving::{self, Serving, pprof};
 
 /// What the endpoints report.
 pub struct HttpState {
@@ -25,88 +30,187 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// `/configz` body: the effective configuration as JSON.
     pub configz: String,
+    /// The elector's health, with leader election on.
+    pub leader: Option<LeaderHealth>,
+    /// Turns true when the process starts shutting down (`/readyz`'s `shutdown` check).
+    pub shutdown: watch::Receiver<bool>,
+    /// `enableProfiling`: `/debug/pprof/profile` is served.
+    pub profiling: bool,
 }
 
-/// Where the serving certificate comes from.
+impl HttpState {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        configz: String,
+        leader: Option<LeaderHealth>,
+        shutdown: watch::Receiver<bool>,
+        profiling: bool,
+    ) -> Self {
+        Self {
+            ready: AtomicBool::new(false),
+            metrics,
+            configz,
+            leader,
+            shutdown,
+            profiling,
+        }
+    }
+}
+
+/// How the endpoint serves: TLS, and who may ask what.
 #[derive(Debug, Clone, Default)]
-pub struct TlsFiles {
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
+pub struct Endpoint {
+    pub tls: TlsArgs,
+    /// Delegated authentication and authorization; `None` serves every request (tests only).
+    pub auth: Option<(AuthenticationArgs, AuthorizationArgs)>,
+    /// `--disabled-metrics`.
+    pub disabled_metrics: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error(transparent)]
     Bind(#[from] serving::BindError),
-    #[error("reading TLS certificate/key: {0}")]
-    Pem(String),
-    #[error("generating a self-signed certificate: {0}")]
-    SelfSigned(#[from] rcgen::Error),
-    #[error("TLS configuration: {0}")]
-    Tls(#[from] rustls::Error),
-}
-
-fn tls_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, HttpError> {
-    let (certs, key) = match (&files.cert, &files.key) {
-        (Some(cert), Some(key)) => {
-            let certs = CertificateDer::pem_file_iter(cert)
-                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| HttpError::Pem(format!("{}: {e}", cert.display())))?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| HttpError::Pem(format!("{}: {e}", key.display())))?;
-            (certs, key)
-        }
-        _ => {
-            let generated = rcgen::generate_simple_self_signed(vec![
-                "localhost".to_string(),
-                "127.0.0.1".to_string(),
-            ])?;
-            let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der())
-                .map_err(|e| HttpError::Pem(e.to_string()))?;
-            (vec![generated.cert.der().clone()], key)
-        }
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    Auth(#[from] AuthSetupError),
 }
 
 /// Binds `addr` and serves until `shutdown` fires. Returns the bound address (useful with port 0).
 pub async fn serve(
     addr: SocketAddr,
-    tls: &TlsFiles,
+    endpoint: &Endpoint,
     state: Arc<HttpState>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), HttpError> {
-    let acceptor = tls_acceptor(tls)?;
-    let (listener, local) = serving::bind(addr).await?;
+    let acceptor = serving::tls::acceptor(&endpoint.tls, "kube-scheduler")?;
+    let guard = match &endpoint.auth {
+        Some((authn, authz)) => {
+            let (guard, refresher) = serving::auth::guard(authn, authz).await?;
+            if let Some(task) = refresher {
+                let mut stop = shutdown.clone();
+                tokio::spawn(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                    task.abort();
+                });
+            }
+            Some(Arc::new(guard))
+        }
+        None => None,
+    };
+    let (listener, local) = serving::bind_with(
+        addr,
+        endpoint.tls.permit_port_sharing,
+        endpoint.tls.permit_address_sharing,
+    )
+    .await?;
     info!(address = %local, "serving securely on {local}");
-    let handler: serving::Handler = Arc::new(move |req| route(&state, req));
-    Ok((
-        local,
-        serving::spawn(listener, Some(acceptor), handler, shutdown),
-    ))
+    let routes = Arc::new(Routes::new(state, endpoint.disabled_metrics.clone()));
+    let handler: serving::Handler = Arc::new(move |req| {
+        let routes = routes.clone();
+        Box::pin(async move { routes.answer(req).await })
+    });
+    let serving = Serving {
+        tls: Some(acceptor),
+        http2: endpoint.tls.http2(),
+        guard,
+    };
+    Ok((local, serving::spawn(listener, serving, handler, shutdown)))
 }
 
-fn route(state: &HttpState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    match req.uri().path() {
-        "/healthz" | "/livez" => serving::text(StatusCode::OK, "ok"),
-        "/readyz" => {
-            if state.ready.load(Ordering::Acquire) {
-                serving::text(StatusCode::OK, "ok")
+struct Routes {
+    state: Arc<HttpState>,
+    healthz: HealthChecks,
+    livez: HealthChecks,
+    readyz: HealthChecks,
+    disabled_metrics: Vec<String>,
+}
+
+impl Routes {
+    fn new(state: Arc<HttpState>, disabled_metrics: Vec<String>) -> Self {
+        let leader: Option<(&'static str, CheckFn)> = state.leader.clone().map(|health| {
+            let check: CheckFn = Arc::new(move || health.check(Instant::now()));
+            ("leaderElection", check)
+        });
+        let shutdown_rx = state.shutdown.clone();
+        let shutdown: CheckFn = Arc::new(move || {
+            if *shutdown_rx.borrow() {
+                Err("process is shutting down".into())
             } else {
-                serving::text(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "[-]sched-handler-sync failed: caches not synced yet\nreadyz check failed",
-                )
+                Ok(())
+            }
+        });
+        let synced_state = state.clone();
+        let synced: CheckFn = Arc::new(move || {
+            if synced_state.ready.load(Ordering::Acquire) {
+                Ok(())
+            } else {
+                Err("handlers are not fully synchronized".into())
+            }
+        });
+        let mut ready_checks: Vec<(&'static str, CheckFn)> = leader.clone().into_iter().collect();
+        ready_checks.push(("shutdown", shutdown));
+        ready_checks.push(("sched-handler-sync", synced));
+        Self {
+            healthz: HealthChecks::new("healthz", leader.into_iter().collect()),
+            livez: HealthChecks::new("livez", Vec::new()),
+            readyz: HealthChecks::new("readyz", ready_checks),
+            state,
+            disabled_metrics,
+        }
+    }
+
+    async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let path = req.uri().path();
+        let query = req.uri().query();
+        for checks in [&self.healthz, &self.livez, &self.readyz] {
+            if let Some(resp) = checks.answer(path, query) {
+                return resp;
             }
         }
-        "/metrics" => serving::metrics(&state.metrics.encode()),
-        "/configz" => serving::typed(&state.configz, "application/json"),
+        match path {
+            "/metrics" => serving::metrics(&serving::without_families(
+                &self.state.metrics.encode(),
+                &self.disabled_metrics,
+            )),
+            "/configz" => serving::typed(&self.state.configz, "application/json"),
+            _ if self.state.profiling => profiling(path, query).await,
+            _ => serving::not_found(),
+        }
+    }
+}
+
+/// `/debug/pprof/...` (profiling on).
+pub async fn profiling(path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+    match path {
+        "/debug/pprof" | "/debug/pprof/" => serving::text(
+            StatusCode::OK,
+            "/debug/pprof/\n\nprofile: CPU profile (pprof protobuf). Add ?seconds=N (default 30).\n\
+             \nHeap profiles are not available: ksched runs on glibc's malloc, which does not \
+             sample allocations.\n",
+        ),
+        "/debug/pprof/profile" => {
+            let seconds = match pprof::seconds(query) {
+                Ok(s) => s,
+                Err(e) => return serving::text(StatusCode::BAD_REQUEST, &e),
+            };
+            match pprof::cpu_profile(Duration::from_secs(seconds)).await {
+                Ok(profile) => {
+                    let mut resp = Response::new(Full::new(Bytes::from(profile)));
+                    resp.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/octet-stream"),
+                    );
+                    resp.headers_mut().insert(
+                        hyper::header::CONTENT_DISPOSITION,
+                        hyper::header::HeaderValue::from_static("attachment; filename=\"profile\""),
+                    );
+                    resp
+                }
+                Err(e) => serving::text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            }
+        }
         _ => serving::not_found(),
     }
 }

@@ -1,11 +1,27 @@
-//! Prometheus metrics under upstream kube-scheduler's names, so existing dashboards and alerts work.
+//! Prometheus metrics under upstream kube-scheduler's names, labels and buckets, so existing
+//! dashboards and alerts work; `ksched_*` for our own. Besides the scheduler's families: the
+//! process's (`process_*`, as client_golang's process collector), the API clients' (client-go's
+//! `rest_client_*`, recorded by `scheduler::client`) and leader election's.
+//!
+//! Families marked "phase 2" are defined with upstream's names, labels and buckets but not recorded
+//! yet: they need hooks inside the scheduling loop (`framework/runtime.rs`, `scheduler/run.rs`,
+//! `scheduler/queue.rs`); until then they expose no samples. Upstream's unlabelled phase-2
+//! families (`scheduler_scheduling_algorithm_duration_seconds`, `scheduler_preemption_attempts_total`,
+//! `scheduler_preemption_victims`, `scheduler_pod_scheduling_attempts`) would show zero samples, as
+//! if recorded: phase 2 registers them with the calls that record them.
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::serving::register;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
@@ -28,9 +44,39 @@ pub struct ExtensionPointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
+    pub extension_point: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IncomingLabels {
+    pub queue: String,
+    pub event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileLabels {
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SliLabels {
+    pub attempts: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaderLabels {
     pub name: String,
 }
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
     // upstream: exponential buckets from 1ms, factor 2, 15 buckets.
@@ -42,16 +88,41 @@ fn extension_point_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 12))
 }
 
+fn plugin_histogram() -> Histogram {
+    // upstream: exponential buckets from 0.01ms, factor 1.5, 20 buckets.
+    Histogram::new(exponential_buckets(0.00001, 1.5, 20))
+}
+
+fn sli_histogram() -> Histogram {
+    // upstream: exponential buckets from 10ms, factor 2, 20 buckets.
+    Histogram::new(exponential_buckets(0.01, 2.0, 20))
+}
+
 /// Every metric the scheduler exports.
 pub struct Metrics {
     pub registry: Registry,
     pub schedule_attempts: Family<AttemptLabels, Counter>,
-    pub scheduling_attempt_duration: Family<AttemptLabels, Histogram, fn() -> Histogram>,
+    pub scheduling_attempt_duration: Histograms<AttemptLabels>,
     pub pending_pods: Family<QueueLabels, Gauge>,
-    pub extension_point_duration: Family<ExtensionPointLabels, Histogram, fn() -> Histogram>,
+    pub extension_point_duration: Histograms<ExtensionPointLabels>,
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
     /// Failed Prometheus queries of the NetworkTraffic plugin (scheduling went on with score 0).
     pub network_traffic_prometheus_errors: Counter,
+    /// Phase 2: per plugin, sampled as upstream (`percentageOfNodesToScore`-independent 10 %).
+    pub plugin_execution_duration: Histograms<PluginLabels>,
+    /// Phase 2: pods added to a queue, by the event that moved them.
+    pub queue_incoming_pods: Family<IncomingLabels, Counter>,
+    /// Phase 2: end to end, from a pod's first entry into the queue to its binding.
+    pub pod_scheduling_sli_duration: Histograms<SliLabels>,
+    /// Phase 2: pods the profile's plugins rejected, by plugin.
+    pub unschedulable_pods: Family<UnschedulableLabels, Gauge>,
+    pub permit_wait_duration: Histograms<ResultLabels>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnschedulableLabels {
+    pub plugin: String,
+    pub profile: String,
 }
 
 impl Default for Metrics {
@@ -61,59 +132,88 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The metrics of a `ksched scheduler` process: the scheduler's, the process's and the API
+    /// clients'.
     pub fn new() -> Self {
+        let mut metrics = Self::scheduler_only();
+        register_process_metrics(&mut metrics.registry);
+        metrics
+    }
+
+    /// The scheduler's own families only: an Embedded scheduler inside the operator, whose
+    /// process and client metrics the operator exports once.
+    pub fn scheduler_only() -> Self {
         let mut registry = Registry::default();
-        let schedule_attempts = Family::<AttemptLabels, Counter>::default();
-        // prometheus-client appends `_total` to counters.
-        registry.register(
-            "scheduler_schedule_attempts",
-            "Number of attempts to schedule pods, by the result",
-            schedule_attempts.clone(),
-        );
-        let scheduling_attempt_duration =
-            Family::<AttemptLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                latency_histogram,
-            );
-        registry.register(
-            "scheduler_scheduling_attempt_duration_seconds",
-            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
-            scheduling_attempt_duration.clone(),
-        );
-        let pending_pods = Family::<QueueLabels, Gauge>::default();
-        registry.register(
-            "scheduler_pending_pods",
-            "Number of pending pods, by the queue type",
-            pending_pods.clone(),
-        );
-        let extension_point_duration =
-            Family::<ExtensionPointLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                extension_point_histogram,
-            );
-        registry.register(
-            "scheduler_framework_extension_point_duration_seconds",
-            "Latency for running all plugins of a specific extension point",
-            extension_point_duration.clone(),
-        );
-        let leader_election_master_status = Family::<LeaderLabels, Gauge>::default();
-        registry.register(
-            "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
-            leader_election_master_status.clone(),
-        );
-        let network_traffic_prometheus_errors = Counter::default();
-        registry.register(
-            "scheduler_network_traffic_prometheus_errors",
-            "Prometheus queries of the NetworkTraffic plugin that failed or timed out",
-            network_traffic_prometheus_errors.clone(),
-        );
+        let r = &mut registry;
         Self {
+            // prometheus-client appends `_total` to counters.
+            schedule_attempts: register(
+                r,
+                "scheduler_schedule_attempts",
+                "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.",
+                Family::default(),
+            ),
+            scheduling_attempt_duration: register(
+                r,
+                "scheduler_scheduling_attempt_duration_seconds",
+                "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            pending_pods: register(
+                r,
+                "scheduler_pending_pods",
+                "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
+                Family::default(),
+            ),
+            extension_point_duration: register(
+                r,
+                "scheduler_framework_extension_point_duration_seconds",
+                "Latency for running all plugins of a specific extension point.",
+                Family::new_with_constructor(extension_point_histogram),
+            ),
+            leader_election_master_status: register(
+                r,
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+                Family::default(),
+            ),
+            network_traffic_prometheus_errors: register(
+                r,
+                "scheduler_network_traffic_prometheus_errors",
+                "Prometheus queries of the NetworkTraffic plugin that failed or timed out",
+                Counter::default(),
+            ),
+            plugin_execution_duration: register(
+                r,
+                "scheduler_plugin_execution_duration_seconds",
+                "Duration for running a plugin at a specific extension point.",
+                Family::new_with_constructor(plugin_histogram),
+            ),
+            queue_incoming_pods: register(
+                r,
+                "scheduler_queue_incoming_pods",
+                "Number of pods added to scheduling queues by event and queue type.",
+                Family::default(),
+            ),
+            pod_scheduling_sli_duration: register(
+                r,
+                "scheduler_pod_scheduling_sli_duration_seconds",
+                "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts.",
+                Family::new_with_constructor(sli_histogram),
+            ),
+            unschedulable_pods: register(
+                r,
+                "scheduler_unschedulable_pods",
+                "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
+                Family::default(),
+            ),
+            permit_wait_duration: register(
+                r,
+                "scheduler_permit_wait_duration_seconds",
+                "Duration of waiting on permit.",
+                Family::new_with_constructor(latency_histogram),
+            ),
             registry,
-            network_traffic_prometheus_errors,
-            schedule_attempts,
-            scheduling_attempt_duration,
-            pending_pods,
-            extension_point_duration,
-            leader_election_master_status,
         }
     }
 
@@ -121,6 +221,308 @@ impl Metrics {
     pub fn encode(&self) -> String {
         crate::serving::encode(&self.registry)
     }
+}
+
+/// Registers the process's metrics (`process_*`) and the API clients' (`rest_client_*`) in
+/// `registry`: once per process (the scheduler's registry, or the operator's).
+pub fn register_process_metrics(registry: &mut Registry) {
+    registry.register_collector(Box::new(ProcessCollector));
+    rest_client_metrics().register(registry);
+}
+
+/// client_golang's process collector, read from `/proc/self` at each scrape.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// What `/proc/self` says about this process.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ProcessStats {
+    pub cpu_seconds: f64,
+    pub resident_bytes: i64,
+    pub virtual_bytes: i64,
+    pub start_time_seconds: f64,
+    pub open_fds: i64,
+    pub max_fds: i64,
+    pub virtual_max_bytes: f64,
+    pub threads: i64,
+}
+
+/// Parses `/proc/self/stat` (`stat`), with the clock tick and page size, and the boot time.
+pub fn parse_stat(stat: &str, ticks: f64, page: i64, boot_time: f64) -> Option<ProcessStats> {
+    // Fields after the command name, which is in parentheses and may hold anything.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i)?.parse::<f64>().ok();
+    // Field numbers of proc(5) minus 3: state is field 3, at index 0.
+    let utime = num(11)?;
+    let stime = num(12)?;
+    let threads = num(17)?;
+    let start = num(19)?;
+    let vsize = num(20)?;
+    let rss = num(21)?;
+    Some(ProcessStats {
+        cpu_seconds: (utime + stime) / ticks,
+        resident_bytes: rss as i64 * page,
+        virtual_bytes: vsize as i64,
+        start_time_seconds: boot_time + start / ticks,
+        threads: threads as i64,
+        ..ProcessStats::default()
+    })
+}
+
+fn boot_time() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `Max open files` and `Max address space` of `/proc/self/limits` (the soft limits).
+pub fn parse_limits(limits: &str) -> (i64, f64) {
+    let soft = |prefix: &str| {
+        limits
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l[prefix.len()..].split_whitespace().next())
+            .map(|v| {
+                if v == "unlimited" {
+                    -1.0
+                } else {
+                    v.parse().unwrap_or(-1.0)
+                }
+            })
+            .unwrap_or(-1.0)
+    };
+    (soft("Max open files") as i64, soft("Max address space"))
+}
+
+fn process_stats() -> Option<ProcessStats> {
+    // SAFETY: sysconf has no preconditions.
+    let (ticks, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE) as i64,
+        )
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let mut stats = parse_stat(&stat, ticks.max(1.0), page, boot_time().unwrap_or(0.0))?;
+    stats.open_fds = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count() as i64)
+        .unwrap_or(0);
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    (stats.max_fds, stats.virtual_max_bytes) = parse_limits(&limits);
+    Some(stats)
+}
+
+fn encode_gauge<N>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let gauge = ConstGauge::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+    gauge.encode(metric)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(s) = process_stats() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(s.cpu_seconds);
+        let metric = encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            None,
+            cpu.metric_type(),
+        )?;
+        cpu.encode(metric)?;
+        let e = &mut encoder;
+        encode_gauge(
+            e,
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            s.resident_bytes,
+        )?;
+        encode_gauge(
+            e,
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            s.virtual_bytes,
+        )?;
+        encode_gauge(
+            e,
+            "process_virtual_memory_max_bytes",
+            "Maximum amount of virtual memory available in bytes.",
+            s.virtual_max_bytes,
+        )?;
+        encode_gauge(
+            e,
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            s.start_time_seconds,
+        )?;
+        encode_gauge(
+            e,
+            "process_open_fds",
+            "Number of open file descriptors.",
+            s.open_fds,
+        )?;
+        encode_gauge(
+            e,
+            "process_max_fds",
+            "Maximum number of open file descriptors.",
+            s.max_fds,
+        )?;
+        encode_gauge(
+            e,
+            "ksched_process_threads",
+            "OS threads of the process (kube-scheduler's go_threads).",
+            s.threads,
+        )?;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub code: String,
+    pub method: String,
+    pub host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbHostLabels {
+    pub verb: String,
+    pub host: String,
+}
+
+fn request_latency_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+    ])
+}
+
+fn size_histogram() -> Histogram {
+    Histogram::new([
+        64.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+        16777216.0,
+    ])
+}
+
+/// client-go's request metrics, for every API client of the process (client-go registers them
+/// once per process too).
+#[derive(Clone, Debug)]
+pub struct RestClientMetrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: Histograms<VerbHostLabels>,
+    pub rate_limiter_duration: Histograms<VerbHostLabels>,
+    pub request_size: Histograms<VerbHostLabels>,
+    pub response_size: Histograms<VerbHostLabels>,
+}
+
+impl RestClientMetrics {
+    fn new() -> Self {
+        Self {
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(request_latency_histogram),
+            rate_limiter_duration: Family::new_with_constructor(request_latency_histogram),
+            request_size: Family::new_with_constructor(size_histogram),
+            response_size: Family::new_with_constructor(size_histogram),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            self.requests.clone(),
+        );
+        r.register(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            self.request_duration.clone(),
+        );
+        r.register(
+            "rest_client_rate_limiter_duration_seconds",
+            "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+            self.rate_limiter_duration.clone(),
+        );
+        r.register(
+            "rest_client_request_size_bytes",
+            "Request size in bytes. Broken down by verb and host.",
+            self.request_size.clone(),
+        );
+        r.register(
+            "rest_client_response_size_bytes",
+            "Response size in bytes. Broken down by verb and host.",
+            self.response_size.clone(),
+        );
+    }
+
+    /// Records one request that got an answer with `code` (or `<error>`) after `took`.
+    pub fn observe(
+        &self,
+        method: &str,
+        code: &str,
+        took: Duration,
+        sizes: (Option<u64>, Option<u64>),
+    ) {
+        let host = api_host().to_string();
+        let verb = VerbHostLabels {
+            verb: method.to_string(),
+            host: host.clone(),
+        };
+        self.requests
+            .get_or_create(&RequestLabels {
+                code: code.to_string(),
+                method: method.to_string(),
+                host,
+            })
+            .inc();
+        self.request_duration
+            .get_or_create(&verb)
+            .observe(took.as_secs_f64());
+        if let Some(size) = sizes.0 {
+            self.request_size.get_or_create(&verb).observe(size as f64);
+        }
+        if let Some(size) = sizes.1 {
+            self.response_size.get_or_create(&verb).observe(size as f64);
+        }
+    }
+
+    pub fn observe_rate_limiter(&self, method: &str, waited: Duration) {
+        let verb = VerbHostLabels {
+            verb: method.to_string(),
+            host: api_host().to_string(),
+        };
+        self.rate_limiter_duration
+            .get_or_create(&verb)
+            .observe(waited.as_secs_f64());
+    }
+}
+
+static REST_CLIENT: OnceLock<RestClientMetrics> = OnceLock::new();
+static API_HOST: OnceLock<String> = OnceLock::new();
+
+/// The process's API client metrics.
+pub fn rest_client_metrics() -> &'static RestClientMetrics {
+    REST_CLIENT.get_or_init(RestClientMetrics::new)
+}
+
+/// Records the API server's `host:port` for the `host` label (set once, where the client is
+/// built from its kubeconfig).
+pub fn set_api_host(url: &http::Uri) {
+    let host = url.authority().map(|a| a.to_string()).unwrap_or_default();
+    let _ = API_HOST.set(host);
+}
+
+fn api_host() -> &'static str {
+    API_HOST.get().map_or("", String::as_str)
 }
 
 #[cfg(test)]
@@ -161,6 +563,65 @@ mod tests {
             r#"scheduler_pending_pods{queue="active"} 2"#,
             r#"leader_election_master_status{name="ksched-p"} 1"#,
             r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Bind",status="Success",profile="p"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn process_metrics_are_read_from_proc() {
+        let text = Metrics::new().encode();
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_start_time_seconds",
+            "process_open_fds",
+            "process_max_fds",
+            "process_virtual_memory_bytes",
+        ] {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(family) && !l.starts_with('#')),
+                "{family} missing:\n{text}"
+            );
+        }
+        // An Embedded scheduler's metrics leave them to the operator.
+        assert!(
+            !Metrics::scheduler_only()
+                .encode()
+                .contains("process_cpu_seconds")
+        );
+    }
+
+    #[test]
+    fn proc_stat_fields_are_read_after_the_command_name() {
+        let stat = "12 (a (weird) name) S 1 12 12 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 7 0 1000 4096000 300 18446744073709551615";
+        let s = parse_stat(stat, 100.0, 4096, 1_700_000_000.0).unwrap();
+        assert_eq!(s.cpu_seconds, 3.0);
+        assert_eq!(s.threads, 7);
+        assert_eq!(s.start_time_seconds, 1_700_000_010.0);
+        assert_eq!(s.virtual_bytes, 4_096_000);
+        assert_eq!(s.resident_bytes, 300 * 4096);
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\nMax address space         unlimited            unlimited            bytes\n";
+        assert_eq!(parse_limits(limits), (1024, -1.0));
+    }
+
+    #[test]
+    fn rest_client_requests_have_client_gos_names_and_labels() {
+        let m = RestClientMetrics::new();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        m.observe("GET", "200", Duration::from_millis(30), (None, Some(1000)));
+        m.observe_rate_limiter("GET", Duration::from_millis(1));
+        let text = crate::serving::encode(&registry);
+        for line in [
+            r#"rest_client_requests_total{code="200",method="GET",host=""} 1"#,
+            r#"rest_client_request_duration_seconds_bucket{le="0.1",verb="GET",host=""} 1"#,
+            r#"rest_client_response_size_bytes_bucket{le="1024.0",verb="GET",host=""} 1"#,
+            r#"rest_client_rate_limiter_duration_seconds_count{verb="GET",host=""} 1"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -7,6 +7,7 @@ pub mod client;
 pub mod command;
 pub mod events;
 pub mod extender;
+pub mod features;
 pub mod http;
 pub mod informers;
 pub mod leader_election;

@@ -18,7 +18,7 @@ use super::api::KubeApi;
 use super::cache::Cache;
 use super::client::Clients;
 use super::events::{EventQueue, PodReporter, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE};
-use super::http::{self, HttpState, TlsFiles};
+use super::http::{self, HttpState};
 use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
 use super::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership,
@@ -54,7 +54,11 @@ pub struct SchedulerOptions {
     pub registry: Arc<Registry>,
     /// HTTPS endpoint (`0.0.0.0:10259` by default); `None` serves nothing (embedded use).
     pub secure_address: Option<SocketAddr>,
-    pub tls: TlsFiles,
+    /// How the endpoint serves (TLS, authentication and authorization).
+    pub endpoint: http::Endpoint,
+    /// Where the scheduler's metrics go; `None`: a registry of its own with the process's and
+    /// the API clients' metrics. The operator passes one per Embedded scheduler.
+    pub metrics: Option<Arc<Metrics>>,
     /// Leader-election identity (`<hostname>_<random>`).
     pub identity: String,
     /// `/configz` body.
@@ -177,7 +181,10 @@ pub async fn run(
     let clients = Clients::new(&client, cc.qps, cc.burst, &leadership);
     // One queue serves the events of every profile.
     let (events, event_flusher) = EventQueue::start(clients.events.clone(), &options.identity);
-    let metrics = Arc::new(Metrics::new());
+    let metrics = options
+        .metrics
+        .clone()
+        .unwrap_or_else(|| Arc::new(Metrics::new()));
     let nominator = Arc::new(Nominator::new());
     let api = KubeApi::new(clients.binds.clone(), clients.writes.clone());
     let extenders = super::extender::build_extenders(&config.extenders)?;
@@ -206,13 +213,21 @@ pub async fn run(
         leadership: leadership.clone(),
     });
 
-    let http_state = Arc::new(HttpState {
-        ready: false.into(),
-        metrics: metrics.clone(),
-        configz: options.configz.clone(),
-    });
+    let http_state = Arc::new(HttpState::new(
+        metrics.clone(),
+        options.configz.clone(),
+        elector.as_ref().map(LeaderElector::health),
+        shutdown.clone(),
+        config.enable_profiling,
+    ));
     if let Some(addr) = options.secure_address {
-        http::serve(addr, &options.tls, http_state.clone(), shutdown.clone()).await?;
+        http::serve(
+            addr,
+            &options.endpoint,
+            http_state.clone(),
+            shutdown.clone(),
+        )
+        .await?;
     }
 
     // Informers.

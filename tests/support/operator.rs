@@ -99,6 +99,7 @@ impl InProcessOperator {
                     let (addr, _) = ksched::operator::http::serve(
                         ([127, 0, 0, 1], 0).into(),
                         opts.health.clone(),
+                        ksched::operator::http::PlainRoutes::All,
                         http_stopped,
                     )
                     .await

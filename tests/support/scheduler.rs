@@ -39,6 +39,13 @@ impl SchedulerProcess {
         let mut cmd = Command::new(ksched_bin());
         cmd.args(["scheduler", "--config", path_str(&config)]);
         cmd.args(["--kubeconfig", path_str(kubeconfig)]);
+        // Delegated authentication and authorization, as kube-scheduler is run.
+        cmd.args([
+            "--authentication-kubeconfig",
+            path_str(&cp.kubeconfig),
+            "--authorization-kubeconfig",
+            path_str(&cp.kubeconfig),
+        ]);
         cmd.args([
             "--bind-address=127.0.0.1",
             &format!("--secure-port={secure_port}"),

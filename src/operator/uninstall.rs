@@ -1,0 +1,790 @@
+//! Uninstall in one step: `helm uninstall` or `kubectl delete -k manifests/install` deletes the
+//! operator's ServiceAccount, RBAC, Deployment and (kustomize) namespace at the same moment as the
+//! CRDs, profiles and policies. The operator cannot clean up with its own identity then: its
+//! ServiceAccount token stops authenticating the moment the ServiceAccount is deleted, and its
+//! permissions go with its RoleBindings. Finalizers on those objects would keep them, but the last
+//! finalizer could never be removed: removing the ServiceAccount's ends the identity, removing a
+//! binding's ends the permission to remove the other's.
+//!
+//! So the operator keeps a *kit* outside what the install deletes, with one root: the ClusterRole
+//! [`KIT_NAME`], which owns (owner references, for the garbage collector) a ServiceAccount
+//! `kube-system/KIT_NAME`, its ClusterRoleBinding, and a Role and RoleBinding in the operator
+//! namespace and in kube-system, granting exactly what the cleanup needs ([`kit`]). Every replica
+//! holds a token of that ServiceAccount (TokenRequest, renewed) and watches its installation with
+//! it ([`Departure`]): when the operator's ClusterRoleBinding or namespace is deleted (or, after a
+//! SIGTERM, its Deployment is gone and one of them follows within [`DEPARTURE_WAIT`]), the replica
+//! that was leading stops its controllers and runs [`teardown`] with the kit's identity: it
+//! removes every taint the operator added, the finalizers of the LeafClusterPolicies (and those an
+//! older operator put on SchedulerProfiles) and every rendered object, then deletes the kit's root
+//! as its very last request; the garbage collector removes the rest of the kit. A follower waits
+//! [`FOLLOWER_DEFER`] for the leader to finish (seen as the kit's identity failing) and tears down
+//! itself only if the leader did not.
+//!
+//! An operator that is gone before the uninstall (its pods cannot run) leaves the kit, its taints
+//! and the policies' finalizers; `ksched uninstall` runs the same [`teardown`] with the user's
+//! credentials.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::render::{APP_NAME, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, MANAGED_BY, rule};
+use super::{
+    Error, FINALIZER, LEGACY_FINALIZER, OPERATOR_NAME, apply, is_not_found, remove_finalizer,
+};
+use crate::api::{LeafClusterPolicy, SchedulerProfile};
+
+/// Name of the kit's objects: its root ClusterRole, the ClusterRoleBinding, the ServiceAccount in
+/// [`KIT_NAMESPACE`], the Roles and RoleBindings.
+pub const KIT_NAME: &str = "ksched-operator-uninstall";
+/// Where the kit's ServiceAccount lives: a namespace no uninstall deletes.
+pub const KIT_NAMESPACE: &str = "kube-system";
+/// `app.kubernetes.io/component` of the kit's objects.
+const KIT_COMPONENT: &str = "uninstall";
+/// Label selector of everything the operator renders for profiles (not the kit).
+const RENDERED: &str =
+    "app.kubernetes.io/managed-by=ksched-operator,app.kubernetes.io/component=scheduler";
+
+/// Lifetime asked for the kit's token, and how often it is renewed.
+const TOKEN_SECONDS: i64 = 3600;
+const TOKEN_RENEWAL: Duration = Duration::from_secs(20 * 60);
+/// Retry while the kit's ServiceAccount does not exist yet (the leader creates it).
+const TOKEN_RETRY: Duration = Duration::from_secs(10);
+/// How often a replica looks at its installation.
+const POLL: Duration = Duration::from_secs(1);
+/// After SIGTERM with its Deployment gone, how long a replica waits for its ClusterRoleBinding or
+/// namespace to be deleted too (`helm uninstall` deletes the Deployment first, RBAC a moment later).
+pub const DEPARTURE_WAIT: Duration = Duration::from_secs(5);
+/// How long a follower leaves the cleanup to the leader.
+pub const FOLLOWER_DEFER: Duration = Duration::from_secs(10);
+/// Passes of [`teardown`] before it gives up (each one resumes where the last failed).
+const PASSES: u32 = 3;
+
+/// The objects of the kit for an operator in `namespace`; owner references are set by
+/// [`Kit::owned_by`] once the root exists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kit {
+    /// The root: deleting it (the cleanup's last request) removes the rest by garbage collection.
+    pub cluster_role: ClusterRole,
+    pub cluster_role_binding: ClusterRoleBinding,
+    pub service_account: ServiceAccount,
+    /// One per namespace: the operator namespace and kube-system.
+    pub roles: Vec<Role>,
+    pub role_bindings: Vec<RoleBinding>,
+}
+
+fn kit_meta(namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(KIT_NAME.into()),
+        namespace: namespace.map(String::from),
+        labels: Some(
+            [
+                (LABEL_NAME, APP_NAME),
+                (LABEL_COMPONENT, KIT_COMPONENT),
+                (LABEL_MANAGED_BY, MANAGED_BY),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ),
+        ..ObjectMeta::default()
+    }
+}
+
+fn named(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
+    PolicyRule {
+        resource_names: Some(names.iter().map(|s| s.to_string()).collect()),
+        ..rule(groups, resources, verbs)
+    }
+}
+
+/// The cleanup's cluster-wide permissions: the taints it added, the finalizers of both kinds, the
+/// profiles' ClusterRoles and ClusterRoleBindings (and the kit's root), and reading the
+/// installation it watches.
+fn cluster_rules(namespace: &str) -> Vec<PolicyRule> {
+    vec![
+        rule(&[""], &["nodes"], &["get", "list", "patch"]),
+        rule(
+            &["ksched.io"],
+            &["schedulerprofiles", "leafclusterpolicies"],
+            &["get", "list", "patch"],
+        ),
+        rule(
+            &["rbac.authorization.k8s.io"],
+            &["clusterroles", "clusterrolebindings"],
+            &["list", "delete"],
+        ),
+        named(
+            &["rbac.authorization.k8s.io"],
+            &["clusterrolebindings"],
+            &["get"],
+            &[OPERATOR_NAME],
+        ),
+        named(&[""], &["namespaces"], &["get"], &[namespace]),
+    ]
+}
+
+/// The profiles' namespaced objects in the operator namespace, and its own Deployment (read after
+/// a SIGTERM) and Lease.
+fn namespace_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            &[""],
+            &["configmaps", "serviceaccounts", "services"],
+            &["get", "list", "delete"],
+        ),
+        rule(&["apps"], &["deployments"], &["get", "list", "delete"]),
+        rule(
+            &["rbac.authorization.k8s.io"],
+            &["roles", "rolebindings"],
+            &["get", "list", "delete"],
+        ),
+        rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "list", "delete"],
+        ),
+    ]
+}
+
+/// The profiles' RoleBindings to extension-apiserver-authentication-reader.
+fn kube_system_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        &["rbac.authorization.k8s.io"],
+        &["rolebindings"],
+        &["list", "delete"],
+    )]
+}
+
+/// The kit of an operator in `namespace`.
+pub fn kit(namespace: &str) -> Kit {
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: KIT_NAME.into(),
+        namespace: Some(KIT_NAMESPACE.into()),
+        api_group: None,
+    };
+    let role_ref = |kind: &str| RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: KIT_NAME.into(),
+    };
+    // One Role per namespace (an operator in kube-system gets both sets in one).
+    let mut per_namespace: Vec<(&str, Vec<PolicyRule>)> = vec![(namespace, namespace_rules())];
+    if namespace == KIT_NAMESPACE {
+        per_namespace[0].1.extend(kube_system_rules());
+    } else {
+        per_namespace.push((KIT_NAMESPACE, kube_system_rules()));
+    }
+    Kit {
+        cluster_role: ClusterRole {
+            metadata: kit_meta(None),
+            rules: Some(cluster_rules(namespace)),
+            ..ClusterRole::default()
+        },
+        cluster_role_binding: ClusterRoleBinding {
+            metadata: kit_meta(None),
+            role_ref: role_ref("ClusterRole"),
+            subjects: Some(vec![subject.clone()]),
+        },
+        service_account: ServiceAccount {
+            metadata: kit_meta(Some(KIT_NAMESPACE)),
+            ..ServiceAccount::default()
+        },
+        roles: per_namespace
+            .iter()
+            .map(|(ns, rules)| Role {
+                metadata: kit_meta(Some(ns)),
+                rules: Some(rules.clone()),
+            })
+            .collect(),
+        role_bindings: per_namespace
+            .iter()
+            .map(|(ns, _)| RoleBinding {
+                metadata: kit_meta(Some(ns)),
+                role_ref: role_ref("Role"),
+                subjects: Some(vec![subject.clone()]),
+            })
+            .collect(),
+    }
+}
+
+impl Kit {
+    /// Every object but the root owned by the root (uid `root_uid`). Not blocking the owner's
+    /// deletion: nothing waits for these.
+    pub fn owned_by(mut self, root_uid: &str) -> Kit {
+        let owner = OwnerReference {
+            api_version: "rbac.authorization.k8s.io/v1".into(),
+            kind: "ClusterRole".into(),
+            name: KIT_NAME.into(),
+            uid: root_uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(false),
+        };
+        let metas = std::iter::once(&mut self.cluster_role_binding.metadata)
+            .chain(std::iter::once(&mut self.service_account.metadata))
+            .chain(self.roles.iter_mut().map(|r| &mut r.metadata))
+            .chain(self.role_bindings.iter_mut().map(|b| &mut b.metadata));
+        for meta in metas {
+            meta.owner_references = Some(vec![owner.clone()]);
+        }
+        self
+    }
+}
+
+/// Creates or updates the kit of an installed operator (its ClusterRoleBinding [`OPERATOR_NAME`]
+/// exists: an operator started by hand outside an installation needs none). `Ok(false)` when
+/// there is no installation.
+pub(crate) async fn ensure_kit(client: &Client, namespace: &str) -> Result<bool, Error> {
+    let installed = Api::<ClusterRoleBinding>::all(client.clone())
+        .get_opt(OPERATOR_NAME)
+        .await?;
+    if installed.is_none_or(|b| b.metadata.deletion_timestamp.is_some()) {
+        return Ok(false);
+    }
+    let k = kit(namespace);
+    let root = apply(&Api::all(client.clone()), &k.cluster_role).await?;
+    let uid = root
+        .uid()
+        .ok_or_else(|| Error::Uninstall(format!("ClusterRole {KIT_NAME} has no uid")))?;
+    let k = k.owned_by(&uid);
+    apply(&Api::all(client.clone()), &k.cluster_role_binding).await?;
+    apply(
+        &Api::namespaced(client.clone(), KIT_NAMESPACE),
+        &k.service_account,
+    )
+    .await?;
+    for role in &k.roles {
+        let ns = role.metadata.namespace.as_deref().unwrap_or(KIT_NAMESPACE);
+        apply(&Api::namespaced(client.clone(), ns), role).await?;
+    }
+    for binding in &k.role_bindings {
+        let ns = binding
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or(KIT_NAMESPACE);
+        apply(&Api::namespaced(client.clone(), ns), binding).await?;
+    }
+    Ok(true)
+}
+
+/// A client with the kit's identity: `base` (the operator's cluster address and CA) with a token of
+/// the kit's ServiceAccount instead of the operator's own credentials.
+async fn kit_client(main: &Client, base: &kube::Config) -> Result<Client, Error> {
+    let request = TokenRequest {
+        // No audiences: the API server's own.
+        spec: Some(TokenRequestSpec {
+            audiences: None,
+            expiration_seconds: Some(TOKEN_SECONDS),
+            bound_object_ref: None,
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(main.clone(), KIT_NAMESPACE)
+        .create_token_request(KIT_NAME, &PostParams::default(), &request)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| Error::Uninstall("the TokenRequest returned no token".into()))?;
+    let mut config = base.clone();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(secrecy::SecretString::from(token)),
+        ..kube::config::AuthInfo::default()
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// `true` for 401 and 403: the kit's identity is gone (its root was deleted: the cleanup finished).
+fn identity_gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 401 || s.code == 403)
+}
+
+/// What a replica saw of its installation so far (a deletion is only a departure from what was
+/// there).
+#[derive(Debug, Default)]
+struct Seen {
+    namespace: bool,
+    binding: bool,
+}
+
+/// Why the installation is going, if it is: its namespace or its ClusterRoleBinding is being (or
+/// was) deleted.
+async fn departing(client: &Client, namespace: &str, seen: &mut Seen) -> Option<String> {
+    match Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await
+    {
+        Ok(Some(ns)) if ns.metadata.deletion_timestamp.is_some() => {
+            return Some(format!("namespace {namespace} is being deleted"));
+        }
+        Ok(Some(_)) => seen.namespace = true,
+        Ok(None) if seen.namespace => return Some(format!("namespace {namespace} was deleted")),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the operator namespace with the uninstall identity")
+        }
+    }
+    match Api::<ClusterRoleBinding>::all(client.clone())
+        .get_opt(OPERATOR_NAME)
+        .await
+    {
+        Ok(Some(b)) if b.metadata.deletion_timestamp.is_some() => Some(format!(
+            "ClusterRoleBinding {OPERATOR_NAME} is being deleted"
+        )),
+        Ok(Some(_)) => {
+            seen.binding = true;
+            None
+        }
+        Ok(None) if seen.binding => Some(format!("ClusterRoleBinding {OPERATOR_NAME} was deleted")),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the operator's ClusterRoleBinding with the uninstall identity");
+            None
+        }
+    }
+}
+
+/// One replica's watch on its installation, with the kit's identity (see the module docs). Its
+/// tasks end when it is dropped.
+pub(crate) struct Departure {
+    namespace: String,
+    kit: Arc<parking_lot::Mutex<Option<Client>>>,
+    reason: tokio::sync::watch::Receiver<Option<String>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Departure {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Departure {
+    /// Starts renewing the kit's token with `main` (the operator's own client) and watching the
+    /// installation in `namespace`; `base` is the configuration `main` was made from.
+    pub(crate) fn start(main: Client, base: kube::Config, namespace: &str) -> Departure {
+        let kit: Arc<parking_lot::Mutex<Option<Client>>> = Arc::default();
+        let (tx, reason) = tokio::sync::watch::channel(None);
+        let renewing = {
+            let kit = kit.clone();
+            tokio::spawn(async move {
+                let mut warned = false;
+                loop {
+                    let wait = match kit_client(&main, &base).await {
+                        Ok(client) => {
+                            *kit.lock() = Some(client);
+                            TOKEN_RENEWAL
+                        }
+                        Err(e) => {
+                            // The leader creates the kit: a follower may ask before it exists.
+                            if !warned && kit.lock().is_none() {
+                                tracing::info!(error = %e, "no uninstall identity yet (the leading replica creates it); retrying");
+                                warned = true;
+                            }
+                            TOKEN_RETRY
+                        }
+                    };
+                    tokio::time::sleep(wait).await;
+                }
+            })
+        };
+        let watching = {
+            let kit = kit.clone();
+            let namespace = namespace.to_string();
+            tokio::spawn(async move {
+                let mut seen = Seen::default();
+                loop {
+                    let client = kit.lock().clone();
+                    if let Some(client) = client
+                        && let Some(why) = departing(&client, &namespace, &mut seen).await
+                    {
+                        tracing::info!(reason = %why, "ksched is being uninstalled");
+                        let _ = tx.send(Some(why));
+                        return;
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+            })
+        };
+        Departure {
+            namespace: namespace.to_string(),
+            kit,
+            reason,
+            tasks: vec![renewing, watching],
+        }
+    }
+
+    /// Resolves once the installation is seen going.
+    pub(crate) async fn detected(&self) {
+        let mut reason = self.reason.clone();
+        let _ = reason.wait_for(Option::is_some).await;
+    }
+
+    /// Why the installation is going, if it was seen going.
+    pub(crate) fn reason(&self) -> Option<String> {
+        self.reason.borrow().clone()
+    }
+
+    /// After a SIGTERM: the pod is going, and an uninstall if its Deployment went too and the
+    /// installation follows within [`DEPARTURE_WAIT`] (a rollout, a drain or a scale-down keeps the
+    /// Deployment).
+    pub(crate) async fn after_shutdown(&self) -> Option<String> {
+        if let Some(why) = self.reason() {
+            return Some(why);
+        }
+        let client = self.kit.lock().clone()?;
+        let deployment = Api::<Deployment>::namespaced(client, &self.namespace)
+            .get_opt(OPERATOR_NAME)
+            .await;
+        match deployment {
+            Ok(Some(d)) if d.metadata.deletion_timestamp.is_none() => return None,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the operator's Deployment");
+                return None;
+            }
+        }
+        tracing::info!(
+            "the operator's Deployment is gone: waiting {DEPARTURE_WAIT:?} for its RBAC or namespace to go too"
+        );
+        tokio::time::timeout(DEPARTURE_WAIT, self.detected())
+            .await
+            .ok()?;
+        self.reason()
+    }
+
+    /// Removes what the operator added and rendered, then the kit (see [`teardown`]). A follower
+    /// first leaves it to the leader for [`FOLLOWER_DEFER`].
+    pub(crate) async fn tear_down(&self, leading: bool) -> Result<(), Error> {
+        let Some(client) = self.kit.lock().clone() else {
+            return Err(Error::Uninstall(
+                "the operator has no uninstall identity (see the earlier warning): run `ksched uninstall` to finish".into(),
+            ));
+        };
+        if !leading {
+            tracing::info!("leaving the cleanup to the leading replica for {FOLLOWER_DEFER:?}");
+            let deadline = Instant::now() + FOLLOWER_DEFER;
+            while Instant::now() < deadline {
+                match Api::<Namespace>::all(client.clone())
+                    .get_opt(&self.namespace)
+                    .await
+                {
+                    Err(e) if identity_gone(&e) => {
+                        tracing::info!("the leading replica finished the uninstall");
+                        return Ok(());
+                    }
+                    _ => tokio::time::sleep(POLL).await,
+                }
+            }
+        }
+        match teardown(&client, &self.namespace).await {
+            Ok(removed) => {
+                tracing::info!(%removed, "uninstalled: nothing the operator added or rendered is left");
+                Ok(())
+            }
+            Err(Error::Kube(e)) if !leading && identity_gone(&e) => {
+                tracing::info!("another replica finished the uninstall");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What [`teardown`] removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    /// Nodes whose operator-added taints were removed.
+    pub nodes: usize,
+    /// Finalizers removed from LeafClusterPolicies and SchedulerProfiles.
+    pub finalizers: usize,
+    /// Rendered objects deleted (the profiles' schedulers, RBAC, Leases, ...).
+    pub objects: usize,
+}
+
+impl std::fmt::Display for Removed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "taints removed from {} node(s), {} finalizer(s) removed, {} rendered object(s) deleted",
+            self.nodes, self.finalizers, self.objects
+        )
+    }
+}
+
+/// Removes everything the operator of `namespace` added or rendered, then the kit: every taint it
+/// recorded on a node (never one it did not add), the finalizers of LeafClusterPolicies and the
+/// legacy one of SchedulerProfiles, every rendered object (in the operator namespace only when it
+/// is not being deleted anyway), the operator's Lease; the kit's root last. Idempotent, and safe
+/// beside another run of it. `client` is the kit's identity, or the user's (`ksched uninstall`).
+pub async fn teardown(client: &Client, namespace: &str) -> Result<Removed, Error> {
+    let mut last = None;
+    for pass in 1..=PASSES {
+        match teardown_pass(client, namespace).await {
+            Ok(removed) => {
+                match Api::<ClusterRole>::all(client.clone())
+                    .delete(KIT_NAME, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                return Ok(removed);
+            }
+            Err(e) => {
+                tracing::warn!(pass, error = %e, "uninstall cleanup incomplete; trying again");
+                if matches!(&e, Error::Kube(k) if identity_gone(k)) {
+                    return Err(e);
+                }
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(pass))).await;
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Uninstall("cleanup did not run".into())))
+}
+
+async fn teardown_pass(client: &Client, namespace: &str) -> Result<Removed, Error> {
+    let mut removed = Removed::default();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for node in nodes.list(&ListParams::default()).await?.items {
+        let view = super::leaf_cluster_policy::node_view(&node);
+        if view.records.0.is_empty() {
+            continue;
+        }
+        let release =
+            |n: &Node| super::taints::release_all(&super::leaf_cluster_policy::node_view(n));
+        if super::leaf_cluster_policy::update_node(&nodes, &node, release)
+            .await?
+            .is_some_and(|plan| plan.change.is_some())
+        {
+            removed.nodes += 1;
+        }
+    }
+    removed.finalizers += strip::<LeafClusterPolicy>(client, FINALIZER).await?;
+    removed.finalizers += strip::<SchedulerProfile>(client, LEGACY_FINALIZER).await?;
+
+    removed.objects += delete_rendered(Api::<ClusterRoleBinding>::all(client.clone())).await?;
+    removed.objects += delete_rendered(Api::<ClusterRole>::all(client.clone())).await?;
+    removed.objects += delete_rendered(Api::<RoleBinding>::namespaced(
+        client.clone(),
+        KIT_NAMESPACE,
+    ))
+    .await?;
+    let active = Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await?
+        .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none());
+    if active {
+        // A namespace being deleted takes them with it.
+        let c = || client.clone();
+        removed.objects += delete_rendered(Api::<Deployment>::namespaced(c(), namespace)).await?;
+        removed.objects += delete_rendered(Api::<Service>::namespaced(c(), namespace)).await?;
+        removed.objects += delete_rendered(Api::<ConfigMap>::namespaced(c(), namespace)).await?;
+        removed.objects += delete_rendered(Api::<RoleBinding>::namespaced(c(), namespace)).await?;
+        removed.objects += delete_rendered(Api::<Role>::namespaced(c(), namespace)).await?;
+        removed.objects +=
+            delete_rendered(Api::<ServiceAccount>::namespaced(c(), namespace)).await?;
+        removed.objects += delete_rendered(Api::<Lease>::namespaced(c(), namespace)).await?;
+        match Api::<Lease>::namespaced(client.clone(), namespace)
+            .delete(OPERATOR_NAME, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => removed.objects += 1,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes `finalizer` from every `K`; how many had it.
+async fn strip<K>(client: &Client, finalizer: &str) -> Result<usize, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let mut n = 0;
+    for obj in api.list_metadata(&ListParams::default()).await?.items {
+        if obj.finalizers().iter().any(|f| f == finalizer) {
+            remove_finalizer(&api, &obj.name_any(), finalizer).await?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Deletes every rendered `K` of `api`; how many.
+async fn delete_rendered<K>(api: Api<K>) -> Result<usize, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let mut n = 0;
+    for obj in api
+        .list_metadata(&ListParams::default().labels(RENDERED))
+        .await?
+        .items
+    {
+        match api
+            .delete(&obj.name_any(), &DeleteParams::background())
+            .await
+        {
+            Ok(_) => n += 1,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+        rules.iter().any(|r| {
+            r.api_groups.iter().flatten().any(|g| g == group)
+                && r.resources.iter().flatten().any(|res| res == resource)
+                && r.verbs.iter().any(|v| v == verb)
+        })
+    }
+
+    #[test]
+    fn the_kit_grants_the_cleanup_and_nothing_that_adds() {
+        let k = kit("ksched-system");
+        let cluster = k.cluster_role.rules.clone().unwrap_or_default();
+        for (group, resource, verb) in [
+            ("", "nodes", "patch"),
+            ("ksched.io", "leafclusterpolicies", "patch"),
+            ("ksched.io", "schedulerprofiles", "patch"),
+            ("rbac.authorization.k8s.io", "clusterroles", "delete"),
+            ("rbac.authorization.k8s.io", "clusterrolebindings", "delete"),
+        ] {
+            assert!(grants(&cluster, group, resource, verb), "{resource} {verb}");
+        }
+        // Removing only: no create, update or escalation anywhere, and no Secrets.
+        let all: Vec<&PolicyRule> = cluster
+            .iter()
+            .chain(k.roles.iter().flat_map(|r| r.rules.iter().flatten()))
+            .collect();
+        for r in &all {
+            for verb in &r.verbs {
+                assert!(
+                    ["get", "list", "patch", "delete"].contains(&verb.as_str()),
+                    "{r:?}"
+                );
+            }
+            assert!(!r.resources.iter().flatten().any(|res| res == "secrets"));
+        }
+        // Reading the installation is limited to its own objects.
+        let named_reads: Vec<&PolicyRule> = cluster
+            .iter()
+            .filter(|r| r.resource_names.is_some())
+            .collect();
+        assert_eq!(named_reads.len(), 2, "{cluster:?}");
+        assert!(named_reads.iter().any(|r| {
+            r.resources == Some(vec!["namespaces".into()])
+                && r.resource_names == Some(vec!["ksched-system".into()])
+        }));
+        assert!(named_reads.iter().any(|r| {
+            r.resources == Some(vec!["clusterrolebindings".into()])
+                && r.resource_names == Some(vec![OPERATOR_NAME.into()])
+        }));
+    }
+
+    #[test]
+    fn the_kit_binds_its_own_service_account_in_kube_system_and_the_operator_namespace() {
+        let k = kit("ops");
+        assert_eq!(
+            k.service_account.metadata.namespace.as_deref(),
+            Some("kube-system")
+        );
+        let namespaces: Vec<_> = k
+            .roles
+            .iter()
+            .map(|r| r.metadata.namespace.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(namespaces, ["ops", "kube-system"]);
+        let ops = &k.roles[0].rules.clone().unwrap_or_default();
+        assert!(grants(ops, "apps", "deployments", "delete"));
+        assert!(grants(ops, "coordination.k8s.io", "leases", "delete"));
+        let kube_system = &k.roles[1].rules.clone().unwrap_or_default();
+        assert!(grants(
+            kube_system,
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "delete"
+        ));
+        assert!(!grants(kube_system, "apps", "deployments", "delete"));
+        let subject = Subject {
+            kind: "ServiceAccount".into(),
+            name: KIT_NAME.into(),
+            namespace: Some("kube-system".into()),
+            api_group: None,
+        };
+        assert_eq!(k.cluster_role_binding.subjects, Some(vec![subject.clone()]));
+        assert_eq!(k.cluster_role_binding.role_ref.kind, "ClusterRole");
+        for b in &k.role_bindings {
+            assert_eq!(b.subjects, Some(vec![subject.clone()]));
+            assert_eq!(b.role_ref.kind, "Role");
+            assert_eq!(b.role_ref.name, KIT_NAME);
+        }
+        // An operator in kube-system: one Role with both sets.
+        let k = kit("kube-system");
+        assert_eq!(k.roles.len(), 1);
+        assert_eq!(k.role_bindings.len(), 1);
+        let rules = k.roles[0].rules.clone().unwrap_or_default();
+        assert!(grants(&rules, "apps", "deployments", "delete"));
+        assert!(grants(
+            &rules,
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "delete"
+        ));
+    }
+
+    #[test]
+    fn everything_but_the_root_is_owned_by_the_root_and_labelled_apart_from_rendered_objects() {
+        let k = kit("ksched-system").owned_by("root-uid");
+        assert!(k.cluster_role.metadata.owner_references.is_none());
+        let metas = std::iter::once(&k.cluster_role_binding.metadata)
+            .chain(std::iter::once(&k.service_account.metadata))
+            .chain(k.roles.iter().map(|r| &r.metadata))
+            .chain(k.role_bindings.iter().map(|b| &b.metadata));
+        for meta in metas {
+            let owners = meta.owner_references.clone().unwrap_or_default();
+            assert_eq!(owners.len(), 1, "{meta:?}");
+            assert_eq!(owners[0].kind, "ClusterRole");
+            assert_eq!(owners[0].name, KIT_NAME);
+            assert_eq!(owners[0].uid, "root-uid");
+            assert_eq!(owners[0].block_owner_deletion, Some(false));
+        }
+        for meta in [&k.cluster_role.metadata, &k.service_account.metadata] {
+            let labels = meta.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels.get(LABEL_COMPONENT).map(String::as_str),
+                Some("uninstall")
+            );
+            // The cleanup deletes rendered objects by `component=scheduler`: never the kit.
+            assert!(!RENDERED.contains("component=uninstall"));
+            assert!(RENDERED.contains(&format!("{LABEL_COMPONENT}=scheduler")));
+        }
+    }
+}

@@ -304,8 +304,8 @@ async fn lead(
         elector_task = Some(task);
     }
     metrics.set_leader(true);
-    if ctx.opts.client_config.is_some() {
-        prepare_uninstall(ctx).await;
+    if let Some(departure) = departure {
+        prepare_uninstall(ctx, departure).await;
     }
     let lost = leadership.clone();
     let stop: Shutdown = {
@@ -358,13 +358,17 @@ async fn lead(
     Ok(!lost)
 }
 
-/// The leader makes sure the identity that cleans up on uninstall exists ([`uninstall`]).
-async fn prepare_uninstall(ctx: &Context) {
+/// The leader makes sure the identity that cleans up on uninstall exists, and holds its token
+/// before it changes anything ([`uninstall`]).
+async fn prepare_uninstall(ctx: &Context, departure: &uninstall::Departure) {
     match uninstall::ensure_kit(&ctx.client, &ctx.opts.namespace).await {
-        Ok(true) => tracing::info!(
-            kit = uninstall::KIT_NAME,
-            "uninstall identity ready: deleting the installation removes what the operator added"
-        ),
+        Ok(true) => {
+            departure.kit_created().await;
+            tracing::info!(
+                kit = uninstall::KIT_NAME,
+                "uninstall identity ready: deleting the installation removes what the operator added"
+            )
+        }
         Ok(false) => tracing::info!(
             "no ClusterRoleBinding {OPERATOR_NAME}: not an installation, nothing prepared for an uninstall"
         ),

@@ -60,8 +60,12 @@ const RENDERED: &str =
 /// Lifetime asked for the kit's token, and how often it is renewed.
 const TOKEN_SECONDS: i64 = 3600;
 const TOKEN_RENEWAL: Duration = Duration::from_secs(20 * 60);
-/// Retry while the kit's ServiceAccount does not exist yet (the leader creates it).
-const TOKEN_RETRY: Duration = Duration::from_secs(10);
+/// Retries while the kit's ServiceAccount does not exist (yet: the leader creates it; or ever: not
+/// an installation), doubling up to [`TOKEN_RETRY_MAX`].
+const TOKEN_RETRY: Duration = Duration::from_secs(2);
+const TOKEN_RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long a new leader waits for the kit's token before it starts the controllers anyway.
+const TOKEN_WAIT: Duration = Duration::from_secs(5);
 /// How often a replica looks at its installation.
 const POLL: Duration = Duration::from_secs(1);
 /// After SIGTERM with its Deployment gone, how long a replica waits for its ClusterRoleBinding or
@@ -313,44 +317,30 @@ fn identity_gone(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 401 || s.code == 403)
 }
 
-/// What a replica saw of its installation so far (a deletion is only a departure from what was
-/// there).
-#[derive(Debug, Default)]
-struct Seen {
-    namespace: bool,
-    binding: bool,
-}
-
-/// Why the installation is going, if it is: its namespace or its ClusterRoleBinding is being (or
-/// was) deleted.
-async fn departing(client: &Client, namespace: &str, seen: &mut Seen) -> Option<String> {
+/// Why the installation is going, if it is: its namespace or its ClusterRoleBinding is being
+/// deleted or gone. (The kit, whose identity asks, exists only for an installation that had both.)
+async fn departing(client: &Client, namespace: &str) -> Option<String> {
     match Api::<Namespace>::all(client.clone())
         .get_opt(namespace)
         .await
     {
-        Ok(Some(ns)) if ns.metadata.deletion_timestamp.is_some() => {
-            return Some(format!("namespace {namespace} is being deleted"));
-        }
-        Ok(Some(_)) => seen.namespace = true,
-        Ok(None) if seen.namespace => return Some(format!("namespace {namespace} was deleted")),
-        Ok(None) => {}
+        Ok(Some(ns)) if ns.metadata.deletion_timestamp.is_none() => {}
+        Ok(Some(_)) => return Some(format!("namespace {namespace} is being deleted")),
+        Ok(None) => return Some(format!("namespace {namespace} is gone")),
         Err(e) => {
-            tracing::debug!(error = %e, "reading the operator namespace with the uninstall identity")
+            tracing::debug!(error = %e, "reading the operator namespace with the uninstall identity");
+            return None;
         }
     }
     match Api::<ClusterRoleBinding>::all(client.clone())
         .get_opt(OPERATOR_NAME)
         .await
     {
-        Ok(Some(b)) if b.metadata.deletion_timestamp.is_some() => Some(format!(
+        Ok(Some(b)) if b.metadata.deletion_timestamp.is_none() => None,
+        Ok(Some(_)) => Some(format!(
             "ClusterRoleBinding {OPERATOR_NAME} is being deleted"
         )),
-        Ok(Some(_)) => {
-            seen.binding = true;
-            None
-        }
-        Ok(None) if seen.binding => Some(format!("ClusterRoleBinding {OPERATOR_NAME} was deleted")),
-        Ok(None) => None,
+        Ok(None) => Some(format!("ClusterRoleBinding {OPERATOR_NAME} is gone")),
         Err(e) => {
             tracing::debug!(error = %e, "reading the operator's ClusterRoleBinding with the uninstall identity");
             None
@@ -363,6 +353,8 @@ async fn departing(client: &Client, namespace: &str, seen: &mut Seen) -> Option<
 pub(crate) struct Departure {
     namespace: String,
     kit: Arc<parking_lot::Mutex<Option<Client>>>,
+    /// Asks for a token now (the leader just created the kit).
+    renew_now: Arc<tokio::sync::Notify>,
     reason: tokio::sync::watch::Receiver<Option<String>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -380,27 +372,32 @@ impl Departure {
     /// installation in `namespace`; `base` is the configuration `main` was made from.
     pub(crate) fn start(main: Client, base: kube::Config, namespace: &str) -> Departure {
         let kit: Arc<parking_lot::Mutex<Option<Client>>> = Arc::default();
+        let renew_now: Arc<tokio::sync::Notify> = Arc::default();
         let (tx, reason) = tokio::sync::watch::channel(None);
         let renewing = {
             let kit = kit.clone();
+            let renew_now = renew_now.clone();
             tokio::spawn(async move {
-                let mut warned = false;
+                let mut retry = TOKEN_RETRY;
                 loop {
                     let wait = match kit_client(&main, &base).await {
                         Ok(client) => {
                             *kit.lock() = Some(client);
+                            retry = TOKEN_RETRY;
                             TOKEN_RENEWAL
                         }
                         Err(e) => {
                             // The leader creates the kit: a follower may ask before it exists.
-                            if !warned && kit.lock().is_none() {
-                                tracing::info!(error = %e, "no uninstall identity yet (the leading replica creates it); retrying");
-                                warned = true;
-                            }
-                            TOKEN_RETRY
+                            tracing::debug!(error = %e, "no token of the uninstall identity (yet)");
+                            let wait = retry;
+                            retry = (retry * 2).min(TOKEN_RETRY_MAX);
+                            wait
                         }
                     };
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = renew_now.notified() => {}
+                    }
                 }
             })
         };
@@ -408,11 +405,10 @@ impl Departure {
             let kit = kit.clone();
             let namespace = namespace.to_string();
             tokio::spawn(async move {
-                let mut seen = Seen::default();
                 loop {
                     let client = kit.lock().clone();
                     if let Some(client) = client
-                        && let Some(why) = departing(&client, &namespace, &mut seen).await
+                        && let Some(why) = departing(&client, &namespace).await
                     {
                         tracing::info!(reason = %why, "ksched is being uninstalled");
                         let _ = tx.send(Some(why));
@@ -425,8 +421,25 @@ impl Departure {
         Departure {
             namespace: namespace.to_string(),
             kit,
+            renew_now,
             reason,
             tasks: vec![renewing, watching],
+        }
+    }
+
+    /// The leader created the kit: fetch its token now, and wait (up to [`TOKEN_WAIT`]) until it
+    /// is held, so nothing is added to the cluster before this replica could take it away again.
+    pub(crate) async fn kit_created(&self) {
+        self.renew_now.notify_one();
+        let deadline = Instant::now() + TOKEN_WAIT;
+        while self.kit.lock().is_none() {
+            if Instant::now() > deadline {
+                tracing::warn!(
+                    "no token of the uninstall identity after {TOKEN_WAIT:?}: starting anyway"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -448,7 +461,10 @@ impl Departure {
         if let Some(why) = self.reason() {
             return Some(why);
         }
-        let client = self.kit.lock().clone()?;
+        let Some(client) = self.kit.lock().clone() else {
+            tracing::debug!("no uninstall identity: not an installation, or not prepared");
+            return None;
+        };
         let deployment = Api::<Deployment>::namespaced(client, &self.namespace)
             .get_opt(OPERATOR_NAME)
             .await;
@@ -615,6 +631,22 @@ async fn teardown_pass(client: &Client, namespace: &str) -> Result<Removed, Erro
     Ok(removed)
 }
 
+/// The names (with finalizers) of the `K`s of `api` matching `params`; none when the kind itself
+/// is gone (its CRD deleted with the rest).
+async fn list<K>(
+    api: &Api<K>,
+    params: &ListParams,
+) -> Result<Vec<kube::core::PartialObjectMeta<K>>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    match api.list_metadata(params).await {
+        Ok(list) => Ok(list.items),
+        Err(e) if is_not_found(&e) => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Removes `finalizer` from every `K`; how many had it.
 async fn strip<K>(client: &Client, finalizer: &str) -> Result<usize, Error>
 where
@@ -622,7 +654,7 @@ where
 {
     let api: Api<K> = Api::all(client.clone());
     let mut n = 0;
-    for obj in api.list_metadata(&ListParams::default()).await?.items {
+    for obj in list(&api, &ListParams::default()).await? {
         if obj.finalizers().iter().any(|f| f == finalizer) {
             remove_finalizer(&api, &obj.name_any(), finalizer).await?;
             n += 1;
@@ -637,11 +669,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let mut n = 0;
-    for obj in api
-        .list_metadata(&ListParams::default().labels(RENDERED))
-        .await?
-        .items
-    {
+    for obj in list(&api, &ListParams::default().labels(RENDERED)).await? {
         match api
             .delete(&obj.name_any(), &DeleteParams::background())
             .await

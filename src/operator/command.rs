@@ -131,15 +131,8 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     let leader_election = match args.leader_election() {
         Ok(le) => le,
@@ -180,6 +173,15 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
             }
         }
     })
+}
+
+/// A multi-threaded tokio runtime, or None after saying why not.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("error: starting the async runtime: {e}"))
+        .ok()
 }
 
 /// A client from `kubeconfig`, or inferred (in-cluster, then the usual kubeconfig), and the
@@ -224,15 +226,8 @@ pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     runtime.block_on(async move {
         let client = match client(args.kubeconfig.as_deref()).await {

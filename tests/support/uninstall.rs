@@ -4,7 +4,7 @@
 //! an uninstall: nothing, but that one pre-existing taint (and, when Helm kept them, the CRDs with
 //! the profiles and policies, free of finalizers).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -21,7 +21,8 @@ use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use super::ControlPlane;
 use super::nodes::Nodes;
 use super::operator::wait_profile_condition;
-use super::wait::poll;
+use super::operator_pods::OperatorPods;
+use super::wait::{poll, tail};
 
 /// The taint of the policy (its default: Kosmos's).
 pub const LEAF_TAINT: &str = "kosmos.io/node=true:NoSchedule";
@@ -239,6 +240,45 @@ impl Scenario {
         })
         .await;
     }
+}
+
+/// After an uninstall started at `started`: every operator process ends by itself on its pod's
+/// SIGTERM, successfully, and nothing is left within a minute of `started` (but what is `kept`).
+/// How long until nothing was left.
+pub async fn wait_finished(
+    scenario: &Scenario,
+    pods: &OperatorPods,
+    client: &Client,
+    namespace: &str,
+    kept: Kept,
+    started: Instant,
+    diagnostics: impl Fn() -> String,
+) -> Duration {
+    let within = Duration::from_secs(60);
+    let exited = pods.wait_all_exited(within).await;
+    scenario
+        .wait_uninstalled(
+            client,
+            namespace,
+            kept,
+            within.saturating_sub(started.elapsed()),
+            diagnostics,
+        )
+        .await;
+    let took = started.elapsed();
+    for e in &exited {
+        assert!(
+            e.terminated && !e.killed && e.status.success(),
+            "operator pod {}: terminated {}, killed {}, {}\n{}",
+            e.pod,
+            e.terminated,
+            e.killed,
+            e.status,
+            tail(&e.log, 30)
+        );
+    }
+    assert!(took < within, "{took:?}");
+    took
 }
 
 /// The node carries the policy's taint.

@@ -2,8 +2,8 @@
 //! kubectl's kustomize, carries the CRDs exactly as crds/ has them (and so does the chart), and puts
 //! the image into KSCHED_IMAGE. On the real control plane, `kubectl delete -k` of the whole
 //! kustomization, profiles and a tainting policy still there, finishes within a minute and leaves
-//! nothing; with the operator gone beforehand, the policy waits on its finalizer until the
-//! documented `ksched uninstall` finishes the job.
+//! nothing, also when the leading replica died just before; with the operator gone beforehand,
+//! the policy waits on its finalizer until the documented `ksched uninstall` finishes the job.
 
 mod support;
 
@@ -167,12 +167,13 @@ fn diagnostics(pods: &OperatorPods) -> String {
 }
 
 /// `kubectl apply -k manifests/install`, then the operator pods (processes, see OperatorPods)
-/// with one leading and its uninstall identity ready, then the scenario's profiles and policy.
+/// with one leading and every one holding the uninstall identity, then the scenario's profiles
+/// and policy. The pods and the leader's.
 async fn install_and_use(
     cp: &'static ControlPlane,
     client: &Client,
     scenario: &Scenario,
-) -> OperatorPods {
+) -> (OperatorPods, String) {
     let install = path_str(&repo_root().join("manifests/install")).to_string();
     cp.kubectl_ok(&["apply", "--server-side", "-k", &install]);
     cp.kubectl_ok(&[
@@ -184,7 +185,7 @@ async fn install_and_use(
         "deployment/ksched-operator",
     ]);
     let pods = OperatorPods::start(cp, client.clone(), NS);
-    pods.wait_leader(client, NS).await;
+    let leader = pods.wait_leader(client, NS).await;
     poll(
         "the uninstall identity",
         Duration::from_secs(60),
@@ -198,12 +199,26 @@ async fn install_and_use(
         },
     )
     .await;
+    pods.wait_logged("holding the uninstall identity").await;
     scenario.apply(cp, client, || diagnostics(&pods)).await;
-    pods
+    (pods, leader)
+}
+
+/// `ksched uninstall --kubeconfig <admin>`: (success, stdout, stderr).
+fn ksched_uninstall(cp: &ControlPlane) -> (bool, String, String) {
+    let out = Command::new(ksched_bin())
+        .args(["uninstall", "--kubeconfig", path_str(&cp.kubeconfig)])
+        .output()
+        .expect("run ksched uninstall");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_delete_k_uninstalls_in_one_step_and_ksched_uninstall_finishes_after_a_lost_operator()
+async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_ksched_uninstall_finishes_after_a_lost_operator()
  {
     let cp = cp();
     let client = cp.client().await;
@@ -213,7 +228,10 @@ async fn kubectl_delete_k_uninstalls_in_one_step_and_ksched_uninstall_finishes_a
 
     // Everything at once (CRDs, namespace, RBAC, operator; profiles and policy still there): done
     // within a minute, every operator process stopped by itself, nothing left.
-    let pods = install_and_use(cp, &client, &scenario).await;
+    let (pods, _) = install_and_use(cp, &client, &scenario).await;
+    // While installed, `ksched uninstall` refuses (it finishes uninstalls, it does not start one).
+    let (ok, _, err) = ksched_uninstall(cp);
+    assert!(!ok && err.contains("still installed"), "{err}");
     let started = Instant::now();
     cp.kubectl_ok(&["delete", "-k", &install, "--wait", "--timeout=60s"]);
     let kubectl_done = started.elapsed();
@@ -232,10 +250,29 @@ async fn kubectl_delete_k_uninstalls_in_one_step_and_ksched_uninstall_finishes_a
     );
     drop(pods);
 
+    // The leading replica dies just before the uninstall (its pod stays, as with a node that
+    // died): the other one, which never led, leaves the cleanup to it for a while, then does it.
+    let (pods, leader) = install_and_use(cp, &client, &scenario).await;
+    pods.kill(&leader);
+    let started = Instant::now();
+    cp.kubectl_ok(&["delete", "-k", &install, "--wait", "--timeout=60s"]);
+    let took = wait_finished(
+        &scenario,
+        &pods,
+        &client,
+        NS,
+        Kept::Nothing,
+        started,
+        || diagnostics(&pods),
+    )
+    .await;
+    eprintln!("kubectl delete -k with the leader dead: nothing of ksched left after {took:?}");
+    drop(pods);
+
     // The operator gone (its pods cannot run) before the uninstall: the namespace, the operator's
     // RBAC and the profiles (no finalizer; the garbage collector takes what they own) still go;
     // the policy waits on its finalizer, so its CRD stays Terminating, and the taint stays.
-    let pods = install_and_use(cp, &client, &scenario).await;
+    let (pods, _) = install_and_use(cp, &client, &scenario).await;
     pods.kill_all();
     cp.kubectl_ok(&["delete", "-k", &install, "--wait=false"]);
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -281,16 +318,8 @@ async fn kubectl_delete_k_uninstalls_in_one_step_and_ksched_uninstall_finishes_a
 
     // The way out the README documents: `ksched uninstall` with the user's credentials.
     let started = Instant::now();
-    let out = Command::new(ksched_bin())
-        .args(["uninstall", "--kubeconfig", path_str(&cp.kubeconfig)])
-        .output()
-        .expect("run ksched uninstall");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "ksched uninstall: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, stdout, stderr) = ksched_uninstall(cp);
+    assert!(ok, "ksched uninstall: {stdout}{stderr}");
     assert!(
         stdout.contains("uninstalled: taints removed from 1 node(s)"),
         "{stdout}"

@@ -63,7 +63,7 @@ const TOKEN_RENEWAL: Duration = Duration::from_secs(20 * 60);
 /// Retries while the kit's ServiceAccount does not exist (yet: the leader creates it; or ever: not
 /// an installation), doubling up to [`TOKEN_RETRY_MAX`].
 const TOKEN_RETRY: Duration = Duration::from_secs(2);
-const TOKEN_RETRY_MAX: Duration = Duration::from_secs(30);
+const TOKEN_RETRY_MAX: Duration = Duration::from_secs(10);
 /// How long a new leader waits for the kit's token before it starts the controllers anyway.
 const TOKEN_WAIT: Duration = Duration::from_secs(5);
 /// How often a replica looks at its installation.
@@ -382,7 +382,12 @@ impl Departure {
                 loop {
                     let wait = match kit_client(&main, &base).await {
                         Ok(client) => {
-                            *kit.lock() = Some(client);
+                            if kit.lock().replace(client).is_none() {
+                                tracing::info!(
+                                    kit = KIT_NAME,
+                                    "holding the uninstall identity: an uninstall will be cleaned up"
+                                );
+                            }
                             retry = TOKEN_RETRY;
                             TOKEN_RENEWAL
                         }

@@ -143,17 +143,33 @@ impl OperatorPods {
     pub fn kill_all(&self) {
         let mut state = self.lock();
         state.starting = false;
-        for (pod, mut r) in std::mem::take(&mut state.running) {
-            r.child.kill();
-            let status = r.child.child.wait().ok();
-            state.exited.push(Exited {
-                pod,
-                status: status.unwrap_or_default(),
-                terminated: false,
-                killed: true,
-                log: r.child.logs(),
-            });
+        let pods: Vec<String> = state.running.keys().cloned().collect();
+        for pod in pods {
+            kill(&mut state, &pod);
         }
+    }
+
+    /// SIGKILLs the process of `pod` (its pod stays, as with a node that died).
+    pub fn kill(&self, pod: &str) {
+        kill(&mut self.lock(), pod);
+    }
+
+    /// Waits until every running process has logged `needle`.
+    pub async fn wait_logged(&self, needle: &str) {
+        poll(
+            &format!("every operator pod logged {needle:?}"),
+            Duration::from_secs(60),
+            || self.logs(),
+            async || {
+                let state = self.lock();
+                state
+                    .running
+                    .values()
+                    .all(|r| r.child.logs().contains(needle))
+                    .then_some(())
+            },
+        )
+        .await
     }
 
     /// Waits until no process runs (each pod deleted and its process ended); how they ended.
@@ -184,6 +200,20 @@ impl OperatorPods {
             .collect::<Vec<_>>()
             .join("\n")
             + &format!("\n(logs in {})", self.dir.display())
+    }
+}
+
+fn kill(state: &mut State, pod: &str) {
+    if let Some(mut r) = state.running.remove(pod) {
+        r.child.kill();
+        let status = r.child.child.wait().ok();
+        state.exited.push(Exited {
+            pod: pod.to_string(),
+            status: status.unwrap_or_default(),
+            terminated: false,
+            killed: true,
+            log: r.child.logs(),
+        });
     }
 }
 

@@ -27,7 +27,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tracing::warn;
@@ -86,6 +86,19 @@ enum SubQueue {
     Active,
     Backoff,
     Unschedulable,
+}
+
+/// Whom to wake after a change: nobody, one `pop`, or every waiting `pop` (a batch moved).
+enum Wake {
+    None,
+    One,
+    All,
+}
+
+impl Wake {
+    fn one_if(woke: bool) -> Wake {
+        if woke { Wake::One } else { Wake::None }
+    }
 }
 
 impl SubQueue {
@@ -251,19 +264,39 @@ impl SchedulingQueue {
     pub fn add(&self, pod: Arc<PodInfo>) {
         self.nominator.update(pod.clone());
         let key = pod.key();
-        let mut inner = self.inner.lock();
+        let inner = self.inner.lock();
         if inner.contains(&key) || inner.in_flight.contains(&key) {
             drop(inner);
             self.update(None, pod);
             return;
         }
+        self.enter(inner, key, pod, &EVENT_UNSCHEDULED_POD_ADD);
+    }
+
+    /// A pod new to the queue: to active, or to the pool when a PreEnqueue plugin gates it.
+    fn enter(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        key: String,
+        pod: Arc<PodInfo>,
+        event: &ClusterEvent,
+    ) {
         let qpi = QueuedPodInfo::new(pod, Instant::now());
-        let label = EVENT_UNSCHEDULED_POD_ADD.label();
-        let to = self.move_to_active(&mut inner, key, qpi, &label, false);
+        let to = self.move_to_active(&mut inner, key, qpi, &event.label(), false);
+        self.release(inner, Wake::one_if(to.wakes_pop()));
+    }
+
+    /// Publishes the pod counts, unlocks, and wakes `pop` as `wake` says.
+    fn release(&self, inner: MutexGuard<'_, Inner>, wake: Wake) {
         self.publish_counts(&inner);
         drop(inner);
-        if to.wakes_pop() {
-            self.notify.notify_one();
+        match wake {
+            Wake::None => {}
+            Wake::One => self.notify.notify_one(),
+            Wake::All => {
+                self.notify.notify_waiters();
+                self.notify.notify_one();
+            }
         }
     }
 
@@ -320,22 +353,11 @@ impl SchedulingQueue {
                     break;
                 }
             }
-            self.publish_counts(&inner);
-            drop(inner);
-            if to.wakes_pop() {
-                self.notify.notify_one();
-            }
+            self.release(inner, Wake::one_if(to.wakes_pop()));
             return;
         }
         // Not queued yet (the first time it is ours, e.g. its schedulerName changed).
-        let qpi = QueuedPodInfo::new(new, Instant::now());
-        let label = EVENT_UNSCHEDULED_POD_UPDATE.label();
-        let to = self.move_to_active(&mut inner, key, qpi, &label, false);
-        self.publish_counts(&inner);
-        drop(inner);
-        if to.wakes_pop() {
-            self.notify.notify_one();
-        }
+        self.enter(inner, key, new, &EVENT_UNSCHEDULED_POD_UPDATE);
     }
 
     /// The pod was deleted or bound by someone else. A pod in flight is not requeued afterwards.
@@ -453,11 +475,7 @@ impl SchedulingQueue {
         let strategy = self.strategy_for_in_flight_pod(&inner, &key, &qpi);
         self.finish_in_flight(&mut inner, &key);
         let to = self.requeue(&mut inner, key, qpi, strategy, SCHEDULE_ATTEMPT_FAILURE);
-        self.publish_counts(&inner);
-        drop(inner);
-        if to.wakes_pop() {
-            self.notify.notify_one();
-        }
+        self.release(inner, Wake::one_if(to.wakes_pop()));
     }
 
     /// What the events that arrived during the pod's attempt say (upstream's
@@ -535,12 +553,7 @@ impl SchedulingQueue {
             }
         }
         self.record_in_flight(&mut inner, *event, old, new);
-        self.publish_counts(&inner);
-        drop(inner);
-        if woke {
-            self.notify.notify_waiters();
-            self.notify.notify_one();
-        }
+        self.release(inner, if woke { Wake::All } else { Wake::None });
     }
 
     /// Whether a plugin of any profile registered an event covering `event`.
@@ -688,12 +701,7 @@ impl SchedulingQueue {
                     .wakes_pop();
             }
         }
-        self.publish_counts(&inner);
-        drop(inner);
-        if woke {
-            self.notify.notify_waiters();
-            self.notify.notify_one();
-        }
+        self.release(inner, if woke { Wake::All } else { Wake::None });
     }
 
     pub fn counts(&self) -> QueueCounts {

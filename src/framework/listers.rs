@@ -18,6 +18,7 @@ use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, Stor
 use kube::Resource;
 use parking_lot::RwLock;
 
+use super::types::EventResource;
 use crate::api::PodGroup;
 
 /// A kind of object a plugin needs watched.
@@ -42,6 +43,34 @@ pub enum Informer {
     ResourceClaims,
     ResourceSlices,
     DeviceClasses,
+}
+
+/// A change a re-list found: `(old, new)`.
+pub type StoreChange<K> = (Option<Arc<K>>, Option<Arc<K>>);
+
+impl Informer {
+    /// The resource of the cluster events its changes are; `None` for kinds whose changes no
+    /// plugin registers (as upstream, which has no events for them).
+    pub fn event_resource(self) -> Option<EventResource> {
+        Some(match self {
+            Informer::PersistentVolumes => EventResource::PersistentVolume,
+            Informer::PersistentVolumeClaims => EventResource::PersistentVolumeClaim,
+            Informer::StorageClasses => EventResource::StorageClass,
+            Informer::CSINodes => EventResource::CSINode,
+            Informer::CSIDrivers => EventResource::CSIDriver,
+            Informer::CSIStorageCapacities => EventResource::CSIStorageCapacity,
+            Informer::PodGroups => EventResource::PodGroup,
+            Informer::ResourceClaims => EventResource::ResourceClaim,
+            Informer::ResourceSlices => EventResource::ResourceSlice,
+            Informer::DeviceClasses => EventResource::DeviceClass,
+            Informer::PodDisruptionBudgets
+            | Informer::Namespaces
+            | Informer::Services
+            | Informer::ReplicationControllers
+            | Informer::ReplicaSets
+            | Informer::StatefulSets => return None,
+        })
+    }
 }
 
 /// Objects of one kind by `namespace/name` (or `name` when cluster-scoped).
@@ -69,21 +98,44 @@ impl<K: Resource> ObjectStore<K> {
     }
 
     pub fn apply(&self, obj: K) {
+        self.apply_arc(Arc::new(obj));
+    }
+
+    /// Stores `obj`; returns the object it replaced.
+    pub fn apply_arc(&self, obj: Arc<K>) -> Option<Arc<K>> {
         let key = Self::key_of(&obj);
-        self.items.write().insert(key, Arc::new(obj));
+        self.items.write().insert(key, obj)
     }
 
-    pub fn delete(&self, key: &str) {
-        self.items.write().remove(key);
+    /// Removes the object under `key`; returns it.
+    pub fn delete(&self, key: &str) -> Option<Arc<K>> {
+        self.items.write().remove(key)
     }
 
-    /// Replaces everything (after a re-list).
-    pub fn replace(&self, objs: impl IntoIterator<Item = K>) {
-        let map = objs
+    /// Replaces everything (after a re-list); returns what changed: `(old, new)` per object
+    /// added (no old), changed (another resourceVersion) or gone (no new).
+    pub fn replace(&self, objs: impl IntoIterator<Item = K>) -> Vec<StoreChange<K>> {
+        let map: HashMap<String, Arc<K>> = objs
             .into_iter()
             .map(|o| (Self::key_of(&o), Arc::new(o)))
             .collect();
-        *self.items.write() = map;
+        let old = std::mem::replace(&mut *self.items.write(), map.clone());
+        let mut changes = Vec::new();
+        for (key, new) in &map {
+            match old.get(key) {
+                None => changes.push((None, Some(new.clone()))),
+                Some(o) if o.meta().resource_version != new.meta().resource_version => {
+                    changes.push((Some(o.clone()), Some(new.clone())))
+                }
+                Some(_) => {}
+            }
+        }
+        for (key, o) in old {
+            if !map.contains_key(&key) {
+                changes.push((Some(o), None));
+            }
+        }
+        changes
     }
 
     /// A namespaced object (`namespace` non-empty) or a cluster-scoped one (`namespace` empty).

@@ -5,6 +5,8 @@
 //! - [`interface`]: extension-point traits, [`interface::Status`] and [`interface::Code`],
 //!   [`interface::CycleState`], and [`interface::FrameworkHandle`], what the framework running a
 //!   profile offers its plugins (upstream's `framework.Handle`).
+//! - [`events`]: the cluster events the informers' changes are (upstream's
+//!   `NodeSchedulingPropertiesChange` ...) and a profile's [`events::QueueingHintMap`].
 //! - [`listers`], [`waiting_pods`], [`extender`]: what plugins read besides the snapshot, pods
 //!   waiting at Permit, the extenders' interface.
 //! - [`registry`]: plugin name -> factory(args, [`registry::Handle`]); the [`registry::ApiHandle`]
@@ -39,6 +41,7 @@
 //! ```
 
 pub mod args;
+pub mod events;
 pub mod extender;
 #[cfg(test)]
 mod integration_tests;

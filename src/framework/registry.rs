@@ -13,8 +13,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodCondition};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use parking_lot::RwLock;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
 use super::interface::{NominatingInfo, Plugin};
@@ -161,6 +164,9 @@ pub struct Handle {
     pub listers: Arc<Listers>,
     /// The configuration's extenders (DefaultPreemption asks them about its candidates).
     pub extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
+    /// The metrics the enabled plugins declared; a plugin updates its own here, the scheduler
+    /// exports them.
+    pub metrics: Arc<PluginMetrics>,
 }
 
 impl fmt::Debug for Handle {
@@ -180,6 +186,7 @@ impl Handle {
             nominator: None,
             listers: Arc::new(Listers::default()),
             extenders: Vec::new(),
+            metrics: Arc::new(PluginMetrics::default()),
         }
     }
 
@@ -196,7 +203,99 @@ pub type ArgsDecoder = Arc<dyn Fn(Option<&Value>) -> Result<Value, Vec<FieldErro
 pub type PluginFactory =
     Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
 
-/// What a built plugin registers.
+/// A metric family a plugin declares: the scheduler exports it (on `/metrics`, beside its own)
+/// when the plugin is enabled, and the plugin updates it through [`Handle::metrics`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricDeclaration {
+    /// The family's name (a counter's without `_total`, which the exposition adds).
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: MetricKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+}
+
+/// One declared family's value.
+#[derive(Debug, Clone)]
+pub enum PluginMetric {
+    Counter(Counter),
+    Gauge(Gauge),
+}
+
+/// The metrics the enabled plugins declared, by name.
+#[derive(Debug, Default)]
+pub struct PluginMetrics {
+    families: RwLock<BTreeMap<&'static str, (MetricDeclaration, PluginMetric)>>,
+}
+
+impl PluginMetrics {
+    /// Creates the declared families that do not exist yet (two profiles share one).
+    pub fn declare(&self, declarations: &[MetricDeclaration]) {
+        let mut families = self.families.write();
+        for d in declarations {
+            families.entry(d.name).or_insert_with(|| {
+                let metric = match d.kind {
+                    MetricKind::Counter => PluginMetric::Counter(Counter::default()),
+                    MetricKind::Gauge => PluginMetric::Gauge(Gauge::default()),
+                };
+                (*d, metric)
+            });
+        }
+    }
+
+    /// The declared counter `name`; one nobody exports when it was not declared as a counter
+    /// (the plugin's registration forgot it), so the plugin still runs.
+    pub fn counter(&self, name: &str) -> Counter {
+        match self.families.read().get(name) {
+            Some((_, PluginMetric::Counter(c))) => c.clone(),
+            _ => {
+                tracing::warn!(
+                    metric = name,
+                    "counter not declared by its plugin; not exported"
+                );
+                Counter::default()
+            }
+        }
+    }
+
+    /// The declared gauge `name` (see [`PluginMetrics::counter`]).
+    pub fn gauge(&self, name: &str) -> Gauge {
+        match self.families.read().get(name) {
+            Some((_, PluginMetric::Gauge(g))) => g.clone(),
+            _ => {
+                tracing::warn!(
+                    metric = name,
+                    "gauge not declared by its plugin; not exported"
+                );
+                Gauge::default()
+            }
+        }
+    }
+
+    /// Every declared family with its value, by name.
+    pub fn families(&self) -> Vec<(MetricDeclaration, PluginMetric)> {
+        self.families.read().values().cloned().collect()
+    }
+}
+
+/// An RBAC rule (`apiGroups`, `resources`, `verbs`), for the rules a registration declares.
+pub fn policy_rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(strings(groups)),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        ..PolicyRule::default()
+    }
+}
+
+/// What a built plugin registers: beside its logic, everything the rest of the system needs to
+/// know about it. (The cluster events that requeue the pods it rejected are the plugin's own
+/// [`EnqueueExtensions`](super::interface::EnqueueExtensions), since their hints read its args.)
 #[derive(Clone)]
 pub struct PluginRegistration {
     pub extension_points: Vec<ExtensionPoint>,
@@ -204,6 +303,11 @@ pub struct PluginRegistration {
     pub factory: PluginFactory,
     /// Object kinds the plugin reads through `Handle::listers` (watched only when it is enabled).
     pub informers: Vec<Informer>,
+    /// The RBAC rules the plugin needs beyond every scheduler's (pods, bindings, events, nodes):
+    /// the operator grants them in the profile's ClusterRole when the plugin is enabled.
+    pub rbac_rules: Vec<PolicyRule>,
+    /// The metric families the plugin updates.
+    pub metrics: Vec<MetricDeclaration>,
 }
 
 impl PluginRegistration {
@@ -217,12 +321,26 @@ impl PluginRegistration {
             decode_args: Arc::new(decode_args),
             factory: Arc::new(factory),
             informers: Vec::new(),
+            rbac_rules: Vec::new(),
+            metrics: Vec::new(),
         }
     }
 
     /// Declares the object kinds the plugin reads.
     pub fn with_informers(mut self, informers: &[Informer]) -> PluginRegistration {
         self.informers = informers.to_vec();
+        self
+    }
+
+    /// Declares the RBAC rules the plugin needs (see [`policy_rule`]).
+    pub fn with_rbac_rules(mut self, rules: Vec<PolicyRule>) -> PluginRegistration {
+        self.rbac_rules = rules;
+        self
+    }
+
+    /// Declares the metric families the plugin updates.
+    pub fn with_metrics(mut self, metrics: &[MetricDeclaration]) -> PluginRegistration {
+        self.metrics = metrics.to_vec();
         self
     }
 }
@@ -389,6 +507,13 @@ impl PluginCatalog for Registry {
                 "",
                 format!("Invalid value: {name:?}: unknown plugin"),
             )]),
+        }
+    }
+
+    fn policy_rules(&self, name: &str) -> Vec<PolicyRule> {
+        match self.entries.get(name) {
+            Some(RegistryEntry::Built(r)) => r.rbac_rules.clone(),
+            _ => Vec::new(),
         }
     }
 }

@@ -395,7 +395,7 @@ impl Simulation {
         // The popped pods, in the order of their results.
         let mut popped: Vec<Arc<PodInfo>> = Vec::new();
         while queue.counts().active > 0 {
-            let Some((qpi, _)) = futures::executor::block_on(queue.pop()) else {
+            let Some(qpi) = futures::executor::block_on(queue.pop()) else {
                 break;
             };
             let pod = qpi.pod_info.clone();

@@ -23,6 +23,7 @@
 //!   (`core/core.go`).
 //! - `status`: the PodGroup statuses, written in order in the background.
 
+mod events;
 mod plugin;
 mod pod_group_manager;
 mod status;
@@ -40,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, invalid};
+use crate::framework::registry::policy_rule;
 
 /// scheduler-plugins' `CoschedulingArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +96,19 @@ pub fn registration() -> crate::framework::registry::PluginRegistration {
         factory,
     )
     .with_informers(&[crate::framework::listers::Informer::PodGroups])
+    // PodGroups are read, and their status written (PodGroupStatuses).
+    .with_rbac_rules(vec![
+        policy_rule(
+            &["scheduling.x-k8s.io"],
+            &["podgroups"],
+            &["get", "list", "watch"],
+        ),
+        policy_rule(
+            &["scheduling.x-k8s.io"],
+            &["podgroups/status"],
+            &["get", "patch", "update"],
+        ),
+    ])
 }
 
 #[cfg(test)]

@@ -73,7 +73,8 @@ impl Coscheduling {
 impl_plugin!(
     Coscheduling,
     names::COSCHEDULING,
-    [QueueSort, PreFilter, PostFilter, Reserve, Permit]
+    [QueueSort, PreFilter, PostFilter, Reserve, Permit],
+    EnqueueExtensions
 );
 
 impl QueueSortPlugin for Coscheduling {

@@ -625,3 +625,21 @@ fn num_candidates_and_pick() {
         &pod("b", 1, "1").assigned()
     ));
 }
+
+/// Upstream's hint: a pod deletion is registered, and always QueueSkip (the pod's other rejecting
+/// plugins decide; the gate lifts when the preemption is over).
+#[test]
+fn a_pod_deletion_is_registered_and_skipped() {
+    use crate::framework::testing::hints::{assigned_obj, event, hint, registered};
+    use crate::framework::types::{ActionType, EventResource, QueueingHint};
+    let (h, _) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h);
+    assert_eq!(registered(&pl), ["Pod/Delete"]);
+    let victim = assigned_obj(pod("v", 0, "1").node("n").build());
+    let deleted = event(EventResource::AssignedPod, ActionType::DELETE);
+    let p = pod("p", 100, "1").info();
+    assert_eq!(
+        hint(&pl, deleted, &p, Some(victim), None),
+        Some(QueueingHint::QueueSkip)
+    );
+}

@@ -56,7 +56,8 @@ impl_plugin!(
     names::DYNAMIC_RESOURCES,
     [
         PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
-    ]
+    ],
+    EnqueueExtensions
 );
 
 /// What PreFilter learned about the pod's claims; Filter, Reserve and PreBind add to it (upstream
@@ -100,6 +101,15 @@ impl DynamicResources {
             cel: Arc::new(Cache::default()),
             filter_timeout,
         }
+    }
+
+    /// The stores the plugin reads (its queueing hints read the same).
+    pub(super) fn listers(&self) -> &Arc<Listers> {
+        &self.listers
+    }
+
+    pub(super) fn tracker(&self) -> &Arc<ClaimTracker> {
+        &self.tracker
     }
 
     fn claims_of(&self, pod: &PodInfo) -> Result<Vec<Arc<ResourceClaim>>, String> {

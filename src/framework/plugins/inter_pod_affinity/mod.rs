@@ -3,6 +3,7 @@
 //! required affinity (`hardPodAffinityWeight`) score them. Upstream's
 //! `pkg/scheduler/framework/plugins/interpodaffinity`.
 
+mod events;
 mod filtering;
 mod scoring;
 mod terms;
@@ -18,7 +19,7 @@ use super::names;
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, invalid};
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
+use crate::framework::plugins::helper::{impl_plugin, namespace_rules, registration_with_listers};
 use crate::framework::registry::PluginRegistration;
 
 pub use filtering::{
@@ -74,7 +75,8 @@ impl InterPodAffinity {
 impl_plugin!(
     InterPodAffinity,
     names::INTER_POD_AFFINITY,
-    [PreFilter, Filter, PreScore, Score]
+    [PreFilter, Filter, PreScore, Score],
+    EnqueueExtensions
 );
 
 pub fn registration() -> PluginRegistration {
@@ -83,4 +85,5 @@ pub fn registration() -> PluginRegistration {
         &[Informer::Namespaces],
         |args, listers| Ok(InterPodAffinity::new(args, listers)),
     )
+    .with_rbac_rules(namespace_rules())
 }

@@ -36,12 +36,16 @@ use crate::api::leaf_cluster_policy::PlacementMode;
 use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, forbidden, invalid};
-use crate::framework::interface::{CycleState, FilterPlugin, ScorePlugin, Status};
+use crate::framework::interface::{
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, ScorePlugin, Status,
+};
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
+use crate::framework::plugins::helper::{
+    impl_plugin, namespace_rules, own_update, queue_if, registration_with_listers,
+};
 use crate::framework::plugins::names;
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo};
+use crate::framework::types::{ActionType, ClusterEvent, EventResource, NodeInfo, PodInfo};
 
 /// The weight of a PreferHost/PreferLeaf policy that sets none.
 pub const DEFAULT_PREFER_WEIGHT: i32 = 100;
@@ -194,8 +198,26 @@ impl LeafNodeDistribution {
 impl_plugin!(
     LeafNodeDistribution,
     names::LEAF_NODE_DISTRIBUTION,
-    [Filter, Score]
+    [Filter, Score],
+    EnqueueExtensions
 );
+
+impl EnqueueExtensions for LeafNodeDistribution {
+    /// Whether a node is a (permitted) leaf node follows its labels: a node added or relabeled
+    /// (no hint); which policies select the pod follows its labels: its own relabeling.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD | ActionType::UPDATE_NODE_LABEL,
+            )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE_POD_LABEL),
+                |pod, old, new| Ok(queue_if(own_update(pod, old, new)?.is_some())),
+            ),
+        ]
+    }
+}
 
 impl FilterPlugin for LeafNodeDistribution {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
@@ -260,6 +282,7 @@ pub fn registration() -> PluginRegistration {
         &[Informer::Namespaces],
         |args: LeafNodeDistributionArgs, listers| LeafNodeDistribution::new(&args, listers),
     )
+    .with_rbac_rules(namespace_rules())
 }
 
 #[cfg(test)]
@@ -270,6 +293,34 @@ mod tests {
     use crate::framework::interface::Code;
     use crate::framework::testing::{NodeBuilder, PodBuilder};
     use serde_json::{Value, json};
+
+    #[test]
+    fn hints() {
+        use crate::framework::testing::hints::{event, hint, node_obj, pod_obj, registered};
+        use crate::framework::types::QueueingHint::{Queue, QueueSkip};
+        let pl = LeafNodeDistribution::new(
+            &LeafNodeDistributionArgs::default(),
+            Arc::new(Listers::default()),
+        )
+        .expect("plugin");
+        assert_eq!(
+            registered(&pl),
+            ["Node/Add|UpdateNodeLabel", "Pod/UpdatePodLabel"]
+        );
+        let pod = PodBuilder::new("p").uid("p").info();
+        let node = || Some(node_obj(NodeBuilder::new("n").build()));
+        let label = event(EventResource::Node, ActionType::UPDATE_NODE_LABEL);
+        assert_eq!(hint(&pl, label, &pod, node(), node()), Some(Queue));
+        let taint = event(EventResource::Node, ActionType::UPDATE_NODE_TAINT);
+        assert_eq!(hint(&pl, taint, &pod, node(), node()), None);
+        let relabel = event(EventResource::UnscheduledPod, ActionType::UPDATE_POD_LABEL);
+        let own = |uid: &str| Some(pod_obj(PodBuilder::new("p").uid(uid).build()));
+        assert_eq!(hint(&pl, relabel, &pod, own("p"), own("p")), Some(Queue));
+        assert_eq!(
+            hint(&pl, relabel, &pod, own("q"), own("q")),
+            Some(QueueSkip)
+        );
+    }
 
     fn plugin(policies: Value) -> LeafNodeDistribution {
         let listers =

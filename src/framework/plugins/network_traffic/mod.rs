@@ -12,7 +12,8 @@
 //! Prometheus is asked once per scheduling cycle (in PreScore when it is enabled, else by the first
 //! Score call of the cycle), through the [`MetricsSource`] trait, with a bounded timeout
 //! ([`QUERY_TIMEOUT`]). When it is down, slow or answers garbage, every node scores 0 (scheduling goes
-//! on), the outage is logged once (and its end), and [`prometheus_errors_total`] counts the failures.
+//! on), the outage is logged once (and its end), and the plugin's own metric
+//! [`PROMETHEUS_ERRORS`] counts the failures.
 //! The HTTP client ([`prometheus::PrometheusClient`]) is the one I/O piece of the framework: it lives
 //! in this module's `prometheus.rs`, behind the trait, so the plugin logic and its tests stay pure.
 
@@ -20,10 +21,11 @@ pub mod prometheus;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -35,19 +37,19 @@ use crate::framework::interface::{
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
-use crate::framework::registry::{Handle, PluginRegistration};
+use crate::framework::registry::{Handle, MetricDeclaration, MetricKind, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
 /// The longest one cycle waits for Prometheus.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 
-static PROMETHEUS_ERRORS_TOTAL: AtomicU64 = AtomicU64::new(0);
-
-/// Failed Prometheus queries of every NetworkTraffic instance since the process started (exported
-/// as `scheduler_network_traffic_prometheus_errors_total`).
-pub fn prometheus_errors_total() -> u64 {
-    PROMETHEUS_ERRORS_TOTAL.load(Ordering::Relaxed)
-}
+/// The plugin's metric: failed Prometheus queries (scheduling went on with score 0), of every
+/// profile's instance.
+pub const PROMETHEUS_ERRORS: MetricDeclaration = MetricDeclaration {
+    name: "scheduler_network_traffic_prometheus_errors",
+    help: "Prometheus queries of the NetworkTraffic plugin that failed or timed out",
+    kind: MetricKind::Counter,
+};
 
 /// One series of an instant-query result.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +99,8 @@ pub struct NetworkTraffic {
     query: String,
     last: Mutex<Option<Arc<Fetched>>>,
     outage: AtomicBool,
+    /// [`PROMETHEUS_ERRORS`].
+    errors: Counter,
 }
 
 impl NetworkTraffic {
@@ -106,7 +110,14 @@ impl NetworkTraffic {
             query: query_for(&args.device_name, args.time_range),
             last: Mutex::new(None),
             outage: AtomicBool::new(false),
+            errors: Counter::default(),
         }
+    }
+
+    /// Counts failed queries in `errors` (the handle's [`PROMETHEUS_ERRORS`]).
+    pub fn with_error_counter(mut self, errors: Counter) -> NetworkTraffic {
+        self.errors = errors;
+        self
     }
 
     /// The measurements for `pod`'s cycle: fetched once, reused by every node's Score.
@@ -138,7 +149,7 @@ impl NetworkTraffic {
                 Some(by_node)
             }
             Err(e) => {
-                PROMETHEUS_ERRORS_TOTAL.fetch_add(1, Ordering::Relaxed);
+                self.errors.inc();
                 if !self.outage.swap(true, Ordering::Relaxed) {
                     warn!(error = %e, "NetworkTraffic: querying Prometheus failed; nodes score 0 until it answers");
                 }
@@ -199,20 +210,24 @@ impl ScorePlugin for NetworkTraffic {
     }
 }
 
-/// The registration: PreScore and Score.
+/// The registration: PreScore and Score, and its metric.
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
         NetworkTraffic::EXTENSION_POINTS,
         crate::framework::args::decode::<NetworkTrafficArgs>,
         factory,
     )
+    .with_metrics(&[PROMETHEUS_ERRORS])
 }
 
-pub fn factory(args: &Value, _handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
+pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
     let args: NetworkTrafficArgs =
         serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
     let client = prometheus::PrometheusClient::new(&args.ip).map_err(|e| e.to_string())?;
-    Ok(Arc::new(NetworkTraffic::new(&args, Arc::new(client))))
+    Ok(Arc::new(
+        NetworkTraffic::new(&args, Arc::new(client))
+            .with_error_counter(handle.metrics.counter(PROMETHEUS_ERRORS.name)),
+    ))
 }
 
 /// Measures nothing: every node scores the same. For `ksched simulate`, which makes no network
@@ -366,13 +381,14 @@ mod tests {
     #[test]
     fn prometheus_down_scores_zero_and_counts() {
         let (p, fake) = plugin(Err("connection refused".into()));
-        let before = prometheus_errors_total();
+        let errors = Counter::default();
+        let p = p.with_error_counter(errors.clone());
         let pod = PodBuilder::new("p").info();
         assert_eq!(scores(&p, &pod, &["a", "b"]), vec![100, 100]);
         assert!(p.outage.load(Ordering::Relaxed));
         let pod2 = PodBuilder::new("p2").info();
         scores(&p, &pod2, &["a"]);
-        assert!(prometheus_errors_total() >= before + 2);
+        assert_eq!(errors.get(), 2);
         // Recovery clears the outage.
         *fake.answer.lock() = Ok(vec![sample(&[("instance", "a")], 10.0)]);
         let pod3 = PodBuilder::new("p3").info();

@@ -5,6 +5,7 @@
 //! the pod's Services and controller. Upstream's `pkg/scheduler/framework/plugins/podtopologyspread`.
 
 mod common;
+mod events;
 mod filtering;
 mod scoring;
 
@@ -21,7 +22,7 @@ use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, duplicate, forbidden, invalid, not_supported, required};
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
-use crate::framework::registry::PluginRegistration;
+use crate::framework::registry::{PluginRegistration, policy_rule};
 
 pub use common::default_selector;
 pub use filtering::{ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH};
@@ -119,6 +120,7 @@ pub fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
 }
 
 /// The PodTopologySpread plugin.
+#[derive(Clone)]
 pub struct PodTopologySpread {
     default_constraints: Vec<TopologySpreadConstraint>,
     system_defaulted: bool,
@@ -144,7 +146,8 @@ impl PodTopologySpread {
 impl_plugin!(
     PodTopologySpread,
     names::POD_TOPOLOGY_SPREAD,
-    [PreFilter, Filter, PreScore, Score]
+    [PreFilter, Filter, PreScore, Score],
+    EnqueueExtensions
 );
 
 pub fn registration() -> PluginRegistration {
@@ -158,4 +161,17 @@ pub fn registration() -> PluginRegistration {
         ],
         |args, listers| Ok(PodTopologySpread::new(args, listers)),
     )
+    // The owners its default constraints derive a pod's selector from.
+    .with_rbac_rules(vec![
+        policy_rule(
+            &[""],
+            &["replicationcontrollers", "services"],
+            &["list", "watch"],
+        ),
+        policy_rule(
+            &["apps"],
+            &["replicasets", "statefulsets"],
+            &["list", "watch"],
+        ),
+    ])
 }

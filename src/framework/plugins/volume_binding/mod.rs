@@ -7,6 +7,9 @@
 
 pub mod assume_cache;
 pub mod binder;
+mod events;
+
+pub use events::volume_binding_events;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use crate::framework::interface::{
     PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
 use crate::framework::listers::Informer;
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, volume_rules};
 use crate::framework::registry::{Handle, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -109,7 +112,8 @@ fn state(cs: &CycleState) -> Result<&VolumeBindingState, Status> {
 impl_plugin!(
     VolumeBinding,
     names::VOLUME_BINDING,
-    [PreFilter, Filter, Reserve, PreBind, PreScore, Score]
+    [PreFilter, Filter, Reserve, PreBind, PreScore, Score],
+    EnqueueExtensions
 );
 
 impl PreFilterPlugin for VolumeBinding {
@@ -303,6 +307,7 @@ pub fn registration() -> PluginRegistration {
         },
     )
     .with_informers(INFORMERS)
+    .with_rbac_rules(volume_rules(true))
 }
 
 /// The default `bindTimeoutSeconds`.

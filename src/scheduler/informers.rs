@@ -19,7 +19,8 @@ use tracing::{debug, warn};
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
 use super::trim::{assigned_pod, trim_metadata, trim_pod};
-use crate::framework::listers::{Informer, Listers, ObjectStore};
+use crate::api::pod_group::POD_GROUP_LABEL;
+use crate::framework::listers::{Informer, Listers, ObjectStore, PodGroupMembers};
 use crate::framework::types::PodInfo;
 
 /// `ns/name`, the key the cache and the queue use.
@@ -249,6 +250,49 @@ pub async fn watch_nodes(
     }
 }
 
+/// A store an informer fills (an [`ObjectStore`], or the index of PodGroup members).
+trait Store<K>: Send + Sync {
+    /// Adds or updates `obj`; whether pending pods may fit now (the unschedulable pool moves).
+    fn apply(&self, obj: K) -> bool;
+    /// Removes `obj`; whether pending pods may fit now.
+    fn delete(&self, obj: &K) -> bool;
+    /// Replaces everything (after a re-list).
+    fn replace(&self, objs: Vec<K>);
+}
+
+/// Any change may make a pending pod schedulable (a claim bound, a PodGroup created).
+impl<K: kube::Resource + Send + Sync> Store<K> for ObjectStore<K> {
+    fn apply(&self, obj: K) -> bool {
+        ObjectStore::apply(self, obj);
+        true
+    }
+
+    fn delete(&self, obj: &K) -> bool {
+        ObjectStore::delete(self, &ObjectStore::<K>::key_of(obj));
+        true
+    }
+
+    fn replace(&self, objs: Vec<K>) {
+        ObjectStore::replace(self, objs);
+    }
+}
+
+/// A group's pending members may pass Coscheduling's PreFilter once another member joins; a
+/// member's status change alone helps none of them.
+impl Store<Pod> for PodGroupMembers {
+    fn apply(&self, pod: Pod) -> bool {
+        PodGroupMembers::apply(self, pod)
+    }
+
+    fn delete(&self, pod: &Pod) -> bool {
+        PodGroupMembers::delete(self, &pod_key(pod))
+    }
+
+    fn replace(&self, pods: Vec<Pod>) {
+        PodGroupMembers::replace(self, pods);
+    }
+}
+
 /// Watches one extra kind into its store. Any change may make a pending pod schedulable (a claim
 /// bound, a PodGroup created), so it moves the unschedulable pool back.
 async fn watch_store<K>(
@@ -267,18 +311,44 @@ async fn watch_store<K>(
         + 'static,
     K::DynamicType: Default,
 {
-    let mut stream = informer(api, watcher::Config::default());
+    let config = watcher::Config::default();
+    watch_store_with(api, config, listers, store, queue, synced).await
+}
+
+/// Watches what `config` selects into a store, moving the unschedulable pool when the store says
+/// a change may help pending pods.
+async fn watch_store_with<K, S>(
+    api: Api<K>,
+    config: watcher::Config,
+    listers: Arc<Listers>,
+    store: fn(&Listers) -> &S,
+    queue: Arc<SchedulingQueue>,
+    synced: watch::Sender<bool>,
+) where
+    S: Store<K> + ?Sized,
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default,
+{
+    let mut stream = informer(api, config);
     let mut initial: Vec<K> = Vec::new();
     loop {
         match stream.try_next().await {
             Ok(Some(Event::Apply(mut obj))) => {
                 trim_metadata(&mut obj);
-                store(&listers).apply(obj);
-                queue.move_all_to_active_or_backoff();
+                if store(&listers).apply(obj) {
+                    queue.move_all_to_active_or_backoff();
+                }
             }
             Ok(Some(Event::Delete(obj))) => {
-                store(&listers).delete(&ObjectStore::<K>::key_of(&obj));
-                queue.move_all_to_active_or_backoff();
+                if store(&listers).delete(&obj) {
+                    queue.move_all_to_active_or_backoff();
+                }
             }
             Ok(Some(Event::Init)) => initial.clear(),
             Ok(Some(Event::InitApply(mut obj))) => {
@@ -286,7 +356,7 @@ async fn watch_store<K>(
                 initial.push(obj);
             }
             Ok(Some(Event::InitDone)) => {
-                store(&listers).replace(initial.drain(..));
+                store(&listers).replace(std::mem::take(&mut initial));
                 queue.move_all_to_active_or_backoff();
                 let _ = synced.send(true);
             }
@@ -356,6 +426,15 @@ pub fn start_informers(
             Informer::PodGroups => {
                 tokio::spawn(watch_store(Api::all(c), l, |l| &l.pod_groups, q, tx))
             }
+            // Every phase: a group's Succeeded and Failed members count too.
+            Informer::PodGroupMembers => tokio::spawn(watch_store_with(
+                Api::all(c),
+                watcher::Config::default().labels(POD_GROUP_LABEL),
+                l,
+                |l| &l.pod_group_members,
+                q,
+                tx,
+            )),
             Informer::Services => tokio::spawn(watch_store(Api::all(c), l, |l| &l.services, q, tx)),
             Informer::ReplicationControllers => tokio::spawn(watch_store(
                 Api::all(c),

@@ -11,6 +11,7 @@
 //! if recorded: phase 2 registers them with the calls that record them.
 
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -21,6 +22,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::framework::plugins::network_traffic::refresher::Telemetry as NetworkTrafficTelemetry;
 use crate::serving::register;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -106,8 +108,11 @@ pub struct Metrics {
     pub pending_pods: Family<QueueLabels, Gauge>,
     pub extension_point_duration: Histograms<ExtensionPointLabels>,
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
-    /// Failed Prometheus queries of the NetworkTraffic plugin (scheduling went on with score 0).
-    pub network_traffic_prometheus_errors: Counter,
+    /// Failed Prometheus queries of NetworkTraffic's refresher, per profile (scheduling goes on;
+    /// nodes score the same once the data is stale).
+    pub network_traffic_query_errors: Family<ProfileLabels, Counter>,
+    /// Age of the data NetworkTraffic scores with, per profile (+Inf before the first answer).
+    pub network_traffic_data_age: Family<ProfileLabels, Gauge<f64, AtomicU64>>,
     /// Phase 2: per plugin, sampled as upstream (`percentageOfNodesToScore`-independent 10 %).
     pub plugin_execution_duration: Histograms<PluginLabels>,
     /// Phase 2: pods added to a queue, by the event that moved them.
@@ -177,11 +182,17 @@ impl Metrics {
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
                 Family::default(),
             ),
-            network_traffic_prometheus_errors: register(
+            network_traffic_query_errors: register(
                 r,
-                "scheduler_network_traffic_prometheus_errors",
-                "Prometheus queries of the NetworkTraffic plugin that failed or timed out",
-                Counter::default(),
+                "ksched_network_traffic_query_errors",
+                "Prometheus queries of the NetworkTraffic plugin's refresher that failed or timed out",
+                Family::default(),
+            ),
+            network_traffic_data_age: register(
+                r,
+                "ksched_network_traffic_data_age_seconds",
+                "Age of the measurements the NetworkTraffic plugin scores with (+Inf before the first answer); older than three refresh periods, every node scores the same",
+                Family::default(),
             ),
             plugin_execution_duration: register(
                 r,
@@ -214,6 +225,23 @@ impl Metrics {
                 Family::new_with_constructor(latency_histogram),
             ),
             registry,
+        }
+    }
+
+    /// Follows NetworkTraffic's refreshers (their counts live with the plugin).
+    pub fn observe_network_traffic(&self, telemetry: &NetworkTrafficTelemetry) {
+        for (profile, t) in telemetry.profiles() {
+            let labels = ProfileLabels { profile };
+            let errors = self.network_traffic_query_errors.get_or_create(&labels);
+            if t.query_errors > errors.get() {
+                errors.inc_by(t.query_errors - errors.get());
+            }
+            let age = t
+                .refreshed_at
+                .map_or(f64::INFINITY, |at| at.elapsed().as_secs_f64());
+            self.network_traffic_data_age
+                .get_or_create(&labels)
+                .set(age);
         }
     }
 

@@ -26,6 +26,7 @@ use super::leader_election::{
 use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
+use crate::framework::background::TaskContext;
 use crate::framework::extender::Extender;
 use crate::framework::interface::{CycleState, NominatingMode, Status};
 use crate::framework::listers::Informer;
@@ -272,6 +273,15 @@ pub async fn run(
     http_state.ready.store(true, Ordering::Release);
     info!("caches synced");
     tasks.push(tokio::spawn(scheduler.clone().housekeeping()));
+    // The plugins' work outside the scheduling cycle; each task writes only while we lead.
+    let task_context = TaskContext {
+        api: scheduler.handle.api.clone(),
+        leading: leadership.watch(),
+    };
+    for task in scheduler.handle.tasks.take() {
+        debug!(task = task.name(), "starting background task");
+        tasks.push(tokio::spawn(task.run(task_context.clone())));
+    }
 
     // Leader election. The elector is stopped by this function, after scheduling has stopped and
     // the events are written, so the lease is released last.
@@ -437,14 +447,8 @@ impl Scheduler {
                 debug!(pod = %key, "expired assumed pod removed");
                 self.queue.move_all_to_active_or_backoff();
             }
-            // The plugin counts process-wide; the metric follows it.
-            let errors = crate::framework::plugins::network_traffic::prometheus_errors_total();
-            let exported = self.metrics.network_traffic_prometheus_errors.get();
-            if errors > exported {
-                self.metrics
-                    .network_traffic_prometheus_errors
-                    .inc_by(errors - exported);
-            }
+            self.metrics
+                .observe_network_traffic(&self.handle.listers.plugin_state.get_or_default());
             let counts = self.queue.counts();
             for (queue, n) in [
                 ("active", counts.active),

@@ -45,6 +45,8 @@
 pub mod api;
 pub mod args;
 pub mod background;
+#[cfg(test)]
+mod cycle_io;
 pub mod extender;
 #[cfg(test)]
 mod integration_tests;

@@ -293,6 +293,29 @@ impl Store<Pod> for PodGroupMembers {
     }
 }
 
+/// A kind an informer can watch into a store.
+trait Watched:
+    kube::Resource<DynamicType: Default>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType: Default>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Watches one extra kind into its store. Any change may make a pending pod schedulable (a claim
 /// bound, a PodGroup created), so it moves the unschedulable pool back.
 async fn watch_store<K>(
@@ -302,14 +325,7 @@ async fn watch_store<K>(
     queue: Arc<SchedulingQueue>,
     synced: watch::Sender<bool>,
 ) where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: Watched,
 {
     let config = watcher::Config::default();
     watch_store_with(api, config, listers, store, queue, synced).await
@@ -326,14 +342,7 @@ async fn watch_store_with<K, S>(
     synced: watch::Sender<bool>,
 ) where
     S: Store<K> + ?Sized,
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: Watched,
 {
     let mut stream = informer(api, config);
     let mut initial: Vec<K> = Vec::new();

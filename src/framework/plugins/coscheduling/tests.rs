@@ -394,6 +394,17 @@ fn controller(e: &Env) -> (Arc<PodGroupController>, Arc<dyn ApiHandle>) {
     (Arc::new(c), e.api.clone())
 }
 
+/// Group `pg` (minMember 1) with one pending member of `default-scheduler`, and its status loop.
+fn one_member_group() -> (Env, Arc<PodGroupController>, Arc<dyn ApiHandle>) {
+    let e = env(&[pod_group("pg", 1, 1)], args());
+    let (c, api) = controller(&e);
+    e.handle
+        .listers
+        .pod_group_members
+        .apply(member("a", "pg").build());
+    (e, c, api)
+}
+
 fn stored_phase(e: &Env, name: &str) -> Option<String> {
     e.handle
         .listers
@@ -447,12 +458,7 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
 
 #[tokio::test]
 async fn a_conflict_waits_for_the_next_version_and_errors_are_retried() {
-    let e = env(&[pod_group("pg", 1, 1)], args());
-    let (c, api) = controller(&e);
-    e.handle
-        .listers
-        .pod_group_members
-        .apply(member("a", "pg").build());
+    let (e, c, api) = one_member_group();
     *e.api.fail_pod_group_update.lock() = Some(ApiError::Conflict("modified".into()));
     assert_eq!(c.pass(&api).await, Pass::default());
     *e.api.fail_pod_group_update.lock() = Some(ApiError::Other("unavailable".into()));
@@ -472,12 +478,7 @@ async fn a_conflict_waits_for_the_next_version_and_errors_are_retried() {
 
 #[tokio::test]
 async fn a_standby_writes_nothing_until_it_leads() {
-    let e = env(&[pod_group("pg", 1, 1)], args());
-    let (c, api) = controller(&e);
-    e.handle
-        .listers
-        .pod_group_members
-        .apply(member("a", "pg").build());
+    let (e, c, api) = one_member_group();
     let (lead, leading) = watch::channel(false);
     let task = tokio::spawn(c.run(TaskContext { api, leading }));
     tokio::time::sleep(PASS_INTERVAL * 2).await;

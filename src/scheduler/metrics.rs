@@ -558,6 +558,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn network_traffic_data_age_and_query_errors_per_profile() {
+        let m = Metrics::new();
+        let t = NetworkTrafficTelemetry::default();
+        t.register("fresh");
+        t.register("never");
+        let ten_seconds_ago = std::time::Instant::now()
+            .checked_sub(Duration::from_secs(10))
+            .unwrap_or_else(std::time::Instant::now);
+        t.refreshed("fresh", ten_seconds_ago);
+        t.query_failed("fresh");
+        t.query_failed("never");
+        t.query_failed("never");
+        m.observe_network_traffic(&t);
+        // Counted once, however often it is observed.
+        m.observe_network_traffic(&t);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"ksched_network_traffic_query_errors_total{profile="fresh"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ksched_network_traffic_query_errors_total{profile="never"} 2"#),
+            "{text}"
+        );
+        // prometheus-client writes +Inf as `inf` (Prometheus reads either).
+        assert!(
+            text.contains(r#"ksched_network_traffic_data_age_seconds{profile="never"} inf"#),
+            "{text}"
+        );
+        let age: f64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"ksched_network_traffic_data_age_seconds{profile="fresh"} "#)
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        assert!((10.0..60.0).contains(&age), "{text}");
+    }
+
+    #[test]
     fn exports_upstream_metric_names() {
         let m = Metrics::new();
         let attempt = AttemptLabels {

@@ -272,7 +272,9 @@ impl PodGroupController {
             next.status = Some(status);
             let key = key_of(&pg);
             match api.update_pod_group_status(&next).await {
-                Ok(stored) => {
+                Ok(mut stored) => {
+                    // Kept as the informer keeps it.
+                    stored.metadata.managed_fields = None;
                     debug!(podgroup = %key, phase = ?stored.status.as_ref().and_then(|s| s.phase.as_deref()), "PodGroup status updated");
                     self.listers.pod_groups.apply(stored);
                     done.written += 1;

@@ -78,6 +78,21 @@ impl Telemetry {
         self.profiles.lock().clone()
     }
 
+    /// A refresher of `profile` exists (no data yet).
+    pub fn register(&self, profile: &str) {
+        self.update(profile, |_| {});
+    }
+
+    /// `profile`'s refresher got an answer at `at`.
+    pub fn refreshed(&self, profile: &str, at: Instant) {
+        self.update(profile, |t| t.refreshed_at = Some(at));
+    }
+
+    /// `profile`'s refresher got no answer.
+    pub fn query_failed(&self, profile: &str) {
+        self.update(profile, |t| t.query_errors += 1);
+    }
+
     fn update(&self, profile: &str, f: impl FnOnce(&mut ProfileTelemetry)) {
         f(self.profiles.lock().entry(profile.to_string()).or_default());
     }
@@ -104,7 +119,7 @@ impl Refresher {
         profile: String,
         telemetry: Arc<Telemetry>,
     ) -> Refresher {
-        telemetry.update(&profile, |_| {});
+        telemetry.register(&profile);
         Refresher {
             source,
             query,
@@ -123,8 +138,7 @@ impl Refresher {
             Ok(samples) => {
                 let m = Arc::new(Measurements::from_samples(&samples, Instant::now()));
                 debug!(query = %self.query, nodes = m.bytes.len(), "NetworkTraffic measurements");
-                self.telemetry
-                    .update(&self.profile, |t| t.refreshed_at = Some(m.at));
+                self.telemetry.refreshed(&self.profile, m.at);
                 match self.outage.lock().replace(false) {
                     None => {
                         info!(
@@ -138,8 +152,7 @@ impl Refresher {
                 *self.latest.write() = Some(m);
             }
             Err(e) => {
-                self.telemetry
-                    .update(&self.profile, |t| t.query_errors += 1);
+                self.telemetry.query_failed(&self.profile);
                 if self.outage.lock().replace(true) != Some(true) {
                     warn!(error = %e, "NetworkTraffic: querying Prometheus failed; nodes score the same while its data is missing or stale");
                 }

@@ -34,6 +34,9 @@ enum Command {
     Render(ksched::operator::command::RenderArgs),
     /// What a profile would do, before it does it: pending pods placed, or why not, with no writes.
     Simulate(ksched::simulate::command::SimulateArgs),
+    /// Finish an uninstall whose operator was gone: remove the taints it added, the policies'
+    /// finalizers and what it rendered.
+    Uninstall(ksched::operator::command::UninstallArgs),
     /// Print the version.
     Version,
 }
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Operator(args) => ksched::operator::command::operator_main(*args),
         Command::Render(args) => ksched::operator::command::render_main(args),
         Command::Simulate(args) => ksched::simulate::command::main(args),
+        Command::Uninstall(args) => ksched::operator::command::uninstall_main(args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
         Command::Version => {
             println!("ksched {}", env!("CARGO_PKG_VERSION"));

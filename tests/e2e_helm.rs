@@ -1,30 +1,29 @@
 //! The Helm chart charts/ksched with the testenv's helm (built from Go modules by hack/testenv):
 //! it lints, its schema rejects bad values, it renders what the values say; and on the real control
 //! plane (kube-controller-manager, upstream kube-scheduler as the default scheduler, kwok nodes)
-//! `helm install --wait` brings the operator Deployment to Available, the operator with the chart's
-//! RBAC (impersonating its ServiceAccount) reconciles a profile to Ready, `helm upgrade` with a
-//! changed value rolls out, and `helm uninstall` leaves no ksched object behind.
+//! `helm install --wait` brings the operator Deployment to Available, the operator pods (`ksched
+//! operator` processes with the chart's RBAC, started and stopped as a kubelet would) reconcile a
+//! profile, `helm upgrade` with a changed value rolls out, and `helm uninstall`, with profiles and
+//! a tainting policy still there, finishes within a minute leaving nothing the operator added or
+//! rendered (Helm keeps the CRDs, whose deletion then finishes too).
 
 mod support;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams};
-use kube::{Client, ResourceExt};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Client;
+use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use ksched::api::SchedulerProfile;
-use ksched::leader_election::LeaderElectionConfig;
 use ksched::operator::NoEmbeddedSchedulers;
-use support::nodes::Nodes;
-use support::operator::{InProcessOperator, OPERATOR_SA, sample, wait_profile_condition};
-use support::process::LoggedChild;
-use support::scheduler::kube_scheduler_command;
+use support::operator::{InProcessOperator, http_get, sample, wait_profile_condition};
+use support::operator_pods::OperatorPods;
+use support::scheduler::default_scheduler;
+use support::uninstall::{Kept, Scenario, wait_finished};
 use support::wait::{poll, tail};
 use support::{Components, ControlPlane, control_plane, path_str, repo_root, testenv_bin_dir};
 
@@ -272,7 +271,7 @@ async fn an_operator_without_permissions_is_not_ready_says_why_and_stops() {
         "system:serviceaccount:helm-nobody:nobody",
         Arc::new(NoEmbeddedSchedulers),
     );
-    let diag = || diagnostics(Some(&operator));
+    let diag = || diagnostics(tail(&operator.logs(), 40));
     assert_eq!(operator.get("/healthz").await, (200, "ok".into()));
     let why = poll(
         "operator /readyz says why it is not ready",
@@ -290,11 +289,16 @@ async fn an_operator_without_permissions_is_not_ready_says_why_and_stops() {
         .unwrap_or_else(|e| panic!("{e}\n{}", tail(&operator.logs(), 20)));
 }
 
-fn diagnostics(operator: Option<&InProcessOperator>) -> String {
-    let (_, objects, _) = cp().kubectl_run(&["get", "sp,deploy,rs,pods,svc", "-A", "-o", "wide"]);
+fn diagnostics(logs: String) -> String {
+    let (_, objects, _) = cp().kubectl_run(&[
+        "get",
+        "sp,lcp,deploy,rs,pods,clusterroles",
+        "-A",
+        "-o",
+        "wide",
+    ]);
     let (_, events, _) = cp().kubectl_run(&["get", "events", "-n", NS]);
-    let operator = operator.map(|o| tail(&o.logs(), 40)).unwrap_or_default();
-    format!("--- objects\n{objects}\n--- events in {NS}\n{events}\n--- operator\n{operator}")
+    format!("--- objects\n{objects}\n--- events in {NS}\n{events}\n{logs}")
 }
 
 async fn operator_deployment(client: &Client) -> Option<Deployment> {
@@ -305,16 +309,11 @@ async fn operator_deployment(client: &Client) -> Option<Deployment> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chart_installs_reconciles_upgrades_and_uninstalls() {
+async fn chart_installs_reconciles_upgrades_and_uninstalls_in_one_step() {
     let cp = cp();
     let client = cp.client().await;
-    let nodes = Nodes::new(cp, "helm");
-    nodes.add("0", "8", &[]);
-    nodes.add("1", "8", &[]);
-    let mut scheduler_cmd = kube_scheduler_command(cp);
-    scheduler_cmd.arg("--v=1");
-    let _default_scheduler =
-        LoggedChild::spawn(scheduler_cmd, cp.dir.join("kube-scheduler-default.log"));
+    let scenario = Scenario::nodes(cp, "helm");
+    let _default_scheduler = default_scheduler(cp);
     let chart = chart();
 
     // Install: helm waits (kstatus) until every object is current, the Deployment Available.
@@ -338,33 +337,11 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
     let status = dep.status.clone().unwrap_or_default();
     assert_eq!(status.available_replicas, Some(2), "{status:?}");
 
-    // The operator with the chart's RBAC gets ready, reconciles a profile to Ready, and says so on
-    // /metrics.
-    // It elects itself leader on the chart's Lease permissions, as the chart's replicas do.
-    let operator = InProcessOperator::start_with(
-        cp,
-        NS,
-        OPERATOR_SA,
-        Arc::new(NoEmbeddedSchedulers),
-        |_, opts| {
-            opts.leader_election = Some(LeaderElectionConfig {
-                namespace: NS.into(),
-                lease_name: ksched::operator::LEASE_NAME.into(),
-                identity: "e2e-helm".into(),
-                lease_duration: Duration::from_secs(15),
-                renew_deadline: Duration::from_secs(10),
-                retry_period: Duration::from_secs(2),
-            });
-        },
-    );
-    let diag = || diagnostics(Some(&operator));
-    poll(
-        "operator /readyz",
-        Duration::from_secs(120),
-        diag,
-        async || (operator.get("/readyz").await.0 == 200).then_some(()),
-    )
-    .await;
+    // The operator pods run as `ksched operator` processes with the chart's RBAC (kwok runs no
+    // containers): one leads on the chart's Lease, reconciles a profile, says so on /metrics.
+    let pods = OperatorPods::start(cp, client.clone(), NS);
+    let diag = || diagnostics(pods.logs());
+    let leader = pods.wait_leader(&client, NS).await;
     cp.apply(
         "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata:\n  name: helm-plain\nspec: {}\n",
     );
@@ -376,12 +353,13 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
             && c.message.contains("1 of 1 scheduler replicas ready")
     })
     .await;
+    let http = pods.http(&leader).expect("the leader's endpoint");
     poll(
         "operator metrics",
         Duration::from_secs(60),
         diag,
         async || {
-            let (code, metrics) = operator.get("/metrics").await;
+            let (code, metrics) = http_get(http, "/metrics").await;
             let caught_up = sample(
                 &metrics,
                 r#"ksched_operator_queue_depth{controller="schedulerprofile"} "#,
@@ -399,8 +377,23 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
         },
     )
     .await;
+    // The leader prepared the uninstall identity.
+    let kit = |c: Client| async move {
+        Api::<ClusterRole>::all(c)
+            .get_opt(ksched::operator::uninstall::KIT_NAME)
+            .await
+            .expect("get ClusterRole")
+    };
+    poll(
+        "the uninstall identity",
+        Duration::from_secs(60),
+        diag,
+        async || kit(client.clone()).await.map(|_| ()),
+    )
+    .await;
 
-    // Upgrade with a changed value: a new ReplicaSet rolls out and the Deployment is Available.
+    // Upgrade with a changed value: a new ReplicaSet rolls out and the Deployment is Available;
+    // the old pods' operators stop on SIGTERM as in any rollout (no uninstall: the identity stays).
     let before = dep.metadata.generation.expect("generation");
     helm_ok(
         Some(cp),
@@ -446,27 +439,19 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
             && rs.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
     });
     assert!(rolled_out, "no ready ReplicaSet with the new pod template");
+    pods.wait_leader(&client, NS).await;
+    assert!(
+        kit(client.clone()).await.is_some(),
+        "a rollout removed the uninstall identity"
+    );
 
-    // Uninstall (the profile first, while the operator can still finalize it).
-    Api::<SchedulerProfile>::all(client.clone())
-        .delete("helm-plain", &DeleteParams::default())
-        .await
-        .expect("delete profile");
-    poll(
-        "profile deleted",
-        Duration::from_secs(120),
-        diag,
-        async || {
-            Api::<SchedulerProfile>::all(client.clone())
-                .get_opt("helm-plain")
-                .await
-                .expect("get profile")
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
-    drop(operator);
+    // What the operator makes: a Deployment-mode and an Embedded profile, a policy tainting the
+    // leaf nodes (one already carried the taint).
+    scenario.apply(cp, &client, diag).await;
+
+    // Uninstall in one step, profiles and policies still there: within a minute nothing the
+    // operator added or rendered is left, every operator process stopped by itself.
+    let started = Instant::now();
     helm_ok(
         Some(cp),
         &[
@@ -476,72 +461,29 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls() {
             NS,
             "--wait",
             "--timeout",
-            "5m",
+            "60s",
         ],
     );
-    poll(
-        "no ksched object left",
-        Duration::from_secs(120),
-        || diagnostics(None),
-        async || {
-            let left = leftovers(&client).await;
-            left.is_empty().then_some(()).or_else(|| {
-                eprintln!("left: {left:?}");
-                None
-            })
-        },
+    let helm_done = started.elapsed();
+    let took = wait_finished(
+        &scenario,
+        &pods,
+        &client,
+        NS,
+        Kept::CrdsAndNamespace,
+        started,
+        diag,
     )
     .await;
-}
+    eprintln!(
+        "helm uninstall: helm returned after {helm_done:?}, nothing of ksched left after {took:?}"
+    );
 
-/// Every object of ksched's still there: the operator's, and anything rendered for a profile.
-async fn leftovers(client: &Client) -> Vec<String> {
-    let mut left = Vec::new();
-    for ns in [NS, "kube-system"] {
-        left.extend(labelled::<Deployment>(client, ns).await);
-        left.extend(labelled::<ServiceAccount>(client, ns).await);
-        left.extend(labelled::<Service>(client, ns).await);
-        left.extend(labelled::<ConfigMap>(client, ns).await);
-        left.extend(labelled::<Role>(client, ns).await);
-        left.extend(labelled::<RoleBinding>(client, ns).await);
-    }
-    left.extend(named_ksched::<ClusterRole>(client).await);
-    left.extend(named_ksched::<ClusterRoleBinding>(client).await);
-    left
-}
-
-/// `Kind ns/name` of each `K` in `ns` labelled `app.kubernetes.io/name=ksched`.
-async fn labelled<K>(client: &Client, ns: &str) -> Vec<String>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let by_label = ListParams::default().labels("app.kubernetes.io/name=ksched");
-    Api::<K>::namespaced(client.clone(), ns)
-        .list(&by_label)
-        .await
-        .unwrap_or_else(|e| panic!("list {}: {e}", K::kind(&())))
-        .items
-        .iter()
-        .map(|o| format!("{} {ns}/{}", K::kind(&()), o.name_any()))
-        .collect()
-}
-
-/// `Kind name` of each cluster-scoped `K` whose name starts with `ksched`.
-async fn named_ksched<K>(client: &Client) -> Vec<String>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    Api::<K>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("list {}: {e}", K::kind(&())))
-        .items
-        .iter()
-        .map(|o| o.name_any())
-        .filter(|n| n.starts_with("ksched"))
-        .map(|n| format!("{} {n}", K::kind(&())))
-        .collect()
+    // Helm keeps the CRDs and the namespace: with no finalizer left, deleting them finishes.
+    let crds = path_str(&repo_root().join("charts/ksched/crds")).to_string();
+    cp.kubectl_ok(&["delete", "-f", &crds, "--wait", "--timeout=60s"]);
+    cp.kubectl_ok(&["delete", "namespace", NS, "--wait", "--timeout=60s"]);
+    scenario
+        .wait_uninstalled(&client, NS, Kept::Nothing, Duration::from_secs(30), diag)
+        .await;
 }

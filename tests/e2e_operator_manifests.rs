@@ -1,12 +1,29 @@
 //! manifests/install: generated from the Helm chart (one source of truth), builds with the real
 //! kubectl's kustomize, carries the CRDs exactly as crds/ has them (and so does the chart), and puts
-//! the image into KSCHED_IMAGE.
+//! the image into KSCHED_IMAGE. On the real control plane, `kubectl delete -k` of the whole
+//! kustomization, profiles and a tainting policy still there, finishes within a minute and leaves
+//! nothing, also when the leading replica died just before; with the operator gone beforehand,
+//! the policy waits on its finalizer until the documented `ksched uninstall` finishes the job.
 
 mod support;
 
 use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-use support::{path_str, repo_root, testenv_bin_dir};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::Api;
+
+use ksched::api::LeafClusterPolicy;
+use ksched::operator::uninstall::KIT_NAME;
+use support::operator_pods::OperatorPods;
+use support::scheduler::{default_scheduler, ksched_bin};
+use support::uninstall::{Kept, Scenario, leaf_tainted, wait_finished};
+use support::wait::poll;
+use support::{Components, ControlPlane, control_plane, path_str, repo_root, testenv_bin_dir};
 
 /// (file name, contents) of each file in `dir` (empty for a directory).
 fn files(dir: &Path) -> Vec<(String, String)> {
@@ -130,4 +147,191 @@ fn install_builds_with_kustomize() {
     assert!(docs.iter().any(|d| d["kind"] == "RoleBinding"
         && d["metadata"]["namespace"] == "kube-system"
         && d["roleRef"]["name"] == "extension-apiserver-authentication-reader"));
+}
+
+const NS: &str = "ksched-system";
+
+fn cp() -> &'static ControlPlane {
+    control_plane(Components::FULL)
+}
+
+fn diagnostics(pods: &OperatorPods) -> String {
+    let (_, objects, _) = cp().kubectl_run(&[
+        "get",
+        "sp,lcp,deploy,pods,crd,ns,clusterroles",
+        "-A",
+        "-o",
+        "wide",
+    ]);
+    format!("--- objects\n{objects}\n{}", pods.logs())
+}
+
+/// `kubectl apply -k manifests/install`, then the operator pods (processes, see OperatorPods)
+/// with one leading and every one holding the uninstall identity, then the scenario's profiles
+/// and policy. The pods and the leader's.
+async fn install_and_use(
+    cp: &'static ControlPlane,
+    client: &Client,
+    scenario: &Scenario,
+) -> (OperatorPods, String) {
+    let install = path_str(&repo_root().join("manifests/install")).to_string();
+    cp.kubectl_ok(&["apply", "--server-side", "-k", &install]);
+    cp.kubectl_ok(&[
+        "wait",
+        "--for=condition=Available",
+        "--timeout=120s",
+        "-n",
+        NS,
+        "deployment/ksched-operator",
+    ]);
+    let pods = OperatorPods::start(cp, client.clone(), NS);
+    let leader = pods.wait_leader(client, NS).await;
+    poll(
+        "the uninstall identity",
+        Duration::from_secs(60),
+        || diagnostics(&pods),
+        async || {
+            Api::<ClusterRole>::all(client.clone())
+                .get_opt(KIT_NAME)
+                .await
+                .ok()
+                .flatten()
+        },
+    )
+    .await;
+    pods.wait_logged("holding the uninstall identity").await;
+    scenario.apply(cp, client, || diagnostics(&pods)).await;
+    (pods, leader)
+}
+
+/// `ksched uninstall --kubeconfig <admin>`: (success, stdout, stderr).
+fn ksched_uninstall(cp: &ControlPlane) -> (bool, String, String) {
+    let out = Command::new(ksched_bin())
+        .args(["uninstall", "--kubeconfig", path_str(&cp.kubeconfig)])
+        .output()
+        .expect("run ksched uninstall");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_ksched_uninstall_finishes_after_a_lost_operator()
+ {
+    let cp = cp();
+    let client = cp.client().await;
+    let scenario = Scenario::nodes(cp, "kustomize");
+    let _default_scheduler = default_scheduler(cp);
+    let install = path_str(&repo_root().join("manifests/install")).to_string();
+
+    // Everything at once (CRDs, namespace, RBAC, operator; profiles and policy still there): done
+    // within a minute, every operator process stopped by itself, nothing left.
+    let (pods, _) = install_and_use(cp, &client, &scenario).await;
+    // While installed, `ksched uninstall` refuses (it finishes uninstalls, it does not start one).
+    let (ok, _, err) = ksched_uninstall(cp);
+    assert!(!ok && err.contains("still installed"), "{err}");
+    let started = Instant::now();
+    cp.kubectl_ok(&["delete", "-k", &install, "--wait", "--timeout=60s"]);
+    let kubectl_done = started.elapsed();
+    let took = wait_finished(
+        &scenario,
+        &pods,
+        &client,
+        NS,
+        Kept::Nothing,
+        started,
+        || diagnostics(&pods),
+    )
+    .await;
+    eprintln!(
+        "kubectl delete -k: returned after {kubectl_done:?}, nothing of ksched left after {took:?}"
+    );
+    drop(pods);
+
+    // The leading replica dies just before the uninstall (its pod stays, as with a node that
+    // died): the other one, which never led, leaves the cleanup to it for a while, then does it.
+    let (pods, leader) = install_and_use(cp, &client, &scenario).await;
+    pods.kill(&leader);
+    let started = Instant::now();
+    cp.kubectl_ok(&["delete", "-k", &install, "--wait", "--timeout=60s"]);
+    let took = wait_finished(
+        &scenario,
+        &pods,
+        &client,
+        NS,
+        Kept::Nothing,
+        started,
+        || diagnostics(&pods),
+    )
+    .await;
+    eprintln!("kubectl delete -k with the leader dead: nothing of ksched left after {took:?}");
+    drop(pods);
+
+    // The operator gone (its pods cannot run) before the uninstall: the namespace, the operator's
+    // RBAC and the profiles (no finalizer; the garbage collector takes what they own) still go;
+    // the policy waits on its finalizer, so its CRD stays Terminating, and the taint stays.
+    let (pods, _) = install_and_use(cp, &client, &scenario).await;
+    pods.kill_all();
+    cp.kubectl_ok(&["delete", "-k", &install, "--wait=false"]);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let policies: Api<LeafClusterPolicy> = Api::all(client.clone());
+    poll(
+        "what a lost operator leaves",
+        Duration::from_secs(60),
+        || diagnostics(&pods),
+        async || {
+            let ns_gone = namespaces.get_opt(NS).await.ok()?.is_none();
+            let profiles_gone = crds
+                .get_opt("schedulerprofiles.ksched.io")
+                .await
+                .ok()?
+                .is_none();
+            let policy_crd_waits = crds
+                .get_opt("leafclusterpolicies.ksched.io")
+                .await
+                .ok()??
+                .metadata
+                .deletion_timestamp
+                .is_some();
+            let policy_waits = policies
+                .get_opt(&scenario.policy)
+                .await
+                .ok()??
+                .metadata
+                .deletion_timestamp
+                .is_some();
+            (ns_gone && profiles_gone && policy_crd_waits && policy_waits).then_some(())
+        },
+    )
+    .await;
+    let tainted = Api::<Node>::all(client.clone())
+        .get(&scenario.tainted)
+        .await
+        .expect("node");
+    assert!(
+        leaf_tainted(&tainted),
+        "the taint went without the operator?"
+    );
+
+    // The way out the README documents: `ksched uninstall` with the user's credentials.
+    let started = Instant::now();
+    let (ok, stdout, stderr) = ksched_uninstall(cp);
+    assert!(ok, "ksched uninstall: {stdout}{stderr}");
+    assert!(
+        stdout.contains("uninstalled: taints removed from 1 node(s)"),
+        "{stdout}"
+    );
+    scenario
+        .wait_uninstalled(&client, NS, Kept::Nothing, Duration::from_secs(60), || {
+            diagnostics(&pods)
+        })
+        .await;
+    eprintln!(
+        "ksched uninstall after a lost operator: {} ({:?} until nothing was left)",
+        stdout.trim(),
+        started.elapsed()
+    );
 }

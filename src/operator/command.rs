@@ -1,17 +1,21 @@
-//! The `ksched operator` and `ksched render` commands (argument parsing and process set-up; the
-//! work is in [`super::run`] and [`super::render_cli`]).
+//! The `ksched operator`, `ksched render` and `ksched uninstall` commands (argument parsing and
+//! process set-up; the work is in [`super::run`], [`super::render_cli`] and
+//! [`super::uninstall::teardown`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use super::in_process::InProcessSchedulers;
 use super::render::{DEFAULT_NAMESPACE, RenderOptions};
-use super::{LEASE_NAME, OperatorOptions, http, render_cli};
+use super::{LEASE_NAME, OPERATOR_NAME, OperatorOptions, http, render_cli, uninstall};
 use crate::config::duration::GoDuration;
 use crate::framework::registry::Registry;
 use crate::leader_election::{LeaderElectionConfig, default_identity};
@@ -141,15 +145,8 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
         default_filter: "info,kube_runtime=warn".into(),
         split_stream: false,
     });
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     let leader_election = match args.leader_election() {
         Ok(le) => le,
@@ -159,7 +156,7 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let client = match client(args.kubeconfig.as_deref()).await {
+        let (client, config) = match client(args.kubeconfig.as_deref()).await {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -170,6 +167,7 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
         let mut opts = OperatorOptions::new(args.namespace, args.image, registry.clone());
         opts.known_schedulers = args.known_schedulers;
         opts.leader_election = leader_election;
+        opts.client_config = Some(config);
         let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
         if args.secure_port != 0 {
             let endpoint = http::SecureEndpoint {
@@ -212,8 +210,18 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
     })
 }
 
-/// A client from `kubeconfig`, or inferred (in-cluster, then the usual kubeconfig).
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
+/// A multi-threaded tokio runtime, or None after saying why not.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("error: starting the async runtime: {e}"))
+        .ok()
+}
+
+/// A client from `kubeconfig`, or inferred (in-cluster, then the usual kubeconfig), and the
+/// configuration it was made from.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<(Client, Config), String> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
@@ -227,7 +235,81 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Stri
             .map_err(|e| format!("no cluster configuration: {e}"))?,
     };
     crate::scheduler::metrics::set_api_host(&config.cluster_url);
-    Client::try_from(config).map_err(|e| format!("creating the client: {e}"))
+    let client =
+        Client::try_from(config.clone()).map_err(|e| format!("creating the client: {e}"))?;
+    Ok((client, config))
+}
+
+/// `ksched uninstall`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UninstallArgs {
+    /// Kubeconfig file; default: in-cluster config, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace ksched was installed in.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+}
+
+/// Runs `ksched uninstall`: finishes an uninstall whose operator was gone (its pods could not
+/// run): the taints it added, the LeafClusterPolicies' finalizers, what it rendered, its uninstall
+/// identity. Refuses while ksched is still installed.
+pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
+    crate::logging::init(&crate::logging::LogOptions {
+        format: crate::logging::LogFormat::default(),
+        default_filter: "warn".into(),
+        split_stream: false,
+    });
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async move {
+        let client = match client(args.kubeconfig.as_deref()).await {
+            Ok((c, _)) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match still_installed(&client, &args.namespace).await {
+            Ok(false) => {}
+            Ok(true) => {
+                eprintln!(
+                    "error: ksched is still installed (ClusterRoleBinding {OPERATOR_NAME} and namespace {ns} exist): uninstall it first (helm uninstall ksched -n {ns}, or kubectl delete -k manifests/install); `ksched uninstall` finishes an uninstall whose operator was gone",
+                    ns = args.namespace
+                );
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        match uninstall::teardown(&client, &args.namespace).await {
+            Ok(removed) => {
+                println!("uninstalled: {removed}; uninstall identity {} deleted", uninstall::KIT_NAME);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// The installation's ClusterRoleBinding and namespace both exist and neither is being deleted.
+async fn still_installed(client: &Client, namespace: &str) -> Result<bool, kube::Error> {
+    let live = |deleting: Option<bool>| deleting == Some(false);
+    let binding = Api::<ClusterRoleBinding>::all(client.clone())
+        .get_opt(OPERATOR_NAME)
+        .await?
+        .map(|b| b.metadata.deletion_timestamp.is_some());
+    let ns = Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await?
+        .map(|n| n.metadata.deletion_timestamp.is_some());
+    Ok(live(binding) && live(ns))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -194,7 +194,7 @@ fn node_taints(node: &Node) -> &[Taint] {
         .unwrap_or(&[])
 }
 
-fn node_view(node: &Node) -> NodeView<'_> {
+pub(crate) fn node_view(node: &Node) -> NodeView<'_> {
     static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
     let records = Records::from_annotations(node.annotations()).unwrap_or_else(|e| {
         tracing::warn!(node = %node.name_any(), error = %e, "ignoring a malformed ownership annotation: the operator owns no taint on this node");
@@ -358,7 +358,7 @@ async fn remember_valid_spec(policy: &LeafClusterPolicy, ctx: &Context) -> Resul
 /// Plans `node` with `plan` and makes the write it asks for, with the node's resourceVersion as a
 /// precondition; on 409 Conflict reads the node again and plans again. The plan as carried out;
 /// `None` when the node is gone.
-async fn update_node(
+pub(crate) async fn update_node(
     api: &Api<Node>,
     node: &Node,
     plan: impl Fn(&Node) -> NodePlan,

@@ -18,6 +18,7 @@ pub mod render_cli;
 pub mod scheduler_profile;
 pub mod status;
 pub mod taints;
+pub mod uninstall;
 pub mod unknown_scheduler;
 
 use std::future::Future;
@@ -26,9 +27,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
-use kube::Client;
-use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::config::PluginCatalog;
 use crate::leader_election::{
@@ -38,13 +41,18 @@ use crate::leader_election::{
 pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
 pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
 
-/// Finalizer of both kinds: removes what owner references cannot (ClusterRole/ClusterRoleBinding of
-/// a profile, the taints of a policy).
+/// Finalizer of LeafClusterPolicies: removes the taints the policy added (no owner reference can).
 pub const FINALIZER: &str = "ksched.io/cleanup";
+/// The finalizer SchedulerProfiles had (same name) before their ClusterRole and ClusterRoleBinding
+/// carried owner references; the operator removes it on sight.
+pub const LEGACY_FINALIZER: &str = FINALIZER;
 /// How long the controllers may take to stop after a shutdown request (reconciles in flight finish).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// The operator's name in an installation (chart, kustomization): its ServiceAccount, Deployment,
+/// ClusterRole, ClusterRoleBinding, Roles and RoleBindings, and the replicas' Lease.
+pub const OPERATOR_NAME: &str = "ksched-operator";
 /// The operator replicas' Lease, in the operator namespace.
-pub const LEASE_NAME: &str = "ksched-operator";
+pub const LEASE_NAME: &str = OPERATOR_NAME;
 /// Scheduler names that are always served (besides every SchedulerProfile's name).
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
@@ -74,6 +82,10 @@ pub struct OperatorOptions {
     /// Leader election among replicas (Lease [`LEASE_NAME`] in the operator namespace): only the
     /// leader reconciles and runs Embedded schedulers. None: this process leads alone.
     pub leader_election: Option<LeaderElectionConfig>,
+    /// The configuration the client was made from (its cluster address and CA): with it, an
+    /// installed operator prepares the identity that cleans up when it is uninstalled
+    /// ([`uninstall`]). None: no cleanup on uninstall (`ksched uninstall` does it).
+    pub client_config: Option<kube::Config>,
 }
 
 impl OperatorOptions {
@@ -95,6 +107,7 @@ impl OperatorOptions {
             retry_initial: Duration::from_secs(5),
             retry_max: Duration::from_secs(300),
             leader_election: None,
+            client_config: None,
         }
     }
 
@@ -117,6 +130,7 @@ impl std::fmt::Debug for OperatorOptions {
             .field("retry_initial", &self.retry_initial)
             .field("retry_max", &self.retry_max)
             .field("leader_election", &self.leader_election)
+            .field("client_config", &self.client_config.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -140,6 +154,8 @@ pub enum Error {
     Invalid(String),
     #[error(transparent)]
     LeaderElection(#[from] LeaderElectionError),
+    #[error("uninstall: {0}")]
+    Uninstall(String),
 }
 
 /// Shared by the reconcilers.
@@ -163,6 +179,10 @@ pub(crate) type Shutdown = Shared<BoxFuture<'static, ()>>;
 /// `shutdown` (the Lease released last, so a follower takes over at once), or the cause when
 /// leadership was lost (controllers and Embedded schedulers stopped first; the process should exit
 /// and start over as a follower, as kube-controller-manager does).
+///
+/// With [`OperatorOptions::client_config`], an installed operator also watches its installation:
+/// when it is being uninstalled the controllers stop and the operator removes what it added and
+/// rendered before it returns ([`uninstall`]).
 pub async fn run(
     client: Client,
     opts: OperatorOptions,
@@ -185,6 +205,13 @@ pub async fn run(
         }
         None => (None, Leadership::always()),
     };
+    let departure = opts.client_config.clone().map(|config| {
+        Arc::new(uninstall::Departure::start(
+            client.clone(),
+            config,
+            &opts.namespace,
+        ))
+    });
     let ctx = Arc::new(Context {
         client,
         opts,
@@ -194,15 +221,31 @@ pub async fn run(
         announced: Default::default(),
     });
     tracing::info!(namespace = %ctx.opts.namespace, image = %ctx.opts.image, "operator starting");
+    // The controllers also stop when the installation is seen going.
+    let stop: Shutdown = {
+        let shutdown = shutdown.clone();
+        let departure = departure.clone();
+        async move {
+            match departure {
+                Some(d) => tokio::select! {
+                    _ = shutdown => {}
+                    _ = d.detected() => {}
+                },
+                None => shutdown.await,
+            }
+        }
+        .boxed()
+        .shared()
+    };
     let health = ctx.opts.health.clone();
     // The health reflectors stop with the operator, whether it stops on `shutdown` or on a loss.
     let (finished, finished_rx) = tokio::sync::watch::channel(false);
     let observing = {
-        let shutdown = shutdown.clone();
+        let stop = stop.clone();
         let mut finished_rx = finished_rx;
         let stop: Shutdown = async move {
             tokio::select! {
-                _ = shutdown => {}
+                _ = stop => {}
                 _ = finished_rx.wait_for(|f| *f) => {}
             }
         }
@@ -211,22 +254,37 @@ pub async fn run(
         health::observe(ctx.client.clone(), health.clone(), stop)
     };
     let leading = async {
-        let result = lead(&ctx, elector, leadership, shutdown).await;
+        let result = lead(&ctx, elector, leadership, stop, departure.as_deref()).await;
         let _ = finished.send(true);
         result
     };
     let (result, ()) = futures::join!(leading, observing);
+    if let Some(departure) = departure {
+        let uninstalling = match departure.reason() {
+            Some(why) => Some(why),
+            None if shutdown.peek().is_some() => departure.after_shutdown().await,
+            None => None,
+        };
+        if uninstalling.is_some() {
+            let led = matches!(result, Ok(true));
+            departure.tear_down(led).await?;
+            tracing::info!("operator stopped: uninstalled");
+            return Ok(());
+        }
+    }
     tracing::info!("operator stopped");
-    result
+    result.map(|_| ())
 }
 
 /// Campaigns (when electing), then runs the controllers while leading and until `shutdown`.
+/// `Ok(true)` when it led until told to stop.
 async fn lead(
     ctx: &Arc<Context>,
     elector: Option<LeaderElector>,
     leadership: Leadership,
     shutdown: Shutdown,
-) -> Result<(), Error> {
+    departure: Option<&uninstall::Departure>,
+) -> Result<bool, Error> {
     let metrics = &ctx.opts.health.metrics;
     let (stop_elector, elector_stop) = tokio::sync::watch::channel(false);
     let mut elector_task = None;
@@ -236,16 +294,19 @@ async fn lead(
         let mut task = tokio::spawn(elector.run(elector_stop));
         tokio::select! {
             _ = leadership.acquired() => {}
-            r = &mut task => return Ok(task_outcome(r)?),
+            r = &mut task => return Ok(task_outcome(r).map(|()| false)?),
             _ = shutdown.clone() => {
                 let _ = stop_elector.send(true);
-                return Ok(task_outcome(task.await)?);
+                return Ok(task_outcome(task.await).map(|()| false)?);
             }
         }
         tracing::info!(lease = LEASE_NAME, "leading: starting the controllers");
         elector_task = Some(task);
     }
     metrics.set_leader(true);
+    if let Some(departure) = departure {
+        prepare_uninstall(ctx, departure).await;
+    }
     let lost = leadership.clone();
     let stop: Shutdown = {
         let shutdown = shutdown.clone();
@@ -279,20 +340,43 @@ async fn lead(
     }
     let lost = !leadership.is_leader();
     leadership.resign();
-    if lost {
-        // The next leader owns the profiles' status now: only stop what runs here.
+    let uninstalling = departure.is_some_and(|d| d.reason().is_some());
+    if lost || uninstalling {
+        // The next leader owns the profiles' status now, or nobody will: only stop what runs here.
         ctx.embedded.stop_all().await;
     } else {
         scheduler_profile::embedded_stopped(ctx).await;
     }
     metrics.set_leader(false);
     let Some(task) = elector_task else {
-        return Ok(());
+        return Ok(true);
     };
     // On a loss the elector ends by itself with the cause; on shutdown it is told to stop, and
     // releases the lease last.
     let _ = stop_elector.send(true);
-    Ok(task_outcome(task.await)?)
+    task_outcome(task.await)?;
+    Ok(!lost)
+}
+
+/// The leader makes sure the identity that cleans up on uninstall exists, and holds its token
+/// before it changes anything ([`uninstall`]).
+async fn prepare_uninstall(ctx: &Context, departure: &uninstall::Departure) {
+    match uninstall::ensure_kit(&ctx.client, &ctx.opts.namespace).await {
+        Ok(true) => {
+            departure.kit_created().await;
+            tracing::info!(
+                kit = uninstall::KIT_NAME,
+                "uninstall identity ready: deleting the installation removes what the operator added"
+            )
+        }
+        Ok(false) => tracing::info!(
+            "no ClusterRoleBinding {OPERATOR_NAME}: not an installation, nothing prepared for an uninstall"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot prepare the uninstall identity: an uninstall will leave the operator's taints, the policies' finalizers and the rendered objects until `ksched uninstall` runs"
+        ),
+    }
 }
 
 /// Publishes an Event about `obj` unless the last one this operator announced about it on `topic`
@@ -365,6 +449,60 @@ pub(crate) fn truncate(mut s: String, max: usize) -> String {
         s.truncate(cut);
     }
     s
+}
+
+/// Server-side apply of `obj` with the operator's field manager, taking over conflicting fields;
+/// the object as stored.
+pub(crate) async fn apply<K>(api: &Api<K>, obj: &K) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+}
+
+/// Removes `finalizer` from the `K` named `name`, with its resourceVersion as a precondition (a
+/// concurrent change of its finalizers is read again, never overwritten). Gone is fine.
+pub(crate) async fn remove_finalizer<K>(
+    api: &Api<K>,
+    name: &str,
+    finalizer: &str,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    const ATTEMPTS: u32 = 10;
+    for attempt in 1..=ATTEMPTS {
+        let Some(obj) = api.get_metadata_opt(name).await? else {
+            return Ok(());
+        };
+        if !obj.finalizers().iter().any(|f| f == finalizer) {
+            return Ok(());
+        }
+        let rest: Vec<&String> = obj
+            .finalizers()
+            .iter()
+            .filter(|f| *f != finalizer)
+            .collect();
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": obj.resource_version(), "finalizers": rest}
+        });
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) if is_conflict(&e) && attempt < ATTEMPTS => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// `true` for a 404 from the API server.

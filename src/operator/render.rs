@@ -15,9 +15,10 @@
 //!   `Embedded` profile runs inside the operator process, so neither is rendered (the reconciler
 //!   removes them when a profile switches to `Embedded`).
 //!
-//! Namespaced objects carry an owner reference to the profile when it has a uid (a profile read
-//! from a file, as `ksched render` does, has none); the cluster-scoped ClusterRole and
-//! ClusterRoleBinding are removed by the profile's finalizer instead.
+//! Every object carries an owner reference to the profile when it has a uid (a profile read from a
+//! file, as `ksched render` does, has none): the garbage collector removes them all when the profile
+//! goes, the cluster-scoped ClusterRole and ClusterRoleBinding too (a cluster-scoped owner may own
+//! both kinds), so a profile needs no finalizer and never holds up its CRD's deletion.
 
 use std::collections::BTreeMap;
 
@@ -227,7 +228,7 @@ pub fn render(
         name: Some(obj_name),
         namespace: namespace.map(String::from),
         labels: Some(labels(&name)),
-        owner_references: namespace.and(owner.clone()).map(|o| vec![o]),
+        owner_references: owner.clone().map(|o| vec![o]),
         ..ObjectMeta::default()
     };
     let obj = object_name(&name);
@@ -552,7 +553,8 @@ pub fn owner_reference(profile: &SchedulerProfile) -> Option<OwnerReference> {
     })
 }
 
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+/// A rule granting `verbs` on `resources` of the API `groups`.
+pub(crate) fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     PolicyRule {
         api_groups: Some(strings(groups)),

@@ -144,25 +144,21 @@ fn names_labels_and_owner_references() {
             labels.get(LABEL_MANAGED_BY).map(String::as_str),
             Some("ksched-operator")
         );
-        match &meta.namespace {
-            Some(ns) => {
-                if ns != "kube-system" {
-                    assert_eq!(ns, "ksched-system", "{}", obj.describe());
-                }
-                let owners = meta.owner_references.clone().unwrap_or_default();
-                assert_eq!(owners.len(), 1, "{}", obj.describe());
-                assert_eq!(owners[0].kind, "SchedulerProfile");
-                assert_eq!(owners[0].api_version, "ksched.io/v1alpha1");
-                assert_eq!(owners[0].name, "plain");
-                assert_eq!(owners[0].uid, "uid-1234");
-                assert_eq!(owners[0].controller, Some(true));
-            }
-            None => assert!(
-                meta.owner_references.is_none(),
-                "cluster-scoped {} must not carry owner references (the finalizer removes it)",
-                obj.describe()
-            ),
+        if let Some(ns) = &meta.namespace
+            && ns != "kube-system"
+        {
+            assert_eq!(ns, "ksched-system", "{}", obj.describe());
         }
+        // Namespaced and cluster-scoped alike: the garbage collector removes them with the
+        // profile (no finalizer).
+        let owners = meta.owner_references.clone().unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{}", obj.describe());
+        assert_eq!(owners[0].kind, "SchedulerProfile");
+        assert_eq!(owners[0].api_version, "ksched.io/v1alpha1");
+        assert_eq!(owners[0].name, "plain");
+        assert_eq!(owners[0].uid, "uid-1234");
+        assert_eq!(owners[0].controller, Some(true));
+        assert_eq!(owners[0].block_owner_deletion, Some(true));
     }
 }
 
@@ -173,6 +169,7 @@ fn without_a_uid_there_are_no_owner_references() {
     let r = ok(&p);
     assert!(r.config_map.metadata.owner_references.is_none());
     assert!(deployment_of(&r).metadata.owner_references.is_none());
+    assert!(r.cluster_role.metadata.owner_references.is_none());
 }
 
 #[test]

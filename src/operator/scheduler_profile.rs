@@ -3,9 +3,15 @@
 //!
 //! Triggers: the profile itself; every child it owns in the operator namespace (ConfigMap,
 //! ServiceAccount, Role, RoleBinding, Deployment, Service) and its kube-system RoleBinding, so a
-//! child edited or deleted by hand is put back; its ClusterRole/ClusterRoleBinding (by label, as
-//! they carry no owner reference); every LeafClusterPolicy change (it may add or drop the profile);
-//! and a periodic resync for the Lease and pending-pod counts.
+//! child edited or deleted by hand is put back; its ClusterRole/ClusterRoleBinding (by label);
+//! every LeafClusterPolicy change (it may add or drop the profile); and a periodic resync for the
+//! Lease and pending-pod counts.
+//!
+//! A profile has no finalizer: every rendered object carries an owner reference to it, so the
+//! garbage collector removes them when it goes, with or without the operator, and deleting the CRD
+//! never waits for the operator. An Embedded profile's scheduler is stopped when the profile's
+//! deletion is seen ([`stop_deleted_embedded`]). Profiles written by an operator that still used
+//! the finalizer [`LEGACY_FINALIZER`] lose it on their next reconcile.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -20,9 +26,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -34,12 +39,22 @@ use super::render::{
 use super::status::{
     self, ApplyError, ConfigOutcome, DeploymentState, LeaseState, ProfileObservation,
 };
-use super::{Context, Error, Shutdown, announce, forget_announced, is_not_found, publish};
+use super::{
+    Context, Error, LEGACY_FINALIZER, Shutdown, announce, forget_announced, is_not_found, publish,
+    remove_finalizer,
+};
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicy, SchedulerProfile, SchedulerProfileStatus};
 use crate::config::GoDuration;
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    futures::join!(
+        reconcile_profiles(ctx.clone(), shutdown.clone()),
+        stop_deleted_embedded(ctx, shutdown),
+    );
+}
+
+async fn reconcile_profiles(ctx: Arc<Context>, shutdown: Shutdown) {
     let client = ctx.client.clone();
     let ns = ctx.opts.namespace.clone();
     let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
@@ -136,15 +151,100 @@ fn error_policy(profile: Arc<SchedulerProfile>, err: &Error, _ctx: Arc<Context>)
 }
 
 async fn reconcile(profile: Arc<SchedulerProfile>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let api: Api<SchedulerProfile> = Api::all(ctx.client.clone());
-    finalizer(&api, super::FINALIZER, profile, |event| async {
-        match event {
-            Finalizer::Apply(p) => apply(&p, &ctx).await,
-            Finalizer::Cleanup(p) => cleanup(&p, &ctx).await,
+    if profile.finalizers().iter().any(|f| f == LEGACY_FINALIZER) {
+        release_legacy_finalizer(&profile, &ctx).await?;
+        // The update brings the profile back (or lets it go).
+        return Ok(Action::await_change());
+    }
+    if profile.metadata.deletion_timestamp.is_some() {
+        // Another party's finalizer holds it: nothing of ours runs for it any more.
+        ctx.embedded.stop(&profile.name_any()).await;
+        return Ok(Action::await_change());
+    }
+    apply(&profile, &ctx).await
+}
+
+/// A profile an older operator gave [`LEGACY_FINALIZER`]: when it is being deleted, what that
+/// finalizer did (stop its Embedded scheduler, remove its ClusterRole and ClusterRoleBinding, which
+/// that operator rendered without an owner reference); then the finalizer goes. A live profile's
+/// next apply gives those objects their owner reference.
+async fn release_legacy_finalizer(profile: &SchedulerProfile, ctx: &Context) -> Result<(), Error> {
+    let name = profile.name_any();
+    if profile.metadata.deletion_timestamp.is_some() {
+        ctx.embedded.stop(&name).await;
+        let cluster_name = render::cluster_object_name(&name);
+        for res in [
+            Api::<ClusterRoleBinding>::all(ctx.client.clone())
+                .delete(&cluster_name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            Api::<ClusterRole>::all(ctx.client.clone())
+                .delete(&cluster_name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        ] {
+            match res {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    }
+    remove_finalizer(
+        &Api::<SchedulerProfile>::all(ctx.client.clone()),
+        &name,
+        LEGACY_FINALIZER,
+    )
+    .await?;
+    tracing::info!(profile = %name, "removed the finalizer of an older operator (owner references do its work now)");
+    Ok(())
+}
+
+/// Stops the Embedded scheduler of every profile that is deleted (profiles have no finalizer, so
+/// the reconciler never sees them go), also of one deleted while the watch was down.
+async fn stop_deleted_embedded(ctx: Arc<Context>, shutdown: Shutdown) {
+    let mut known: std::collections::BTreeSet<String> = Default::default();
+    let mut listed: std::collections::BTreeSet<String> = Default::default();
+    let events = watcher(
+        Api::<SchedulerProfile>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .take_until(shutdown);
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let gone: Vec<String> = match event {
+            Ok(watcher::Event::Apply(p)) => {
+                known.insert(p.name_any());
+                Vec::new()
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                known.remove(&p.name_any());
+                vec![p.name_any()]
+            }
+            Ok(watcher::Event::Init) => {
+                listed.clear();
+                Vec::new()
+            }
+            Ok(watcher::Event::InitApply(p)) => {
+                listed.insert(p.name_any());
+                Vec::new()
+            }
+            Ok(watcher::Event::InitDone) => {
+                let gone = known.difference(&listed).cloned().collect();
+                known = std::mem::take(&mut listed);
+                gone
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "watching profiles for deletions");
+                Vec::new()
+            }
+        };
+        for name in gone {
+            ctx.embedded.stop(&name).await;
+            tracing::info!(profile = %name, "profile deleted: its objects go by garbage collection");
+        }
+    }
 }
 
 async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Error> {
@@ -527,14 +627,7 @@ async fn ssa<K>(api: Api<K>, obj: &K) -> Result<(), ApplyFailure>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
-    let name = obj.meta().name.clone().unwrap_or_default();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(obj),
-    )
-    .await
-    .map_err(|e| failure(obj, e))?;
+    super::apply(&api, obj).await.map_err(|e| failure(obj, e))?;
     Ok(())
 }
 
@@ -593,32 +686,6 @@ async fn sync_embedded(
         ctx.embedded.stop(&name).await;
         None
     }
-}
-
-/// On delete: stop the embedded scheduler and remove the cluster-scoped children (the namespaced
-/// ones carry owner references and go by garbage collection).
-async fn cleanup(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Error> {
-    let name = profile.name_any();
-    ctx.embedded.stop(&name).await;
-    let cluster_name = render::cluster_object_name(&name);
-    for res in [
-        Api::<ClusterRoleBinding>::all(ctx.client.clone())
-            .delete(&cluster_name, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-        Api::<ClusterRole>::all(ctx.client.clone())
-            .delete(&cluster_name, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-    ] {
-        match res {
-            Ok(()) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    tracing::info!(profile = %name, "profile deleted: cluster-scoped objects removed");
-    Ok(Action::await_change())
 }
 
 /// The operator is stopping: its Embedded schedulers stop with it (releasing their Leases), and

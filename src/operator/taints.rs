@@ -299,6 +299,24 @@ pub fn plan_node(
     }
 }
 
+/// The node without any taint the operator recorded (for any policy) and without records: what an
+/// uninstall leaves. A taint it did not add (not recorded) stays.
+pub fn release_all(node: &NodeView<'_>) -> NodePlan {
+    let mut taints = node.taints.to_vec();
+    for t in node.records.0.values() {
+        taints.retain(|c| !same(c, t));
+    }
+    let records = Records::default();
+    let changed = taints != node.taints || records != node.records;
+    NodePlan {
+        standing: Standing::NotSelected,
+        change: changed.then_some(NodeChange { taints, records }),
+        blocked_by: None,
+        tainted: false,
+        preexisting: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -626,6 +644,39 @@ mod tests {
         assert!(has(&[node_taint("leaf", None, "NoSchedule")], &ours));
         assert!(has(&[node_taint("leaf", Some(""), "NoSchedule")], &ours));
         assert_eq!(to_node_taint(&ours).value, None);
+    }
+
+    #[test]
+    fn release_all_removes_every_recorded_taint_and_nothing_else() {
+        let other = leaf("gpu", "a100", "NoSchedule");
+        let foreign = node_taint("dedicated", Some("ops"), "NoExecute");
+        let node = Node::new(
+            &[],
+            vec![
+                to_node_taint(&kosmos()),
+                to_node_taint(&other),
+                foreign.clone(),
+            ],
+            records(&[("leaf", kosmos()), ("gpus", other)]),
+        );
+        let plan = release_all(&node.view());
+        let change = plan.change.expect("a write");
+        assert_eq!(change.taints, vec![foreign.clone()]);
+        assert_eq!(change.records, Records::default());
+        assert_eq!(change.records.to_annotation(), None);
+
+        // Kosmos's own taint (not recorded) stays; a recorded taint someone already removed is no
+        // write of its own.
+        let node = Node::new(
+            &[],
+            vec![to_node_taint(&kosmos()), foreign.clone()],
+            Records::default(),
+        );
+        assert_eq!(release_all(&node.view()).change, None);
+        let node = Node::new(&[], vec![foreign.clone()], records(&[("leaf", kosmos())]));
+        let change = release_all(&node.view()).change.expect("records go");
+        assert_eq!(change.taints, vec![foreign]);
+        assert_eq!(change.records, Records::default());
     }
 
     #[test]

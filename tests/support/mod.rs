@@ -10,10 +10,12 @@ pub mod fixtures;
 pub mod https;
 pub mod nodes;
 pub mod operator;
+pub mod operator_pods;
 pub mod pki;
 pub mod process;
 pub mod relay;
 pub mod scheduler;
+pub mod uninstall;
 pub mod wait;
 
 use std::net::TcpListener;

@@ -23,14 +23,19 @@ use super::wait::poll;
 /// The operator's ServiceAccount as manifests/install and the chart name it, in `ksched-system`.
 pub const OPERATOR_SA: &str = "system:serviceaccount:ksched-system:ksched-operator";
 
-/// A client with `user`'s permissions (admin credentials, impersonating it).
-pub async fn client_as(cp: &ControlPlane, user: &str) -> Client {
+/// The configuration of a client with `user`'s permissions (admin credentials, impersonating it).
+pub async fn config_as(cp: &ControlPlane, user: &str) -> kube::Config {
     let kc = Kubeconfig::read_from(&cp.kubeconfig).expect("kubeconfig");
     let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("config");
     config.auth_info.impersonate = Some(user.into());
-    Client::try_from(config).expect("client")
+    config
+}
+
+/// A client with `user`'s permissions (admin credentials, impersonating it).
+pub async fn client_as(cp: &ControlPlane, user: &str) -> Client {
+    Client::try_from(config_as(cp, user).await).expect("client")
 }
 
 /// `ksched::operator::run` on a thread of its own, as `user`, with `embedded` running Embedded
@@ -86,7 +91,8 @@ impl InProcessOperator {
                     .with_ansi(false)
                     .try_init();
                 rt.block_on(async move {
-                    let client = client_as(cp, &user).await;
+                    let config = config_as(cp, &user).await;
+                    let client = Client::try_from(config.clone()).expect("client");
                     let mut opts = OperatorOptions::new(
                         namespace,
                         "ksched:e2e",
@@ -94,6 +100,8 @@ impl InProcessOperator {
                     );
                     opts.resync = Duration::from_secs(3);
                     opts.instance = "e2e".into();
+                    // As `ksched operator` does: an installed operator prepares its uninstall.
+                    opts.client_config = Some(config);
                     configure(&client, &mut opts);
                     let (_stop_http, http_stopped) = tokio::sync::watch::channel(false);
                     let (addr, _) = ksched::operator::http::serve(

@@ -153,6 +153,14 @@ pub fn kube_scheduler_command(cp: &ControlPlane) -> Command {
     cmd
 }
 
+/// Upstream kube-scheduler as the cluster's default scheduler (it binds the pods of Deployments
+/// to kwok nodes), its log in `kube-scheduler-default.log`; stopped when dropped.
+pub fn default_scheduler(cp: &ControlPlane) -> super::process::LoggedChild {
+    let mut cmd = kube_scheduler_command(cp);
+    cmd.arg("--v=1");
+    super::process::LoggedChild::spawn(cmd, cp.dir.join("kube-scheduler-default.log"))
+}
+
 /// A v1 configuration with one default profile named `name`; leader election on a lease in
 /// `lease_ns` when given, else off.
 pub fn config(name: &str, lease_ns: Option<&str>) -> String {

@@ -11,112 +11,19 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodCondition};
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use k8s_openapi::api::resource::v1::ResourceClaim;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
-use super::interface::{NominatingInfo, Plugin};
+pub use super::api::{ApiError, ApiHandle, RecordedStatusPatch, RecordingApi};
+use super::background::{ApiDispatcher, BackgroundTasks};
+use super::interface::Plugin;
 use super::listers::{Informer, Listers};
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
-use crate::api::PodGroupStatus;
 use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
-
-/// Why an API action failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApiError {
-    #[error("not found: {0}")]
-    NotFound(String),
-    #[error("conflict: {0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-/// The few API actions plugins need. `scheduler/` implements it with kube; tests use an in-memory
-/// recorder.
-#[async_trait]
-pub trait ApiHandle: Send + Sync {
-    /// Binds the pod to the node (the `pods/binding` subresource).
-    async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError>;
-
-    /// Patches the status of pod `namespace/name`: a condition and/or the nominated node name.
-    async fn patch_pod_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        condition: Option<PodCondition>,
-        nominating: Option<NominatingInfo>,
-    ) -> Result<(), ApiError>;
-
-    /// Deletes a pod (preemption victims).
-    async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError>;
-
-    /// The pods of `namespace` carrying `label=value`, whatever their phase (Coscheduling counts a
-    /// PodGroup's members and their Running/Succeeded/Failed numbers this way).
-    async fn list_pods_with_label(
-        &self,
-        namespace: &str,
-        label: &str,
-        value: &str,
-    ) -> Result<Vec<Pod>, ApiError>;
-
-    /// Merge-patches a PodGroup's status subresource (Coscheduling's phase and counts).
-    async fn patch_pod_group_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: &PodGroupStatus,
-    ) -> Result<(), ApiError>;
-
-    /// Replaces a PersistentVolume (VolumeBinding's PreBind sets its `claimRef`), checked against
-    /// its `resourceVersion`; returns the stored object.
-    async fn update_persistent_volume(
-        &self,
-        pv: &PersistentVolume,
-    ) -> Result<PersistentVolume, ApiError>;
-
-    /// Replaces a PersistentVolumeClaim (VolumeBinding's PreBind sets the
-    /// `volume.kubernetes.io/selected-node` annotation), checked against its `resourceVersion`;
-    /// returns the stored object.
-    async fn update_persistent_volume_claim(
-        &self,
-        pvc: &PersistentVolumeClaim,
-    ) -> Result<PersistentVolumeClaim, ApiError>;
-
-    /// Reads a ResourceClaim (DynamicResources, after a conflict).
-    async fn get_resource_claim(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<ResourceClaim, ApiError>;
-
-    /// Replaces a ResourceClaim (DynamicResources adds its finalizer), checked against its
-    /// `resourceVersion`; returns the stored object.
-    async fn update_resource_claim(&self, claim: &ResourceClaim)
-    -> Result<ResourceClaim, ApiError>;
-
-    /// Replaces a ResourceClaim's status (`allocation`, `reservedFor`), checked against its
-    /// `resourceVersion`; returns the stored object.
-    async fn update_resource_claim_status(
-        &self,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError>;
-
-    /// Removes the consumer with `consumer_uid` from the claim's `status.reservedFor`.
-    async fn remove_resource_claim_consumer(
-        &self,
-        namespace: &str,
-        name: &str,
-        claim_uid: &str,
-        consumer_uid: &str,
-    ) -> Result<(), ApiError>;
-}
 
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
 pub trait PodNominator: Send + Sync {
@@ -153,9 +60,12 @@ impl SharedSnapshot {
     }
 }
 
-/// What a plugin gets from the framework: the API, the waiting pods, the snapshot, nominated pods.
+/// What a plugin gets from the framework: the API, the waiting pods, the snapshot, nominated pods,
+/// and where it hands over work that must not run in the scheduling cycle.
 #[derive(Clone)]
 pub struct Handle {
+    /// For PreBind, Bind and PostBind (its calls are async: a scheduling-cycle extension point
+    /// cannot await them).
     pub api: Arc<dyn ApiHandle>,
     pub waiting_pods: Arc<WaitingPods>,
     pub snapshot: Arc<SharedSnapshot>,
@@ -167,6 +77,13 @@ pub struct Handle {
     /// The metrics the enabled plugins declared; a plugin updates its own here, the scheduler
     /// exports them.
     pub metrics: Arc<PluginMetrics>,
+    /// The profile whose plugins hold this handle (upstream's `ProfileName()`; set by
+    /// `Framework::new`).
+    pub profile_name: Arc<str>,
+    /// The background tasks plugins registered; the scheduler starts them.
+    pub tasks: Arc<BackgroundTasks>,
+    /// Runs the API calls the scheduling cycle hands over (a background task itself).
+    pub dispatcher: Arc<ApiDispatcher>,
 }
 
 impl fmt::Debug for Handle {
@@ -179,6 +96,9 @@ impl fmt::Debug for Handle {
 
 impl Handle {
     pub fn new(api: Arc<dyn ApiHandle>) -> Handle {
+        let tasks = Arc::new(BackgroundTasks::default());
+        let dispatcher = Arc::new(ApiDispatcher::default());
+        tasks.register(dispatcher.clone());
         Handle {
             api,
             waiting_pods: Arc::new(WaitingPods::new()),
@@ -187,6 +107,9 @@ impl Handle {
             listers: Arc::new(Listers::default()),
             extenders: Vec::new(),
             metrics: Arc::new(PluginMetrics::default()),
+            profile_name: Arc::from(""),
+            tasks,
+            dispatcher,
         }
     }
 
@@ -515,200 +438,6 @@ impl PluginCatalog for Registry {
             Some(RegistryEntry::Built(r)) => r.rbac_rules.clone(),
             _ => Vec::new(),
         }
-    }
-}
-
-/// A recorded status patch: pod key, condition, nominating info.
-pub type RecordedStatusPatch = (String, Option<PodCondition>, Option<NominatingInfo>);
-
-/// An [`ApiHandle`] that records calls in memory (tests, `simulate`).
-#[derive(Debug, Default)]
-pub struct RecordingApi {
-    pub bindings: parking_lot::Mutex<Vec<(String, String)>>,
-    pub status_patches: parking_lot::Mutex<Vec<RecordedStatusPatch>>,
-    pub deletions: parking_lot::Mutex<Vec<String>>,
-    /// When set, `bind` fails with this error.
-    pub fail_bind: parking_lot::Mutex<Option<ApiError>>,
-    /// What `list_pods_with_label` lists from (filtered by namespace and label).
-    pub pods: parking_lot::Mutex<Vec<Pod>>,
-    /// PodGroup status patches: (`namespace/name`, status).
-    pub pod_group_statuses: parking_lot::Mutex<Vec<(String, PodGroupStatus)>>,
-    /// PersistentVolumes and claims replaced through the API, in order.
-    pub pv_updates: parking_lot::Mutex<Vec<PersistentVolume>>,
-    pub pvc_updates: parking_lot::Mutex<Vec<PersistentVolumeClaim>>,
-    /// When set, PV and PVC updates fail with this error.
-    pub fail_volume_updates: parking_lot::Mutex<Option<ApiError>>,
-    /// ResourceClaims as the API has them: `get` reads, updates replace (bumping the
-    /// resourceVersion, refusing a stale one with a conflict).
-    pub resource_claims: parking_lot::Mutex<Vec<ResourceClaim>>,
-    /// Every claim write, in order: (`update` or `status`, the claim sent).
-    pub claim_writes: parking_lot::Mutex<Vec<(&'static str, ResourceClaim)>>,
-    /// Consumers removed from claims: (`namespace/name`, consumer uid).
-    pub claim_consumer_removals: parking_lot::Mutex<Vec<(String, String)>>,
-}
-
-impl RecordingApi {
-    /// The recorded claim `namespace/name` is replaced by `claim` when their resourceVersions
-    /// agree; the stored copy gets the next one.
-    fn replace_claim(
-        &self,
-        kind: &'static str,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.claim_writes.lock().push((kind, claim.clone()));
-        let mut claims = self.resource_claims.lock();
-        let same = |c: &ResourceClaim| {
-            c.metadata.namespace == claim.metadata.namespace
-                && c.metadata.name == claim.metadata.name
-        };
-        let Some(stored) = claims.iter_mut().find(|c| same(c)) else {
-            return Err(ApiError::NotFound(format!("{:?}", claim.metadata.name)));
-        };
-        if stored.metadata.resource_version != claim.metadata.resource_version {
-            return Err(ApiError::Conflict("the object has been modified".into()));
-        }
-        let next = stored
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-            + 1;
-        let mut updated = claim.clone();
-        updated.metadata.resource_version = Some(next.to_string());
-        *stored = updated.clone();
-        Ok(updated)
-    }
-}
-
-#[async_trait]
-impl ApiHandle for RecordingApi {
-    async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError> {
-        if let Some(e) = self.fail_bind.lock().clone() {
-            return Err(e);
-        }
-        self.bindings
-            .lock()
-            .push((pod.key(), node_name.to_string()));
-        Ok(())
-    }
-
-    async fn patch_pod_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        condition: Option<PodCondition>,
-        nominating: Option<NominatingInfo>,
-    ) -> Result<(), ApiError> {
-        self.status_patches
-            .lock()
-            .push((format!("{namespace}/{name}"), condition, nominating));
-        Ok(())
-    }
-
-    async fn delete_pod(&self, namespace: &str, name: &str, _uid: &str) -> Result<(), ApiError> {
-        self.deletions.lock().push(format!("{namespace}/{name}"));
-        Ok(())
-    }
-
-    async fn list_pods_with_label(
-        &self,
-        namespace: &str,
-        label: &str,
-        value: &str,
-    ) -> Result<Vec<Pod>, ApiError> {
-        Ok(self
-            .pods
-            .lock()
-            .iter()
-            .filter(|p| p.metadata.namespace.as_deref().unwrap_or_default() == namespace)
-            .filter(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(label))
-                    .map(String::as_str)
-                    == Some(value)
-            })
-            .cloned()
-            .collect())
-    }
-
-    async fn patch_pod_group_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: &PodGroupStatus,
-    ) -> Result<(), ApiError> {
-        self.pod_group_statuses
-            .lock()
-            .push((format!("{namespace}/{name}"), status.clone()));
-        Ok(())
-    }
-
-    async fn update_persistent_volume(
-        &self,
-        pv: &PersistentVolume,
-    ) -> Result<PersistentVolume, ApiError> {
-        if let Some(e) = self.fail_volume_updates.lock().clone() {
-            return Err(e);
-        }
-        self.pv_updates.lock().push(pv.clone());
-        Ok(pv.clone())
-    }
-
-    async fn update_persistent_volume_claim(
-        &self,
-        pvc: &PersistentVolumeClaim,
-    ) -> Result<PersistentVolumeClaim, ApiError> {
-        if let Some(e) = self.fail_volume_updates.lock().clone() {
-            return Err(e);
-        }
-        self.pvc_updates.lock().push(pvc.clone());
-        Ok(pvc.clone())
-    }
-
-    async fn get_resource_claim(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.resource_claims
-            .lock()
-            .iter()
-            .find(|c| {
-                c.metadata.namespace.as_deref() == Some(namespace)
-                    && c.metadata.name.as_deref() == Some(name)
-            })
-            .cloned()
-            .ok_or_else(|| ApiError::NotFound(format!("{namespace}/{name}")))
-    }
-
-    async fn update_resource_claim(
-        &self,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.replace_claim("update", claim)
-    }
-
-    async fn update_resource_claim_status(
-        &self,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.replace_claim("status", claim)
-    }
-
-    async fn remove_resource_claim_consumer(
-        &self,
-        namespace: &str,
-        name: &str,
-        _claim_uid: &str,
-        consumer_uid: &str,
-    ) -> Result<(), ApiError> {
-        self.claim_consumer_removals
-            .lock()
-            .push((format!("{namespace}/{name}"), consumer_uid.to_string()));
-        Ok(())
     }
 }
 

@@ -233,9 +233,10 @@ impl Framework {
     pub fn new(
         spec: &ProfileSpec,
         registry: &Registry,
-        handle: Handle,
+        mut handle: Handle,
     ) -> Result<Framework, FrameworkError> {
         let profile = spec.scheduler_name.clone();
+        handle.profile_name = Arc::from(profile.as_str());
         let mut instances: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
         let mut points: HashMap<ExtensionPoint, Vec<Entry>> = HashMap::new();
         let mut score_weights = Vec::new();

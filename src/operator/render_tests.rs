@@ -633,6 +633,7 @@ fn every_declared_informer_is_granted() {
         Informer::PodDisruptionBudgets => ("policy", "poddisruptionbudgets"),
         Informer::Namespaces => ("", "namespaces"),
         Informer::PodGroups => ("scheduling.x-k8s.io", "podgroups"),
+        Informer::PodGroupMembers => ("", "pods"),
         Informer::Services => ("", "services"),
         Informer::ReplicationControllers => ("", "replicationcontrollers"),
         Informer::ReplicaSets => ("apps", "replicasets"),

@@ -21,12 +21,13 @@ use tracing::{debug, warn};
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
 use super::trim::{assigned_pod, trim_metadata, trim_pod};
+use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::framework::events::{
     EVENT_ASSIGNED_POD_ADD, EVENT_ASSIGNED_POD_DELETE, EVENT_NODE_ADD, EVENT_NODE_DELETE,
     EVENT_UNSCHEDULED_POD_ADD, EVENT_UNSCHEDULED_POD_DELETE, EVENT_UNSCHEDULED_POD_UPDATE,
     assigned_pod_scheduling_properties_change, node_scheduling_properties_change,
 };
-use crate::framework::listers::{Informer, Listers, ObjectStore};
+use crate::framework::listers::{Informer, Listers, ObjectStore, PodGroupMembers, StoreChange};
 use crate::framework::types::{
     ActionType, ClusterEvent, EventObject, EventResource, PodInfo, PodObject,
 };
@@ -371,6 +372,74 @@ fn store_event<K: Send + Sync + 'static>(
     queue.observe_event_handling(&event, start);
 }
 
+/// A store an informer fills (an [`ObjectStore`], or the index of PodGroup members). Each write
+/// returns the change it made as `(old, new)`, for the cluster event it is.
+trait Store<K>: Send + Sync {
+    /// Adds or updates `obj`.
+    fn apply(&self, obj: K) -> Option<StoreChange<K>>;
+    /// Removes `obj`.
+    fn delete(&self, obj: K) -> Option<StoreChange<K>>;
+    /// Replaces everything (after a re-list).
+    fn replace(&self, objs: Vec<K>) -> Vec<StoreChange<K>>;
+}
+
+impl<K: kube::Resource + Send + Sync> Store<K> for ObjectStore<K> {
+    fn apply(&self, obj: K) -> Option<StoreChange<K>> {
+        let new = Arc::new(obj);
+        Some((self.apply_arc(new.clone()), Some(new)))
+    }
+
+    fn delete(&self, obj: K) -> Option<StoreChange<K>> {
+        let old = ObjectStore::delete(self, &ObjectStore::<K>::key_of(&obj));
+        Some((Some(old.unwrap_or_else(|| Arc::new(obj))), None))
+    }
+
+    fn replace(&self, objs: Vec<K>) -> Vec<StoreChange<K>> {
+        ObjectStore::replace(self, objs)
+    }
+}
+
+/// Member pods: the pod informer's events already tell the queue what changed.
+impl Store<Pod> for PodGroupMembers {
+    fn apply(&self, pod: Pod) -> Option<StoreChange<Pod>> {
+        PodGroupMembers::apply(self, pod);
+        None
+    }
+
+    fn delete(&self, pod: Pod) -> Option<StoreChange<Pod>> {
+        PodGroupMembers::delete(self, &pod_key(&pod));
+        None
+    }
+
+    fn replace(&self, pods: Vec<Pod>) -> Vec<StoreChange<Pod>> {
+        PodGroupMembers::replace(self, pods);
+        Vec::new()
+    }
+}
+
+/// A kind an informer can watch into a store.
+trait Watched:
+    kube::Resource<DynamicType: Default>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType: Default>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Watches one extra kind into its store; its changes are cluster events (`resource`) for the
 /// queue.
 async fn watch_store<K>(
@@ -381,30 +450,40 @@ async fn watch_store<K>(
     queue: Arc<SchedulingQueue>,
     synced: watch::Sender<bool>,
 ) where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default,
+    K: Watched,
 {
-    let mut stream = informer(api, watcher::Config::default());
+    let config = watcher::Config::default();
+    watch_store_with(api, config, listers, store, resource, queue, synced).await
+}
+
+/// Watches what `config` selects into a store; its changes are cluster events (`resource`) for
+/// the queue.
+async fn watch_store_with<K, S>(
+    api: Api<K>,
+    config: watcher::Config,
+    listers: Arc<Listers>,
+    store: fn(&Listers) -> &S,
+    resource: Option<EventResource>,
+    queue: Arc<SchedulingQueue>,
+    synced: watch::Sender<bool>,
+) where
+    S: Store<K> + ?Sized,
+    K: Watched,
+{
+    let mut stream = informer(api, config);
     let mut initial: Vec<K> = Vec::new();
     loop {
         match stream.try_next().await {
             Ok(Some(Event::Apply(mut obj))) => {
                 trim_metadata(&mut obj);
-                let new = Arc::new(obj);
-                let old = store(&listers).apply_arc(new.clone());
-                store_event(&queue, resource, old, Some(new));
+                if let Some((old, new)) = store(&listers).apply(obj) {
+                    store_event(&queue, resource, old, new);
+                }
             }
             Ok(Some(Event::Delete(obj))) => {
-                let old = store(&listers)
-                    .delete(&ObjectStore::<K>::key_of(&obj))
-                    .unwrap_or_else(|| Arc::new(obj));
-                store_event(&queue, resource, Some(old), None);
+                if let Some((old, new)) = store(&listers).delete(obj) {
+                    store_event(&queue, resource, old, new);
+                }
             }
             Ok(Some(Event::Init)) => initial.clear(),
             Ok(Some(Event::InitApply(mut obj))) => {
@@ -412,7 +491,7 @@ async fn watch_store<K>(
                 initial.push(obj);
             }
             Ok(Some(Event::InitDone)) => {
-                for (old, new) in store(&listers).replace(initial.drain(..)) {
+                for (old, new) in store(&listers).replace(std::mem::take(&mut initial)) {
                     store_event(&queue, resource, old, new);
                 }
                 let _ = synced.send(true);
@@ -500,6 +579,16 @@ pub fn start_informers(
             Informer::Services => {
                 tokio::spawn(watch_store(Api::all(c), l, |l| &l.services, r, q, tx))
             }
+            // Every phase: a group's Succeeded and Failed members count too.
+            Informer::PodGroupMembers => tokio::spawn(watch_store_with(
+                Api::all(c),
+                watcher::Config::default().labels(POD_GROUP_LABEL),
+                l,
+                |l| &l.pod_group_members,
+                r,
+                q,
+                tx,
+            )),
             Informer::ReplicationControllers => tokio::spawn(watch_store(
                 Api::all(c),
                 l,

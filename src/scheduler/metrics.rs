@@ -10,6 +10,7 @@
 //! `scheduler_preemption_victims`, `scheduler_pod_scheduling_attempts`) would show zero samples, as
 //! if recorded: phase 2 registers them with the calls that record them.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::framework::plugins::network_traffic::refresher::Telemetry as NetworkTrafficTelemetry;
 use crate::framework::registry::{PluginMetric, PluginMetrics};
 use crate::serving::register;
 
@@ -108,6 +110,11 @@ pub struct Metrics {
     pub scheduling_attempt_duration: Histograms<AttemptLabels>,
     pub extension_point_duration: Histograms<ExtensionPointLabels>,
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
+    /// Failed Prometheus queries of NetworkTraffic's refresher, per profile (scheduling goes on;
+    /// nodes score the same once the data is stale).
+    pub network_traffic_query_errors: Family<ProfileLabels, Counter>,
+    /// Age of the data NetworkTraffic scores with, per profile (+Inf before the first answer).
+    pub network_traffic_data_age: Family<ProfileLabels, Gauge<f64, AtomicU64>>,
     /// Phase 2: per plugin, sampled as upstream (`percentageOfNodesToScore`-independent 10 %).
     pub plugin_execution_duration: Histograms<PluginLabels>,
     /// Phase 2: end to end, from a pod's first entry into the queue to its binding.
@@ -283,6 +290,18 @@ impl Metrics {
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
                 Family::default(),
             ),
+            network_traffic_query_errors: register(
+                r,
+                "ksched_network_traffic_query_errors",
+                "Prometheus queries of the NetworkTraffic plugin's refresher that failed or timed out",
+                Family::default(),
+            ),
+            network_traffic_data_age: register(
+                r,
+                "ksched_network_traffic_data_age_seconds",
+                "Age of the measurements the NetworkTraffic plugin scores with (+Inf before the first answer); older than three refresh periods, every node scores the same",
+                Family::default(),
+            ),
             plugin_execution_duration: register(
                 r,
                 "scheduler_plugin_execution_duration_seconds",
@@ -319,6 +338,23 @@ impl Metrics {
     /// scheduler that ran before with these metrics).
     pub fn set_plugin_metrics(&self, plugins: Arc<PluginMetrics>) {
         *self.plugins.0.write() = Some(plugins);
+    }
+
+    /// Follows NetworkTraffic's refreshers (their counts live with the plugin).
+    pub fn observe_network_traffic(&self, telemetry: &NetworkTrafficTelemetry) {
+        for (profile, t) in telemetry.profiles() {
+            let labels = ProfileLabels { profile };
+            let errors = self.network_traffic_query_errors.get_or_create(&labels);
+            if t.query_errors > errors.get() {
+                errors.inc_by(t.query_errors - errors.get());
+            }
+            let age = t
+                .refreshed_at
+                .map_or(f64::INFINITY, |at| at.elapsed().as_secs_f64());
+            self.network_traffic_data_age
+                .get_or_create(&labels)
+                .set(age);
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -632,6 +668,46 @@ fn api_host() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_traffic_data_age_and_query_errors_per_profile() {
+        let m = Metrics::new();
+        let t = NetworkTrafficTelemetry::default();
+        t.register("fresh");
+        t.register("never");
+        let ten_seconds_ago = std::time::Instant::now()
+            .checked_sub(Duration::from_secs(10))
+            .unwrap_or_else(std::time::Instant::now);
+        t.refreshed("fresh", ten_seconds_ago);
+        t.query_failed("fresh");
+        t.query_failed("never");
+        t.query_failed("never");
+        m.observe_network_traffic(&t);
+        // Counted once, however often it is observed.
+        m.observe_network_traffic(&t);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"ksched_network_traffic_query_errors_total{profile="fresh"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ksched_network_traffic_query_errors_total{profile="never"} 2"#),
+            "{text}"
+        );
+        // prometheus-client writes +Inf as `inf` (Prometheus reads either).
+        assert!(
+            text.contains(r#"ksched_network_traffic_data_age_seconds{profile="never"} inf"#),
+            "{text}"
+        );
+        let age: f64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"ksched_network_traffic_data_age_seconds{profile="fresh"} "#)
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        assert!((10.0..60.0).contains(&age), "{text}");
+    }
 
     #[test]
     fn exports_upstream_metric_names() {

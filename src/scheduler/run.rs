@@ -26,6 +26,7 @@ use super::leader_election::{
 use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics};
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
+use crate::framework::background::TaskContext;
 use crate::framework::events::EVENT_ASSIGNED_POD_DELETE;
 use crate::framework::extender::Extender;
 use crate::framework::interface::{Code, CycleState, NominatingMode, Status};
@@ -289,6 +290,15 @@ pub async fn run(
     http_state.ready.store(true, Ordering::Release);
     info!("caches synced");
     tasks.push(tokio::spawn(scheduler.clone().housekeeping()));
+    // The plugins' work outside the scheduling cycle; each task writes only while we lead.
+    let task_context = TaskContext {
+        api: scheduler.handle.api.clone(),
+        leading: leadership.watch(),
+    };
+    for task in scheduler.handle.tasks.take() {
+        debug!(task = task.name(), "starting background task");
+        tasks.push(tokio::spawn(task.run(task_context.clone())));
+    }
 
     // Leader election. The elector is stopped by this function, after scheduling has stopped and
     // the events are written, so the lease is released last.
@@ -453,7 +463,7 @@ impl Scheduler {
         }
     }
 
-    /// Every second: backoff and unschedulable flushes, assumed-pod expiry.
+    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, NetworkTraffic's data age.
     async fn housekeeping(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -468,6 +478,8 @@ impl Scheduler {
                     None,
                 );
             }
+            self.metrics
+                .observe_network_traffic(&self.handle.listers.plugin_state.get_or_default());
         }
     }
 

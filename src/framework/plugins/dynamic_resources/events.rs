@@ -160,11 +160,9 @@ mod tests {
         listers
             .resource_claims
             .apply(claim("claim", "c1", false, false));
-        let pl = DynamicResources::new(
-            listers.clone(),
-            Arc::new(crate::framework::registry::RecordingApi::default()),
-            None,
-        );
+        let api = Arc::new(crate::framework::api::RecordingApi::default());
+        let dispatcher = Arc::new(crate::framework::background::ApiDispatcher::default());
+        let pl = DynamicResources::new(listers.clone(), api, dispatcher, None);
         let pod = PodInfo::from_pod(pod_with_claim(false, None));
         let add = event(EventResource::ResourceClaim, ActionType::ADD);
         let update = event(EventResource::ResourceClaim, ActionType::UPDATE);

@@ -109,6 +109,7 @@ pub fn registration() -> PluginRegistration {
             Ok(Arc::new(DynamicResources::new(
                 handle.listers.clone(),
                 handle.api.clone(),
+                handle.dispatcher.clone(),
                 timeout,
             )) as Arc<dyn Plugin>)
         },

@@ -7,6 +7,8 @@
 //!   profile offers its plugins (upstream's `framework.Handle`).
 //! - [`listers`], [`waiting_pods`], [`extender`]: what plugins read besides the snapshot, pods
 //!   waiting at Permit, the extenders' interface.
+//! - [`metrics`]: the handles of the metrics the runtime and plugins record (kube-scheduler's
+//!   per-extension-point, per-plugin and preemption families).
 //! - [`registry`]: plugin name -> factory(args, [`registry::Handle`]); the [`registry::ApiHandle`]
 //!   trait the scheduler implements for the few API calls plugins make; implements the
 //!   configuration's `PluginCatalog`. It knows no plugin: the in-tree list is in [`plugins`].
@@ -19,7 +21,7 @@
 //! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
 //!
 //! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
-//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`, `registry`, `runtime`,
+//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `registry`, `runtime`,
 //! `schedule`, `plugins`. Plugins never name the runtime: preemption runs its profile's plugins
 //! through `FrameworkHandle`.
 //!
@@ -44,6 +46,7 @@ pub mod extender;
 mod integration_tests;
 pub mod interface;
 pub mod listers;
+pub mod metrics;
 #[cfg(test)]
 mod module_graph;
 pub mod plugins;

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use super::interface::{NominatingInfo, Plugin};
 use super::listers::{Informer, Listers};
+use super::metrics::FrameworkMetrics;
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
 use crate::api::PodGroupStatus;
@@ -161,6 +162,8 @@ pub struct Handle {
     pub listers: Arc<Listers>,
     /// The configuration's extenders (DefaultPreemption asks them about its candidates).
     pub extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
+    /// Where the framework and its plugins record metrics; `None` records nothing.
+    pub metrics: Option<Arc<FrameworkMetrics>>,
 }
 
 impl fmt::Debug for Handle {
@@ -180,6 +183,7 @@ impl Handle {
             nominator: None,
             listers: Arc::new(Listers::default()),
             extenders: Vec::new(),
+            metrics: None,
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -12,6 +13,7 @@ use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
 use crate::framework::interface::{NominatingInfo, NominatingMode};
+use crate::framework::plugins::names::DEFAULT_PREEMPTION;
 use crate::framework::registry::{ApiError, Handle};
 use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, PodInfo, PodView};
@@ -44,6 +46,7 @@ impl Executor {
     /// (upstream's asynchronous preemption): waiting pods are rejected, the others get the
     /// `DisruptionTarget` condition and are deleted gracefully.
     pub fn actuate(&self, pod: &PodInfo, node: &str, victims: &[Arc<AssignedPod>]) {
+        let selected = victims.len();
         let victims: Vec<Arc<AssignedPod>> = victims
             .iter()
             .filter(|v| !v.is_terminating())
@@ -51,6 +54,10 @@ impl Executor {
             .collect();
         if victims.is_empty() {
             return;
+        }
+        let metrics = self.handle.metrics.clone();
+        if let Some(m) = &metrics {
+            m.preemption_victims.observe(selected as f64);
         }
         let lower_nominated: Vec<Arc<PodInfo>> = match &self.handle.nominator {
             Some(n) => n
@@ -70,6 +77,8 @@ impl Executor {
         let (preempting, uid) = (self.preempting.clone(), pod.uid().to_string());
         preempting.lock().insert(uid.clone());
         let work = async move {
+            let started = Instant::now();
+            let mut succeeded = true;
             for p in &lower_nominated {
                 let clear = NominatingInfo {
                     nominated_node_name: String::new(),
@@ -80,6 +89,7 @@ impl Executor {
                     .await
                 {
                     warn!(pod = %p.key(), %err, "cannot clear nominatedNodeName");
+                    succeeded = false;
                 }
             }
             let evictions = victims.iter().map(|v| {
@@ -88,7 +98,7 @@ impl Executor {
                 async move {
                     if waiting.reject(v.uid(), "preempted") {
                         info!(%preemptor, victim = %v.key(), %node, "preempted a waiting pod");
-                        return;
+                        return true;
                     }
                     let condition = PodCondition {
                         type_: DISRUPTION_TARGET.into(),
@@ -110,12 +120,25 @@ impl Executor {
                         Err(ApiError::NotFound(_)) => {
                             debug!(victim = %v.key(), "victim pod is already deleted")
                         }
-                        Err(err) => warn!(%preemptor, victim = %v.key(), %err, "preempting"),
+                        Err(err) => {
+                            warn!(%preemptor, victim = %v.key(), %err, "preempting");
+                            return false;
+                        }
                     }
+                    true
                 }
             });
-            futures::future::join_all(evictions).await;
+            // The evictions run concurrently (upstream: DefaultPreemption's parallel workers).
+            let running = metrics
+                .as_ref()
+                .map(|m| m.running(DEFAULT_PREEMPTION, victims.len()));
+            let results = futures::future::join_all(evictions).await;
+            drop(running);
             preempting.lock().remove(&uid);
+            if let Some(m) = &metrics {
+                succeeded &= results.iter().all(|ok| *ok);
+                m.preemption_finished(succeeded, started);
+            }
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {

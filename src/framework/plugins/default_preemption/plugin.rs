@@ -19,6 +19,7 @@ use crate::framework::interface::{
     PreEnqueuePlugin, Status,
 };
 use crate::framework::listers::Informer;
+use crate::framework::metrics::FrameworkMetrics;
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::{Handle, PluginRegistration};
@@ -43,6 +44,7 @@ pub struct DefaultPreemption {
     min_candidate_nodes_absolute: i32,
     offset: OffsetFn,
     pub(super) evaluator: Evaluator,
+    metrics: Option<Arc<FrameworkMetrics>>,
 }
 
 impl DefaultPreemption {
@@ -51,6 +53,7 @@ impl DefaultPreemption {
             min_candidate_nodes_percentage: args.min_candidate_nodes_percentage.unwrap_or(10),
             min_candidate_nodes_absolute: args.min_candidate_nodes_absolute.unwrap_or(100),
             offset: Box::new(|n| if n == 0 { 0 } else { fastrand::usize(..n) }),
+            metrics: handle.metrics.clone(),
             evaluator: Evaluator::new(handle),
         }
     }
@@ -275,6 +278,9 @@ impl PostFilterPlugin for DefaultPreemption {
         snapshot: &Snapshot,
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
+        if let Some(m) = &self.metrics {
+            m.preemption_attempts.inc();
+        }
         let (result, status) = self
             .evaluator
             .preempt(self, fwk, state, pod, snapshot, filtered);

@@ -21,9 +21,9 @@
 //! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
 //!
 //! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
-//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `registry`, `runtime`,
-//! `schedule`, `plugins`. Plugins never name the runtime: preemption runs its profile's plugins
-//! through `FrameworkHandle`.
+//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `registry`,
+//! `runtime`, `schedule`, `plugins`. Plugins never name the runtime: preemption runs its profile's
+//! plugins through `FrameworkHandle`.
 //!
 //! A typical scheduling cycle, as `scheduler/` drives it:
 //!

@@ -107,6 +107,18 @@ impl Entry {
         )
     }
 
+    /// For the per-node loops: records the call that ends now, begun at `since` (the previous
+    /// call's end), and returns now, so each call costs one clock read. `None` (a cycle not
+    /// sampled) stays `None`.
+    fn lap(&self, point: Point, code: Code, since: Option<Instant>) -> Option<Instant> {
+        let since = since?;
+        let now = Instant::now();
+        if let Some(d) = self.metrics.as_ref().and_then(|m| m.durations_at(point)) {
+            d.observe(code, (now - since).as_secs_f64());
+        }
+        Some(now)
+    }
+
     /// Counts one evaluation (PreFilter, Filter, PreScore and Score plugins, as upstream).
     fn evaluated(&self) {
         if let Some(c) = self.metrics.as_ref().and_then(|m| m.evaluations.as_ref()) {
@@ -490,6 +502,12 @@ impl Framework {
         r
     }
 
+    /// The start of a per-node loop's first plugin call, in sampled cycles of an instrumented
+    /// framework (see `Entry::lap`).
+    fn plugin_clock(&self, state: &CycleState) -> Option<Instant> {
+        (state.record_plugin_metrics() && self.instruments.is_some()).then(Instant::now)
+    }
+
     /// `scheduler_goroutines{operation}` counts `workers` until the guard drops.
     pub fn running(&self, operation: &str, workers: usize) -> Option<Running> {
         self.metrics().map(|m| m.running(operation, workers))
@@ -709,7 +727,7 @@ impl Framework {
     /// Filter on one node: plugins in order, stopping at the first non-success (which carries the
     /// plugin's name). Plugins skipped at PreFilter do not run.
     pub fn run_filter_plugins(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let sampled = state.record_plugin_metrics();
+        let mut clock = self.plugin_clock(state);
         let skip = state.skip_filter_plugins();
         for e in self.at(ExtensionPoint::Filter) {
             if !skip.is_empty() && skip.contains(&e.name) {
@@ -719,9 +737,8 @@ impl Framework {
                 continue;
             };
             e.evaluated();
-            let timer = e.timer(Point::Filter, sampled);
             let s = p.filter(state, pod, node);
-            timer.stop(s.code());
+            clock = e.lap(Point::Filter, s.code(), clock);
             if !s.is_success() {
                 if !s.is_rejected() {
                     let msg = format!("running {:?} filter plugin: {}", e.name, s.message());
@@ -878,14 +895,15 @@ impl Framework {
         // raw[node * k + plugin]
         let mut raw = vec![0i64; nodes.len() * k];
         let score_row = |(node, row): (&Arc<NodeInfo>, &mut [i64])| -> Result<(), Status> {
+            let mut clock = self.plugin_clock(state);
             for ((_, e), slot) in plugins.iter().zip(row.iter_mut()) {
                 let Some(p) = e.plugin.as_score() else {
                     continue;
                 };
                 e.evaluated();
-                let timer = e.timer(Point::Score, sampled);
                 let score = p.score(state, pod, node);
-                timer.stop(score.as_ref().map_or_else(Status::code, |_| Code::Success));
+                let code = score.as_ref().map_or_else(Status::code, |_| Code::Success);
+                clock = e.lap(Point::Score, code, clock);
                 *slot = score.map_err(|s| {
                     Status::error(format!(
                         "running Score plugins: plugin {:?} failed with: {}",

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::extender::{EXTENDER_NAME, Extender, extender_scores, find_nodes_that_pass_extenders};
 use super::interface::{Code, CycleState, FrameworkHandle, NodeToStatus, Status};
+use super::metrics::Point;
 use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD};
 use super::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -343,6 +344,28 @@ impl Algorithm {
                 .map(|i| nodes[(start + i) % n].clone())
                 .collect());
         }
+        // The Filter extension point is timed here, over every node, as upstream does.
+        let since = fwk.point_clock();
+        let feasible = self.filter_nodes(fwk, state, pod, diagnosis, nodes, start, to_find);
+        let code = feasible.as_ref().map_or(Code::Error, |_| Code::Success);
+        fwk.observe_point(Point::Filter, code, since);
+        feasible
+    }
+
+    /// Runs the Filter plugins on `nodes` from `start` on, in parallel chunks, until `to_find`
+    /// nodes fit.
+    #[allow(clippy::too_many_arguments)]
+    fn filter_nodes(
+        &self,
+        fwk: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        diagnosis: &mut Diagnosis,
+        nodes: &[Arc<NodeInfo>],
+        start: usize,
+        to_find: usize,
+    ) -> Result<Vec<Arc<NodeInfo>>, ScheduleError> {
+        let n = nodes.len();
         let mut feasible: Vec<Arc<NodeInfo>> = Vec::with_capacity(to_find.min(n));
         let mut next = 0usize;
         while next < n && feasible.len() < to_find {
@@ -358,6 +381,7 @@ impl Algorithm {
                 fwk.run_filter_plugins_with_nominated_pods(state, pod, node)
             };
             let statuses: Vec<Status> = if end - next >= PARALLEL_THRESHOLD {
+                let _running = fwk.running("Filter", rayon::current_num_threads().min(end - next));
                 (next..end).into_par_iter().map(check).collect()
             } else {
                 (next..end).map(check).collect()

@@ -14,6 +14,8 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "scheduler_perf/workloads.rs"]
+mod workloads;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -26,7 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Config};
 use parking_lot::Mutex;
@@ -112,6 +114,75 @@ fn workloads(preset: &str) -> Vec<Workload> {
             init_pods: nodes,
             measure_pods: pods,
         },
+        Workload {
+            name: workloads::PREFERRED_POD_AFFINITY,
+            nodes,
+            init_pods: nodes,
+            measure_pods: pods / 2,
+        },
+        Workload {
+            name: workloads::PREFERRED_POD_ANTI_AFFINITY,
+            nodes,
+            init_pods: nodes,
+            measure_pods: pods / 2,
+        },
+        Workload {
+            name: workloads::PREFERRED_TOPOLOGY_SPREADING,
+            nodes,
+            init_pods: nodes,
+            measure_pods: pods / 2,
+        },
+        // Init pods in nodes/50 labelled namespaces; one pod per node at most in all.
+        Workload {
+            name: workloads::ANTI_AFFINITY_NS_SELECTOR,
+            nodes,
+            init_pods: nodes * 2 / 5,
+            measure_pods: nodes / 5,
+        },
+        // A 9-CPU pod that never fits every 200 ms while the measured pods come.
+        Workload {
+            name: workloads::UNSCHEDULABLE,
+            nodes,
+            init_pods: 10,
+            measure_pods: pods / 2,
+        },
+        // Every second a node (no pod room), a 9-CPU pod and a service are replaced.
+        Workload {
+            name: workloads::MIXED_CHURN,
+            nodes,
+            init_pods: 0,
+            measure_pods: pods / 2,
+        },
+        // One bound CSI volume per pod, 39 attachable per node.
+        Workload {
+            name: workloads::CSI_PVS,
+            nodes,
+            init_pods: nodes,
+            measure_pods: pods / 2,
+        },
+        // One large node; `pods` gated pods wait throughout; the init pods are deleted at 50/s
+        // while the measured pods come (upstream's SchedulingWhileGated).
+        Workload {
+            name: workloads::GATED_PODS,
+            nodes: 0,
+            init_pods: pods,
+            measure_pods: pods,
+        },
+        // Every pod requires the one named node by metadata.name, as DaemonSet pods do.
+        Workload {
+            name: workloads::DAEMONSET,
+            nodes,
+            init_pods: 0,
+            measure_pods: pods,
+        },
+        // Low-priority pods fill the nodes; a 3-CPU high-priority pod every 200 ms preempts while
+        // the measured default pods come.
+        Workload {
+            name: workloads::PREEMPTION_ASYNC,
+            nodes,
+            init_pods: nodes * 4,
+            measure_pods: pods / 4,
+        },
     ]
 }
 
@@ -122,7 +193,7 @@ fn container(cpu: &str) -> Value {
 
 /// The pod template of a workload (`measure`: a measured pod, else an init pod).
 fn pod(workload: &str, ns: &str, name: &str, measure: bool) -> Pod {
-    let mut labels = json!({"bench": if measure { "measure" } else { "init" }});
+    let mut labels = json!({"bench": if measure { "measure" } else { "init" }, "bench-run": ns});
     let mut spec = json!({"schedulerName": SCHEDULER_NAME, "terminationGracePeriodSeconds": 0, "containers": container("100m")});
     match workload {
         "SchedulingPodAntiAffinity" => {
@@ -154,21 +225,12 @@ fn pod(workload: &str, ns: &str, name: &str, measure: bool) -> Pod {
                 spec["containers"] = container("900m");
             }
         }
-        _ => {}
+        other => workloads::customize_pod(other, name, ns, measure, &mut labels, &mut spec),
     }
     serde_json::from_value(
         json!({"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}),
     )
     .expect("pod template")
-}
-
-fn node(name: &str, zone: usize) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone{zone}"), "ksched.io/bench": "true"}},
-        "status": {"capacity": {"pods": "110", "cpu": "4", "memory": "32Gi"}, "allocatable": {"pods": "110", "cpu": "4", "memory": "32Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
-    }))
-    .expect("node template")
 }
 
 /// Figures of one contender on one workload.
@@ -303,17 +365,21 @@ async fn create_pods(api: &Api<Pod>, pods: Vec<Pod>) -> HashMap<String, Instant>
         .await
 }
 
-/// Watches the namespace and records when each pod was first seen bound.
+/// Watches the run's pods (label `bench-run`, whatever their namespace) and records when each was
+/// first seen bound.
 fn track_bindings(
-    api: Api<Pod>,
+    admin: &Client,
+    run: &str,
 ) -> (
     Arc<Mutex<HashMap<String, Instant>>>,
     tokio::task::JoinHandle<()>,
 ) {
     let bound = Arc::new(Mutex::new(HashMap::new()));
     let b = bound.clone();
+    let api: Api<Pod> = Api::all(admin.clone());
+    let config = watcher::Config::default().labels(&format!("bench-run={run}"));
     let task = tokio::spawn(async move {
-        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        let mut stream = watcher::watcher(api, config).boxed();
         while let Ok(Some(ev)) = stream.try_next().await {
             if let Event::Apply(p) | Event::InitApply(p) = ev
                 && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
@@ -385,7 +451,11 @@ async fn run_one(
     round: usize,
 ) -> Option<Figures> {
     let ns = cp
-        .namespace(admin, &format!("bench-{}-{}", w.name.to_lowercase(), round))
+        // Names and the `bench-run` label value are limited to 63 characters.
+        .namespace(
+            admin,
+            &format!("bench-{:.16}-{round}", w.name.to_lowercase()),
+        )
         .await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let log = cp
@@ -393,7 +463,7 @@ async fn run_one(
         .join(format!("bench-{}-{}.log", w.name, contender.name()));
     let process = start(cp, contender, &log);
     let pid = process.child.id();
-    let (bound, watch_task) = track_bindings(pods.clone());
+    let (bound, watch_task) = track_bindings(admin, &ns);
 
     // Warm-up: the contender is ready once it binds a pod.
     let warmup = vec![pod("SchedulingBasic", &ns, "warmup", false)];
@@ -407,17 +477,34 @@ async fn run_one(
         watch_task.abort();
         return None;
     }
+    // Init pods, in the run's namespace or spread over labelled namespaces of their own.
+    let mut namespaces = vec![ns.clone()];
+    let extra = workloads::init_namespaces(w.name, w.nodes);
+    let init_namespaces = if extra > 0 {
+        let labelled = workloads::labelled_namespaces(admin, &ns, extra).await;
+        namespaces.extend(labelled.iter().cloned());
+        labelled
+    } else {
+        vec![ns.clone()]
+    };
     let init: Vec<Pod> = (0..w.init_pods)
         .map(|i| pod(w.name, &ns, &format!("init-{i}"), false))
         .collect();
-    let init_names: Vec<String> = init
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    if w.name == DRA_WORKLOAD {
-        dra_claims(admin, &ns, &init_names).await;
+    let init_names = names_of(&init);
+    before_creating(admin, w, &ns, &init_names).await;
+    for (k, target) in init_namespaces.iter().enumerate() {
+        let share: Vec<Pod> = init
+            .iter()
+            .skip(k)
+            .step_by(init_namespaces.len())
+            .cloned()
+            .map(|mut p| {
+                p.metadata.namespace = Some(target.clone());
+                p
+            })
+            .collect();
+        create_pods(&Api::namespaced(admin.clone(), target), share).await;
     }
-    create_pods(&pods, init).await;
     if !wait_all_bound(&bound, &init_names, Duration::from_secs(600)).await {
         eprintln!(
             "{}: init pods not all bound; log: {}",
@@ -425,22 +512,31 @@ async fn run_one(
             log.display()
         );
     }
+    if w.name == workloads::GATED_PODS {
+        create_pods(&pods, workloads::gated_pods(&ns, w.measure_pods)).await;
+    }
 
     let (cpu_before, _) = proc_usage(pid);
     let measured: Vec<Pod> = (0..w.measure_pods)
         .map(|i| pod(w.name, &ns, &format!("measure-{i}"), true))
         .collect();
-    let names: Vec<String> = measured
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    if w.name == DRA_WORKLOAD {
-        dra_claims(admin, &ns, &names).await;
-    }
+    let names = names_of(&measured);
+    before_creating(admin, w, &ns, &names).await;
+    let churn = workloads::churn(w.name).map(|c| {
+        tokio::spawn(workloads::run_churn(
+            admin.clone(),
+            ns.clone(),
+            c,
+            init_names.clone(),
+        ))
+    });
     let first_created = Instant::now();
     let created = create_pods(&pods, measured).await;
     let all = wait_all_bound(&bound, &names, Duration::from_secs(900)).await;
     let (cpu_after, peak_rss) = proc_usage(pid);
+    if let Some(task) = churn {
+        task.abort();
+    }
     drop(process);
     watch_task.abort();
     let bound = bound.lock().clone();
@@ -469,18 +565,25 @@ async fn run_one(
         );
     }
     // Free the nodes for the next contender.
-    let _ = pods
-        .delete_collection(
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-            &ListParams::default(),
-        )
-        .await;
-    wait_namespace_empty(&pods).await;
+    for namespace in &namespaces {
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+        let _ = pods
+            .delete_collection(
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+                &ListParams::default(),
+            )
+            .await;
+        wait_namespace_empty(&pods).await;
+    }
+    workloads::clean_churn(admin, &ns).await;
     if w.name == DRA_WORKLOAD {
         free_claims(admin, &ns).await;
+    }
+    if workloads::uses_csi_volumes(w.name) {
+        workloads::delete_csi_volumes(admin, &ns).await;
     }
     Some(Figures {
         pods_per_second: latencies.len() as f64 / elapsed,
@@ -489,6 +592,22 @@ async fn run_one(
         cpu_seconds: cpu_after - cpu_before,
         peak_rss_mb: peak_rss,
     })
+}
+
+fn names_of(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
+/// What must exist before the pods `names` are created: their DRA claims or CSI volumes.
+async fn before_creating(admin: &Client, w: &Workload, ns: &str, names: &[String]) {
+    if w.name == DRA_WORKLOAD {
+        dra_claims(admin, ns, names).await;
+    }
+    if workloads::uses_csi_volumes(w.name) {
+        workloads::csi_volumes(admin, ns, names).await;
+    }
 }
 
 async fn wait_namespace_empty(pods: &Api<Pod>) {
@@ -500,7 +619,9 @@ async fn wait_namespace_empty(pods: &Api<Pod>) {
     }
 }
 
-async fn create_nodes(admin: &Client, count: usize) {
+/// Replaces the bench nodes with the workload's: `bench-node-<i>` in three zones, the named node
+/// when the workload targets it, and CSINodes when its pods have CSI volumes.
+async fn create_nodes(admin: &Client, w: &Workload) {
     let api: Api<Node> = Api::all(admin.clone());
     let _ = api
         .delete_collection(
@@ -508,17 +629,18 @@ async fn create_nodes(admin: &Client, count: usize) {
             &ListParams::default().labels("ksched.io/bench=true"),
         )
         .await;
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let n = node(&format!("bench-node-{i}"), i % 3 + 1);
-                let _ = api.create(&PostParams::default(), &n).await;
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
+    workloads::delete_csi_nodes(admin).await;
+    let nodes = (0..w.nodes)
+        .map(|i| workloads::node(&format!("bench-node-{i}"), i % 3 + 1, "110"))
+        .chain(workloads::extra_nodes(w.name));
+    workloads::for_each_concurrently(nodes, |n| {
+        let api = api.clone();
+        async move {
+            let _ = api.create(&PostParams::default(), &n).await;
+        }
+    })
+    .await;
+    workloads::csi_nodes(admin, w.name, w.nodes).await;
 }
 
 /// The claims of `pods` (`<pod>-gpu`), as kube-controller-manager's resourceclaim controller would
@@ -546,27 +668,7 @@ async fn dra_claims(admin: &Client, ns: &str, pods: &[String]) {
 /// Deletes the run's claims; nothing else removes the scheduler's finalizer here, so the bench
 /// does, and the devices are free for the next contender.
 async fn free_claims(admin: &Client, ns: &str) {
-    let api: Api<ResourceClaim> = Api::namespaced(admin.clone(), ns);
-    let claims = api
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    futures::stream::iter(claims)
-        .map(|c| {
-            let api = api.clone();
-            async move {
-                let name = c.metadata.name.unwrap_or_default();
-                let patch = json!({"metadata": {"finalizers": null}});
-                let _ = api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
+    workloads::delete_all(Api::<ResourceClaim>::namespaced(admin.clone(), ns), "").await;
 }
 
 /// The bench DeviceClass and one ResourceSlice per bench node with `DEVICES_PER_NODE` devices.
@@ -764,7 +866,7 @@ fn main() {
             if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == w.name)) {
                 continue;
             }
-            create_nodes(&admin, w.nodes).await;
+            create_nodes(&admin, w).await;
             if w.name == DRA_WORKLOAD {
                 dra_devices(&admin, w.nodes).await;
             }

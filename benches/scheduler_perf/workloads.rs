@@ -1,402 +1,456 @@
-//! The workloads beyond plain pods on plain nodes, after upstream's scheduler_perf
-//! (test/integration/scheduler_perf/*/performance-config.yaml at 1.36): their setup (named nodes,
-//! CSINodes and pre-bound CSI volumes, labelled namespaces) and the churn that runs while the
-//! measured pods are created (unschedulable or preempting pods every 200 ms, recreated nodes, pods
-//! and services every second, deletions at 50/s).
+//! The workloads of `make bench`, after upstream's scheduler_perf at 1.36.3
+//! (`test/integration/scheduler_perf/{misc,affinity,topology_spreading,volumes,dra}/performance-config.yaml`
+//! and `templates/`): their nodes, their pod templates and their counts per preset.
+//!
+//! Where the bench differs from upstream's harness, the reason is beside the difference. The one
+//! that applies everywhere: nodes are plain Node objects (no kubelet, no kwok), as upstream's
+//! `createNodes`, so bound pods stay Pending and a deleted pod is gone at once
+//! (terminationGracePeriodSeconds 0).
 
-use std::time::Duration;
+use serde_json::{Value, json};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
-};
-use k8s_openapi::api::storage::v1::CSINode;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
-use serde_json::json;
-
-pub const PREFERRED_POD_AFFINITY: &str = "SchedulingPreferredPodAffinity";
-pub const PREFERRED_POD_ANTI_AFFINITY: &str = "SchedulingPreferredPodAntiAffinity";
-pub const PREFERRED_TOPOLOGY_SPREADING: &str = "PreferredTopologySpreading";
-pub const ANTI_AFFINITY_NS_SELECTOR: &str = "SchedulingRequiredPodAntiAffinityWithNSSelector";
-pub const UNSCHEDULABLE: &str = "Unschedulable";
-pub const MIXED_CHURN: &str = "SchedulingWithMixedChurn";
-pub const CSI_PVS: &str = "SchedulingCSIPVs";
-pub const GATED_PODS: &str = "SchedulingGatedPods";
-pub const DAEMONSET: &str = "SchedulingDaemonset";
-pub const PREEMPTION_ASYNC: &str = "PreemptionAsync";
-
-/// The node every pod of SchedulingDaemonset and SchedulingGatedPods targets (pods capacity 90000).
+/// The scheduler name every contender serves.
+pub const SCHEDULER_NAME: &str = "bench-scheduler";
+/// The node every pod of SchedulingDaemonset targets and the only node of SchedulingGatedPods
+/// (upstream's `node-with-name.yaml`: pods capacity 90000).
 pub const NAMED_NODE: &str = "scheduler-perf-node";
-const CSI_DRIVER: &str = "ebs.csi.aws.com";
-/// Volumes a node can attach (upstream's `csiNodeAllocatable` for SchedulingCSIPVs).
-const CSI_VOLUMES_PER_NODE: i32 = 39;
-/// Label of everything a churn creates, so it can be removed after the run.
-const CHURN_LABEL: &str = "ksched.io/bench-churn";
+/// Label of every node the bench creates for a workload (and only those).
+pub const NODE_LABEL: &str = "ksched.io/bench";
+/// Coscheduling's pod label naming the pod's PodGroup (scheduler-plugins' `scheduling.x-k8s.io/pod-group`).
+pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+/// The CSI driver of SchedulingCSIPVs and its attach limit per node (upstream's
+/// `nodeAllocatableStrategy`: `attachable-volumes-csi-ebs.csi.aws.com: 39`, CSINode count 39).
+pub const CSI_DRIVER: &str = "ebs.csi.aws.com";
+pub const CSI_VOLUMES_PER_NODE: usize = 39;
+/// The WaitForFirstConsumer StorageClass of SchedulingCSIPVs.
+pub const CSI_STORAGE_CLASS: &str = "bench-csi-wffc";
+/// The DRA driver, class and devices per node of SchedulingWithResourceClaimTemplate.
+pub const DRA_DRIVER: &str = "bench.ksched.io";
+pub const DRA_CLASS: &str = "bench-gpu";
+pub const DEVICES_PER_NODE: usize = 8;
 
-/// Workloads whose init pods spread over labelled namespaces of their own.
-pub fn init_namespaces(workload: &str, nodes: usize) -> usize {
-    if workload == ANTI_AFFINITY_NS_SELECTOR {
-        (nodes / 50).max(1)
-    } else {
-        0
-    }
-}
-
-/// Whether the workload's pods carry one pre-bound CSI volume each.
-pub fn uses_csi_volumes(workload: &str) -> bool {
-    workload == CSI_PVS
-}
-
-/// The workload's own part of a pod's labels and spec (`measure`: a measured pod, else an init
-/// pod); `ns` is the run's namespace.
-pub fn customize_pod(
-    workload: &str,
-    name: &str,
-    ns: &str,
-    measure: bool,
-    labels: &mut serde_json::Value,
-    spec: &mut serde_json::Value,
-) {
-    let preferred_term = |color: &str| {
-        json!([{"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"color": color}},
-            "topologyKey": "kubernetes.io/hostname", "namespaces": [ns]}}])
-    };
-    match workload {
-        PREFERRED_POD_AFFINITY => {
-            labels["color"] = json!("red");
-            spec["affinity"] = json!({"podAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": preferred_term("red")}});
-        }
-        PREFERRED_POD_ANTI_AFFINITY => {
-            labels["color"] = json!("yellow");
-            spec["affinity"] = json!({"podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": preferred_term("yellow")}});
-        }
-        // Upstream's init pods are plain; the measured ones spread softly over three zones.
-        PREFERRED_TOPOLOGY_SPREADING if measure => {
-            labels["color"] = json!("blue");
-            spec["topologySpreadConstraints"] = json!([{"maxSkew": 5,
-                "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": {"color": "blue"}}}]);
-        }
-        ANTI_AFFINITY_NS_SELECTOR => {
-            labels["color"] = json!("green");
-            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname",
-                 "namespaceSelector": {"matchLabels": {"team": "devops"}}}]}});
-        }
-        CSI_PVS => {
-            spec["volumes"] = json!([{"name": "data",
-                "persistentVolumeClaim": {"claimName": format!("{name}-pvc")}}]);
-        }
-        DAEMONSET | GATED_PODS => {
-            // DaemonSet pods: required node affinity on the node's name, as the DaemonSet
-            // controller writes it. SchedulingGatedPods uses the same node (upstream's light pods
-            // on one large node).
-            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [NAMED_NODE]}]}]}}});
-        }
-        PREEMPTION_ASYNC if !measure => {
-            spec["priorityClassName"] = json!("bench-low");
-            spec["containers"] = super::container("900m");
-        }
-        _ => {}
-    }
-}
-
-/// A node of the workload: `pods` is its pod capacity.
-pub fn node(name: &str, zone: usize, pods: &str) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-            "topology.kubernetes.io/zone": format!("zone{zone}"), "ksched.io/bench": "true"}},
-        "status": {"capacity": {"pods": pods, "cpu": "4", "memory": "32Gi"},
-            "allocatable": {"pods": pods, "cpu": "4", "memory": "32Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
-    }))
-    .expect("node template")
-}
-
-/// The names of the workload's nodes besides `bench-node-<i>`: the named node when the workload
-/// targets it. SchedulingGatedPods runs on that node alone.
-pub fn extra_nodes(workload: &str) -> Vec<Node> {
-    match workload {
-        DAEMONSET | GATED_PODS => vec![node(NAMED_NODE, 1, "90000")],
-        _ => Vec::new(),
-    }
-}
-
-/// One CSINode per bench node for workloads with CSI volumes (39 attachable volumes each).
-pub async fn csi_nodes(admin: &Client, workload: &str, nodes: usize) {
-    if !uses_csi_volumes(workload) {
-        return;
-    }
-    let api: Api<CSINode> = Api::all(admin.clone());
-    for_each_concurrently(0..nodes, |i| {
-        let api = api.clone();
-        async move {
-            let name = format!("bench-node-{i}");
-            let csi: CSINode = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": {"ksched.io/bench": "true"}},
-                "spec": {"drivers": [{"name": CSI_DRIVER, "nodeID": name,
-                    "allocatable": {"count": CSI_VOLUMES_PER_NODE}}]}
-            }))
-            .expect("csinode template");
-            let _ = api.create(&PostParams::default(), &csi).await;
-        }
-    })
-    .await;
-}
-
-/// Removes the CSINodes of the previous workload.
-pub async fn delete_csi_nodes(admin: &Client) {
-    let api: Api<CSINode> = Api::all(admin.clone());
-    let _ = api
-        .delete_collection(
-            &DeleteParams::default(),
-            &ListParams::default().labels("ksched.io/bench=true"),
-        )
-        .await;
-}
-
-/// A bound PVC (`<pod>-pvc`) and its CSI PV for each pod, as upstream's
-/// `CreatePodWithPersistentVolume` with `bindVolume` does. Not measured.
-pub async fn csi_volumes(admin: &Client, ns: &str, pods: &[String]) {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), ns);
-    let pvs: Api<PersistentVolume> = Api::all(admin.clone());
-    for_each_concurrently(pods.iter(), |pod| {
-        let (pvcs, pvs) = (pvcs.clone(), pvs.clone());
-        async move {
-            let claim = format!("{pod}-pvc");
-            let volume = format!("{ns}-{pod}-pv");
-            let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
-                "metadata": {"name": claim, "annotations": {"pv.kubernetes.io/bind-completed": "true"}},
-                "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}},
-                    "volumeName": volume, "storageClassName": ""},
-            }))
-            .expect("pvc template");
-            let pv: PersistentVolume = serde_json::from_value(json!({
-                "metadata": {"name": volume, "labels": {"ksched.io/bench": "true"}},
-                "spec": {"accessModes": ["ReadOnlyMany"], "capacity": {"storage": "1Gi"},
-                    "csi": {"driver": CSI_DRIVER, "volumeHandle": volume},
-                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                    "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": ns, "name": claim}},
-            }))
-            .expect("pv template");
-            // Creation resets the status: it is written separately, as upstream does.
-            if pvcs.create(&PostParams::default(), &pvc).await.is_ok() {
-                let status = json!({"status": {"phase": "Bound"}});
-                let _ = pvcs
-                    .patch_status(&claim, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-            }
-            if pvs.create(&PostParams::default(), &pv).await.is_ok() {
-                let status = json!({"status": {"phase": "Bound"}});
-                let _ = pvs
-                    .patch_status(&volume, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-            }
-        }
-    })
-    .await;
-}
-
-/// Removes the run's volumes: nothing runs the PV and PVC protection controllers here, so the bench
-/// clears their finalizers.
-pub async fn delete_csi_volumes(admin: &Client, ns: &str) {
-    delete_all(
-        Api::<PersistentVolumeClaim>::namespaced(admin.clone(), ns),
-        "",
-    )
-    .await;
-    let pvs: Api<PersistentVolume> = Api::all(admin.clone());
-    let prefix = format!("{ns}-");
-    let names: Vec<String> = pvs
-        .list(&ListParams::default().labels("ksched.io/bench=true"))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|pv| pv.metadata.name)
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    for_each_concurrently(names, |name| delete_unfinalized(pvs.clone(), name)).await;
-}
-
-/// Deletes every object of `api` matching `labels`, clearing finalizers first.
-pub async fn delete_all<K>(api: Api<K>, labels: &str)
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let names: Vec<String> = api
-        .list(&ListParams::default().labels(labels))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|o| o.meta().name.clone())
-        .collect();
-    for_each_concurrently(names, |name| delete_unfinalized(api.clone(), name)).await;
-}
-
-async fn delete_unfinalized<K>(api: Api<K>, name: String)
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let patch = json!({"metadata": {"finalizers": null}});
-    let _ = api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await;
-    let _ = api.delete(&name, &DeleteParams::default()).await;
-}
-
-/// The labelled namespaces the init pods of SchedulingRequiredPodAntiAffinityWithNSSelector go to
-/// (the run's own namespace is labelled too: the measured pods' selector matches all of them).
-pub async fn labelled_namespaces(admin: &Client, run_ns: &str, count: usize) -> Vec<String> {
-    let api: Api<Namespace> = Api::all(admin.clone());
-    let label = json!({"metadata": {"labels": {"team": "devops"}}});
-    let _ = api
-        .patch(run_ns, &PatchParams::default(), &Patch::Merge(&label))
-        .await;
-    let mut names = Vec::new();
-    for k in 0..count {
-        let name = format!("{run_ns}-init-{k}");
-        let ns: Namespace = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"team": "devops", "ksched.io/test": "true"}}
-        }))
-        .expect("namespace template");
-        let _ = api.create(&PostParams::default(), &ns).await;
-        names.push(name);
-    }
-    names
-}
-
-/// What runs beside the measured pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Churn {
-    /// A high-priority pod every `every` (`cpu` each: 9 never fits a 4-CPU node, 3 preempts).
-    Pods { every: Duration, cpu: &'static str },
-    /// Every second, the previous node, pod and service are deleted and new ones created.
-    Recreate,
-    /// The init pods are deleted at 50 per second.
-    DeleteInitPods,
+pub enum Preset {
+    /// For development: a tenth of `default`.
+    Small,
+    /// Upstream's 500-node cases; fits 2 cores.
+    Default,
+    /// Upstream's 5000-node performance cases.
+    Large,
+    /// 15000 nodes, SchedulingBasic and SchedulingDaemonset only (upstream's
+    /// SchedulingDaemonset/15000Nodes).
+    XLarge,
 }
 
-pub fn churn(workload: &str) -> Option<Churn> {
-    let every = Duration::from_millis(200);
-    match workload {
-        UNSCHEDULABLE => Some(Churn::Pods { every, cpu: "9" }),
-        PREEMPTION_ASYNC => Some(Churn::Pods { every, cpu: "3" }),
-        MIXED_CHURN => Some(Churn::Recreate),
-        GATED_PODS => Some(Churn::DeleteInitPods),
-        _ => None,
+impl Preset {
+    pub fn parse(s: &str) -> Result<Preset, String> {
+        match s {
+            "small" => Ok(Preset::Small),
+            "default" => Ok(Preset::Default),
+            "large" => Ok(Preset::Large),
+            "xlarge" => Ok(Preset::XLarge),
+            other => Err(format!(
+                "unknown preset {other:?}: use one of small, default, large, xlarge"
+            )),
+        }
     }
-}
 
-/// Runs `churn` in namespace `ns` until aborted; `init` names the init pods.
-pub async fn run_churn(admin: Client, ns: String, churn: Churn, init: Vec<String>) {
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let churn_pod = |i: usize, cpu: &str| {
-        let pod = super::pod("SchedulingBasic", &ns, &format!("churn-{i}"), false);
-        edit(pod, |p| {
-            p["metadata"]["labels"][CHURN_LABEL] = json!("true");
-            p["spec"]["priorityClassName"] = json!("bench-high");
-            p["spec"]["containers"] = super::container(cpu);
-        })
-    };
-    match churn {
-        Churn::Pods { every, cpu } => {
-            let mut tick = tokio::time::interval(every);
-            for i in 0.. {
-                tick.tick().await;
-                let _ = pods
-                    .create(&PostParams::default(), &churn_pod(i, cpu))
-                    .await;
-            }
-        }
-        Churn::Recreate => {
-            let nodes: Api<Node> = Api::all(admin.clone());
-            let services: Api<Service> = Api::namespaced(admin.clone(), &ns);
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            for i in 0.. {
-                tick.tick().await;
-                if i > 0 {
-                    let dp = DeleteParams::default();
-                    let _ = nodes.delete(&format!("{ns}-churn-{}", i - 1), &dp).await;
-                    let _ = pods.delete(&format!("churn-{}", i - 1), &dp).await;
-                    let _ = services.delete(&format!("churn-{}", i - 1), &dp).await;
-                }
-                let mut n = node(&format!("{ns}-churn-{i}"), 1, "0");
-                let labels = n.metadata.labels.get_or_insert_default();
-                labels.remove("ksched.io/bench");
-                labels.insert(CHURN_LABEL.into(), "true".into());
-                let _ = nodes.create(&PostParams::default(), &n).await;
-                let _ = pods
-                    .create(&PostParams::default(), &churn_pod(i, "9"))
-                    .await;
-                let svc: Service = serde_json::from_value(json!({
-                    "metadata": {"name": format!("churn-{i}"), "labels": {CHURN_LABEL: "true"}},
-                    "spec": {"selector": {"app": "foo"}, "ports": [{"protocol": "TCP", "port": 8080, "targetPort": 8080}]}
-                }))
-                .expect("service template");
-                let _ = services.create(&PostParams::default(), &svc).await;
-            }
-        }
-        Churn::DeleteInitPods => {
-            let mut tick = tokio::time::interval(Duration::from_millis(20));
-            for name in init {
-                tick.tick().await;
-                let _ = pods.delete(&name, &DeleteParams::default()).await;
-            }
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Small => "small",
+            Preset::Default => "default",
+            Preset::Large => "large",
+            Preset::XLarge => "xlarge",
         }
     }
 }
 
-/// Removes what a churn left: its nodes (pods and services go with the namespace's pods).
-pub async fn clean_churn(admin: &Client, ns: &str) {
-    delete_all(
-        Api::<Node>::all(admin.clone()),
-        &format!("{CHURN_LABEL}=true"),
-    )
-    .await;
-    delete_all(
-        Api::<Service>::namespaced(admin.clone(), ns),
-        &format!("{CHURN_LABEL}=true"),
-    )
-    .await;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    SchedulingBasic,
+    SchedulingPodAntiAffinity,
+    TopologySpreading,
+    SchedulingNodeAffinity,
+    PreemptionBasic,
+    ResourceClaimTemplate,
+    PreferredPodAffinity,
+    PreferredPodAntiAffinity,
+    PreferredTopologySpreading,
+    AntiAffinityWithNsSelector,
+    Unschedulable,
+    MixedChurn,
+    CsiPvs,
+    GatedPods,
+    Daemonset,
+    PreemptionAsync,
+    /// Coscheduling gangs of this many pods (minMember = size).
+    Gangs(usize),
 }
 
-/// Gated pods of SchedulingGatedPods (`gated-<i>`): they wait in the queue the whole run.
-pub fn gated_pods(ns: &str, count: usize) -> Vec<Pod> {
-    (0..count)
-        .map(|i| {
-            let pod = super::pod(GATED_PODS, ns, &format!("gated-{i}"), false);
-            edit(pod, |p| {
-                p["spec"]["schedulingGates"] = json!([{"name": "test.k8s.io/hold"}])
+impl Kind {
+    pub const ALL: [Kind; 18] = [
+        Kind::SchedulingBasic,
+        Kind::SchedulingPodAntiAffinity,
+        Kind::TopologySpreading,
+        Kind::SchedulingNodeAffinity,
+        Kind::PreemptionBasic,
+        Kind::ResourceClaimTemplate,
+        Kind::PreferredPodAffinity,
+        Kind::PreferredPodAntiAffinity,
+        Kind::PreferredTopologySpreading,
+        Kind::AntiAffinityWithNsSelector,
+        Kind::Unschedulable,
+        Kind::MixedChurn,
+        Kind::CsiPvs,
+        Kind::GatedPods,
+        Kind::Daemonset,
+        Kind::PreemptionAsync,
+        Kind::Gangs(3),
+        Kind::Gangs(100),
+    ];
+
+    /// Upstream's test case name (ours for the gangs, which upstream's suite does not have).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::SchedulingBasic => "SchedulingBasic",
+            Kind::SchedulingPodAntiAffinity => "SchedulingPodAntiAffinity",
+            Kind::TopologySpreading => "TopologySpreading",
+            Kind::SchedulingNodeAffinity => "SchedulingNodeAffinity",
+            Kind::PreemptionBasic => "PreemptionBasic",
+            Kind::ResourceClaimTemplate => "SchedulingWithResourceClaimTemplate",
+            Kind::PreferredPodAffinity => "SchedulingPreferredPodAffinity",
+            Kind::PreferredPodAntiAffinity => "SchedulingPreferredPodAntiAffinity",
+            Kind::PreferredTopologySpreading => "PreferredTopologySpreading",
+            Kind::AntiAffinityWithNsSelector => "SchedulingRequiredPodAntiAffinityWithNSSelector",
+            Kind::Unschedulable => "Unschedulable",
+            Kind::MixedChurn => "SchedulingWithMixedChurn",
+            Kind::CsiPvs => "SchedulingCSIPVs",
+            Kind::GatedPods => "SchedulingGatedPods",
+            Kind::Daemonset => "SchedulingDaemonset",
+            Kind::PreemptionAsync => "PreemptionAsync",
+            Kind::Gangs(3) => "SchedulingGangsOf3",
+            Kind::Gangs(100) => "SchedulingGangsOf100",
+            Kind::Gangs(_) => "SchedulingGangs",
+        }
+    }
+
+    /// The gang size of a gang workload.
+    pub fn gang_size(self) -> Option<usize> {
+        match self {
+            Kind::Gangs(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The zone labels of the workload's nodes, round robin: upstream labels nodes only where
+    /// the workload's `labelNodePrepareStrategy` says so.
+    fn zones(self) -> &'static [&'static str] {
+        match self {
+            Kind::TopologySpreading | Kind::PreferredTopologySpreading => {
+                &["moon-1", "moon-2", "moon-3"]
+            }
+            Kind::SchedulingNodeAffinity => &["zone1"],
+            _ => &[],
+        }
+    }
+}
+
+/// One workload: its nodes (`bench-node-<i>`, plus the named node where the workload has one),
+/// the pods created before the measurement (not measured) and the measured pods.
+#[derive(Clone, Copy, Debug)]
+pub struct Workload {
+    pub kind: Kind,
+    pub nodes: usize,
+    pub init_pods: usize,
+    pub measure_pods: usize,
+}
+
+impl Workload {
+    pub fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// SchedulingGatedPods: pods that stay gated the whole run (upstream's `gatedPods`, half of
+    /// `measurePods` in its 10000-gated-pods case).
+    pub fn gated_pods(&self) -> usize {
+        if self.kind == Kind::GatedPods {
+            self.measure_pods / 2
+        } else {
+            0
+        }
+    }
+
+    /// SchedulingRequiredPodAntiAffinityWithNSSelector: the labelled namespaces the init pods
+    /// spread over (upstream's `initNamespaces`).
+    pub fn init_namespaces(&self) -> usize {
+        if self.kind == Kind::AntiAffinityWithNsSelector {
+            (self.init_pods / 20).clamp(1, 100)
+        } else {
+            0
+        }
+    }
+}
+
+/// The workloads of a preset, in the order they run.
+pub fn workloads(preset: Preset) -> Vec<Workload> {
+    Kind::ALL
+        .iter()
+        .filter_map(|&kind| {
+            let (nodes, init_pods, measure_pods) = counts(kind, preset)?;
+            Some(Workload {
+                kind,
+                nodes,
+                init_pods,
+                measure_pods,
             })
         })
         .collect()
 }
 
-/// Runs `f` over `items` with up to 64 in flight.
-pub async fn for_each_concurrently<I, F, Fut>(items: I, f: F)
-where
-    I: IntoIterator,
-    F: FnMut(I::Item) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    futures::stream::iter(items)
-        .map(f)
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
+/// (nodes, init pods, measured pods). `default` is upstream's 500Nodes case and `large` its
+/// 5000-node performance case, except where a comment says otherwise.
+fn counts(kind: Kind, preset: Preset) -> Option<(usize, usize, usize)> {
+    let default = match kind {
+        Kind::SchedulingBasic => (500, 500, 1000),
+        Kind::SchedulingPodAntiAffinity => (500, 100, 400),
+        Kind::TopologySpreading => (500, 1000, 1000),
+        Kind::SchedulingNodeAffinity => (500, 500, 1000),
+        // Upstream has 1000Nodes (4 low-priority pods a node, one preemptor per 1000 nodes'
+        // quarter); the same proportions on 500 nodes.
+        Kind::PreemptionBasic => (500, 2000, 500),
+        // One device per pod, 8 per node: the devices of 500 nodes outnumber the claims.
+        Kind::ResourceClaimTemplate => (500, 500, 1000),
+        Kind::PreferredPodAffinity | Kind::PreferredPodAntiAffinity => (500, 500, 1000),
+        Kind::PreferredTopologySpreading => (500, 1000, 1000),
+        // Upstream's 500Nodes measures only 100 pods (too short to time on a shared machine);
+        // 10 namespaces of 20 init pods and 300 measured pods keep one pod per node at most.
+        Kind::AntiAffinityWithNsSelector => (500, 200, 300),
+        Kind::Unschedulable => (500, 10, 1000),
+        // Upstream's 1000Nodes case, on the 500 nodes of the others.
+        Kind::MixedChurn => (500, 0, 1000),
+        Kind::CsiPvs => (500, 500, 1000),
+        // One node; upstream's 10000-gated-pods case scaled by a tenth and halved: 500 gated pods,
+        // 1000 pods deleted at 50/s while 1000 pods are measured.
+        Kind::GatedPods => (0, 1000, 1000),
+        // Upstream has only 15000Nodes/30000 pods: two pods per node, on 500 nodes.
+        Kind::Daemonset => (500, 0, 1000),
+        Kind::PreemptionAsync => (500, 2000, 500),
+        Kind::Gangs(n) => (500, 0, 1000 / n * n),
+    };
+    match preset {
+        Preset::Default => Some(default),
+        Preset::Small => {
+            let (nodes, init, measure) = default;
+            let measure = match kind {
+                Kind::Gangs(n) => (measure / 10 / n).max(1) * n,
+                _ => measure / 10,
+            };
+            Some((nodes / 10, init / 10, measure))
+        }
+        Preset::Large => Some(match kind {
+            Kind::SchedulingBasic => (5000, 1000, 10000),
+            Kind::SchedulingPodAntiAffinity => (5000, 1000, 2000),
+            Kind::TopologySpreading => (5000, 5000, 5000),
+            Kind::SchedulingNodeAffinity => (5000, 5000, 10000),
+            // Upstream's performance case is 1000Nodes: its 5000Nodes case is disabled
+            // (kubernetes#108308, "always seems to fail").
+            Kind::PreemptionBasic => (1000, 4000, 1000),
+            Kind::ResourceClaimTemplate => (5000, 5000, 10000),
+            Kind::PreferredPodAffinity | Kind::PreferredPodAntiAffinity => (5000, 5000, 5000),
+            Kind::PreferredTopologySpreading => (5000, 5000, 5000),
+            Kind::AntiAffinityWithNsSelector => (5000, 4000, 1000),
+            Kind::Unschedulable => (5000, 100, 10000),
+            Kind::MixedChurn => (5000, 0, 10000),
+            Kind::CsiPvs => (5000, 5000, 5000),
+            Kind::GatedPods => (0, 20000, 20000),
+            Kind::Daemonset => (5000, 0, 10000),
+            Kind::PreemptionAsync => (5000, 20000, 5000),
+            Kind::Gangs(n) => (5000, 0, 10000 / n * n),
+        }),
+        Preset::XLarge => match kind {
+            Kind::SchedulingBasic => Some((15000, 3000, 30000)),
+            Kind::Daemonset => Some((15000, 0, 30000)),
+            _ => None,
+        },
+    }
 }
 
-/// `pod` changed through its JSON form.
-fn edit(pod: Pod, f: impl FnOnce(&mut serde_json::Value)) -> Pod {
-    let mut value = serde_json::to_value(&pod).expect("pod");
-    f(&mut value);
-    serde_json::from_value(value).expect("pod")
+/// A node after upstream's `node-default.yaml` (4 CPUs, 32Gi, 110 pods), with the usual
+/// `kubernetes.io/hostname` label (upstream's `createNodes` adds it) and the workload's zone.
+pub fn node(kind: Kind, name: &str, index: usize) -> Value {
+    let mut labels = json!({"kubernetes.io/hostname": name, NODE_LABEL: "true"});
+    let zones = kind.zones();
+    if !zones.is_empty() {
+        labels["topology.kubernetes.io/zone"] = json!(zones[index % zones.len()]);
+    }
+    let mut resources = json!({"pods": "110", "cpu": "4", "memory": "32Gi"});
+    if kind == Kind::CsiPvs {
+        resources[format!("attachable-volumes-csi-{CSI_DRIVER}")] =
+            json!(CSI_VOLUMES_PER_NODE.to_string());
+    }
+    json!({
+        "metadata": {"name": name, "labels": labels},
+        "status": {"capacity": resources, "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
+    })
+}
+
+/// Upstream's `node-with-name.yaml`: one node for 90000 pods.
+pub fn named_node() -> Value {
+    let resources = json!({"pods": "90000", "cpu": "4", "memory": "32Gi"});
+    json!({
+        "metadata": {"name": NAMED_NODE, "labels": {"kubernetes.io/hostname": NAMED_NODE, NODE_LABEL: "true"}},
+        "status": {"capacity": resources, "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
+    })
+}
+
+/// Whether the workload has upstream's named node.
+pub fn has_named_node(kind: Kind) -> bool {
+    matches!(kind, Kind::Daemonset | Kind::GatedPods)
+}
+
+/// Which pod of a run a template is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The pod whose binding says the contender is ready (upstream's template for every workload).
+    Warmup,
+    /// Created (and bound) before the measurement.
+    Init,
+    Measured,
+    /// SchedulingGatedPods: gated the whole run.
+    Gated,
+    /// Created by a churn while the measured pods come.
+    Churn,
+}
+
+impl Role {
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Warmup => "warmup",
+            Role::Init => "init",
+            Role::Measured => "measure",
+            Role::Gated => "gated",
+            Role::Churn => "churn",
+        }
+    }
+}
+
+/// Upstream's `pod-default.yaml` resources (100m, 500Mi; limits as requests).
+pub fn container(cpu: &str) -> Value {
+    json!([{"name": "pause", "image": "registry.k8s.io/pause:3.10.2", "ports": [{"containerPort": 80}],
+        "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}, "limits": {"cpu": cpu, "memory": "500Mi"}}}])
+}
+
+/// Upstream's light pods (`light-pod.yaml`, `daemonset-pod.yaml`, `gated-pod.yaml`): no requests.
+fn light_container() -> Value {
+    json!([{"name": "pause", "image": "registry.k8s.io/pause:3.10.1"}])
+}
+
+/// The name of the `index`th pod of `role`: `init-3`, `measure-12`, ...
+pub fn pod_name(role: Role, index: usize) -> String {
+    format!("{}-{index}", role.label())
+}
+
+/// The `index`th pod of `role` in namespace `ns` (the run's namespace is `run`), from the
+/// workload's template. Every pod carries `bench=<role>` and `bench-run=<run>`.
+pub fn pod(kind: Kind, role: Role, run: &str, ns: &str, index: usize) -> Value {
+    let name = pod_name(role, index);
+    let mut labels = json!({"bench": role.label(), "bench-run": run});
+    let mut spec = json!({"schedulerName": SCHEDULER_NAME, "terminationGracePeriodSeconds": 0,
+        "containers": container("100m")});
+    let preferred_term = |color: &str| {
+        json!([{"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"color": color}},
+            "topologyKey": "kubernetes.io/hostname", "namespaces": [run]}}])
+    };
+    match (kind, role) {
+        (_, Role::Warmup) => {}
+        (Kind::SchedulingPodAntiAffinity, _) => {
+            labels["color"] = json!("green");
+            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": [run]}]}});
+        }
+        // Upstream's init pods are `pod-default.yaml`; the measured ones spread.
+        (Kind::TopologySpreading | Kind::PreferredTopologySpreading, Role::Measured) => {
+            let when = if kind == Kind::TopologySpreading {
+                "DoNotSchedule"
+            } else {
+                "ScheduleAnyway"
+            };
+            labels["color"] = json!("blue");
+            spec["topologySpreadConstraints"] = json!([{"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": when, "labelSelector": {"matchLabels": {"color": "blue"}}}]);
+        }
+        (Kind::SchedulingNodeAffinity, _) => {
+            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone1", "zone2"]}]}]}}});
+        }
+        (Kind::ResourceClaimTemplate, Role::Init | Role::Measured) => {
+            // The claim the pod's template stands for, created by the bench beforehand.
+            spec["resourceClaims"] =
+                json!([{"name": "gpu", "resourceClaimName": format!("{name}-gpu")}]);
+            spec["containers"][0]["resources"]["claims"] = json!([{"name": "gpu"}]);
+        }
+        // `pod-low-priority.yaml` fills the nodes; `pod-high-priority.yaml` (3 CPUs) preempts.
+        (Kind::PreemptionBasic | Kind::PreemptionAsync, Role::Init) => {
+            spec["priorityClassName"] = json!("bench-low");
+            spec["containers"] = container("900m");
+        }
+        (Kind::PreemptionBasic, Role::Measured) | (Kind::PreemptionAsync, Role::Churn) => {
+            spec["priorityClassName"] = json!("bench-high");
+            spec["containers"] = container("3000m");
+        }
+        // `pod-high-priority-large-cpu.yaml`: 9 CPUs never fit a 4-CPU node (requests only).
+        (Kind::Unschedulable | Kind::MixedChurn, Role::Churn) => {
+            spec["priorityClassName"] = json!("bench-high");
+            spec["containers"] = json!([{"name": "pause", "image": "registry.k8s.io/pause:3.10.1",
+                "ports": [{"containerPort": 80}], "resources": {"requests": {"cpu": "9", "memory": "500Mi"}}}]);
+        }
+        (Kind::PreferredPodAffinity, _) => {
+            labels["color"] = json!("red");
+            spec["affinity"] = json!({"podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": preferred_term("red")}});
+        }
+        (Kind::PreferredPodAntiAffinity, _) => {
+            labels["color"] = json!("yellow");
+            spec["affinity"] = json!({"podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": preferred_term("yellow")}});
+        }
+        (Kind::AntiAffinityWithNsSelector, _) => {
+            labels["color"] = json!("green");
+            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname",
+                 "namespaceSelector": {"matchLabels": {"team": "devops"}}}]}});
+        }
+        (Kind::CsiPvs, Role::Init | Role::Measured) => {
+            spec["volumes"] = json!([{"name": "vol",
+                "persistentVolumeClaim": {"claimName": format!("{name}-pvc")}}]);
+        }
+        (Kind::GatedPods, Role::Gated) => {
+            spec["containers"] = light_container();
+            spec["schedulingGates"] = json!([{"name": "test.k8s.io/hold"}]);
+        }
+        (Kind::GatedPods, _) => spec["containers"] = light_container(),
+        // What the DaemonSet controller writes: required node affinity on the node's name.
+        (Kind::Daemonset, Role::Measured) => {
+            spec["containers"] = light_container();
+            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [NAMED_NODE]}]}]}}});
+        }
+        (Kind::Gangs(size), Role::Measured) => {
+            let gang = gang_name(index / size);
+            // Coscheduling (ksched) reads the label; upstream's own gang scheduling (1.35+,
+            // alpha: GenericWorkload, GangScheduling) reads the pod's scheduling group.
+            labels[POD_GROUP_LABEL] = json!(gang);
+            spec["schedulingGroup"] = json!({"podGroupName": gang});
+        }
+        _ => {}
+    }
+    json!({"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec})
+}
+
+/// The `index`th gang (PodGroup) of a gang workload.
+pub fn gang_name(index: usize) -> String {
+    format!("gang-{index}")
 }

@@ -1,0 +1,302 @@
+//! What a scheduler must have done for its figures to count: the measured pods bound by it, and
+//! what the workload names held (anti-affinity kept, spreading within its skew, never-fitting pods
+//! pending, victims evicted, volumes provisioned on the pod's node within the attach limit, ...).
+//! A violation fails the contender on the workload (`FAILED` in the report). The null binder
+//! binds without looking, so only its bindings are checked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::Client;
+use kube::api::{Api, ListParams};
+
+use super::Tracker;
+use super::churn;
+use super::workloads::{self, Kind, NODE_LABEL, Role, Workload};
+
+/// The state of a run once its measured pods were bound.
+pub struct RunState<'a> {
+    pub w: &'a Workload,
+    /// The run's namespace (also the `bench-run` label of all its pods).
+    pub run: &'a str,
+    /// Every pod of the run, in whatever namespace.
+    pub pods: Vec<Pod>,
+    /// The run's watch: pods seen deleted (the bench deletes none before the checks, except
+    /// SchedulingGatedPods' init pods).
+    pub tracker: &'a Tracker,
+    /// Pods the scheduler says it scheduled (its `scheduler_schedule_attempts_total`).
+    pub scheduled: f64,
+}
+
+fn role(p: &Pod) -> Option<&str> {
+    p.metadata.labels.as_ref()?.get("bench").map(String::as_str)
+}
+
+fn node_of(p: &Pod) -> Option<&str> {
+    p.spec.as_ref()?.node_name.as_deref()
+}
+
+fn name(p: &Pod) -> &str {
+    p.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn label<'p>(p: &'p Pod, key: &str) -> Option<&'p str> {
+    p.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+impl RunState<'_> {
+    fn with_role(&self, r: Role) -> impl Iterator<Item = &Pod> {
+        self.pods.iter().filter(move |p| role(p) == Some(r.label()))
+    }
+}
+
+/// Lists every pod of run `run`.
+pub async fn run_pods(admin: &Client, run: &str) -> Result<Vec<Pod>, String> {
+    Api::<Pod>::all(admin.clone())
+        .list(&ListParams::default().labels(&format!("bench-run={run}")))
+        .await
+        .map(|l| l.items)
+        .map_err(|e| format!("listing the run's pods: {e}"))
+}
+
+/// Checks a scheduler's run; `Err` says what did not hold.
+pub async fn check(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
+    let w = s.w;
+    // Warmup, init and measured pods were all scheduled by this process.
+    let expected = 1 + w.init_pods + w.measure_pods;
+    if s.scheduled < expected as f64 {
+        return Err(format!(
+            "it reports {} pods scheduled, the run bound {expected}",
+            s.scheduled
+        ));
+    }
+    let nodes = node_labels(admin).await?;
+    let zone = |node: &str| {
+        nodes
+            .get(node)
+            .and_then(|l| l.get("topology.kubernetes.io/zone"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    match w.kind {
+        Kind::SchedulingPodAntiAffinity | Kind::AntiAffinityWithNsSelector => {
+            let mut per_node: HashMap<&str, usize> = HashMap::new();
+            for p in s.pods.iter().filter(|p| label(p, "color") == Some("green")) {
+                if let Some(n) = node_of(p) {
+                    *per_node.entry(n).or_default() += 1;
+                }
+            }
+            if let Some((n, c)) = per_node.iter().find(|(_, c)| **c > 1) {
+                return Err(format!("{c} pods with required anti-affinity on node {n}"));
+            }
+        }
+        Kind::TopologySpreading => {
+            let mut per_zone: BTreeMap<String, usize> = ["moon-1", "moon-2", "moon-3"]
+                .iter()
+                .map(|z| (z.to_string(), 0))
+                .collect();
+            for p in s.with_role(Role::Measured) {
+                *per_zone
+                    .entry(zone(node_of(p).unwrap_or_default()))
+                    .or_default() += 1;
+            }
+            let (min, max) = (
+                per_zone.values().min().copied().unwrap_or(0),
+                per_zone.values().max().copied().unwrap_or(0),
+            );
+            if max - min > 5 {
+                return Err(format!("zones skewed beyond maxSkew 5: {per_zone:?}"));
+            }
+        }
+        Kind::SchedulingNodeAffinity => {
+            if let Some(p) = s.with_role(Role::Measured).find(|p| {
+                !["zone1", "zone2"].contains(&zone(node_of(p).unwrap_or_default()).as_str())
+            }) {
+                return Err(format!("{} bound outside zone1/zone2", name(p)));
+            }
+        }
+        Kind::PreemptionBasic => {
+            let victims = s.with_role(Role::Init).count();
+            let evicted = evicted(s);
+            if evicted < w.measure_pods {
+                return Err(format!(
+                    "{evicted} low-priority pods evicted for {} preemptors ({victims} left)",
+                    w.measure_pods
+                ));
+            }
+        }
+        Kind::PreemptionAsync => preempted(admin, s).await?,
+        Kind::Unschedulable | Kind::MixedChurn => {
+            let churn: Vec<&Pod> = s.with_role(Role::Churn).collect();
+            if churn.is_empty() {
+                return Err("no never-fitting pod was created".into());
+            }
+            if let Some(p) = churn.iter().find(|p| node_of(p).is_some()) {
+                return Err(format!("never-fitting pod {} was bound", name(p)));
+            }
+            if let Some(p) = s
+                .pods
+                .iter()
+                .find(|p| node_of(p).is_some_and(|n| churn::is_churn_node(s.run, n)))
+            {
+                return Err(format!("{} bound to a node with room for no pod", name(p)));
+            }
+        }
+        Kind::GatedPods => {
+            let gated = s.with_role(Role::Gated).count();
+            if gated != w.gated_pods() {
+                return Err(format!("{gated} of {} gated pods left", w.gated_pods()));
+            }
+            if let Some(p) = s.with_role(Role::Gated).find(|p| node_of(p).is_some()) {
+                return Err(format!("gated pod {} was bound", name(p)));
+            }
+        }
+        Kind::Daemonset => {
+            if let Some(p) = s
+                .with_role(Role::Measured)
+                .find(|p| node_of(p) != Some(workloads::NAMED_NODE))
+            {
+                return Err(format!("{} bound to {:?}", name(p), node_of(p)));
+            }
+        }
+        Kind::CsiPvs => check_volumes(admin, s).await?,
+        Kind::ResourceClaimTemplate => check_claims(admin, s).await?,
+        Kind::Gangs(size) => {
+            let mut per_gang: HashMap<&str, usize> = HashMap::new();
+            for p in s.with_role(Role::Measured).filter(|p| node_of(p).is_some()) {
+                *per_gang
+                    .entry(label(p, workloads::POD_GROUP_LABEL).unwrap_or_default())
+                    .or_default() += 1;
+            }
+            if let Some((g, n)) = per_gang.iter().find(|(_, n)| **n != size) {
+                return Err(format!("gang {g} has {n} of {size} pods bound"));
+            }
+        }
+        Kind::SchedulingBasic
+        | Kind::PreferredPodAffinity
+        | Kind::PreferredPodAntiAffinity
+        | Kind::PreferredTopologySpreading => {}
+    }
+    Ok(())
+}
+
+/// Init (low-priority) pods of the run deleted so far: preemption's victims.
+fn evicted(s: &RunState<'_>) -> usize {
+    let deleted = s.tracker.deleted.lock();
+    (0..s.w.init_pods)
+        .filter(|i| deleted.contains(&workloads::pod_name(Role::Init, *i)))
+        .count()
+}
+
+/// PreemptionAsync: a high-priority pod was bound after evicting victims. The measured pods can
+/// all be bound before a preemption finishes (the victims' deletion, then the preemptor's next
+/// attempt), so this waits for one, up to `PREEMPTION`.
+async fn preempted(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
+    const PREEMPTION: Duration = Duration::from_secs(30);
+    let deadline = Instant::now() + PREEMPTION;
+    loop {
+        let pods = run_pods(admin, s.run).await?;
+        let preemptors = pods
+            .iter()
+            .filter(|p| role(p) == Some(Role::Churn.label()) && node_of(p).is_some())
+            .count();
+        let evicted = evicted(s);
+        if preemptors > 0 && evicted > 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{preemptors} high-priority pods bound, {evicted} low-priority pods evicted {}s after the measured pods",
+                PREEMPTION.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn node_labels(admin: &Client) -> Result<HashMap<String, BTreeMap<String, String>>, String> {
+    Ok(Api::<Node>::all(admin.clone())
+        .list(&ListParams::default().labels(&format!("{NODE_LABEL}=true")))
+        .await
+        .map_err(|e| format!("listing nodes: {e}"))?
+        .items
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+        .collect())
+}
+
+/// SchedulingCSIPVs: every bound pod's claim was provisioned for the pod's node (the
+/// selected-node annotation the scheduler wrote) and bound; no node holds more volumes than its
+/// CSI driver can attach.
+async fn check_volumes(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
+    let claims: HashMap<String, PersistentVolumeClaim> =
+        Api::<PersistentVolumeClaim>::namespaced(admin.clone(), s.run)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing claims: {e}"))?
+            .items
+            .into_iter()
+            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+            .collect();
+    let mut per_node: HashMap<&str, usize> = HashMap::new();
+    for p in s.with_role(Role::Init).chain(s.with_role(Role::Measured)) {
+        let Some(node) = node_of(p) else { continue };
+        *per_node.entry(node).or_default() += 1;
+        let claim = format!("{}-pvc", name(p));
+        let c = claims
+            .get(&claim)
+            .ok_or_else(|| format!("claim {claim} is gone"))?;
+        let selected = c
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("volume.kubernetes.io/selected-node"));
+        let volume = c.spec.as_ref().and_then(|s| s.volume_name.as_ref());
+        if selected.map(String::as_str) != Some(node) || volume.is_none() {
+            return Err(format!(
+                "{} on {node}: its claim was provisioned for {selected:?}, volume {volume:?}",
+                name(p)
+            ));
+        }
+    }
+    if let Some((n, c)) = per_node
+        .iter()
+        .find(|(_, c)| **c > workloads::CSI_VOLUMES_PER_NODE)
+    {
+        return Err(format!(
+            "{c} volumes on {n}, whose driver attaches {}",
+            workloads::CSI_VOLUMES_PER_NODE
+        ));
+    }
+    Ok(())
+}
+
+/// SchedulingWithResourceClaimTemplate: every bound pod's claim is allocated and reserved for it.
+async fn check_claims(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
+    let claims: HashMap<String, ResourceClaim> =
+        Api::<ResourceClaim>::namespaced(admin.clone(), s.run)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing resource claims: {e}"))?
+            .items
+            .into_iter()
+            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+            .collect();
+    for p in s.with_role(Role::Measured) {
+        let claim = format!("{}-gpu", name(p));
+        let status = claims.get(&claim).and_then(|c| c.status.as_ref());
+        let allocated = status.is_some_and(|st| st.allocation.is_some());
+        let reserved = status
+            .and_then(|st| st.reserved_for.as_ref())
+            .is_some_and(|r| r.iter().any(|c| c.name == name(p)));
+        if !allocated || !reserved {
+            return Err(format!(
+                "claim {claim} of bound pod {}: allocated {allocated}, reserved for it {reserved}",
+                name(p)
+            ));
+        }
+    }
+    Ok(())
+}

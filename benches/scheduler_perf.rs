@@ -277,6 +277,7 @@ async fn run_one(
     for namespace in &namespaces {
         setup::delete_pods(admin, namespace).await;
     }
+    phases.mark("cleanup-pods");
     churn::clean(admin, &ns).await;
     setup::delete_run_objects(admin, w, &ns).await;
     phases.mark("cleanup");

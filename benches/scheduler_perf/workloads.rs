@@ -218,8 +218,9 @@ fn counts(kind: Kind, preset: Preset) -> Option<(usize, usize, usize)> {
         // Upstream has 1000Nodes (4 low-priority pods a node, one preemptor per 1000 nodes'
         // quarter); the same proportions on 500 nodes.
         Kind::PreemptionBasic => (500, 2000, 500),
-        // One device per pod, 8 per node: the devices of 500 nodes outnumber the claims.
-        Kind::ResourceClaimTemplate => (500, 500, 1000),
+        // One device per pod, 8 per node: the devices of 500 nodes outnumber the claims. Half
+        // the pods of the others: each claim costs the bench two requests to free again.
+        Kind::ResourceClaimTemplate => (500, 250, 500),
         Kind::PreferredPodAffinity | Kind::PreferredPodAntiAffinity => (500, 500, 1000),
         Kind::PreferredTopologySpreading => (500, 1000, 1000),
         // Upstream's 500Nodes measures only 100 pods (too short to time on a shared machine);

@@ -44,9 +44,48 @@ pub async fn get(ca_file: &Path, port: u16, path: &str) -> Result<(u16, String),
         .nth(1)
         .and_then(|s| s.parse::<u16>().ok())
         .ok_or_else(|| format!("no HTTP status in {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .replace(' ', "")
+            .starts_with("transfer-encoding:chunked")
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_string()
+    };
     Ok((status, body))
+}
+
+/// A `Transfer-Encoding: chunked` body (Go's servers send one when a response outgrows their
+/// buffer, as kube-scheduler's /metrics does) without its chunk framing.
+fn dechunk(mut rest: &str) -> Result<String, String> {
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest
+            .split_once("\r\n")
+            .ok_or_else(|| format!("chunked body without a chunk size: {rest:.40?}"))?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|e| format!("chunk size {size:?}: {e}"))?;
+        if size == 0 {
+            return Ok(body);
+        }
+        let chunk = after
+            .get(..size)
+            .ok_or_else(|| format!("chunk of {size} bytes cut short"))?;
+        body.push_str(chunk);
+        rest = after[size..].strip_prefix("\r\n").unwrap_or(&after[size..]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_chunked_body_loses_its_framing_even_inside_a_line() {
+        use super::dechunk;
+        let framed = "5\r\nmetri\r\na;ext=1\r\nc_total 7\n\r\n0\r\n\r\n";
+        assert_eq!(dechunk(framed), Ok("metric_total 7\n".to_string()));
+        assert!(dechunk("zz\r\nabc").is_err());
+    }
 }

@@ -104,10 +104,13 @@ fn retriable(e: &kube::Error) -> bool {
     }
 }
 
-/// The run's pods as a watch sees them: when each was first seen bound, which were deleted.
+/// The run's pods as a watch sees them: every pod seen, when and where each was first seen
+/// bound, which were deleted. Churn pods come and go between two lists; the watch sees them all.
 #[derive(Default)]
 pub struct Tracker {
+    seen: Mutex<HashSet<String>>,
     bound: Mutex<HashMap<String, Instant>>,
+    nodes: Mutex<HashMap<String, String>>,
     deleted: Mutex<HashSet<String>>,
 }
 
@@ -130,11 +133,16 @@ fn track(admin: &Client, run: &str) -> (Arc<Tracker>, Task) {
         let mut stream = watcher::watcher(api, config).default_backoff().boxed();
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(Event::Apply(p) | Event::InitApply(p))
-                    if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() =>
-                {
+                Ok(Event::Apply(p) | Event::InitApply(p)) => {
                     let name = p.metadata.name.unwrap_or_default();
-                    t.bound.lock().entry(name).or_insert_with(Instant::now);
+                    if let Some(node) = p.spec.and_then(|s| s.node_name) {
+                        t.bound
+                            .lock()
+                            .entry(name.clone())
+                            .or_insert_with(Instant::now);
+                        t.nodes.lock().entry(name.clone()).or_insert(node);
+                    }
+                    t.seen.lock().insert(name);
                 }
                 Ok(Event::Delete(p)) => {
                     t.deleted.lock().insert(p.metadata.name.unwrap_or_default());
@@ -371,19 +379,18 @@ async fn measure(
 
     let mut go_heap_mb = None;
     if contender.schedules() {
-        let metrics = contenders::metrics(cp, &running).await?;
         let state = checks::RunState {
             w,
             run: ns,
             pods: checks::run_pods(admin, ns).await?,
             tracker: &tracker,
-            scheduled: contenders::scheduled(&metrics),
         };
         checks::check(admin, &state).await?;
         phases.mark("checks");
         tokio::time::sleep(footprint::IDLE.saturating_sub(churn_stopped.elapsed())).await;
+        let metrics = wait_scheduled(cp, &running, checks::expected_scheduled(w)).await?;
         if contender == Contender::Upstream {
-            go_heap_mb = contenders::go_heap_mb(&contenders::metrics(cp, &running).await?);
+            go_heap_mb = contenders::go_heap_mb(&metrics);
         }
     }
     let steady = contenders::usage(running.pid());
@@ -398,6 +405,30 @@ async fn measure(
         steady_anon_mb: steady.anon_mb,
         go_heap_mb,
     })
+}
+
+/// Waits (up to 10 s) until the scheduler reports `expected` pods scheduled: the run's pods
+/// were bound by the contender under test. kube-scheduler counts a pod once its binding cycle
+/// returns, which can be after the bench saw the binding. Returns its /metrics text.
+async fn wait_scheduled(
+    cp: &ControlPlane,
+    running: &Running,
+    expected: usize,
+) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = contenders::metrics(cp, running).await?;
+        let scheduled = contenders::scheduled(&metrics);
+        if scheduled >= expected as f64 {
+            return Ok(metrics);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "it reports {scheduled} pods scheduled, the run bound {expected}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Upstream's `barrier` before the measured pods of SchedulingGatedPods: the scheduler has seen

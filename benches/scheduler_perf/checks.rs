@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::Client;
 use kube::api::{Api, ListParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 
 use super::Tracker;
 use super::churn;
@@ -26,8 +27,6 @@ pub struct RunState<'a> {
     /// The run's watch: pods seen deleted (the bench deletes none before the checks, except
     /// SchedulingGatedPods' init pods).
     pub tracker: &'a Tracker,
-    /// Pods the scheduler says it scheduled (its `scheduler_schedule_attempts_total`).
-    pub scheduled: f64,
 }
 
 fn role(p: &Pod) -> Option<&str> {
@@ -61,22 +60,29 @@ pub async fn run_pods(admin: &Client, run: &str) -> Result<Vec<Pod>, String> {
         .map_err(|e| format!("listing the run's pods: {e}"))
 }
 
-/// Checks a scheduler's run; `Err` says what did not hold.
+/// Pods of a run the scheduler under test must report scheduled (its
+/// `scheduler_schedule_attempts_total{result="scheduled"}`): the warmup, init and measured pods.
+pub fn expected_scheduled(w: &Workload) -> usize {
+    1 + w.init_pods + w.measure_pods
+}
+
+/// Checks what a scheduler's run left in the cluster; `Err` says what did not hold.
 pub async fn check(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
     let w = s.w;
-    // Warmup, init and measured pods were all scheduled by this process.
-    let expected = 1 + w.init_pods + w.measure_pods;
-    if s.scheduled < expected as f64 {
-        return Err(format!(
-            "it reports {} pods scheduled, the run bound {expected}",
-            s.scheduled
-        ));
-    }
-    let nodes = node_labels(admin).await?;
+    let nodes = by_name(
+        Api::<Node>::all(admin.clone()),
+        &format!("{NODE_LABEL}=true"),
+    )
+    .await?;
     let zone = |node: &str| {
         nodes
             .get(node)
-            .and_then(|l| l.get("topology.kubernetes.io/zone"))
+            .and_then(|n| {
+                n.metadata
+                    .labels
+                    .as_ref()?
+                    .get("topology.kubernetes.io/zone")
+            })
             .cloned()
             .unwrap_or_default()
     };
@@ -127,23 +133,8 @@ pub async fn check(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
                 ));
             }
         }
-        Kind::PreemptionAsync => preempted(admin, s).await?,
-        Kind::Unschedulable | Kind::MixedChurn => {
-            let churn: Vec<&Pod> = s.with_role(Role::Churn).collect();
-            if churn.is_empty() {
-                return Err("no never-fitting pod was created".into());
-            }
-            if let Some(p) = churn.iter().find(|p| node_of(p).is_some()) {
-                return Err(format!("never-fitting pod {} was bound", name(p)));
-            }
-            if let Some(p) = s
-                .pods
-                .iter()
-                .find(|p| node_of(p).is_some_and(|n| churn::is_churn_node(s.run, n)))
-            {
-                return Err(format!("{} bound to a node with room for no pod", name(p)));
-            }
-        }
+        Kind::PreemptionAsync => preempted(s).await?,
+        Kind::Unschedulable | Kind::MixedChurn => never_fitting_pending(s)?,
         Kind::GatedPods => {
             let gated = s.with_role(Role::Gated).count();
             if gated != w.gated_pods() {
@@ -182,6 +173,31 @@ pub async fn check(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
     Ok(())
 }
 
+fn is_churn(pod: &str) -> bool {
+    pod.strip_prefix(Role::Churn.label())
+        .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Unschedulable, SchedulingWithMixedChurn: no never-fitting (churn) pod was ever bound, and no
+/// pod was bound to a churn node (room for no pod). From the watch: MixedChurn deletes its pods
+/// and nodes a second after creating them.
+fn never_fitting_pending(s: &RunState<'_>) -> Result<(), String> {
+    let churn = s.tracker.seen.lock().iter().filter(|n| is_churn(n)).count();
+    if churn == 0 {
+        return Err("no never-fitting pod was created".into());
+    }
+    let nodes = s.tracker.nodes.lock();
+    if let Some((pod, node)) = nodes.iter().find(|(p, _)| is_churn(p)) {
+        return Err(format!("never-fitting pod {pod} was bound to {node}"));
+    }
+    if let Some((pod, node)) = nodes.iter().find(|(_, n)| churn::is_churn_node(s.run, n)) {
+        return Err(format!(
+            "{pod} bound to {node}, a node with room for no pod"
+        ));
+    }
+    Ok(())
+}
+
 /// Init (low-priority) pods of the run deleted so far: preemption's victims.
 fn evicted(s: &RunState<'_>) -> usize {
     let deleted = s.tracker.deleted.lock();
@@ -193,14 +209,16 @@ fn evicted(s: &RunState<'_>) -> usize {
 /// PreemptionAsync: a high-priority pod was bound after evicting victims. The measured pods can
 /// all be bound before a preemption finishes (the victims' deletion, then the preemptor's next
 /// attempt), so this waits for one, up to `PREEMPTION`.
-async fn preempted(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
+async fn preempted(s: &RunState<'_>) -> Result<(), String> {
     const PREEMPTION: Duration = Duration::from_secs(30);
     let deadline = Instant::now() + PREEMPTION;
     loop {
-        let pods = run_pods(admin, s.run).await?;
-        let preemptors = pods
-            .iter()
-            .filter(|p| role(p) == Some(Role::Churn.label()) && node_of(p).is_some())
+        let preemptors = s
+            .tracker
+            .nodes
+            .lock()
+            .keys()
+            .filter(|p| is_churn(p))
             .count();
         let evicted = evicted(s);
         if preemptors > 0 && evicted > 0 {
@@ -216,14 +234,18 @@ async fn preempted(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
     }
 }
 
-async fn node_labels(admin: &Client) -> Result<HashMap<String, BTreeMap<String, String>>, String> {
-    Ok(Api::<Node>::all(admin.clone())
-        .list(&ListParams::default().labels(&format!("{NODE_LABEL}=true")))
+/// The objects of `api` matching `labels`, by name.
+async fn by_name<K>(api: Api<K>, labels: &str) -> Result<HashMap<String, K>, String>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api
+        .list(&ListParams::default().labels(labels))
         .await
-        .map_err(|e| format!("listing nodes: {e}"))?
+        .map_err(|e| format!("listing {}: {e}", K::plural(&())))?
         .items
         .into_iter()
-        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+        .filter_map(|o| Some((o.meta().name.clone()?, o)))
         .collect())
 }
 
@@ -231,15 +253,11 @@ async fn node_labels(admin: &Client) -> Result<HashMap<String, BTreeMap<String, 
 /// selected-node annotation the scheduler wrote) and bound; no node holds more volumes than its
 /// CSI driver can attach.
 async fn check_volumes(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
-    let claims: HashMap<String, PersistentVolumeClaim> =
-        Api::<PersistentVolumeClaim>::namespaced(admin.clone(), s.run)
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing claims: {e}"))?
-            .items
-            .into_iter()
-            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
-            .collect();
+    let claims = by_name(
+        Api::<PersistentVolumeClaim>::namespaced(admin.clone(), s.run),
+        "",
+    )
+    .await?;
     let mut per_node: HashMap<&str, usize> = HashMap::new();
     for p in s.with_role(Role::Init).chain(s.with_role(Role::Measured)) {
         let Some(node) = node_of(p) else { continue };
@@ -275,15 +293,7 @@ async fn check_volumes(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
 
 /// SchedulingWithResourceClaimTemplate: every bound pod's claim is allocated and reserved for it.
 async fn check_claims(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
-    let claims: HashMap<String, ResourceClaim> =
-        Api::<ResourceClaim>::namespaced(admin.clone(), s.run)
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing resource claims: {e}"))?
-            .items
-            .into_iter()
-            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
-            .collect();
+    let claims = by_name(Api::<ResourceClaim>::namespaced(admin.clone(), s.run), "").await?;
     for p in s.with_role(Role::Measured) {
         let claim = format!("{}-gpu", name(p));
         let status = claims.get(&claim).and_then(|c| c.status.as_ref());

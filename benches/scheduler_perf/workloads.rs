@@ -213,16 +213,18 @@ fn counts(kind: Kind, preset: Preset) -> Option<(usize, usize, usize)> {
     let default = match kind {
         Kind::SchedulingBasic => (500, 500, 1000),
         Kind::SchedulingPodAntiAffinity => (500, 100, 400),
-        Kind::TopologySpreading => (500, 1000, 1000),
+        // Upstream's 500Nodes has 1000 init pods; one a node here, to fit the preset's time.
+        Kind::TopologySpreading => (500, 500, 1000),
         Kind::SchedulingNodeAffinity => (500, 500, 1000),
-        // Upstream has 1000Nodes (4 low-priority pods a node, one preemptor per 1000 nodes'
-        // quarter); the same proportions on 500 nodes.
-        Kind::PreemptionBasic => (500, 2000, 500),
+        // Upstream has 1000Nodes: 4 low-priority pods a node and as many preemptors as nodes.
+        // On 500 nodes, preemptors for half of them: preemption is slow in both schedulers and
+        // the default preset has to fit 45 minutes.
+        Kind::PreemptionBasic => (500, 2000, 250),
         // One device per pod, 8 per node: the devices of 500 nodes outnumber the claims. Half
         // the pods of the others: each claim costs the bench two requests to free again.
         Kind::ResourceClaimTemplate => (500, 250, 500),
         Kind::PreferredPodAffinity | Kind::PreferredPodAntiAffinity => (500, 500, 1000),
-        Kind::PreferredTopologySpreading => (500, 1000, 1000),
+        Kind::PreferredTopologySpreading => (500, 500, 1000),
         // Upstream's 500Nodes measures only 100 pods (too short to time on a shared machine);
         // 10 namespaces of 20 init pods and 300 measured pods keep one pod per node at most.
         Kind::AntiAffinityWithNsSelector => (500, 200, 300),

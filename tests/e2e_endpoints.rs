@@ -386,7 +386,8 @@ async fn every_kube_scheduler_metric_family_is_exported_or_listed() {
             "{series} missing:\n{ours}"
         );
     }
-    for plugin in ["NodeResourcesFit", "TaintToleration", "NodeAffinity"] {
+    // Plugins with no PreFilter, or one that does not skip a plain pod (NodeAffinity skips it).
+    for plugin in ["NodeResourcesFit", "TaintToleration", "NodeUnschedulable"] {
         let evaluated = format!(
             "scheduler_plugin_evaluation_total{{plugin=\"{plugin}\",extension_point=\"Filter\",{profile}}}"
         );

@@ -121,23 +121,29 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
         "--bind-address=127.0.0.1".into(),
         format!("--secure-port={port}"),
     ];
+    // Both authenticate and authorize as deployed, with /metrics open to the bench (and
+    // upstream's /debug/pprof/heap?gc=1, which runs a garbage collection before the footprint's
+    // samples).
+    let auth = [
+        format!("--authentication-kubeconfig={kubeconfig}"),
+        format!("--authorization-kubeconfig={kubeconfig}"),
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/debug/pprof/heap"
+            .into(),
+        "--v=1".into(),
+    ];
     let mut cmd = match contender {
         Contender::Ksched => {
             let mut c = Command::new(support::scheduler::ksched_bin());
             c.args(["scheduler", "--config", support::path_str(&config_path)])
                 .args(["--kubeconfig", &kubeconfig])
+                .args(&auth)
                 .args(&tls);
             c
         }
         Contender::Upstream => {
             let mut c = Command::new(cp.bin_dir.join("kube-scheduler"));
             c.arg(format!("--config={}", config_path.display()))
-                .arg(format!("--authentication-kubeconfig={kubeconfig}"))
-                .arg(format!("--authorization-kubeconfig={kubeconfig}"))
-                // /metrics without a token, as ksched serves it; /debug/pprof/heap?gc=1 runs
-                // a garbage collection before the footprint's samples.
-                .arg("--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/debug/pprof/heap")
-                .arg("--v=1")
+                .args(&auth)
                 .args(&tls);
             if kind.gang_size().is_some() {
                 c.arg(format!("--feature-gates={UPSTREAM_GANG_GATES}"));

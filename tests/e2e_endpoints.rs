@@ -178,12 +178,14 @@ async fn the_endpoint_authenticates_and_authorizes_as_kube_schedulers() {
         .await
         .expect("GET");
     assert_eq!(status, 406);
-    // With no node, every pod is unschedulable: at -v=4 that is logged, at 0 it is not.
+    // A pod no node can take (tests sharing the control plane add nodes) is logged as left
+    // unschedulable at -v=4, and not at 0.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let unscheduled = async |name: &str| {
+        let nowhere = json!({"nodeSelector": {"ksched.io/test-no-such-node": "true"}});
         create(
             &pods,
-            &pause_pod(name, "ksched-authz", "100m", &[], json!({})),
+            &pause_pod(name, "ksched-authz", "100m", &[], nowhere),
         )
         .await;
         poll(

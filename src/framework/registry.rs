@@ -141,7 +141,39 @@ pub type ArgsDecoder = Arc<dyn Fn(Option<&Value>) -> Result<Value, Vec<FieldErro
 
 /// Builds a plugin instance from its normalized args.
 pub type PluginFactory =
-    Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
+    Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, PluginError> + Send + Sync>;
+
+/// Why a plugin's factory could not build the plugin (upstream's factories return an `error`).
+/// The message is the plugin's own; the framework prefixes the profile and the plugin's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    /// The args do not decode as the plugin's args type.
+    #[error("{0}")]
+    Args(String),
+    /// The args are valid but the plugin cannot be built from them (a selector that does not
+    /// parse, an address it cannot reach, ...).
+    #[error("{0}")]
+    Init(String),
+}
+
+impl From<serde_json::Error> for PluginError {
+    /// What [`super::args::typed`] fails with: the normalized args do not read back.
+    fn from(e: serde_json::Error) -> PluginError {
+        PluginError::Args(e.to_string())
+    }
+}
+
+impl From<String> for PluginError {
+    fn from(message: String) -> PluginError {
+        PluginError::Init(message)
+    }
+}
+
+impl From<&str> for PluginError {
+    fn from(message: &str) -> PluginError {
+        PluginError::Init(message.to_string())
+    }
+}
 
 /// A metric family a plugin declares: the scheduler exports it (on `/metrics`, beside its own)
 /// when the plugin is enabled, with a `profile` label, and the plugin updates its profile's
@@ -275,7 +307,10 @@ impl PluginRegistration {
     pub fn new(
         extension_points: &[ExtensionPoint],
         decode_args: impl Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync + 'static,
-        factory: impl Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync + 'static,
+        factory: impl Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, PluginError>
+        + Send
+        + Sync
+        + 'static,
     ) -> PluginRegistration {
         PluginRegistration {
             extension_points: extension_points.to_vec(),

@@ -22,7 +22,7 @@ use crate::framework::interface::{
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
-use crate::framework::registry::Handle;
+use crate::framework::registry::{Handle, PluginError};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Resource, Snapshot};
 
 pub struct Coscheduling {
@@ -292,7 +292,7 @@ impl PermitPlugin for Coscheduling {
 }
 
 /// Decodes the normalized args and builds the plugin.
-pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
-    let args: CoschedulingArgs = serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, PluginError> {
+    let args: CoschedulingArgs = serde_json::from_value(args.clone())?;
     Ok(Arc::new(Coscheduling::new(&args, handle.clone())))
 }

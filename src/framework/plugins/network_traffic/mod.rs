@@ -37,7 +37,9 @@ use crate::framework::interface::{
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
-use crate::framework::registry::{Handle, MetricDeclaration, MetricKind, PluginRegistration};
+use crate::framework::registry::{
+    Handle, MetricDeclaration, MetricKind, PluginError, PluginRegistration,
+};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 use refresher::{Latest, Measurements, Refresher, RefresherMetrics};
 
@@ -174,9 +176,8 @@ pub fn registration() -> PluginRegistration {
 }
 
 /// The plugin, and its refresher registered with the handle's background tasks.
-pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
-    let args: NetworkTrafficArgs =
-        serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, PluginError> {
+    let args: NetworkTrafficArgs = serde_json::from_value(args.clone())?;
     let client = prometheus::PrometheusClient::new(&args.ip).map_err(|e| e.to_string())?;
     let latest = Latest::default();
     let refresher = Refresher::new(
@@ -200,8 +201,7 @@ pub fn offline_registration() -> PluginRegistration {
         NetworkTraffic::EXTENSION_POINTS,
         crate::framework::args::decode::<NetworkTrafficArgs>,
         |args, _handle| {
-            let args: NetworkTrafficArgs =
-                serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+            let args: NetworkTrafficArgs = serde_json::from_value(args.clone())?;
             Ok(Arc::new(NetworkTraffic::new(&args, Latest::default())))
         },
     )

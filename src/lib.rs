@@ -1,5 +1,7 @@
 //! ksched: a Kubernetes operator that manages scheduler profiles as custom resources, and the
 //! scheduler those profiles run.
+//!
+//! Out-of-tree plugins: [`prelude`] has what a plugin author needs (`use ksched::prelude::*;`).
 
 pub mod api;
 pub mod config;
@@ -7,6 +9,7 @@ pub mod framework;
 pub mod leader_election;
 pub mod logging;
 pub mod operator;
+pub mod prelude;
 pub mod quantity;
 pub mod scheduler;
 pub mod serving;

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicU64;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use parking_lot::RwLock;
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+pub use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;

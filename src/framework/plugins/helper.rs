@@ -19,47 +19,58 @@ use crate::framework::types::{
     EventObject, HintError, PodInfo, PodObject, PodView, QueueingHint, objects,
 };
 
-/// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin named by a constant,
-/// returning itself from the accessor of every listed extension point, and gives the type an
-/// `EXTENSION_POINTS` constant with the same list (in that order) for its registration:
-/// `impl_plugin!(TaintToleration, names::TAINT_TOLERATION, [Filter, PreScore, Score]);`
+/// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin type: its name, and
+/// the accessor of every listed extension point returning the plugin itself (so the type must
+/// implement those traits, `ScorePlugin` for `Score` ...); `EnqueueExtensions` after the list
+/// when the plugin declares the events that requeue the pods it rejected. The type also gets an
+/// `EXTENSION_POINTS` constant with the listed points (in that order) for its registration:
+///
+/// ```ignore
+/// impl_plugin!(TaintToleration, "TaintToleration", [Filter, PreScore, Score], EnqueueExtensions);
+///
+/// PluginRegistration::new(TaintToleration::EXTENSION_POINTS, no_args, factory)
+/// ```
+///
+/// Out of tree it comes with `use ksched::prelude::*;`.
+#[macro_export]
 macro_rules! impl_plugin {
     ($ty:ty, $name:expr, [$($point:ident),+ $(,)?] $(, $extra:ident)* $(,)?) => {
-        impl $crate::framework::interface::Plugin for $ty {
+        impl $crate::prelude::Plugin for $ty {
             fn name(&self) -> &str {
                 $name
             }
-            $($crate::framework::plugins::helper::impl_plugin!(@as $point);)+
-            $($crate::framework::plugins::helper::impl_plugin!(@as $extra);)*
+            $($crate::impl_plugin!(@as $point);)+
+            $($crate::impl_plugin!(@as $extra);)*
         }
 
         impl $ty {
             /// The extension points this plugin implements, as it is registered.
-            pub const EXTENSION_POINTS: &'static [$crate::config::ExtensionPoint] =
-                &[$($crate::config::ExtensionPoint::$point),+];
+            #[allow(unreachable_pub)]
+            pub const EXTENSION_POINTS: &'static [$crate::prelude::ExtensionPoint] =
+                &[$($crate::prelude::ExtensionPoint::$point),+];
         }
     };
-    (@as PreEnqueue) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_enqueue PreEnqueuePlugin); };
-    (@as QueueSort) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_queue_sort QueueSortPlugin); };
-    (@as PreFilter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_filter PreFilterPlugin); };
-    (@as Filter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_filter FilterPlugin); };
-    (@as PostFilter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_post_filter PostFilterPlugin); };
-    (@as PreScore) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_score PreScorePlugin); };
-    (@as Score) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_score ScorePlugin); };
-    (@as Reserve) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_reserve ReservePlugin); };
-    (@as Permit) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_permit PermitPlugin); };
-    (@as PreBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_bind PreBindPlugin); };
-    (@as Bind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_bind BindPlugin); };
-    (@as PostBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_post_bind PostBindPlugin); };
+    (@as PreEnqueue) => { $crate::impl_plugin!(@fn as_pre_enqueue PreEnqueuePlugin); };
+    (@as QueueSort) => { $crate::impl_plugin!(@fn as_queue_sort QueueSortPlugin); };
+    (@as PreFilter) => { $crate::impl_plugin!(@fn as_pre_filter PreFilterPlugin); };
+    (@as Filter) => { $crate::impl_plugin!(@fn as_filter FilterPlugin); };
+    (@as PostFilter) => { $crate::impl_plugin!(@fn as_post_filter PostFilterPlugin); };
+    (@as PreScore) => { $crate::impl_plugin!(@fn as_pre_score PreScorePlugin); };
+    (@as Score) => { $crate::impl_plugin!(@fn as_score ScorePlugin); };
+    (@as Reserve) => { $crate::impl_plugin!(@fn as_reserve ReservePlugin); };
+    (@as Permit) => { $crate::impl_plugin!(@fn as_permit PermitPlugin); };
+    (@as PreBind) => { $crate::impl_plugin!(@fn as_pre_bind PreBindPlugin); };
+    (@as Bind) => { $crate::impl_plugin!(@fn as_bind BindPlugin); };
+    (@as PostBind) => { $crate::impl_plugin!(@fn as_post_bind PostBindPlugin); };
     // Not an extension point: the plugin declares the events that requeue the pods it rejected.
-    (@as EnqueueExtensions) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_enqueue_extensions EnqueueExtensions); };
+    (@as EnqueueExtensions) => { $crate::impl_plugin!(@fn as_enqueue_extensions EnqueueExtensions); };
     (@fn $method:ident $trait:ident) => {
-        fn $method(&self) -> Option<&dyn $crate::framework::interface::$trait> {
+        fn $method(&self) -> Option<&dyn $crate::prelude::$trait> {
             Some(self)
         }
     };
 }
-pub(crate) use impl_plugin;
+pub(crate) use crate::impl_plugin;
 
 /// Queue when `may_help`, else QueueSkip: how every hint ends.
 pub fn queue_if(may_help: bool) -> QueueingHint {

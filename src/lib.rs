@@ -1,7 +1,8 @@
 //! ksched: a Kubernetes operator that manages scheduler profiles as custom resources, and the
 //! scheduler those profiles run.
 //!
-//! Out-of-tree plugins: [`prelude`] has what a plugin author needs (`use ksched::prelude::*;`).
+//! Out-of-tree plugins: [`prelude`] has what a plugin author needs (`use ksched::prelude::*;`),
+//! and the `testing` feature its test builders (`ksched::prelude::testing`).
 
 pub mod api;
 pub mod config;

@@ -15,6 +15,11 @@
 //!    rules and metrics it declares) registered under the plugin's name into
 //!    [`Registry::in_tree`], which a binary hands to [`main_with_registry`] — the Rust form of
 //!    kube-scheduler's `app.WithPlugin`.
+//!
+//! With the crate's `testing` feature (`ksched = { version = "…", features = ["testing"] }` in
+//! `[dev-dependencies]`), [`testing`] has the builders the in-tree plugins' tests use:
+//! `PodBuilder`, `NodeBuilder`, snapshots (`snapshot_of`, `snapshot_with`), a recording
+//! [`Handle`] (`handle()`), score helpers (`score_nodes`) and queueing-hint helpers.
 
 pub use crate::config::{ExtensionPoint, FieldError};
 pub use crate::framework::args::{
@@ -40,3 +45,7 @@ pub use crate::impl_plugin;
 pub use crate::scheduler::command::{SchedulerArgs, main_with_registry};
 /// The normalized args a factory receives.
 pub use serde_json::Value;
+
+/// Builders for plugin tests (the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
+pub use crate::framework::testing;

@@ -64,7 +64,7 @@ pub mod plugins;
 pub mod registry;
 pub mod runtime;
 pub mod schedule;
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;
 pub mod waiting_pods;

@@ -46,13 +46,13 @@
 //! }
 //! ```
 
-pub mod api;
+pub(crate) mod api;
 pub mod args;
 pub mod background;
 #[cfg(test)]
 mod cycle_io;
-pub mod events;
-pub mod extender;
+pub(crate) mod events;
+pub(crate) mod extender;
 #[cfg(test)]
 mod integration_tests;
 pub mod interface;
@@ -67,4 +67,4 @@ pub mod schedule;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;
-pub mod waiting_pods;
+pub(crate) mod waiting_pods;

@@ -22,11 +22,9 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-pub use crate::framework::metrics::{
-    ExtensionPointLabels, FrameworkMetrics, Histograms, PluginLabels, ResultLabels,
-};
 use crate::framework::metrics::{
-    go_exponential_buckets, latency_histogram, long_histogram, plugin_histogram,
+    FrameworkMetrics, Histograms, go_exponential_buckets, latency_histogram, long_histogram,
+    plugin_histogram,
 };
 use crate::framework::registry::{PluginMetric, PluginMetrics};
 use crate::serving::register;
@@ -358,7 +356,7 @@ fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
 
 /// Registers the process's metrics (`process_*`) and the API clients' (`rest_client_*`) in
 /// `registry`: once per process (the scheduler's registry, or the operator's).
-pub fn register_process_metrics(registry: &mut Registry) {
+pub(crate) fn register_process_metrics(registry: &mut Registry) {
     registry.register_collector(Box::new(ProcessCollector));
     rest_client_metrics().register(registry);
 }
@@ -369,7 +367,7 @@ struct ProcessCollector;
 
 /// What `/proc/self` says about this process.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     pub cpu_seconds: f64,
     pub resident_bytes: i64,
     pub virtual_bytes: i64,
@@ -381,7 +379,12 @@ pub struct ProcessStats {
 }
 
 /// Parses `/proc/self/stat` (`stat`), with the clock tick and page size, and the boot time.
-pub fn parse_stat(stat: &str, ticks: f64, page: i64, boot_time: f64) -> Option<ProcessStats> {
+pub(crate) fn parse_stat(
+    stat: &str,
+    ticks: f64,
+    page: i64,
+    boot_time: f64,
+) -> Option<ProcessStats> {
     // Fields after the command name, which is in parentheses and may hold anything.
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -411,7 +414,7 @@ fn boot_time() -> Option<f64> {
 }
 
 /// `Max open files` and `Max address space` of `/proc/self/limits` (the soft limits).
-pub fn parse_limits(limits: &str) -> (i64, f64) {
+pub(crate) fn parse_limits(limits: &str) -> (i64, f64) {
     let soft = |prefix: &str| {
         limits
             .lines()
@@ -522,14 +525,14 @@ impl Collector for ProcessCollector {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     pub code: String,
     pub method: String,
     pub host: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerbHostLabels {
+pub(crate) struct VerbHostLabels {
     pub verb: String,
     pub host: String,
 }
@@ -550,7 +553,7 @@ fn size_histogram() -> Histogram {
 /// client-go's request metrics, for every API client of the process (client-go registers them
 /// once per process too).
 #[derive(Clone, Debug)]
-pub struct RestClientMetrics {
+pub(crate) struct RestClientMetrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_duration: Histograms<VerbHostLabels>,
     pub rate_limiter_duration: Histograms<VerbHostLabels>,
@@ -598,7 +601,7 @@ impl RestClientMetrics {
     }
 
     /// Records one request that got an answer with `code` (or `<error>`) after `took`.
-    pub fn observe(
+    pub(crate) fn observe(
         &self,
         method: &str,
         code: &str,
@@ -628,7 +631,7 @@ impl RestClientMetrics {
         }
     }
 
-    pub fn observe_rate_limiter(&self, method: &str, waited: Duration) {
+    pub(crate) fn observe_rate_limiter(&self, method: &str, waited: Duration) {
         let verb = VerbHostLabels {
             verb: method.to_string(),
             host: api_host().to_string(),
@@ -643,13 +646,13 @@ static REST_CLIENT: OnceLock<RestClientMetrics> = OnceLock::new();
 static API_HOST: OnceLock<String> = OnceLock::new();
 
 /// The process's API client metrics.
-pub fn rest_client_metrics() -> &'static RestClientMetrics {
+pub(crate) fn rest_client_metrics() -> &'static RestClientMetrics {
     REST_CLIENT.get_or_init(RestClientMetrics::new)
 }
 
 /// Records the API server's `host:port` for the `host` label (set once, where the client is
 /// built from its kubeconfig).
-pub fn set_api_host(url: &http::Uri) {
+pub(crate) fn set_api_host(url: &http::Uri) {
     let host = url.authority().map(|a| a.to_string()).unwrap_or_default();
     let _ = API_HOST.set(host);
 }
@@ -661,6 +664,7 @@ fn api_host() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::metrics::ExtensionPointLabels;
     use crate::framework::plugins::network_traffic::refresher::{
         Latest, Measurements, Refresher, RefresherMetrics,
     };

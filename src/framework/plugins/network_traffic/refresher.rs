@@ -8,13 +8,12 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
-use prometheus_client::metrics::counter::Counter;
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info, warn};
 
 use super::{MetricsSource, Sample};
 use crate::framework::background::{BackgroundTask, TaskContext};
-use crate::framework::registry::FloatGauge;
+use crate::framework::registry::{Counter, FloatGauge};
 
 /// Received bytes per node, as measured at `at`.
 #[derive(Debug)]

@@ -27,21 +27,18 @@
 //!       label: example.com/preferred
 //! ```
 //!
-//! Writing a plugin takes three pieces: the plugin value implementing [`Plugin`] and the extension
-//! traits it announces through the `as_*` accessors; its args type implementing [`PluginArgs`]
-//! (strict decoding, defaults, validation); and a [`PluginRegistration`] (extension points, args
-//! decoder, factory) added to [`Registry::in_tree`] under the plugin's name.
+//! Everything it uses comes from `ksched::prelude`. Writing a plugin takes four pieces: the plugin
+//! value implementing the extension traits it uses, with [`impl_plugin!`] for [`Plugin`] (its name
+//! and the `as_*` accessors); its args type implementing [`PluginArgs`] (strict decoding,
+//! defaults, validation); a factory building it from its args (errors are [`PluginError`]s); and
+//! a [`PluginRegistration`] (extension points, args decoder, factory) added to
+//! [`Registry::in_tree`] under the plugin's name.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use ksched::config::{ExtensionPoint, FieldError};
-use ksched::framework::args::{PluginArgs, decode, required};
-use ksched::framework::interface::{CycleState, MAX_NODE_SCORE, Plugin, ScorePlugin, Status};
-use ksched::framework::registry::{PluginRegistration, Registry};
-use ksched::framework::types::{NodeInfo, PodInfo};
-use ksched::scheduler::command::{SchedulerArgs, main_with_registry};
+use ksched::prelude::*;
 use serde::{Deserialize, Serialize};
 
 const NAME: &str = "PreferLabeled";
@@ -75,15 +72,7 @@ struct PreferLabeled {
     label: String,
 }
 
-impl Plugin for PreferLabeled {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
-}
+impl_plugin!(PreferLabeled, NAME, [Score]);
 
 impl ScorePlugin for PreferLabeled {
     fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
@@ -95,11 +84,10 @@ impl ScorePlugin for PreferLabeled {
 /// The registration: what `app.WithPlugin(name, factory)` carries in Go.
 fn registration() -> PluginRegistration {
     PluginRegistration::new(
-        &[ExtensionPoint::Score],
+        PreferLabeled::EXTENSION_POINTS,
         decode::<PreferLabeledArgs>,
         |args, _handle| {
-            let args: PreferLabeledArgs =
-                serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+            let args: PreferLabeledArgs = typed(args)?;
             Ok(Arc::new(PreferLabeled { label: args.label }) as Arc<dyn Plugin>)
         },
     )

@@ -143,7 +143,7 @@ struct LeadershipState {
 
 /// Whether this process may act as leader, shared by everything that acts on it. Cheap to clone.
 #[derive(Clone)]
-pub struct Leadership(Arc<LeadershipState>);
+pub(crate) struct Leadership(Arc<LeadershipState>);
 
 /// What [`Leadership`] holds now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +170,7 @@ impl Leadership {
     }
 
     /// Leadership of a process that runs without leader election: leading until [`Self::resign`].
-    pub fn always() -> Self {
+    pub(crate) fn always() -> Self {
         Self::new(ALWAYS)
     }
 
@@ -190,18 +190,18 @@ impl Leadership {
     }
 
     /// Leading right now: the renew deadline has not passed (checked here, on the clock).
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         self.term() != Term::NotLeading
     }
 
     /// A `watch` of [`Self::is_leader`]: turns true when the lease is acquired and false the moment
     /// the renew deadline passes, the lease is taken over, or [`Self::resign`] is called.
-    pub fn watch(&self) -> watch::Receiver<bool> {
+    pub(crate) fn watch(&self) -> watch::Receiver<bool> {
         self.0.signal.subscribe()
     }
 
     /// Resolves once leading (at once when leading now).
-    pub async fn acquired(&self) {
+    pub(crate) async fn acquired(&self) {
         let mut signal = self.watch();
         while !self.is_leader() {
             if signal.changed().await.is_err() {
@@ -212,7 +212,7 @@ impl Leadership {
 
     /// Resolves once not leading (at once when not leading now), on this process's clock: a stalled
     /// elector task cannot delay it past the deadline.
-    pub async fn lost(&self) {
+    pub(crate) async fn lost(&self) {
         let mut signal = self.watch();
         loop {
             let until = match self.term() {
@@ -235,7 +235,7 @@ impl Leadership {
 
     /// Stops acting as leader for good (shutting down): [`Self::is_leader`] is false from now on,
     /// whatever the elector renews. The elector releases the lease when told to stop.
-    pub fn resign(&self) {
+    pub(crate) fn resign(&self) {
         self.0.until.store(RESIGNED, Ordering::Release);
         self.0.signal.send_replace(false);
     }
@@ -290,12 +290,12 @@ impl Leadership {
 
 /// How long past `leaseDuration` a leader that has not renewed is still healthy: client-go's
 /// `NewLeaderHealthzAdaptor(20 * time.Second)`, as kube-scheduler sets it.
-pub const HEALTHZ_TOLERANCE: Duration = Duration::from_secs(20);
+pub(crate) const HEALTHZ_TOLERANCE: Duration = Duration::from_secs(20);
 
 /// What `/healthz/leaderElection` reads: whether the last record this candidate saw names it as
 /// holder, and when that record was seen.
 #[derive(Debug, Clone, Default)]
-pub struct LeaderHealth(Arc<parking_lot::Mutex<Option<LeaderObservation>>>);
+pub(crate) struct LeaderHealth(Arc<parking_lot::Mutex<Option<LeaderObservation>>>);
 
 #[derive(Debug, Clone)]
 struct LeaderObservation {
@@ -318,7 +318,7 @@ impl LeaderHealth {
     /// client-go's `LeaderElector.Check`: a replica that leads (the last record it saw names it)
     /// but has not seen its lease renewed for `leaseDuration` + [`HEALTHZ_TOLERANCE`] is
     /// unhealthy (it should have stepped down; something is stuck). Standbys are healthy.
-    pub fn check(&self, now: Instant) -> Result<(), String> {
+    pub(crate) fn check(&self, now: Instant) -> Result<(), String> {
         let Some(o) = self.0.lock().clone() else {
             return Ok(());
         };
@@ -336,7 +336,7 @@ impl LeaderHealth {
 
 /// One candidate. [`Self::run`] campaigns until leader, renews, and ends when told to stop (then the
 /// lease is released) or when leadership is lost.
-pub struct LeaderElector {
+pub(crate) struct LeaderElector {
     config: LeaderElectionConfig,
     api: Api<Lease>,
     /// The last record we saw and when we saw it change (local clock).
@@ -346,7 +346,7 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         config: LeaderElectionConfig,
     ) -> Result<(Self, Leadership), LeaderElectionError> {
@@ -363,19 +363,18 @@ impl LeaderElector {
         Ok((elector, leadership))
     }
 
-    pub fn identity(&self) -> &str {
-        &self.config.identity
-    }
-
     /// The health check of this candidate (`/healthz/leaderElection`).
-    pub fn health(&self) -> LeaderHealth {
+    pub(crate) fn health(&self) -> LeaderHealth {
         self.health.clone()
     }
 
     /// Campaigns, then renews until `stop` turns true or its sender is dropped (then resigns,
     /// releases the lease and returns Ok) or leadership is lost (returns the cause; the lease is
     /// released if the API server still shows us as holder).
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<(), LeaderElectionError> {
+    pub(crate) async fn run(
+        mut self,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), LeaderElectionError> {
         let cfg = self.config.clone();
         info!(lease = %cfg.lease(), identity = %cfg.identity, "attempting to acquire leader lease");
         let request_timeout = cfg.request_timeout();
@@ -602,7 +601,7 @@ impl LeaderElector {
 
 /// The outcome of an elector run on a task of its own: a task that panicked or was cancelled counts
 /// as ended (the caller stops leading either way).
-pub fn task_outcome(
+pub(crate) fn task_outcome(
     joined: Result<Result<(), LeaderElectionError>, tokio::task::JoinError>,
 ) -> Result<(), LeaderElectionError> {
     joined.unwrap_or(Ok(()))
@@ -619,7 +618,7 @@ fn jittered(base: Duration) -> Duration {
 }
 
 /// `<hostname>_<random hex>`, unique per process.
-pub fn default_identity() -> String {
+pub(crate) fn default_identity() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())

@@ -1,13 +1,22 @@
 //! ksched: a Kubernetes operator that manages scheduler profiles as custom resources, and the
 //! scheduler those profiles run.
+//!
+//! Out-of-tree plugins: [`prelude`] has what a plugin author needs (`use ksched::prelude::*;`),
+//! and the `testing` feature its test builders (`ksched::prelude::testing`).
+//!
+//! Public are the prelude, what the `ksched` binary's commands, the benches and the tests use,
+//! and the types those signatures name; the rest is `pub(crate)` (`unreachable_pub` keeps it so).
+
+#![warn(unreachable_pub)]
 
 pub mod api;
 pub mod config;
 pub mod framework;
-pub mod leader_election;
-pub mod logging;
+mod leader_election;
+mod logging;
 pub mod operator;
+pub mod prelude;
 pub mod quantity;
 pub mod scheduler;
-pub mod serving;
+mod serving;
 pub mod simulate;

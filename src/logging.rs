@@ -22,9 +22,9 @@ use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The first repeat of a message is written this long after it, at the earliest.
-pub const FIRST_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const FIRST_INTERVAL: Duration = Duration::from_secs(2);
 /// Repeats are written at least this far apart.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(300);
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(300);
 /// Distinct messages remembered at most (the oldest are forgotten first).
 const MAX_REMEMBERED: usize = 4096;
 
@@ -49,7 +49,7 @@ pub struct LogOptions {
 
 /// The `tracing` filter of klog's `-v` level: 0-1 info (the watch machinery's chatter at warn),
 /// 2-3 info, 4-5 ksched's debug, 6 and more trace.
-pub fn verbosity_filter(verbosity: u32) -> &'static str {
+pub(crate) fn verbosity_filter(verbosity: u32) -> &'static str {
     match verbosity {
         0..=1 => "info,kube_runtime=warn",
         2..=3 => "info",
@@ -64,7 +64,7 @@ static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
 
 /// kube-scheduler's `PUT /debug/flags/v` (component-base's `GlogSetter`): sets the verbosity of a
 /// running process to `value` (a number), with its answer, or why not.
-pub fn set_verbosity(value: &str) -> Result<String, String> {
+pub(crate) fn set_verbosity(value: &str) -> Result<String, String> {
     let v: u32 = value
         .trim()
         .parse()
@@ -81,7 +81,7 @@ pub fn set_verbosity(value: &str) -> Result<String, String> {
 
 /// Installs the process's logger (a no-op when one is installed already, e.g. by an out-of-tree
 /// binary's `main`).
-pub fn init(opts: &LogOptions) {
+pub(crate) fn init(opts: &LogOptions) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&opts.default_filter));
     let ansi = !opts.split_stream
@@ -115,7 +115,7 @@ pub fn init(opts: &LogOptions) {
 
 /// What to do with one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Write it; `repeated` earlier copies were left out since it was last written.
     Write {
         repeated: u64,
@@ -136,7 +136,7 @@ struct Seen {
 /// Remembers recent messages (by a hash of their call site and fields) and decides which copies
 /// are written.
 #[derive(Debug)]
-pub struct RepeatLimiter {
+pub(crate) struct RepeatLimiter {
     seen: Mutex<HashMap<u64, Seen>>,
     first: Duration,
     max: Duration,
@@ -149,7 +149,7 @@ impl Default for RepeatLimiter {
 }
 
 impl RepeatLimiter {
-    pub fn new(first: Duration, max: Duration) -> Self {
+    pub(crate) fn new(first: Duration, max: Duration) -> Self {
         Self {
             seen: Mutex::new(HashMap::new()),
             first,
@@ -158,7 +158,7 @@ impl RepeatLimiter {
     }
 
     /// The verdict for the message hashed as `key`, seen at `now`.
-    pub fn check(&self, key: u64, now: Instant) -> Verdict {
+    pub(crate) fn check(&self, key: u64, now: Instant) -> Verdict {
         let mut seen = self.seen.lock();
         if seen.len() >= MAX_REMEMBERED && !seen.contains_key(&key) {
             let max = self.max;
@@ -312,14 +312,14 @@ fn json_line(event: &Event<'_>, fields: Fields, repeated: u64, now: SystemTime) 
 }
 
 /// The event formatter: text (tracing's full format) or klog-style JSON, after the repeat limiter.
-pub struct Formatter {
+pub(crate) struct Formatter {
     format: LogFormat,
     text: format::Format,
     limiter: RepeatLimiter,
 }
 
 impl Formatter {
-    pub fn new(format: LogFormat, limiter: RepeatLimiter) -> Self {
+    pub(crate) fn new(format: LogFormat, limiter: RepeatLimiter) -> Self {
         Self {
             format,
             text: format::Format::default(),

@@ -18,6 +18,7 @@ use ksched::framework::plugins::network_traffic::prometheus::PrometheusClient;
 use kube::api::Api;
 use serde_json::json;
 use support::fixtures::pause_pod;
+use support::https::{As, get_as};
 use support::nodes::Nodes;
 use support::process::LoggedChild;
 use support::scheduler::{SchedulerProcess, validate};
@@ -353,6 +354,28 @@ async fn quieter_node_wins_and_a_slow_or_gone_prometheus_does_not_block() {
         1,
         "{log}"
     );
+    // The refresher's metrics, which the plugin declares, on the scheduler's /metrics per profile.
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let (status, metrics) = get_as(
+        &cp.dir.join("ca.crt"),
+        sched.secure_port,
+        "/metrics",
+        As::Cert(&cert, &key),
+    )
+    .await
+    .expect("/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let sample = |family: &str| {
+        let prefix = format!("{family}{{profile=\"custom-scheduler\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let errors = sample("ksched_network_traffic_query_errors_total");
+    assert!(errors.is_some_and(|n| n >= 1.0), "{metrics}");
+    let age = sample("ksched_network_traffic_data_age_seconds");
+    assert!(age.is_some_and(|a| a.is_finite() && a > 0.0), "{metrics}");
     drop(relay);
     drop(exporter);
     drop(nodes);

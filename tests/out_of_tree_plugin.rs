@@ -1,13 +1,19 @@
-//! The out-of-tree plugin example (`examples/custom_plugin.rs`): built with cargo, run as the full
-//! scheduler against the real control plane; its `PreferLabeled` Score plugin decides placement.
+//! Out-of-tree plugins. The example (`examples/custom_plugin.rs`) built with cargo and run as the
+//! full scheduler against the real control plane: its `PreferLabeled` Score plugin decides
+//! placement. And a plugin written and unit-tested as its author would, with `ksched::prelude`
+//! and the `testing` feature's builders only.
 
 mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use ksched::prelude::testing::{NodeBuilder, PodBuilder, handle};
+use ksched::prelude::*;
 use kube::api::Api;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::fixtures::pause_pod;
 use support::nodes::Nodes;
@@ -86,4 +92,96 @@ async fn example_plugin_decides_placement() {
         assert_eq!(node, labeled, "{}", example.logs());
     }
     drop(nodes);
+}
+
+/// `RequireLabel`: a Filter plugin keeping pods off nodes without a label, as an out-of-tree
+/// author writes it.
+struct RequireLabel {
+    label: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RequireLabelArgs {
+    label: String,
+}
+
+impl PluginArgs for RequireLabelArgs {
+    const KIND: &'static str = "RequireLabelArgs";
+
+    fn validate(&self) -> Vec<FieldError> {
+        if self.label.is_empty() {
+            return vec![required("label", "a node label key is needed")];
+        }
+        Vec::new()
+    }
+}
+
+impl_plugin!(RequireLabel, "RequireLabel", [Filter]);
+
+impl FilterPlugin for RequireLabel {
+    fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+        if node.labels().is_some_and(|l| l.contains_key(&self.label)) {
+            Status::success()
+        } else {
+            Status::new(Code::UnschedulableAndUnresolvable, "node(s) lack the label")
+        }
+    }
+}
+
+fn require_label() -> PluginRegistration {
+    PluginRegistration::new(
+        RequireLabel::EXTENSION_POINTS,
+        decode::<RequireLabelArgs>,
+        |args, _| {
+            let args: RequireLabelArgs = typed(args)?;
+            if args.label.contains(' ') {
+                return Err(PluginError::Init(format!(
+                    "{:?} is not a label key",
+                    args.label
+                )));
+            }
+            Ok(Arc::new(RequireLabel { label: args.label }) as Arc<dyn Plugin>)
+        },
+    )
+}
+
+#[test]
+fn a_plugin_written_with_the_prelude_registers_and_filters() {
+    let mut registry = Registry::in_tree();
+    registry
+        .register("RequireLabel", require_label())
+        .expect("a new name");
+    assert_eq!(
+        registry.register("RequireLabel", require_label()),
+        Err(RegistryError::Duplicate("RequireLabel".into()))
+    );
+    let registration = require_label();
+    // Args: strict, defaulted and validated as an in-tree plugin's.
+    let errs = (registration.decode_args)(Some(&json!({}))).expect_err("label missing");
+    assert_eq!(errs[0].path, "label");
+    assert!((registration.decode_args)(Some(&json!({"label": "a", "lable": "b"}))).is_err());
+    let args =
+        (registration.decode_args)(Some(&json!({"label": "example.com/ssd"}))).expect("valid");
+    // Its factory's error, typed.
+    let (h, _) = handle();
+    let bad = json!({"label": "not a key"});
+    assert_eq!(
+        (registration.factory)(&bad, &h).err(),
+        Some(PluginError::Init("\"not a key\" is not a label key".into()))
+    );
+    let plugin = (registration.factory)(&args, &h).expect("plugin");
+    assert_eq!(plugin.name(), "RequireLabel");
+    let filter = plugin.as_filter().expect("a Filter plugin");
+    let pod = PodBuilder::new("p").info();
+    let ssd = NodeBuilder::new("ssd")
+        .label("example.com/ssd", "true")
+        .info(vec![]);
+    let plain = NodeBuilder::new("plain").info(vec![]);
+    let state = CycleState::new();
+    assert!(filter.filter(&state, &pod, &ssd).is_success());
+    assert_eq!(
+        filter.filter(&state, &pod, &plain).code(),
+        Code::UnschedulableAndUnresolvable
+    );
 }

@@ -1,8 +1,12 @@
 //! Custom resource types: `SchedulerProfile` and `LeafClusterPolicy` (`ksched.io/v1alpha1`), and a
 //! schema-compatible copy of scheduler-plugins' `PodGroup` (`scheduling.x-k8s.io/v1alpha1`).
 
+// The schema derives copy these types into hidden items `unreachable_pub` would narrow.
+#[allow(unreachable_pub)]
 pub mod leaf_cluster_policy;
+#[allow(unreachable_pub)]
 pub mod pod_group;
+#[allow(unreachable_pub)]
 pub mod scheduler_profile;
 mod schema;
 

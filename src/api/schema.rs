@@ -3,7 +3,7 @@
 use schemars::{Schema, SchemaGenerator, json_schema};
 
 /// Plugin args: any object, kept as written (each plugin validates its own args).
-pub fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
+pub(super) fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
@@ -11,7 +11,7 @@ pub fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// A Go duration string as metav1.Duration accepts it (`15s`, `1m30s`, `500ms`).
-pub fn go_duration(_: &mut SchemaGenerator) -> Schema {
+pub(super) fn go_duration(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "string",
         "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$",
@@ -19,7 +19,7 @@ pub fn go_duration(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// A short list of object names (DNS subdomains), bounded so CEL rules over it stay cheap.
-pub fn name_list(_: &mut SchemaGenerator) -> Schema {
+pub(super) fn name_list(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
         "minItems": 1,

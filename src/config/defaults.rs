@@ -10,26 +10,26 @@ use super::types::{
     Plugin, PluginSet, Plugins,
 };
 
-pub const DEFAULT_PARALLELISM: i32 = 16;
+pub(crate) const DEFAULT_PARALLELISM: i32 = 16;
 /// `config.DefaultPercentageOfNodesToScore`: 0 means adaptive.
-pub const DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE: i32 = 0;
-pub const DEFAULT_POD_INITIAL_BACKOFF_SECONDS: i64 = 1;
-pub const DEFAULT_POD_MAX_BACKOFF_SECONDS: i64 = 10;
-pub const DEFAULT_LEASE_DURATION: GoDuration = GoDuration::from_secs(15);
-pub const DEFAULT_RENEW_DEADLINE: GoDuration = GoDuration::from_secs(10);
-pub const DEFAULT_RETRY_PERIOD: GoDuration = GoDuration::from_secs(2);
-pub const DEFAULT_RESOURCE_LOCK: &str = "leases";
-pub const DEFAULT_RESOURCE_NAME: &str = "kube-scheduler";
-pub const DEFAULT_RESOURCE_NAMESPACE: &str = "kube-system";
-pub const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
-pub const DEFAULT_QPS: f32 = 50.0;
-pub const DEFAULT_BURST: i32 = 100;
+pub(crate) const DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE: i32 = 0;
+pub(crate) const DEFAULT_POD_INITIAL_BACKOFF_SECONDS: i64 = 1;
+pub(crate) const DEFAULT_POD_MAX_BACKOFF_SECONDS: i64 = 10;
+pub(crate) const DEFAULT_LEASE_DURATION: GoDuration = GoDuration::from_secs(15);
+pub(crate) const DEFAULT_RENEW_DEADLINE: GoDuration = GoDuration::from_secs(10);
+pub(crate) const DEFAULT_RETRY_PERIOD: GoDuration = GoDuration::from_secs(2);
+pub(crate) const DEFAULT_RESOURCE_LOCK: &str = "leases";
+pub(crate) const DEFAULT_RESOURCE_NAME: &str = "kube-scheduler";
+pub(crate) const DEFAULT_RESOURCE_NAMESPACE: &str = "kube-system";
+pub(crate) const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub(crate) const DEFAULT_QPS: f32 = 50.0;
+pub(crate) const DEFAULT_BURST: i32 = 100;
 
 /// Upstream 1.36's default plugins, all in `multiPoint`, in order, with their weights (weights are
 /// used at score only). With 1.36's default feature gates: DynamicResourceAllocation (GA, locked on)
 /// inserts DynamicResources (weight 2) before DefaultPreemption; NodeDeclaredFeatures (beta, on)
 /// appends NodeDeclaredFeatures; GangScheduling and TopologyAwareWorkloadScheduling are alpha, off.
-pub const DEFAULT_MULTI_POINT: [(&str, Option<i32>); 20] = [
+pub(crate) const DEFAULT_MULTI_POINT: [(&str, Option<i32>); 20] = [
     ("SchedulingGates", None),
     ("PrioritySort", None),
     ("NodeUnschedulable", None),
@@ -54,7 +54,7 @@ pub const DEFAULT_MULTI_POINT: [(&str, Option<i32>); 20] = [
 
 /// The default `plugins` of a profile (`getDefaultPlugins`), leaving out plugins this binary cannot
 /// run: unknown to the catalog (logged) or known but not built (reported by [`left_out_defaults`]).
-pub fn default_plugins(catalog: &dyn PluginCatalog) -> Plugins {
+pub(crate) fn default_plugins(catalog: &dyn PluginCatalog) -> Plugins {
     let mut plugins = Plugins::default();
     for (name, weight) in DEFAULT_MULTI_POINT {
         match catalog.availability(name) {
@@ -78,7 +78,7 @@ pub fn default_plugins(catalog: &dyn PluginCatalog) -> Plugins {
 
 /// `mergePluginSet`: the user's `disabled` removes defaults (`"*"` all of them); a default the user
 /// enables again keeps its place and takes the user's entry (weight); other user plugins are appended.
-pub fn merge_plugin_set(defaults: &PluginSet, custom: &PluginSet) -> PluginSet {
+pub(crate) fn merge_plugin_set(defaults: &PluginSet, custom: &PluginSet) -> PluginSet {
     let mut disabled: Vec<Plugin> = custom
         .disabled
         .iter()
@@ -120,7 +120,7 @@ pub fn merge_plugin_set(defaults: &PluginSet, custom: &PluginSet) -> PluginSet {
 }
 
 /// `mergePlugins` for every extension point and `multiPoint`.
-pub fn merge_plugins(defaults: &Plugins, custom: Option<&Plugins>) -> Plugins {
+pub(crate) fn merge_plugins(defaults: &Plugins, custom: Option<&Plugins>) -> Plugins {
     let Some(custom) = custom else {
         return defaults.clone();
     };
@@ -140,7 +140,7 @@ pub fn merge_plugins(defaults: &Plugins, custom: Option<&Plugins>) -> Plugins {
 }
 
 /// When there is no profile, one; a single profile without a name is `default-scheduler`.
-pub fn default_profiles(doc: &mut KubeSchedulerConfiguration) {
+pub(crate) fn default_profiles(doc: &mut KubeSchedulerConfiguration) {
     if doc.profiles.is_empty() {
         doc.profiles.push(KubeSchedulerProfile::default());
     }
@@ -164,7 +164,7 @@ fn non_zero(d: Option<GoDuration>, default: GoDuration) -> GoDuration {
 }
 
 /// Leader election with upstream's defaults (an empty or zero value takes the default, as in Go).
-pub fn leader_election(le: &LeaderElectionConfiguration) -> LeaderElection {
+pub(crate) fn leader_election(le: &LeaderElectionConfiguration) -> LeaderElection {
     LeaderElection {
         leader_elect: le.leader_elect.unwrap_or(true),
         lease_duration: non_zero(le.lease_duration, DEFAULT_LEASE_DURATION),
@@ -177,7 +177,7 @@ pub fn leader_election(le: &LeaderElectionConfiguration) -> LeaderElection {
 }
 
 /// Client connection with the scheduler's own defaults (QPS 50, burst 100, protobuf).
-pub fn client_connection(cc: &ClientConnectionConfiguration) -> ClientConnection {
+pub(crate) fn client_connection(cc: &ClientConnectionConfiguration) -> ClientConnection {
     ClientConnection {
         kubeconfig: cc.kubeconfig.clone().unwrap_or_default(),
         accept_content_types: cc.accept_content_types.clone().unwrap_or_default(),
@@ -195,7 +195,7 @@ pub fn client_connection(cc: &ClientConnectionConfiguration) -> ClientConnection
 
 /// One warning per upstream default plugin this ksched knows but cannot run yet: it is left out of
 /// every profile's defaults (enabling it explicitly is an error).
-pub fn left_out_defaults(catalog: &dyn PluginCatalog) -> Vec<String> {
+pub(crate) fn left_out_defaults(catalog: &dyn PluginCatalog) -> Vec<String> {
     DEFAULT_MULTI_POINT
         .iter()
         .filter_map(|(name, _)| match catalog.availability(name) {

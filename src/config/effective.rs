@@ -14,7 +14,7 @@ use super::types::{
 };
 
 /// `framework.MaxNodeScore`.
-pub const MAX_NODE_SCORE: i64 = 100;
+pub(super) const MAX_NODE_SCORE: i64 = 100;
 
 /// Availability of plugin names, asked of the catalog once per name.
 pub(crate) struct Availability<'c> {
@@ -24,7 +24,7 @@ pub(crate) struct Availability<'c> {
 }
 
 impl<'c> Availability<'c> {
-    pub fn new(catalog: &'c dyn PluginCatalog) -> Self {
+    pub(super) fn new(catalog: &'c dyn PluginCatalog) -> Self {
         Availability {
             catalog,
             cache: BTreeMap::new(),
@@ -32,7 +32,7 @@ impl<'c> Availability<'c> {
         }
     }
 
-    pub fn get(&mut self, name: &str) -> &PluginAvailability {
+    pub(super) fn get(&mut self, name: &str) -> &PluginAvailability {
         let catalog = self.catalog;
         self.cache
             .entry(name.to_string())
@@ -40,7 +40,7 @@ impl<'c> Availability<'c> {
     }
 
     /// The extension points `name` implements; `None` when no such plugin exists.
-    pub fn points(&mut self, name: &str) -> Option<Vec<ExtensionPoint>> {
+    pub(super) fn points(&mut self, name: &str) -> Option<Vec<ExtensionPoint>> {
         match self.get(name) {
             PluginAvailability::Built(points) => Some(points.clone()),
             PluginAvailability::NotBuiltYet {
@@ -50,12 +50,12 @@ impl<'c> Availability<'c> {
         }
     }
 
-    pub fn implements(&mut self, name: &str, point: ExtensionPoint) -> bool {
+    pub(super) fn implements(&mut self, name: &str, point: ExtensionPoint) -> bool {
         self.points(name).is_some_and(|p| p.contains(&point))
     }
 
     /// "unknown plugin ...: the plugins that exist are ..." with a suggestion when one is close.
-    pub fn unknown_reason(&mut self, name: &str) -> String {
+    pub(super) fn unknown_reason(&mut self, name: &str) -> String {
         let catalog = self.catalog;
         let names = self.names.get_or_insert_with(|| catalog.plugin_names());
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -26,7 +26,7 @@ impl FieldError {
 }
 
 /// Joins a parent path and a child path; a child starting with `[` is an index and takes no dot.
-pub fn join_path(parent: &str, child: &str) -> String {
+pub(crate) fn join_path(parent: &str, child: &str) -> String {
     match (parent.is_empty(), child.is_empty()) {
         (true, _) => child.to_string(),
         (_, true) => parent.to_string(),

@@ -5,15 +5,15 @@
 //! `ksched config validate FILE`. Upstream reference: Kubernetes v1.36.3
 //! (`pkg/scheduler/apis/config/{v1,validation}`, `pkg/scheduler/framework/runtime/framework.go`).
 
-pub mod catalog;
+pub(crate) mod catalog;
 mod convert;
 mod decode;
-pub mod defaults;
-pub mod duration;
+pub(crate) mod defaults;
+pub(crate) mod duration;
 mod effective;
-pub mod error;
+pub(crate) mod error;
 mod output;
-pub mod types;
+pub(crate) mod types;
 mod validation;
 
 #[cfg(test)]

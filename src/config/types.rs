@@ -14,15 +14,15 @@ use super::catalog::ExtensionPoint;
 use super::duration::GoDuration;
 
 /// The API group of `KubeSchedulerConfiguration`.
-pub const GROUP: &str = "kubescheduler.config.k8s.io";
+pub(crate) const GROUP: &str = "kubescheduler.config.k8s.io";
 /// The kind.
-pub const KIND: &str = "KubeSchedulerConfiguration";
+pub(crate) const KIND: &str = "KubeSchedulerConfiguration";
 /// The apiVersion ksched writes.
-pub const API_VERSION_V1: &str = "kubescheduler.config.k8s.io/v1";
+pub(crate) const API_VERSION_V1: &str = "kubescheduler.config.k8s.io/v1";
 /// `v1.DefaultSchedulerName`.
-pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+pub(crate) const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 /// Matches every plugin in a `disabled` list.
-pub const ALL_PLUGINS: &str = "*";
+pub(crate) const ALL_PLUGINS: &str = "*";
 
 /// The versions of `KubeSchedulerConfiguration` ksched reads (oldest first). Only `v1` is still served
 /// by upstream 1.36; ksched converts the betas to `v1` with a deprecation warning.

@@ -106,12 +106,13 @@ fn from_value<T: DeserializeOwned>(v: Value) -> Result<T, Vec<FieldError>> {
     })
 }
 
-/// Reads normalized args back into `T` (for factories).
-pub fn typed<T: DeserializeOwned + Default>(args: &Value) -> Result<T, String> {
+/// Reads normalized args back into `T` (for factories: `?` makes the error a
+/// [`PluginError::Args`](super::registry::PluginError::Args)).
+pub fn typed<T: DeserializeOwned + Default>(args: &Value) -> Result<T, serde_json::Error> {
     if args.is_null() {
         return Ok(T::default());
     }
-    serde_json::from_value(args.clone()).map_err(|e| e.to_string())
+    serde_json::from_value(args.clone())
 }
 
 // --- helpers for validation messages in upstream's field.Error format ---

@@ -17,45 +17,46 @@ use super::interface::{ClusterEventWithHint, QueueingHintFn};
 use super::types::{ActionType, AssignedPod, ClusterEvent, EventResource, PodView, Resource};
 
 /// A pod failed its scheduling attempt (the event label of its return to the queue).
-pub const SCHEDULE_ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
+pub(crate) const SCHEDULE_ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
 /// A pod finished its backoff.
-pub const BACKOFF_COMPLETE: &str = "BackoffComplete";
+pub(crate) const BACKOFF_COMPLETE: &str = "BackoffComplete";
 /// A pod was popped from backoff because the active queue was empty.
-pub const POP_FROM_BACKOFF_Q: &str = "PopFromBackoffQ";
+pub(crate) const POP_FROM_BACKOFF_Q: &str = "PopFromBackoffQ";
 /// A pod stayed in the unschedulable pool longer than `--pod-max-in-unschedulable-pods-duration`.
-pub const UNSCHEDULABLE_TIMEOUT: &str = "UnschedulableTimeout";
+pub(crate) const UNSCHEDULABLE_TIMEOUT: &str = "UnschedulableTimeout";
 /// A plugin asked the queue to retry a pod now.
-pub const FORCE_ACTIVATE: &str = "ForceActivate";
+pub(crate) const FORCE_ACTIVATE: &str = "ForceActivate";
 
 /// The wildcard event of the unschedulable pool's periodic flush: moves every pod.
-pub const EVENT_UNSCHEDULABLE_TIMEOUT: ClusterEvent = ClusterEvent {
+pub(crate) const EVENT_UNSCHEDULABLE_TIMEOUT: ClusterEvent = ClusterEvent {
     resource: EventResource::WildCard,
     action_type: ActionType::ALL,
     custom_label: Some(UNSCHEDULABLE_TIMEOUT),
 };
 /// The wildcard event a plugin's activation sends.
-pub const EVENT_FORCE_ACTIVATE: ClusterEvent = ClusterEvent {
+pub(crate) const EVENT_FORCE_ACTIVATE: ClusterEvent = ClusterEvent {
     resource: EventResource::WildCard,
     action_type: ActionType::ALL,
     custom_label: Some(FORCE_ACTIVATE),
 };
-pub const EVENT_ASSIGNED_POD_ADD: ClusterEvent =
+pub(crate) const EVENT_ASSIGNED_POD_ADD: ClusterEvent =
     ClusterEvent::new(EventResource::AssignedPod, ActionType::ADD);
-pub const EVENT_ASSIGNED_POD_DELETE: ClusterEvent =
+pub(crate) const EVENT_ASSIGNED_POD_DELETE: ClusterEvent =
     ClusterEvent::new(EventResource::AssignedPod, ActionType::DELETE);
-pub const EVENT_UNSCHEDULED_POD_ADD: ClusterEvent =
+pub(crate) const EVENT_UNSCHEDULED_POD_ADD: ClusterEvent =
     ClusterEvent::new(EventResource::UnscheduledPod, ActionType::ADD);
-pub const EVENT_UNSCHEDULED_POD_UPDATE: ClusterEvent =
+pub(crate) const EVENT_UNSCHEDULED_POD_UPDATE: ClusterEvent =
     ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE);
-pub const EVENT_UNSCHEDULED_POD_DELETE: ClusterEvent =
+pub(crate) const EVENT_UNSCHEDULED_POD_DELETE: ClusterEvent =
     ClusterEvent::new(EventResource::UnscheduledPod, ActionType::DELETE);
-pub const EVENT_NODE_ADD: ClusterEvent = ClusterEvent::new(EventResource::Node, ActionType::ADD);
-pub const EVENT_NODE_DELETE: ClusterEvent =
+pub(crate) const EVENT_NODE_ADD: ClusterEvent =
+    ClusterEvent::new(EventResource::Node, ActionType::ADD);
+pub(crate) const EVENT_NODE_DELETE: ClusterEvent =
     ClusterEvent::new(EventResource::Node, ActionType::DELETE);
 
 /// The events a node update is (upstream's `NodeSchedulingPropertiesChange`); none for a change
 /// no plugin can care about (a heartbeat, a resourceVersion bump).
-pub fn node_scheduling_properties_change(old: &Node, new: &Node) -> Vec<ClusterEvent> {
+pub(crate) fn node_scheduling_properties_change(old: &Node, new: &Node) -> Vec<ClusterEvent> {
     let spec_unschedulable = |n: &Node| {
         n.spec
             .as_ref()
@@ -120,7 +121,7 @@ fn label_map(m: Option<&BTreeMap<String, String>>) -> Option<&BTreeMap<String, S
 
 /// The events an update of a pod waiting for a node is (upstream's
 /// `PodSchedulingPropertiesChange`): each specific kind of change, or a plain `Update`.
-pub fn pod_scheduling_properties_change(
+pub(crate) fn pod_scheduling_properties_change(
     old: &Pod,
     new: &Pod,
     old_requests: &Resource,
@@ -164,7 +165,7 @@ pub fn pod_scheduling_properties_change(
 /// The events an update of an assigned pod is: its labels, a request scaled down (in-place
 /// resize), else a plain `Update`. (Toleration, gate and claim changes only ever matter to the
 /// pod being scheduled itself.)
-pub fn assigned_pod_scheduling_properties_change(
+pub(crate) fn assigned_pod_scheduling_properties_change(
     old: &AssignedPod,
     new: &AssignedPod,
 ) -> Vec<ClusterEvent> {
@@ -201,7 +202,7 @@ fn scaled_down(old: &Resource, new: &Resource) -> bool {
 
 /// What a plugin that declares no events registers (upstream's `UnrollWildCardResource`): every
 /// kind of change to every resource, always worth a retry.
-pub fn unroll_wildcard_resource() -> Vec<ClusterEventWithHint> {
+pub(crate) fn unroll_wildcard_resource() -> Vec<ClusterEventWithHint> {
     [
         EventResource::Pod,
         EventResource::Node,

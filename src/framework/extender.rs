@@ -17,9 +17,9 @@ use super::types::{AssignedPod, NodeInfo, PodInfo};
 
 /// The plugin name recorded when extenders filtered nodes out (upstream's `framework.ExtenderName`):
 /// such a pod is retried on any cluster event.
-pub const EXTENDER_NAME: &str = "Extender";
+pub(crate) const EXTENDER_NAME: &str = "Extender";
 /// Extenders score 0..=10 (upstream's `MaxExtenderPriority`); scores are scaled to 0..=100.
-pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+pub(crate) const MAX_EXTENDER_PRIORITY: i64 = 10;
 
 /// What a filter call answered.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -88,12 +88,9 @@ pub trait Extender: Send + Sync + fmt::Debug {
     fn bind(&self, namespace: &str, name: &str, uid: &str, node: &str) -> Result<(), String>;
 }
 
-/// The extenders of a scheduler, in configuration order.
-pub type Extenders = Arc<[Arc<dyn Extender>]>;
-
 /// Upstream's `findNodesThatPassExtenders`: each interested filter extender in turn narrows the
 /// feasible nodes; the nodes it rejects get its reason in `statuses` (unresolvable ones win).
-pub fn find_nodes_that_pass_extenders(
+pub(crate) fn find_nodes_that_pass_extenders(
     extenders: &[Arc<dyn Extender>],
     pod: &PodInfo,
     mut feasible: Vec<Arc<NodeInfo>>,
@@ -169,7 +166,7 @@ fn resolve(
 /// Upstream's extender scoring in `prioritizeNodes`: every interested extender's scores, times its
 /// weight, scaled to 0..=100, per node name. Failed calls add nothing. The nodes that got a score
 /// are the ones upstream gives a random tie-breaker.
-pub fn extender_scores(
+pub(crate) fn extender_scores(
     extenders: &[Arc<dyn Extender>],
     pod: &PodInfo,
     nodes: &[Arc<NodeInfo>],
@@ -197,14 +194,14 @@ pub fn extender_scores(
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::framework::testing::{NodeBuilder, PodBuilder};
     use parking_lot::Mutex;
 
     /// An extender answering from tables, recording its calls.
     #[derive(Debug, Default)]
-    pub struct FakeExtender {
+    pub(crate) struct FakeExtender {
         pub name: String,
         pub ignorable: bool,
         /// Only pods requesting this resource interest it.
@@ -224,7 +221,7 @@ pub mod tests {
     }
 
     impl FakeExtender {
-        pub fn new(name: &str) -> FakeExtender {
+        pub(crate) fn new(name: &str) -> FakeExtender {
             FakeExtender {
                 name: name.into(),
                 ..Default::default()

@@ -46,13 +46,13 @@
 //! }
 //! ```
 
-pub mod api;
+pub(crate) mod api;
 pub mod args;
 pub mod background;
 #[cfg(test)]
 mod cycle_io;
-pub mod events;
-pub mod extender;
+pub(crate) mod events;
+pub(crate) mod extender;
 #[cfg(test)]
 mod integration_tests;
 pub mod interface;
@@ -64,7 +64,7 @@ pub mod plugins;
 pub mod registry;
 pub mod runtime;
 pub mod schedule;
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;
-pub mod waiting_pods;
+pub(crate) mod waiting_pods;

@@ -10,10 +10,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use parking_lot::RwLock;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::encoding::EncodeLabelSet;
+pub use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
@@ -77,8 +80,8 @@ pub struct Handle {
     pub extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
     /// Where the framework and its plugins record metrics; `None` records nothing.
     pub metrics: Option<Arc<FrameworkMetrics>>,
-    /// The metrics the enabled plugins declared; a plugin updates its own here, the scheduler
-    /// exports them.
+    /// The metrics the enabled plugins declared; a plugin updates its profile's series through
+    /// [`Handle::counter`] and [`Handle::gauge`], the scheduler exports them.
     pub plugin_metrics: Arc<PluginMetrics>,
     /// The profile whose plugins hold this handle (upstream's `ProfileName()`; set by
     /// `Framework::new`).
@@ -121,6 +124,16 @@ impl Handle {
         self.nominator = Some(nominator);
         self
     }
+
+    /// This profile's series of the counter `name` its plugin declared (`with_metrics`).
+    pub fn counter(&self, name: &str) -> Counter {
+        self.plugin_metrics.counter(name, &self.profile_name)
+    }
+
+    /// This profile's series of the gauge `name` its plugin declared (`with_metrics`).
+    pub fn gauge(&self, name: &str) -> FloatGauge {
+        self.plugin_metrics.gauge(name, &self.profile_name)
+    }
 }
 
 /// Decodes, defaults and validates a plugin's args (see [`super::args`]).
@@ -128,10 +141,43 @@ pub type ArgsDecoder = Arc<dyn Fn(Option<&Value>) -> Result<Value, Vec<FieldErro
 
 /// Builds a plugin instance from its normalized args.
 pub type PluginFactory =
-    Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
+    Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, PluginError> + Send + Sync>;
+
+/// Why a plugin's factory could not build the plugin (upstream's factories return an `error`).
+/// The message is the plugin's own; the framework prefixes the profile and the plugin's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    /// The args do not decode as the plugin's args type.
+    #[error("{0}")]
+    Args(String),
+    /// The args are valid but the plugin cannot be built from them (a selector that does not
+    /// parse, an address it cannot reach, ...).
+    #[error("{0}")]
+    Init(String),
+}
+
+impl From<serde_json::Error> for PluginError {
+    /// What [`super::args::typed`] fails with: the normalized args do not read back.
+    fn from(e: serde_json::Error) -> PluginError {
+        PluginError::Args(e.to_string())
+    }
+}
+
+impl From<String> for PluginError {
+    fn from(message: String) -> PluginError {
+        PluginError::Init(message)
+    }
+}
+
+impl From<&str> for PluginError {
+    fn from(message: &str) -> PluginError {
+        PluginError::Init(message.to_string())
+    }
+}
 
 /// A metric family a plugin declares: the scheduler exports it (on `/metrics`, beside its own)
-/// when the plugin is enabled, and the plugin updates it through [`Handle::plugin_metrics`].
+/// when the plugin is enabled, with a `profile` label, and the plugin updates its profile's
+/// series through [`Handle::counter`] and [`Handle::gauge`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetricDeclaration {
     /// The family's name (a counter's without `_total`, which the exposition adds).
@@ -143,14 +189,24 @@ pub struct MetricDeclaration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
     Counter,
+    /// A floating-point gauge (ages, ratios; `+Inf` is a value).
     Gauge,
 }
 
-/// One declared family's value.
+/// The label every plugin metric carries: the profile whose plugin updates the series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileLabels {
+    pub profile: String,
+}
+
+/// A plugin's gauge: a float.
+pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// One declared family's series, by profile.
 #[derive(Debug, Clone)]
 pub enum PluginMetric {
-    Counter(Counter),
-    Gauge(Gauge),
+    Counter(Family<ProfileLabels, Counter>),
+    Gauge(Family<ProfileLabels, FloatGauge>),
 }
 
 /// The metrics the enabled plugins declared, by name.
@@ -166,19 +222,21 @@ impl PluginMetrics {
         for d in declarations {
             families.entry(d.name).or_insert_with(|| {
                 let metric = match d.kind {
-                    MetricKind::Counter => PluginMetric::Counter(Counter::default()),
-                    MetricKind::Gauge => PluginMetric::Gauge(Gauge::default()),
+                    MetricKind::Counter => PluginMetric::Counter(Family::default()),
+                    MetricKind::Gauge => PluginMetric::Gauge(Family::default()),
                 };
                 (*d, metric)
             });
         }
     }
 
-    /// The declared counter `name`; one nobody exports when it was not declared as a counter
-    /// (the plugin's registration forgot it), so the plugin still runs.
-    pub fn counter(&self, name: &str) -> Counter {
+    /// `profile`'s series of the declared counter `name`; one nobody exports when it was not
+    /// declared as a counter (the plugin's registration forgot it), so the plugin still runs.
+    pub fn counter(&self, name: &str, profile: &str) -> Counter {
         match self.families.read().get(name) {
-            Some((_, PluginMetric::Counter(c))) => c.clone(),
+            Some((_, PluginMetric::Counter(family))) => {
+                family.get_or_create(&profile_labels(profile)).clone()
+            }
             _ => {
                 tracing::warn!(
                     metric = name,
@@ -189,23 +247,31 @@ impl PluginMetrics {
         }
     }
 
-    /// The declared gauge `name` (see [`PluginMetrics::counter`]).
-    pub fn gauge(&self, name: &str) -> Gauge {
+    /// `profile`'s series of the declared gauge `name` (see [`PluginMetrics::counter`]).
+    pub fn gauge(&self, name: &str, profile: &str) -> FloatGauge {
         match self.families.read().get(name) {
-            Some((_, PluginMetric::Gauge(g))) => g.clone(),
+            Some((_, PluginMetric::Gauge(family))) => {
+                family.get_or_create(&profile_labels(profile)).clone()
+            }
             _ => {
                 tracing::warn!(
                     metric = name,
                     "gauge not declared by its plugin; not exported"
                 );
-                Gauge::default()
+                FloatGauge::default()
             }
         }
     }
 
-    /// Every declared family with its value, by name.
+    /// Every declared family with its series, by name.
     pub fn families(&self) -> Vec<(MetricDeclaration, PluginMetric)> {
         self.families.read().values().cloned().collect()
+    }
+}
+
+fn profile_labels(profile: &str) -> ProfileLabels {
+    ProfileLabels {
+        profile: profile.to_string(),
     }
 }
 
@@ -241,7 +307,10 @@ impl PluginRegistration {
     pub fn new(
         extension_points: &[ExtensionPoint],
         decode_args: impl Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync + 'static,
-        factory: impl Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync + 'static,
+        factory: impl Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, PluginError>
+        + Send
+        + Sync
+        + 'static,
     ) -> PluginRegistration {
         PluginRegistration {
             extension_points: extension_points.to_vec(),

@@ -21,7 +21,7 @@ use super::metrics::{
     ByStatus, ExtensionPointLabels, FrameworkMetrics, PluginEvaluationLabels, PluginLabels, Point,
     Running, Sampler,
 };
-use super::registry::{Handle, Registry, RegistryEntry};
+use super::registry::{Handle, PluginError, Registry, RegistryEntry};
 use super::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
 use super::waiting_pods::{WaitingPod, WaitingPods};
 use crate::config::{ExtensionPoint, PluginCatalog};
@@ -80,11 +80,11 @@ pub enum FrameworkError {
         plugin: String,
         extension_point: String,
     },
-    #[error("profile {profile:?}: initializing plugin {plugin:?}: {message}")]
+    #[error("profile {profile:?}: initializing plugin {plugin:?}: {source}")]
     Factory {
         profile: String,
         plugin: String,
-        message: String,
+        source: PluginError,
     },
     #[error("profile {profile:?}: {message}")]
     Invalid { profile: String, message: String },
@@ -1403,19 +1403,20 @@ fn instantiate(
             .map_err(|errs| FrameworkError::Factory {
                 profile: profile.into(),
                 plugin: name.into(),
-                message: errs
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                source: PluginError::Args(
+                    errs.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ),
             })?,
     };
     // The plugin's metrics exist before its factory asks the handle for them.
     handle.plugin_metrics.declare(&reg.metrics);
-    (reg.factory)(&args, handle).map_err(|message| FrameworkError::Factory {
+    (reg.factory)(&args, handle).map_err(|source| FrameworkError::Factory {
         profile: profile.into(),
         plugin: name.into(),
-        message,
+        source,
     })
 }
 
@@ -1463,6 +1464,56 @@ mod tests {
         assert_eq!(plugins(&EVENT_NODE_ADD), ["Mine", "NodeAffinity"]);
         let annotation = ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_ANNOTATION);
         assert_eq!(plugins(&annotation), ["Mine"]);
+    }
+
+    /// A factory's typed error reaches the profile's error with its message unchanged: serde's
+    /// for args that do not read back, the plugin's own otherwise.
+    #[test]
+    fn a_factory_error_names_the_profile_and_plugin() {
+        #[derive(Debug, Default, serde::Deserialize)]
+        struct Args {
+            #[allow(dead_code)]
+            n: u32,
+        }
+        use crate::framework::registry::PluginRegistration;
+        let mut reg = Registry::in_tree();
+        reg.register(
+            "Typed",
+            PluginRegistration::new(
+                &[Filter],
+                |a| Ok(a.cloned().unwrap_or_default()),
+                |a, _| {
+                    crate::framework::args::typed::<Args>(a)?;
+                    Err(PluginError::Init("a plugin's own reason".into()))
+                },
+            ),
+        )
+        .expect("register");
+        let mut spec = profile(&[(Filter, &["Typed"])]);
+        let build = |spec: &ProfileSpec| {
+            Framework::new(spec, &reg, handle().0).expect_err("the factory fails")
+        };
+        spec.args
+            .insert("Typed".into(), serde_json::json!({"n": "x"}));
+        let err = build(&spec);
+        assert_eq!(
+            err,
+            FrameworkError::Factory {
+                profile: "test".into(),
+                plugin: "Typed".into(),
+                source: PluginError::Args("invalid type: string \"x\", expected u32".into()),
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "profile \"test\": initializing plugin \"Typed\": invalid type: string \"x\", expected u32"
+        );
+        spec.args
+            .insert("Typed".into(), serde_json::json!({"n": 1}));
+        assert_eq!(
+            build(&spec).to_string(),
+            "profile \"test\": initializing plugin \"Typed\": a plugin's own reason"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::types::PodInfo;
 
 /// Formats a duration as Go's `time.Duration.String()` does (`10s`, `1m30s`, `1.5s`, `250ms`),
 /// for messages that must read like upstream's.
-pub fn go_duration(d: Duration) -> String {
+pub(crate) fn go_duration(d: Duration) -> String {
     let nanos = d.as_nanos();
     if nanos == 0 {
         return "0s".to_string();

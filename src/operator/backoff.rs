@@ -12,7 +12,7 @@ const TYPED_PATCH_FAILED: &str = "failed to create typed patch object";
 
 /// Applying one object failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApplyFailure {
+pub(crate) struct ApplyFailure {
     /// `Deployment ksched-system/ksched-p`.
     pub object: String,
     /// The API server's HTTP status, when it answered.
@@ -24,7 +24,7 @@ pub struct ApplyFailure {
 impl ApplyFailure {
     /// The API server refused the object itself: retrying it unchanged cannot help. Conflicts,
     /// timeouts and throttling (409, 408, 429) pass; server errors and transport errors may too.
-    pub fn permanent(&self) -> bool {
+    pub(crate) fn permanent(&self) -> bool {
         match self.code {
             Some(c) if (400..500).contains(&c) => !matches!(c, 408 | 409 | 429),
             // Server-side apply cannot even type the object against its schema.
@@ -46,7 +46,7 @@ impl std::fmt::Display for ApplyFailure {
 
 /// Where one profile's failed apply stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
+pub(crate) struct Pending {
     pub failure: ApplyFailure,
     /// Failed attempts with these objects.
     pub attempts: u32,
@@ -67,14 +67,14 @@ struct Entry {
 
 /// Per profile: the last failed objects (by fingerprint) and when they may be tried again.
 #[derive(Debug)]
-pub struct ApplyBackoff {
+pub(crate) struct ApplyBackoff {
     initial: Duration,
     max: Duration,
     entries: Mutex<HashMap<String, Entry>>,
 }
 
 impl ApplyBackoff {
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         ApplyBackoff {
             initial,
             max: max.max(initial),
@@ -89,7 +89,12 @@ impl ApplyBackoff {
 
     /// `Some` when these very objects (`fingerprint`) failed and their next attempt is not due:
     /// do not apply them now.
-    pub fn waiting(&self, profile: &str, fingerprint: &str, now: Instant) -> Option<Pending> {
+    pub(crate) fn waiting(
+        &self,
+        profile: &str,
+        fingerprint: &str,
+        now: Instant,
+    ) -> Option<Pending> {
         let entries = self.entries();
         let e = entries.get(profile)?;
         (e.fingerprint == fingerprint && now < e.next).then(|| Pending {
@@ -102,7 +107,7 @@ impl ApplyBackoff {
 
     /// Records a failed attempt; how it stands now (the wait doubles with every failure of the
     /// same objects).
-    pub fn failed(
+    pub(crate) fn failed(
         &self,
         profile: &str,
         fingerprint: &str,
@@ -135,7 +140,7 @@ impl ApplyBackoff {
     }
 
     /// The objects applied: forget the failures.
-    pub fn succeeded(&self, profile: &str) {
+    pub(crate) fn succeeded(&self, profile: &str) {
         self.entries().remove(profile);
     }
 }

@@ -24,10 +24,10 @@ use crate::scheduler::metrics::{Metrics, register_process_metrics};
 use crate::serving::register;
 
 /// Controller names in the `controller` label.
-pub const SCHEDULER_PROFILE: &str = "schedulerprofile";
-pub const LEAF_CLUSTER_POLICY: &str = "leafclusterpolicy";
+pub(crate) const SCHEDULER_PROFILE: &str = "schedulerprofile";
+pub(crate) const LEAF_CLUSTER_POLICY: &str = "leafclusterpolicy";
 /// The `name` of the operator's entry in `leader_election_master_status`.
-pub const LEADER_NAME: &str = "ksched-operator";
+pub(crate) const LEADER_NAME: &str = "ksched-operator";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {

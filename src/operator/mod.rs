@@ -5,21 +5,21 @@
 //!
 //! Run it with [`run`] (`ksched operator` does; tests do it in-process with an impersonating client).
 
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod command;
 pub mod embedded;
-pub mod health;
+pub(crate) mod health;
 pub mod http;
 pub mod in_process;
-pub mod leaf_cluster_policy;
-pub mod metrics;
-pub mod render;
-pub mod render_cli;
-pub mod scheduler_profile;
-pub mod status;
-pub mod taints;
+pub(crate) mod leaf_cluster_policy;
+pub(crate) mod metrics;
+pub(crate) mod render;
+pub(crate) mod render_cli;
+pub(crate) mod scheduler_profile;
+pub(crate) mod status;
+pub(crate) mod taints;
 pub mod uninstall;
-pub mod unknown_scheduler;
+pub(crate) mod unknown_scheduler;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -54,32 +54,32 @@ use crate::framework::registry::policy_rule;
 /// Field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "ksched-operator";
 /// Pod-template annotation holding the sha256 of `config.yaml`: a config change rolls out.
-pub const CONFIG_HASH_ANNOTATION: &str = "ksched.io/config-hash";
+pub(crate) const CONFIG_HASH_ANNOTATION: &str = "ksched.io/config-hash";
 /// Key of the configuration in the ConfigMap.
-pub const CONFIG_KEY: &str = "config.yaml";
+pub(crate) const CONFIG_KEY: &str = "config.yaml";
 /// Where the ConfigMap is mounted in the scheduler container.
-pub const CONFIG_DIR: &str = "/etc/ksched";
+pub(crate) const CONFIG_DIR: &str = "/etc/ksched";
 /// The scheduler's HTTPS port (health, metrics), as kube-scheduler's.
-pub const SECURE_PORT: i32 = 10259;
+pub(crate) const SECURE_PORT: i32 = 10259;
 /// Name of the scheduler container.
-pub const CONTAINER_NAME: &str = "scheduler";
+pub(crate) const CONTAINER_NAME: &str = "scheduler";
 /// Default operator namespace.
-pub const DEFAULT_NAMESPACE: &str = "ksched-system";
+pub(crate) const DEFAULT_NAMESPACE: &str = "ksched-system";
 /// Non-root uid/gid the scheduler runs as (distroless `nonroot`).
-pub const NONROOT_ID: i64 = 65532;
+pub(crate) const NONROOT_ID: i64 = 65532;
 
-pub const LABEL_NAME: &str = "app.kubernetes.io/name";
-pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+pub(crate) const LABEL_NAME: &str = "app.kubernetes.io/name";
+pub(crate) const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+pub(crate) const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub(crate) const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 /// Value of `app.kubernetes.io/name`.
-pub const APP_NAME: &str = "ksched";
+pub(crate) const APP_NAME: &str = "ksched";
 /// Value of `app.kubernetes.io/managed-by` (also the label selector of the operator's watches).
-pub const MANAGED_BY: &str = "ksched-operator";
+pub(crate) const MANAGED_BY: &str = "ksched-operator";
 
 /// Longest profile name whose rendered names are all valid (`ksched-<name>-metrics` must be a
 /// DNS-1035 label of at most 63 characters).
-pub const MAX_PROFILE_NAME: usize = 63 - "ksched--metrics".len();
+pub(crate) const MAX_PROFILE_NAME: usize = 63 - "ksched--metrics".len();
 
 /// Where the rendered objects go and what they run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,17 +91,17 @@ pub struct RenderOptions {
 }
 
 /// `ksched-P`: ConfigMap, ServiceAccount, Deployment, Lease, Role, RoleBinding.
-pub fn object_name(profile: &str) -> String {
+pub(crate) fn object_name(profile: &str) -> String {
     format!("ksched-{profile}")
 }
 
 /// `ksched:P`: ClusterRole and ClusterRoleBinding.
-pub fn cluster_object_name(profile: &str) -> String {
+pub(crate) fn cluster_object_name(profile: &str) -> String {
     format!("ksched:{profile}")
 }
 
 /// `ksched-P-metrics`: the Service.
-pub fn service_name(profile: &str) -> String {
+pub(crate) fn service_name(profile: &str) -> String {
     format!("ksched-{profile}-metrics")
 }
 
@@ -155,7 +155,7 @@ pub struct SerializeError {
 }
 
 /// The policies (among `policies`) that name `profile`, directly or with `*`, sorted by name.
-pub fn policies_naming<'a>(
+pub(crate) fn policies_naming<'a>(
     profile: &str,
     policies: &'a [LeafClusterPolicy],
 ) -> Vec<&'a LeafClusterPolicy> {
@@ -369,7 +369,7 @@ fn validate_name(name: &str) -> Vec<FieldError> {
 }
 
 /// The one-profile `KubeSchedulerConfiguration` document for `profile`, before loading.
-pub fn config_document(
+pub(crate) fn config_document(
     profile: &SchedulerProfile,
     namespace: &str,
 ) -> Result<KubeSchedulerConfiguration, Vec<FieldError>> {
@@ -482,7 +482,7 @@ fn apply_leaf_policies(
 
 /// A loader error path (`profiles[0].plugins.score...`, `leaderElection.leaseDuration`) as the CRD
 /// field it came from (`spec.plugins.score...`, `spec.leaderElection.leaseDuration`).
-pub fn to_spec_path(path: &str) -> String {
+pub(crate) fn to_spec_path(path: &str) -> String {
     const PROFILE: &str = "profiles[0]";
     if let Some(rest) = path.strip_prefix(PROFILE) {
         if rest == ".schedulerName" {
@@ -507,7 +507,7 @@ fn to_spec_error(e: FieldError) -> FieldError {
 }
 
 /// Hex sha256.
-pub fn sha256_hex(data: &str) -> String {
+pub(crate) fn sha256_hex(data: &str) -> String {
     Sha256::digest(data.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -515,7 +515,7 @@ pub fn sha256_hex(data: &str) -> String {
 }
 
 /// The labels of every rendered object.
-pub fn labels(profile: &str) -> BTreeMap<String, String> {
+pub(crate) fn labels(profile: &str) -> BTreeMap<String, String> {
     let mut l = selector_labels(profile);
     l.insert(LABEL_MANAGED_BY.into(), MANAGED_BY.into());
     l.insert(LABEL_COMPONENT.into(), "scheduler".into());
@@ -523,7 +523,7 @@ pub fn labels(profile: &str) -> BTreeMap<String, String> {
 }
 
 /// The labels selecting a profile's scheduler pods.
-pub fn selector_labels(profile: &str) -> BTreeMap<String, String> {
+pub(crate) fn selector_labels(profile: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_NAME.to_string(), APP_NAME.to_string()),
         (LABEL_INSTANCE.to_string(), profile.to_string()),
@@ -531,7 +531,7 @@ pub fn selector_labels(profile: &str) -> BTreeMap<String, String> {
 }
 
 /// Owner reference to the profile (controller, blocking its deletion until GC ran), when it has a uid.
-pub fn owner_reference(profile: &SchedulerProfile) -> Option<OwnerReference> {
+pub(crate) fn owner_reference(profile: &SchedulerProfile) -> Option<OwnerReference> {
     let uid = profile.meta().uid.clone()?;
     Some(OwnerReference {
         api_version: SchedulerProfile::api_version(&()).into_owned(),
@@ -570,7 +570,10 @@ fn base_rules() -> Vec<PolicyRule> {
 /// and resources are merged (their verbs joined, in order), so a plugin that needs to delete pods
 /// extends the base pods rule; the plugins' other rules follow the base ones, ordered by API
 /// group and resources.
-pub fn cluster_rules<S: AsRef<str>>(enabled: &[S], catalog: &dyn PluginCatalog) -> Vec<PolicyRule> {
+pub(crate) fn cluster_rules<S: AsRef<str>>(
+    enabled: &[S],
+    catalog: &dyn PluginCatalog,
+) -> Vec<PolicyRule> {
     let mut rules = base_rules();
     let base = rules.len();
     for plugin in enabled {
@@ -599,7 +602,7 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S], catalog: &dyn PluginCatalog) 
 
 /// The Role on the profile's own Lease: `create` (which cannot be limited by name) and get/update of
 /// that one Lease.
-pub fn lease_rules(lease: &str) -> Vec<PolicyRule> {
+pub(crate) fn lease_rules(lease: &str) -> Vec<PolicyRule> {
     vec![
         policy_rule(&["coordination.k8s.io"], &["leases"], &["create"]),
         PolicyRule {
@@ -835,7 +838,7 @@ impl RenderedObject<'_> {
         }
     }
 
-    pub fn to_yaml(&self) -> Result<String, SerializeError> {
+    pub fn to_yaml(self) -> Result<String, SerializeError> {
         fn y<T: Serialize>(what: String, o: &T) -> Result<String, SerializeError> {
             serde_saphyr::to_string(o).map_err(|source| SerializeError { what, source })
         }

@@ -10,7 +10,7 @@ use crate::config::PluginCatalog;
 
 /// What a run of `ksched render` printed, and its exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenderOutput {
+pub(crate) struct RenderOutput {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -23,7 +23,7 @@ pub struct Input {
 }
 
 /// Reads `paths` (`-` is stdin) and renders them; an unreadable file is an error line.
-pub fn render_paths(
+pub(crate) fn render_paths(
     paths: &[PathBuf],
     opts: &RenderOptions,
     catalog: &dyn PluginCatalog,
@@ -57,14 +57,14 @@ pub fn render_paths(
 /// The SchedulerProfiles (with the file each came from) and LeafClusterPolicies in `inputs`
 /// (multi-document YAML), and an `error: <path>: <reason>` line for anything else.
 #[derive(Debug, Default)]
-pub struct ParsedInputs {
+pub(crate) struct ParsedInputs {
     pub profiles: Vec<(String, SchedulerProfile)>,
     pub policies: Vec<LeafClusterPolicy>,
     pub errors: Vec<String>,
 }
 
 /// Sorts the documents of `inputs` into profiles and policies (`ksched render`, `ksched simulate`).
-pub fn parse_inputs(inputs: &[Input]) -> ParsedInputs {
+pub(crate) fn parse_inputs(inputs: &[Input]) -> ParsedInputs {
     let mut out = ParsedInputs::default();
     for input in inputs {
         let docs: Vec<serde_json::Value> = match serde_saphyr::from_multiple(&input.text) {
@@ -106,7 +106,7 @@ pub fn parse_inputs(inputs: &[Input]) -> ParsedInputs {
 /// Renders every SchedulerProfile in `inputs` (multi-document YAML), with the LeafClusterPolicies in
 /// them: the objects as one YAML stream on stdout (exit 0), or `error: <path>: <reason>` lines on
 /// stderr (exit 1) and nothing on stdout. Warnings go to stderr as `warning: ...` either way.
-pub fn render_inputs(
+pub(crate) fn render_inputs(
     inputs: &[Input],
     opts: &RenderOptions,
     catalog: &dyn PluginCatalog,

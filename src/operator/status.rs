@@ -11,15 +11,15 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicyStatus, SchedulerProfileStatus};
 
-pub const READY: &str = "Ready";
-pub const RECONCILING: &str = "Reconciling";
-pub const STALLED: &str = "Stalled";
-pub const CONFIG_VALID: &str = "ConfigValid";
-pub const LEADER_ELECTED: &str = "LeaderElected";
+pub(crate) const READY: &str = "Ready";
+pub(crate) const RECONCILING: &str = "Reconciling";
+pub(crate) const STALLED: &str = "Stalled";
+pub(crate) const CONFIG_VALID: &str = "ConfigValid";
+pub(crate) const LEADER_ELECTED: &str = "LeaderElected";
 
 /// A condition's status, reason and message (type and times are filled in by [`set_conditions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cond {
+pub(crate) struct Cond {
     pub type_: &'static str,
     pub status: bool,
     pub reason: String,
@@ -27,7 +27,7 @@ pub struct Cond {
 }
 
 impl Cond {
-    pub fn new(
+    pub(crate) fn new(
         type_: &'static str,
         status: bool,
         reason: &str,
@@ -43,7 +43,7 @@ impl Cond {
 }
 
 /// The conditions `wanted`, keeping `lastTransitionTime` of those whose status did not change.
-pub fn set_conditions(
+pub(crate) fn set_conditions(
     previous: &[Condition],
     wanted: Vec<Cond>,
     generation: Option<i64>,
@@ -71,13 +71,13 @@ pub fn set_conditions(
 }
 
 /// Find a condition by type.
-pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+pub(crate) fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
 
 /// What the rendered configuration came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigOutcome {
+pub(crate) enum ConfigOutcome {
     Valid {
         hash: String,
         warnings: Vec<String>,
@@ -91,7 +91,7 @@ pub enum ConfigOutcome {
 
 /// The scheduler Deployment as observed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeploymentState {
+pub(crate) struct DeploymentState {
     pub generation: i64,
     pub observed_generation: i64,
     pub replicas: i32,
@@ -101,7 +101,7 @@ pub struct DeploymentState {
 }
 
 impl DeploymentState {
-    pub fn from_deployment(d: &Deployment) -> Self {
+    pub(crate) fn from_deployment(d: &Deployment) -> Self {
         let s = d.status.clone().unwrap_or_default();
         DeploymentState {
             generation: d.metadata.generation.unwrap_or(0),
@@ -116,14 +116,14 @@ impl DeploymentState {
 
 /// The profile's Lease as observed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LeaseState {
+pub(crate) struct LeaseState {
     pub holder: Option<String>,
     pub renew_time: Option<Timestamp>,
     pub lease_duration_seconds: Option<i32>,
 }
 
 impl LeaseState {
-    pub fn from_lease(l: &Lease) -> Self {
+    pub(crate) fn from_lease(l: &Lease) -> Self {
         let spec = l.spec.clone().unwrap_or_default();
         LeaseState {
             holder: spec.holder_identity.filter(|h| !h.is_empty()),
@@ -134,7 +134,7 @@ impl LeaseState {
 
     /// The holder, when it renewed within the lease duration (`fallback_seconds` when the Lease does
     /// not say).
-    pub fn fresh_holder(&self, now: Timestamp, fallback_seconds: i64) -> Option<&str> {
+    pub(crate) fn fresh_holder(&self, now: Timestamp, fallback_seconds: i64) -> Option<&str> {
         let holder = self.holder.as_deref()?;
         let renewed = self.renew_time?;
         let duration = self
@@ -150,7 +150,7 @@ impl LeaseState {
 
 /// Applying the rendered objects failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApplyError {
+pub(crate) struct ApplyError {
     /// Which object and the API server's own words (`applying Deployment ns/name: ...`).
     pub message: String,
     /// The API server refused the object itself (a 4xx other than conflict, timeout or
@@ -165,7 +165,7 @@ pub struct ApplyError {
 
 /// Everything one reconcile of a profile observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProfileObservation {
+pub(crate) struct ProfileObservation {
     pub generation: Option<i64>,
     pub mode: ProfileMode,
     pub suspend: bool,
@@ -190,10 +190,10 @@ pub struct ProfileObservation {
     pub now: Timestamp,
 }
 
-pub const LEAF_POLICIES_VALID: &str = "LeafPoliciesValid";
+pub(crate) const LEAF_POLICIES_VALID: &str = "LeafPoliciesValid";
 
 /// The status a profile should have after a reconcile.
-pub fn profile_status(
+pub(crate) fn profile_status(
     previous: &SchedulerProfileStatus,
     obs: &ProfileObservation,
 ) -> SchedulerProfileStatus {
@@ -483,7 +483,7 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
 
 /// The status of an Embedded profile whose operator stopped (with it, its scheduler): not Ready
 /// until an operator runs it again.
-pub fn operator_stopped(
+pub(crate) fn operator_stopped(
     previous: &SchedulerProfileStatus,
     generation: Option<i64>,
     instance: &str,
@@ -522,7 +522,7 @@ pub fn operator_stopped(
 
 /// Nodes a policy leaves to an older one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyConflict {
+pub(crate) struct PolicyConflict {
     /// The older policy that keeps the nodes.
     pub with: String,
     /// Its taint (`key=value:effect`).
@@ -533,14 +533,14 @@ pub struct PolicyConflict {
 /// A node where the policy's taint cannot go: a taint with the same key and effect that the
 /// operator did not add is there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockedNode {
+pub(crate) struct BlockedNode {
     pub node: String,
     pub taint: String,
 }
 
 /// What one reconcile of a LeafClusterPolicy observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyObservation {
+pub(crate) struct PolicyObservation {
     pub generation: Option<i64>,
     pub leaf_nodes: i32,
     pub tainted_nodes: i32,
@@ -560,7 +560,7 @@ pub struct PolicyObservation {
     pub now: Timestamp,
 }
 
-pub const PROFILES_RESOLVED: &str = "ProfilesResolved";
+pub(crate) const PROFILES_RESOLVED: &str = "ProfilesResolved";
 
 /// At most a few names, then how many more.
 fn some_names(names: &[String]) -> String {
@@ -632,7 +632,7 @@ fn policy_problems(obs: &PolicyObservation) -> Vec<(&'static str, String)> {
     out
 }
 
-pub fn policy_status(
+pub(crate) fn policy_status(
     previous: &LeafClusterPolicyStatus,
     obs: &PolicyObservation,
 ) -> LeafClusterPolicyStatus {

@@ -24,10 +24,10 @@ use crate::api::leaf_cluster_policy::LeafTaint;
 
 /// Node annotation: the taints the operator added to this node, by LeafClusterPolicy name, as a
 /// JSON object `{"policy": "key=value:effect"}`.
-pub const OWNED_TAINTS_ANNOTATION: &str = "ksched.io/leaf-taints";
+pub(crate) const OWNED_TAINTS_ANNOTATION: &str = "ksched.io/leaf-taints";
 
 /// `key=value:effect`, as kubectl prints taints.
-pub fn describe(t: &LeafTaint) -> String {
+pub(crate) fn describe(t: &LeafTaint) -> String {
     if t.value.is_empty() {
         format!("{}:{}", t.key, t.effect)
     } else {
@@ -36,7 +36,7 @@ pub fn describe(t: &LeafTaint) -> String {
 }
 
 /// Parses `key=value:effect` / `key:effect` (what [`describe`] writes).
-pub fn parse(s: &str) -> Option<LeafTaint> {
+pub(crate) fn parse(s: &str) -> Option<LeafTaint> {
     let (kv, effect) = s.rsplit_once(':')?;
     let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
     if key.is_empty() || effect.is_empty() {
@@ -50,7 +50,7 @@ pub fn parse(s: &str) -> Option<LeafTaint> {
 }
 
 /// The node taint exactly as the policy wants it.
-pub fn to_node_taint(t: &LeafTaint) -> Taint {
+pub(crate) fn to_node_taint(t: &LeafTaint) -> Taint {
     Taint {
         key: t.key.clone(),
         value: (!t.value.is_empty()).then(|| t.value.clone()),
@@ -60,7 +60,7 @@ pub fn to_node_taint(t: &LeafTaint) -> Taint {
 }
 
 /// The node carries exactly `t` (key, value and effect).
-pub fn has(current: &[Taint], t: &LeafTaint) -> bool {
+pub(crate) fn has(current: &[Taint], t: &LeafTaint) -> bool {
     current.iter().any(|c| same(c, t))
 }
 
@@ -78,12 +78,14 @@ fn same_slot<'a>(current: &'a [Taint], t: &LeafTaint) -> Option<&'a Taint> {
 
 /// What the operator added to one node, by policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Records(pub BTreeMap<String, LeafTaint>);
+pub(crate) struct Records(pub BTreeMap<String, LeafTaint>);
 
 impl Records {
     /// The records in a node's annotations. An annotation that does not parse (edited by hand)
     /// counts as no record at all: the operator then owns nothing on the node and removes nothing.
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Result<Records, String> {
+    pub(crate) fn from_annotations(
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Records, String> {
         let Some(raw) = annotations.get(OWNED_TAINTS_ANNOTATION) else {
             return Ok(Records::default());
         };
@@ -100,7 +102,7 @@ impl Records {
     }
 
     /// The annotation's value; `None` when nothing is recorded (the annotation goes).
-    pub fn to_annotation(&self) -> Option<String> {
+    pub(crate) fn to_annotation(&self) -> Option<String> {
         if self.0.is_empty() {
             return None;
         }
@@ -120,7 +122,7 @@ impl Records {
 
 /// Which nodes a policy claims.
 #[derive(Debug, Clone, Copy)]
-pub enum Claim<'a> {
+pub(crate) enum Claim<'a> {
     /// The nodes its selector matches.
     Selector(&'a Selector),
     /// An invalid policy changes nothing: it keeps exactly the nodes where it has a record.
@@ -129,7 +131,7 @@ pub enum Claim<'a> {
 
 /// One live (not deleting) LeafClusterPolicy, as the planner sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct Claimant<'a> {
+pub(crate) struct Claimant<'a> {
     pub name: &'a str,
     pub created: Option<Timestamp>,
     pub claim: Claim<'a>,
@@ -157,7 +159,7 @@ impl Claimant<'_> {
 
 /// One node, as the planner sees it.
 #[derive(Debug, Clone)]
-pub struct NodeView<'a> {
+pub(crate) struct NodeView<'a> {
     pub labels: &'a BTreeMap<String, String>,
     pub taints: &'a [Taint],
     pub records: Records,
@@ -165,7 +167,7 @@ pub struct NodeView<'a> {
 
 /// How one policy stands on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// The policy does not select the node.
     NotSelected,
     /// Selected; the policy's taint goes on this node by this policy.
@@ -217,14 +219,14 @@ fn writer<'a, 'b>(node: &NodeView<'_>, claimants: &'b [Claimant<'a>]) -> Option<
 
 /// New taints and records for one node: the single write that brings it where it should be.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NodeChange {
+pub(crate) struct NodeChange {
     pub taints: Vec<Taint>,
     pub records: Records,
 }
 
 /// What one policy makes of one node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NodePlan {
+pub(crate) struct NodePlan {
     pub standing: Standing,
     /// The write to make, when one is needed.
     pub change: Option<NodeChange>,
@@ -246,7 +248,7 @@ pub struct NodePlan {
 /// - any other policy with a record here releases it: handed over to the writer when the writer
 ///   wants the very same taint (the taint stays), otherwise the taint is removed (only that exact
 ///   taint, and only when still there).
-pub fn plan_node(
+pub(crate) fn plan_node(
     me: &str,
     me_taint: &LeafTaint,
     node: &NodeView<'_>,
@@ -301,7 +303,7 @@ pub fn plan_node(
 
 /// The node without any taint the operator recorded (for any policy) and without records: what an
 /// uninstall leaves. A taint it did not add (not recorded) stays.
-pub fn release_all(node: &NodeView<'_>) -> NodePlan {
+pub(crate) fn release_all(node: &NodeView<'_>) -> NodePlan {
     let mut taints = node.taints.to_vec();
     for t in node.records.0.values() {
         taints.retain(|c| !same(c, t));

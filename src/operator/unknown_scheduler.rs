@@ -16,7 +16,7 @@ use super::{Context, DEFAULT_SCHEDULER, Shutdown};
 use crate::api::SchedulerProfile;
 
 /// Event reason.
-pub const REASON: &str = "UnknownSchedulerName";
+pub(crate) const REASON: &str = "UnknownSchedulerName";
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let pods: Api<Pod> = Api::all(ctx.client.clone());

@@ -17,7 +17,7 @@ use crate::framework::interface::{NominatingInfo, NominatingMode};
 use crate::framework::registry::{ApiError, ApiHandle};
 use crate::framework::types::PodInfo;
 
-pub struct KubeApi {
+pub(crate) struct KubeApi {
     /// Binds only, so nothing else the scheduler writes waits in front of a bind.
     binds: Client,
     client: Client,
@@ -25,7 +25,7 @@ pub struct KubeApi {
 
 impl KubeApi {
     /// `binds` sends bindings, `client` everything else.
-    pub fn new(binds: Client, client: Client) -> Self {
+    pub(crate) fn new(binds: Client, client: Client) -> Self {
         Self { binds, client }
     }
 

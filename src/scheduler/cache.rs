@@ -19,17 +19,17 @@ use crate::framework::types::{AssignedPod, ImageStates, NodeChange, NodeInfo, Po
 /// A pod the cache had, as it was: what it kept of the pod, its node, and whether it was only
 /// assumed there (its binding not yet confirmed by the informer).
 #[derive(Debug, Clone)]
-pub struct CachedPod {
+pub(crate) struct CachedPod {
     pub pod: Arc<AssignedPod>,
     pub node: String,
     pub assumed: bool,
 }
 
 /// How long an assumed pod whose binding finished may wait for the informer to confirm it.
-pub const DEFAULT_ASSUMED_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_ASSUMED_TTL: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CacheError {
+pub(crate) enum CacheError {
     #[error("pod {0} is already in the cache")]
     AlreadyPresent(String),
     #[error("pod {0} is not assumed")]
@@ -72,7 +72,7 @@ struct Inner {
 
 /// What the cache holds (upstream's `scheduler_cache_size`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CacheSizes {
+pub(crate) struct CacheSizes {
     /// Nodes, including those only known from the pods bound to them.
     pub nodes: usize,
     /// Pods, assumed ones included.
@@ -80,7 +80,7 @@ pub struct CacheSizes {
     pub assumed_pods: usize,
 }
 
-pub struct Cache {
+pub(crate) struct Cache {
     inner: Mutex<Inner>,
     assumed_ttl: Duration,
 }
@@ -92,14 +92,14 @@ impl Default for Cache {
 }
 
 impl Cache {
-    pub fn new(assumed_ttl: Duration) -> Self {
+    pub(crate) fn new(assumed_ttl: Duration) -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
             assumed_ttl,
         }
     }
 
-    pub fn add_node(&self, node: Arc<Node>) {
+    pub(crate) fn add_node(&self, node: Arc<Node>) {
         let mut inner = self.inner.lock();
         let name = node.metadata.name.clone().unwrap_or_default();
         if let Some(old) = inner.nodes.get(&name).and_then(|n| n.node_arc().cloned()) {
@@ -116,7 +116,7 @@ impl Cache {
         info.set_image_states(images);
     }
 
-    pub fn remove_node(&self, name: &str) {
+    pub(crate) fn remove_node(&self, name: &str) {
         let mut inner = self.inner.lock();
         inner.node_added.remove(name);
         if let Some(old) = inner.nodes.get(name).and_then(|n| n.node_arc().cloned()) {
@@ -134,7 +134,11 @@ impl Cache {
 
     /// A pod the informer sees assigned to `node`: confirms an assumed pod, else adds or updates
     /// it. Returns the pod as the cache had it.
-    pub fn add_or_update_pod(&self, node: &str, info: Arc<AssignedPod>) -> Option<CachedPod> {
+    pub(crate) fn add_or_update_pod(
+        &self,
+        node: &str,
+        info: Arc<AssignedPod>,
+    ) -> Option<CachedPod> {
         let key = info.key();
         let node = node.to_string();
         let mut inner = self.inner.lock();
@@ -156,7 +160,7 @@ impl Cache {
     }
 
     /// A pod deleted, or finished (Succeeded/Failed): its resources are free. Returns it.
-    pub fn remove_pod(&self, key: &str) -> Option<CachedPod> {
+    pub(crate) fn remove_pod(&self, key: &str) -> Option<CachedPod> {
         let mut inner = self.inner.lock();
         let old = inner.take_pod(key)?;
         inner.remove_from_node(&old.node, &old.info);
@@ -164,7 +168,7 @@ impl Cache {
     }
 
     /// Accounts `pod` (whose `spec.nodeName` is set to the chosen node) before it is bound.
-    pub fn assume_pod(&self, pod: &PodInfo) -> Result<(), CacheError> {
+    pub(crate) fn assume_pod(&self, pod: &PodInfo) -> Result<(), CacheError> {
         let key = pod.key();
         let mut inner = self.inner.lock();
         if inner.pods.contains_key(&key) {
@@ -186,7 +190,7 @@ impl Cache {
     }
 
     /// Binding went through: start the assumed pod's expiry clock.
-    pub fn finish_binding(&self, key: &str) {
+    pub(crate) fn finish_binding(&self, key: &str) {
         let mut inner = self.inner.lock();
         if let Some(entry) = inner.pods.get_mut(key)
             && entry.assumed
@@ -196,7 +200,7 @@ impl Cache {
     }
 
     /// Binding failed or was rejected: drop the assumed pod.
-    pub fn forget_pod(&self, key: &str) -> Result<(), CacheError> {
+    pub(crate) fn forget_pod(&self, key: &str) -> Result<(), CacheError> {
         let mut inner = self.inner.lock();
         match inner.pods.get(key) {
             Some(entry) if entry.assumed => {}
@@ -208,13 +212,13 @@ impl Cache {
         Ok(())
     }
 
-    pub fn is_assumed(&self, key: &str) -> bool {
+    pub(crate) fn is_assumed(&self, key: &str) -> bool {
         self.inner.lock().pods.get(key).is_some_and(|e| e.assumed)
     }
 
     /// Drops assumed pods whose binding finished more than the TTL ago without confirmation;
     /// returns them.
-    pub fn cleanup_expired_assumed(&self, now: Instant) -> Vec<CachedPod> {
+    pub(crate) fn cleanup_expired_assumed(&self, now: Instant) -> Vec<CachedPod> {
         let mut inner = self.inner.lock();
         let expired: Vec<String> = inner
             .pods
@@ -234,7 +238,7 @@ impl Cache {
     }
 
     /// Hands the NodeInfos that changed since the last call to `snapshot`.
-    pub fn update_snapshot(&self, snapshot: &mut Snapshot) {
+    pub(crate) fn update_snapshot(&self, snapshot: &mut Snapshot) {
         let mut inner = self.inner.lock();
         if inner.dirty.is_empty() {
             return;
@@ -257,20 +261,12 @@ impl Cache {
         snapshot.update_from(changes);
     }
 
-    pub fn node_count(&self) -> usize {
-        self.inner
-            .lock()
-            .nodes
-            .values()
-            .filter(|n| n.node().is_some())
-            .count()
-    }
-
-    pub fn pod_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pod_count(&self) -> usize {
         self.inner.lock().pods.len()
     }
 
-    pub fn sizes(&self) -> CacheSizes {
+    pub(crate) fn sizes(&self) -> CacheSizes {
         let inner = self.inner.lock();
         CacheSizes {
             nodes: inner.nodes.len(),

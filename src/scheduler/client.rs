@@ -29,16 +29,16 @@ use crate::leader_election::Leadership;
 
 /// Requests in flight per client at most; 64 keep the API server's binding path saturated (the
 /// benchmark's null binder reaches the ceiling with as many).
-pub const MAX_IN_FLIGHT: usize = 64;
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
 
 /// A request other than a watch is answered (response headers in) within this or fails. client-go
 /// closes a silent connection after ~45 s with HTTP/2 pings; HTTP/1.1 has none, so every request
 /// carries its own bound.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a request was not answered.
 #[derive(Debug, thiserror::Error)]
-pub enum RequestError {
+pub(crate) enum RequestError {
     #[error("no answer from the API server within {0:?}")]
     Timeout(Duration),
     #[error("not sent: this scheduler is not the leader (any more)")]
@@ -47,7 +47,7 @@ pub enum RequestError {
 
 /// The scheduler's clients, each with a token bucket of its own.
 #[derive(Clone)]
-pub struct Clients {
+pub(crate) struct Clients {
     /// Lists and watches.
     pub informers: Client,
     /// `pods/binding` only, gated on leadership.
@@ -59,7 +59,7 @@ pub struct Clients {
 }
 
 impl Clients {
-    pub fn new(client: &Client, qps: f32, burst: i32, leadership: &Leadership) -> Self {
+    pub(crate) fn new(client: &Client, qps: f32, burst: i32, leadership: &Leadership) -> Self {
         let gated = |c: &Client| {
             limit(
                 c.clone(),
@@ -80,7 +80,7 @@ impl Clients {
 
 /// A client that sends through `client` within `qps`/`burst` (no rate limit when `qps <= 0`, as
 /// client-go), [`MAX_IN_FLIGHT`] and [`REQUEST_TIMEOUT`].
-pub fn limited(client: Client, qps: f32, burst: i32) -> Client {
+pub(crate) fn limited(client: Client, qps: f32, burst: i32) -> Client {
     limit(client, qps, burst, REQUEST_TIMEOUT, None)
 }
 

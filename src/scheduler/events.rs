@@ -20,9 +20,9 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 /// `PodScheduled=False` reason for pods no node fits.
-pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
+pub(crate) const REASON_UNSCHEDULABLE: &str = "Unschedulable";
 /// `PodScheduled=False` reason for internal errors.
-pub const REASON_SCHEDULER_ERROR: &str = "SchedulerError";
+pub(crate) const REASON_SCHEDULER_ERROR: &str = "SchedulerError";
 
 /// How long an event can be continued as a series (client-go's events broadcaster: 6 minutes).
 const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
@@ -41,7 +41,7 @@ const EVENT_WRITES_IN_FLIGHT: usize = 16;
 /// [`EventQueue`], so a binding cycle never waits for one; the condition update goes through the
 /// scheduler's API client.
 #[derive(Clone)]
-pub struct PodReporter {
+pub(crate) struct PodReporter {
     client: Client,
     events: EventQueue,
     controller: Arc<str>,
@@ -51,10 +51,10 @@ pub struct PodReporter {
 /// the same); the task ends when [`EventFlusher::flush`] is called or the last clone of the queue
 /// is dropped.
 #[derive(Clone)]
-pub struct EventQueue(mpsc::Sender<PendingEvent>);
+pub(crate) struct EventQueue(mpsc::Sender<PendingEvent>);
 
 /// Ends the writer after it has written what is queued.
-pub struct EventFlusher {
+pub(crate) struct EventFlusher {
     close: tokio::sync::oneshot::Sender<()>,
     queued: mpsc::Sender<PendingEvent>,
     writer: tokio::task::JoinHandle<()>,
@@ -63,7 +63,7 @@ pub struct EventFlusher {
 impl EventFlusher {
     /// Takes no more events and waits up to `within` for the queued ones to be written (on SIGTERM,
     /// within the grace period); how many were left unwritten.
-    pub async fn flush(self, within: Duration) -> usize {
+    pub(crate) async fn flush(self, within: Duration) -> usize {
         let _ = self.close.send(());
         let queued = self.queued.max_capacity() - self.queued.capacity();
         if queued > 0 {
@@ -157,7 +157,7 @@ fn series_key(controller: &str, reference: &ObjectReference, reason: &str, actio
 
 impl EventQueue {
     /// Spawns the writer; `events_client` writes, `instance` is the reporting instance.
-    pub fn start(events_client: Client, instance: &str) -> (Self, EventFlusher) {
+    pub(crate) fn start(events_client: Client, instance: &str) -> (Self, EventFlusher) {
         let (events, mut queue) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
         let (close, mut closing) = tokio::sync::oneshot::channel::<()>();
         let writer = Arc::new(EventWriter {
@@ -193,7 +193,7 @@ impl EventQueue {
 
 impl PodReporter {
     /// `client` updates pod status; events of `scheduler_name` go to `events`.
-    pub fn new(client: Client, events: EventQueue, scheduler_name: &str) -> Self {
+    pub(crate) fn new(client: Client, events: EventQueue, scheduler_name: &str) -> Self {
         Self {
             client,
             events,
@@ -223,7 +223,7 @@ impl PodReporter {
     }
 
     /// `Scheduled`: "Successfully assigned ns/name to node".
-    pub fn scheduled(&self, pod: &Pod, node: &str) {
+    pub(crate) fn scheduled(&self, pod: &Pod, node: &str) {
         let note = format!(
             "Successfully assigned {}/{} to {node}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -235,7 +235,7 @@ impl PodReporter {
     /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
     /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
     /// when preemption chose one. A pod that already shows all of it is not patched again.
-    pub async fn failed(
+    pub(crate) async fn failed(
         &self,
         pod: &Pod,
         reason: &str,
@@ -259,7 +259,7 @@ impl PodReporter {
 
     /// Writes `node` to status.nominatedNodeName (unless the pod already shows it): upstream 1.36
     /// does so before binding when PreBind will act or Permit waits (NominatedNodeNameForExpectation).
-    pub async fn nominate(&self, pod: &Pod, node: &str) {
+    pub(crate) async fn nominate(&self, pod: &Pod, node: &str) {
         let current = pod
             .status
             .as_ref()

@@ -27,7 +27,7 @@ use crate::framework::runtime::ProfileSpec;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView};
 
 /// Upstream's `DefaultExtenderTimeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An extender that cannot be set up (its TLS material).
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +52,7 @@ impl Drop for RequestRuntime {
 }
 
 /// One configured extender.
-pub struct HttpExtender {
+pub(crate) struct HttpExtender {
     url_prefix: String,
     filter_verb: String,
     prioritize_verb: String,
@@ -78,7 +78,7 @@ impl std::fmt::Debug for HttpExtender {
 
 /// The configuration's extenders, non-ignorable ones first (upstream puts ignorable extenders at
 /// the tail).
-pub fn build_extenders(
+pub(crate) fn build_extenders(
     configs: &[ExtenderConfig],
 ) -> Result<Vec<Arc<dyn Extender>>, ExtenderSetupError> {
     if configs.is_empty() {
@@ -115,7 +115,7 @@ pub fn build_extenders(
 
 /// Resources an extender manages with `ignoredByScheduler` are left to it: NodeResourcesFit's
 /// `ignoredResources` becomes their list in every profile (as upstream overrides it).
-pub fn ignore_managed_resources(spec: &mut ProfileSpec, configs: &[ExtenderConfig]) {
+pub(crate) fn ignore_managed_resources(spec: &mut ProfileSpec, configs: &[ExtenderConfig]) {
     let ignored: Vec<&str> = configs
         .iter()
         .flat_map(|c| &c.managed_resources)

@@ -24,7 +24,7 @@ use crate::serving::tls::{TlsArgs, TlsError};
 use crate::serving::{self, Serving, pprof};
 
 /// What the endpoints report.
-pub struct HttpState {
+pub(crate) struct HttpState {
     /// Set once the informer caches have synced.
     pub ready: AtomicBool,
     pub metrics: Arc<Metrics>,
@@ -39,7 +39,7 @@ pub struct HttpState {
 }
 
 impl HttpState {
-    pub fn new(
+    pub(crate) fn new(
         metrics: Arc<Metrics>,
         configz: String,
         leader: Option<LeaderHealth>,
@@ -78,7 +78,7 @@ pub enum HttpError {
 }
 
 /// Binds `addr` and serves until `shutdown` fires. Returns the bound address (useful with port 0).
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     endpoint: &Endpoint,
     state: Arc<HttpState>,
@@ -183,7 +183,7 @@ impl Routes {
 
 /// What kube-scheduler serves when profiling is on: `/debug/pprof/...`, and `/debug/flags/v`
 /// to change the log verbosity of the running process.
-pub async fn debugging(req: Request<Incoming>) -> Response<Full<Bytes>> {
+pub(crate) async fn debugging(req: Request<Incoming>) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/debug/flags" | "/debug/flags/" => serving::text(
             StatusCode::OK,

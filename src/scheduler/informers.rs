@@ -33,7 +33,7 @@ use crate::framework::types::{
 };
 
 /// `ns/name`, the key the cache and the queue use.
-pub fn pod_key(pod: &Pod) -> String {
+pub(crate) fn pod_key(pod: &Pod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -60,7 +60,7 @@ fn scheduler_name(pod: &Pod) -> &str {
 /// the queue as the cluster event it is (upstream's `eventhandlers.go`): an assigned pod added,
 /// updated or deleted moves the pool's pods its rejecting plugins' hints say it may help; a
 /// pending pod's own update is checked against its rejecting plugins.
-pub struct PodHandler {
+pub(crate) struct PodHandler {
     pub cache: Arc<Cache>,
     pub queue: Arc<SchedulingQueue>,
     pub profiles: HashSet<String>,
@@ -76,7 +76,11 @@ enum KnownPod {
 }
 
 impl PodHandler {
-    pub fn new(cache: Arc<Cache>, queue: Arc<SchedulingQueue>, profiles: HashSet<String>) -> Self {
+    pub(crate) fn new(
+        cache: Arc<Cache>,
+        queue: Arc<SchedulingQueue>,
+        profiles: HashSet<String>,
+    ) -> Self {
         Self {
             cache,
             queue,
@@ -85,7 +89,7 @@ impl PodHandler {
         }
     }
 
-    pub fn apply(&mut self, mut pod: Pod) {
+    pub(crate) fn apply(&mut self, mut pod: Pod) {
         let key = pod_key(&pod);
         let node = node_name(&pod).to_string();
         if !node.is_empty() {
@@ -186,7 +190,7 @@ impl PodHandler {
         );
     }
 
-    pub fn delete(&mut self, key: &str) {
+    pub(crate) fn delete(&mut self, key: &str) {
         let start = Instant::now();
         match self.known.remove(key) {
             None | Some(KnownPod::Pending(None)) => {}
@@ -234,7 +238,11 @@ where
 
 /// Watches pods that are not finished (as upstream: `status.phase!=Succeeded,status.phase!=Failed`;
 /// a pod that finishes leaves the watch as a deletion). Sets `synced` after the first list.
-pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::Sender<bool>) {
+pub(crate) async fn watch_pods(
+    client: Client,
+    mut handler: PodHandler,
+    synced: watch::Sender<bool>,
+) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
     let mut stream = informer(api, config);
@@ -264,7 +272,7 @@ pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::
 
 /// Watches nodes into the cache; each addition, change (as the specific kinds of change it is) and
 /// deletion is a cluster event for the queue.
-pub async fn watch_nodes(
+pub(crate) async fn watch_nodes(
     client: Client,
     cache: Arc<Cache>,
     queue: Arc<SchedulingQueue>,
@@ -506,7 +514,7 @@ async fn watch_store_with<K, S>(
 }
 
 /// Starts a watcher per informer kind; each returned receiver turns true once its first list is in.
-pub fn start_informers(
+pub(crate) fn start_informers(
     client: &Client,
     informers: &std::collections::BTreeSet<Informer>,
     listers: &Arc<Listers>,

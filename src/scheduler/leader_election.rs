@@ -1,4 +1,4 @@
 //! The scheduler's leader election is the crate's [`crate::leader_election`], shared with the
 //! operator.
 
-pub use crate::leader_election::*;
+pub(crate) use crate::leader_election::*;

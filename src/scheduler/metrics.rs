@@ -9,7 +9,6 @@
 //! the handles of [`FrameworkMetrics`], registered here. Families marked "queue" are defined but
 //! recorded by the queue (issue 18 part 1): until then they expose no samples.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -23,13 +22,10 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-pub use crate::framework::metrics::{
-    ExtensionPointLabels, FrameworkMetrics, Histograms, PluginLabels, ResultLabels,
-};
 use crate::framework::metrics::{
-    go_exponential_buckets, latency_histogram, long_histogram, plugin_histogram,
+    FrameworkMetrics, Histograms, go_exponential_buckets, latency_histogram, long_histogram,
+    plugin_histogram,
 };
-use crate::framework::plugins::network_traffic::refresher::Telemetry as NetworkTrafficTelemetry;
 use crate::framework::registry::{PluginMetric, PluginMetrics};
 use crate::serving::register;
 
@@ -50,11 +46,6 @@ pub struct QueueLabels {
 pub struct IncomingLabels {
     pub queue: String,
     pub event: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProfileLabels {
-    pub profile: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -80,11 +71,6 @@ pub struct Metrics {
     pub scheduling_attempt_duration: Histograms<AttemptLabels>,
     pub scheduling_algorithm_duration: Histogram,
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
-    /// Failed Prometheus queries of NetworkTraffic's refresher, per profile (scheduling goes on;
-    /// nodes score the same once the data is stale).
-    pub network_traffic_query_errors: Family<ProfileLabels, Counter>,
-    /// Age of the data NetworkTraffic scores with, per profile (+Inf before the first answer).
-    pub network_traffic_data_age: Family<ProfileLabels, Gauge<f64, AtomicU64>>,
     /// What the framework and its plugins record.
     pub framework: Arc<FrameworkMetrics>,
     /// End to end, from a pod's first attempt to its binding, by the attempts it took.
@@ -186,7 +172,8 @@ impl QueueMetrics {
     }
 }
 
-/// Where the scheduler puts its plugins' metrics; encoded at each scrape.
+/// Where the scheduler puts its plugins' metrics (the families their registrations declare, one
+/// series per profile); encoded at each scrape.
 #[derive(Clone, Debug, Default)]
 struct PluginMetricsSlot(Arc<RwLock<Option<Arc<PluginMetrics>>>>);
 
@@ -197,13 +184,15 @@ impl Collector for PluginMetricsSlot {
         };
         for (d, metric) in plugins.families() {
             match metric {
-                PluginMetric::Counter(c) => {
-                    let m = encoder.encode_descriptor(d.name, d.help, None, c.metric_type())?;
-                    c.encode(m)?;
+                PluginMetric::Counter(family) => {
+                    let m =
+                        encoder.encode_descriptor(d.name, d.help, None, family.metric_type())?;
+                    family.encode(m)?;
                 }
-                PluginMetric::Gauge(g) => {
-                    let m = encoder.encode_descriptor(d.name, d.help, None, g.metric_type())?;
-                    g.encode(m)?;
+                PluginMetric::Gauge(family) => {
+                    let m =
+                        encoder.encode_descriptor(d.name, d.help, None, family.metric_type())?;
+                    family.encode(m)?;
                 }
             }
         }
@@ -265,18 +254,6 @@ impl Metrics {
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
                 Family::default(),
             ),
-            network_traffic_query_errors: register(
-                r,
-                "ksched_network_traffic_query_errors",
-                "Prometheus queries of the NetworkTraffic plugin's refresher that failed or timed out",
-                Family::default(),
-            ),
-            network_traffic_data_age: register(
-                r,
-                "ksched_network_traffic_data_age_seconds",
-                "Age of the measurements the NetworkTraffic plugin scores with (+Inf before the first answer); older than three refresh periods, every node scores the same",
-                Family::default(),
-            ),
             pod_scheduling_sli_duration: register(
                 r,
                 "scheduler_pod_scheduling_sli_duration_seconds",
@@ -320,23 +297,6 @@ impl Metrics {
     /// scheduler that ran before with these metrics).
     pub fn set_plugin_metrics(&self, plugins: Arc<PluginMetrics>) {
         *self.plugins.0.write() = Some(plugins);
-    }
-
-    /// Follows NetworkTraffic's refreshers (their counts live with the plugin).
-    pub fn observe_network_traffic(&self, telemetry: &NetworkTrafficTelemetry) {
-        for (profile, t) in telemetry.profiles() {
-            let labels = ProfileLabels { profile };
-            let errors = self.network_traffic_query_errors.get_or_create(&labels);
-            if t.query_errors > errors.get() {
-                errors.inc_by(t.query_errors - errors.get());
-            }
-            let age = t
-                .refreshed_at
-                .map_or(f64::INFINITY, |at| at.elapsed().as_secs_f64());
-            self.network_traffic_data_age
-                .get_or_create(&labels)
-                .set(age);
-        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -396,7 +356,7 @@ fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
 
 /// Registers the process's metrics (`process_*`) and the API clients' (`rest_client_*`) in
 /// `registry`: once per process (the scheduler's registry, or the operator's).
-pub fn register_process_metrics(registry: &mut Registry) {
+pub(crate) fn register_process_metrics(registry: &mut Registry) {
     registry.register_collector(Box::new(ProcessCollector));
     rest_client_metrics().register(registry);
 }
@@ -407,7 +367,7 @@ struct ProcessCollector;
 
 /// What `/proc/self` says about this process.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     pub cpu_seconds: f64,
     pub resident_bytes: i64,
     pub virtual_bytes: i64,
@@ -419,7 +379,12 @@ pub struct ProcessStats {
 }
 
 /// Parses `/proc/self/stat` (`stat`), with the clock tick and page size, and the boot time.
-pub fn parse_stat(stat: &str, ticks: f64, page: i64, boot_time: f64) -> Option<ProcessStats> {
+pub(crate) fn parse_stat(
+    stat: &str,
+    ticks: f64,
+    page: i64,
+    boot_time: f64,
+) -> Option<ProcessStats> {
     // Fields after the command name, which is in parentheses and may hold anything.
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -449,7 +414,7 @@ fn boot_time() -> Option<f64> {
 }
 
 /// `Max open files` and `Max address space` of `/proc/self/limits` (the soft limits).
-pub fn parse_limits(limits: &str) -> (i64, f64) {
+pub(crate) fn parse_limits(limits: &str) -> (i64, f64) {
     let soft = |prefix: &str| {
         limits
             .lines()
@@ -560,14 +525,14 @@ impl Collector for ProcessCollector {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     pub code: String,
     pub method: String,
     pub host: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerbHostLabels {
+pub(crate) struct VerbHostLabels {
     pub verb: String,
     pub host: String,
 }
@@ -588,7 +553,7 @@ fn size_histogram() -> Histogram {
 /// client-go's request metrics, for every API client of the process (client-go registers them
 /// once per process too).
 #[derive(Clone, Debug)]
-pub struct RestClientMetrics {
+pub(crate) struct RestClientMetrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_duration: Histograms<VerbHostLabels>,
     pub rate_limiter_duration: Histograms<VerbHostLabels>,
@@ -636,7 +601,7 @@ impl RestClientMetrics {
     }
 
     /// Records one request that got an answer with `code` (or `<error>`) after `took`.
-    pub fn observe(
+    pub(crate) fn observe(
         &self,
         method: &str,
         code: &str,
@@ -666,7 +631,7 @@ impl RestClientMetrics {
         }
     }
 
-    pub fn observe_rate_limiter(&self, method: &str, waited: Duration) {
+    pub(crate) fn observe_rate_limiter(&self, method: &str, waited: Duration) {
         let verb = VerbHostLabels {
             verb: method.to_string(),
             host: api_host().to_string(),
@@ -681,13 +646,13 @@ static REST_CLIENT: OnceLock<RestClientMetrics> = OnceLock::new();
 static API_HOST: OnceLock<String> = OnceLock::new();
 
 /// The process's API client metrics.
-pub fn rest_client_metrics() -> &'static RestClientMetrics {
+pub(crate) fn rest_client_metrics() -> &'static RestClientMetrics {
     REST_CLIENT.get_or_init(RestClientMetrics::new)
 }
 
 /// Records the API server's `host:port` for the `host` label (set once, where the client is
 /// built from its kubeconfig).
-pub fn set_api_host(url: &http::Uri) {
+pub(crate) fn set_api_host(url: &http::Uri) {
     let host = url.authority().map(|a| a.to_string()).unwrap_or_default();
     let _ = API_HOST.set(host);
 }
@@ -699,23 +664,54 @@ fn api_host() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::metrics::ExtensionPointLabels;
+    use crate::framework::plugins::network_traffic::refresher::{
+        Latest, Measurements, Refresher, RefresherMetrics,
+    };
+    use crate::framework::plugins::network_traffic::{self, MetricsSource, Sample};
 
-    #[test]
-    fn network_traffic_data_age_and_query_errors_per_profile() {
+    /// A Prometheus that never answers.
+    struct Unreachable;
+
+    #[async_trait::async_trait]
+    impl MetricsSource for Unreachable {
+        async fn query(&self, _: &str, _: Duration) -> Result<Vec<Sample>, String> {
+            Err("connection refused".into())
+        }
+    }
+
+    #[tokio::test]
+    async fn network_traffic_data_age_and_query_errors_per_profile() {
         let m = Metrics::new();
-        let t = NetworkTrafficTelemetry::default();
-        t.register("fresh");
-        t.register("never");
+        let plugins = Arc::new(PluginMetrics::default());
+        plugins.declare(network_traffic::METRICS);
+        m.set_plugin_metrics(plugins.clone());
+        // Two profiles' refreshers, with the series NetworkTraffic's factory takes.
+        let refresher = |profile: &str, latest: Latest| {
+            let metrics = RefresherMetrics {
+                query_errors: plugins.counter(network_traffic::QUERY_ERRORS_METRIC, profile),
+                data_age: plugins.gauge(network_traffic::DATA_AGE_METRIC, profile),
+            };
+            Refresher::new(
+                Arc::new(Unreachable),
+                String::new(),
+                Duration::from_secs(5),
+                latest,
+                metrics,
+            )
+        };
         let ten_seconds_ago = std::time::Instant::now()
             .checked_sub(Duration::from_secs(10))
             .unwrap_or_else(std::time::Instant::now);
-        t.refreshed("fresh", ten_seconds_ago);
-        t.query_failed("fresh");
-        t.query_failed("never");
-        t.query_failed("never");
-        m.observe_network_traffic(&t);
-        // Counted once, however often it is observed.
-        m.observe_network_traffic(&t);
+        let answered = Measurements {
+            at: ten_seconds_ago,
+            bytes: Default::default(),
+        };
+        let fresh = refresher("fresh", Arc::new(RwLock::new(Some(Arc::new(answered)))));
+        let never = refresher("never", Latest::default());
+        fresh.refresh().await;
+        never.refresh().await;
+        never.refresh().await;
         let text = m.encode();
         assert!(
             text.contains(r#"ksched_network_traffic_query_errors_total{profile="fresh"} 1"#),

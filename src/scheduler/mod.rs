@@ -1,19 +1,19 @@
 //! The scheduler process around the framework core: informers and cache, queue, scheduling and
 //! binding cycles, events, leader election, HTTPS endpoints.
 
-pub mod api;
-pub mod cache;
-pub mod client;
+pub(crate) mod api;
+pub(crate) mod cache;
+pub(crate) mod client;
 pub mod command;
-pub mod events;
-pub mod extender;
-pub mod features;
-pub mod http;
-pub mod informers;
-pub mod leader_election;
-pub mod metrics;
-pub mod queue;
+pub(crate) mod events;
+pub(crate) mod extender;
+pub(crate) mod features;
+pub(crate) mod http;
+pub(crate) mod informers;
+pub(crate) mod leader_election;
+pub(crate) mod metrics;
+pub(crate) mod queue;
 pub mod run;
-pub mod trim;
+pub(crate) mod trim;
 
 pub use run::{SchedulerError, SchedulerOptions, run};

@@ -465,8 +465,7 @@ impl Scheduler {
         }
     }
 
-    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, the cache-size gauge,
-    /// NetworkTraffic's data age.
+    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, the cache-size gauge.
     async fn housekeeping(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -494,8 +493,6 @@ impl Scheduler {
                     })
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
-            self.metrics
-                .observe_network_traffic(&self.handle.listers.plugin_state.get_or_default());
         }
     }
 

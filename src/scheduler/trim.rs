@@ -16,7 +16,7 @@ use crate::framework::types::AssignedPod;
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Drops the bookkeeping every kind carries that no plugin reads.
-pub fn trim_metadata<K: Resource>(obj: &mut K) {
+pub(crate) fn trim_metadata<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
@@ -25,7 +25,7 @@ pub fn trim_metadata<K: Resource>(obj: &mut K) {
 }
 
 /// Keeps of a pod what the scheduler's plugins and queue read.
-pub fn trim_pod(pod: &mut Pod) {
+pub(crate) fn trim_pod(pod: &mut Pod) {
     trim_metadata(pod);
     if let Some(spec) = pod.spec.as_mut() {
         for c in spec
@@ -56,7 +56,7 @@ pub fn trim_pod(pod: &mut Pod) {
 /// What is kept of a pod bound to a node: an [`AssignedPod`] (identity, labels, pod
 /// (anti-)affinity, the volumes that matter for scheduling, priority, start time, what it requests),
 /// a few hundred bytes instead of the whole `Pod`.
-pub fn assigned_pod(mut pod: Pod) -> AssignedPod {
+pub(crate) fn assigned_pod(mut pod: Pod) -> AssignedPod {
     trim_metadata(&mut pod);
     if let Some(volumes) = pod.spec.as_mut().and_then(|s| s.volumes.as_mut()) {
         volumes.retain(volume_matters_for_scheduling);

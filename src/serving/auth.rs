@@ -39,7 +39,7 @@ use tracing::{debug, info, warn};
 use crate::config::GoDuration;
 
 /// The ConfigMap kube-apiserver publishes its client CA and front-proxy settings in.
-pub const AUTHENTICATION_CONFIGMAP: (&str, &str) =
+pub(crate) const AUTHENTICATION_CONFIGMAP: (&str, &str) =
     ("kube-system", "extension-apiserver-authentication");
 /// Requests to the API server for a review are bounded by this (upstream's 10 s).
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -136,20 +136,20 @@ pub enum AuthSetupError {
 
 /// Who made a request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct User {
+pub(crate) struct User {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
-pub const ANONYMOUS: &str = "system:anonymous";
-pub const UNAUTHENTICATED: &str = "system:unauthenticated";
-pub const AUTHENTICATED: &str = "system:authenticated";
-pub const MASTERS: &str = "system:masters";
+pub(crate) const ANONYMOUS: &str = "system:anonymous";
+pub(crate) const UNAUTHENTICATED: &str = "system:unauthenticated";
+pub(crate) const AUTHENTICATED: &str = "system:authenticated";
+pub(crate) const MASTERS: &str = "system:masters";
 
 impl User {
-    pub fn anonymous() -> Self {
+    pub(crate) fn anonymous() -> Self {
         User {
             name: ANONYMOUS.into(),
             uid: String::new(),
@@ -183,7 +183,7 @@ impl User {
 
 /// The parts of a request authentication and authorization read.
 #[derive(Debug, Clone, Default)]
-pub struct RequestInfo<'a> {
+pub(crate) struct RequestInfo<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub headers: Option<&'a http::HeaderMap>,
@@ -210,7 +210,7 @@ impl RequestInfo<'_> {
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// 401: credentials were given and did not check out.
     Unauthorized(String),
     /// 403: the user may not do this.
@@ -221,12 +221,12 @@ pub enum Refusal {
 
 /// A set of trust anchors, from PEM.
 #[derive(Debug, Clone)]
-pub struct CaBundle {
+pub(crate) struct CaBundle {
     anchors: Vec<rustls::pki_types::TrustAnchor<'static>>,
 }
 
 impl CaBundle {
-    pub fn from_pem(pem: &[u8]) -> Result<Self, String> {
+    pub(crate) fn from_pem(pem: &[u8]) -> Result<Self, String> {
         let mut anchors = Vec::new();
         for cert in CertificateDer::pem_slice_iter(pem) {
             let cert = cert.map_err(|e| e.to_string())?;
@@ -272,7 +272,7 @@ impl CaBundle {
 
 /// The front proxy's settings (`--requestheader-*` or the ConfigMap's `requestheader-*`).
 #[derive(Debug, Clone)]
-pub struct RequestHeaderConfig {
+pub(crate) struct RequestHeaderConfig {
     pub ca: CaBundle,
     pub allowed_names: Vec<String>,
     pub username_headers: Vec<String>,
@@ -476,7 +476,7 @@ struct Dynamic {
 }
 
 /// Authenticates requests as kube-scheduler's delegating authenticator does.
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     tokens: Option<TokenReviewer>,
     /// From files (fixed) or the ConfigMap (updated by its watch).
     current: RwLock<Dynamic>,
@@ -484,7 +484,7 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Who sent `req`: a user, anonymous, or refused (401).
-    pub async fn authenticate(&self, req: &RequestInfo<'_>) -> Result<User, Refusal> {
+    pub(crate) async fn authenticate(&self, req: &RequestInfo<'_>) -> Result<User, Refusal> {
         let mut errors = Vec::new();
         let (client_ca, request_header) = {
             let current = self.current.read();
@@ -649,14 +649,19 @@ impl AccessReviewer {
 }
 
 /// Authorizes requests as kube-scheduler's delegating authorizer does.
-pub struct Authorizer {
+pub(crate) struct Authorizer {
     always_allow: Vec<PathRule>,
     privileged_groups: Vec<String>,
     reviews: Option<AccessReviewer>,
 }
 
 impl Authorizer {
-    pub async fn authorize(&self, user: &User, method: &str, path: &str) -> Result<(), Refusal> {
+    pub(crate) async fn authorize(
+        &self,
+        user: &User,
+        method: &str,
+        path: &str,
+    ) -> Result<(), Refusal> {
         if user
             .groups
             .iter()
@@ -689,14 +694,14 @@ impl Authorizer {
 }
 
 /// Authentication and authorization of one endpoint.
-pub struct Guard {
+pub(crate) struct Guard {
     pub authenticator: Arc<Authenticator>,
     pub authorizer: Authorizer,
 }
 
 impl Guard {
     /// Checks one request: Ok to serve it, or the refusal to answer with.
-    pub async fn check(&self, req: &RequestInfo<'_>) -> Result<User, Refusal> {
+    pub(crate) async fn check(&self, req: &RequestInfo<'_>) -> Result<User, Refusal> {
         let user = self.authenticator.authenticate(req).await?;
         self.authorizer
             .authorize(&user, req.method, req.path)
@@ -737,7 +742,7 @@ async fn review_client(
 /// Builds the guard of an endpoint from the flags: reads the CA files, looks the ConfigMap up
 /// once (failing or warning as `--authentication-tolerate-lookup-failure` says) and returns the
 /// task that keeps it up to date, if any.
-pub async fn guard(
+pub(crate) async fn guard(
     authn: &AuthenticationArgs,
     authz: &AuthorizationArgs,
 ) -> Result<(Guard, Option<tokio::task::JoinHandle<()>>), AuthSetupError> {

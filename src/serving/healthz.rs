@@ -10,23 +10,23 @@ use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
 
 /// One check: Ok, or why not.
-pub type CheckFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+pub(crate) type CheckFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// The checks of one path (`healthz`, `livez` or `readyz`).
 #[derive(Clone)]
-pub struct HealthChecks {
+pub(crate) struct HealthChecks {
     name: &'static str,
     checks: Vec<(&'static str, CheckFn)>,
 }
 
 /// upstream's `ping` check: the process answers.
-pub fn ping() -> (&'static str, CheckFn) {
+pub(crate) fn ping() -> (&'static str, CheckFn) {
     ("ping", Arc::new(|| Ok(())))
 }
 
 impl HealthChecks {
     /// `checks` of `/<name>`; with none, the `ping` check alone, as upstream.
-    pub fn new(name: &'static str, checks: Vec<(&'static str, CheckFn)>) -> Self {
+    pub(crate) fn new(name: &'static str, checks: Vec<(&'static str, CheckFn)>) -> Self {
         let checks = if checks.is_empty() {
             vec![ping()]
         } else {
@@ -36,7 +36,7 @@ impl HealthChecks {
     }
 
     /// The answer for `path` (`/<name>` or `/<name>/<check>`), or `None` when it is not ours.
-    pub fn answer(&self, path: &str, query: Option<&str>) -> Option<Response<Full<Bytes>>> {
+    pub(crate) fn answer(&self, path: &str, query: Option<&str>) -> Option<Response<Full<Bytes>>> {
         let rest = path.strip_prefix('/')?.strip_prefix(self.name)?;
         if rest.is_empty() || rest == "/" {
             return Some(self.root(query));

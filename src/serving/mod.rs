@@ -4,10 +4,10 @@
 //! authorization ([`auth`]), health checks ([`healthz`]), CPU profiles ([`pprof`]) and the
 //! response helpers they share. Each process has its own routes.
 
-pub mod auth;
-pub mod healthz;
-pub mod pprof;
-pub mod tls;
+pub(crate) mod auth;
+pub(crate) mod healthz;
+pub(crate) mod pprof;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,11 +30,11 @@ use auth::{Guard, Refusal, RequestInfo};
 use tls::Http2Options;
 
 /// Answers one request (authorized already, when the endpoint has a guard).
-pub type Handler =
+pub(crate) type Handler =
     Arc<dyn Fn(Request<Incoming>) -> BoxFuture<'static, Response<Full<Bytes>>> + Send + Sync>;
 
 /// A handler that answers from in-memory state, without awaiting anything.
-pub fn sync_handler<F>(f: F) -> Handler
+pub(crate) fn sync_handler<F>(f: F) -> Handler
 where
     F: Fn(&Request<Incoming>) -> Response<Full<Bytes>> + Send + Sync + 'static,
 {
@@ -46,7 +46,7 @@ where
 
 /// How an endpoint serves: TLS (with its HTTP/2 settings) and the guard in front of its routes.
 #[derive(Clone, Default)]
-pub struct Serving {
+pub(crate) struct Serving {
     pub tls: Option<TlsAcceptor>,
     pub http2: Http2Options,
     pub guard: Option<Arc<Guard>>,
@@ -61,13 +61,13 @@ pub struct BindError {
 }
 
 /// Binds `addr`; returns the listener and the bound address (useful with port 0).
-pub async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BindError> {
+pub(crate) async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BindError> {
     bind_with(addr, false, false).await
 }
 
 /// [`bind`] with `SO_REUSEPORT` (`--permit-port-sharing`) and `SO_REUSEADDR`
 /// (`--permit-address-sharing`).
-pub async fn bind_with(
+pub(crate) async fn bind_with(
     addr: SocketAddr,
     reuse_port: bool,
     reuse_address: bool,
@@ -92,7 +92,7 @@ pub async fn bind_with(
 }
 
 /// Serves `handler` on `listener` as `serving` says until `shutdown` changes.
-pub fn spawn(
+pub(crate) fn spawn(
     listener: TcpListener,
     serving: Serving,
     handler: Handler,
@@ -176,7 +176,7 @@ async fn serve_connection<S>(
 }
 
 /// The `Status` kube-apiserver's libraries answer a refused request with.
-pub fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
+pub(crate) fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
     let (code, reason, message) = match refusal {
         Refusal::Unauthorized(why) => {
             debug!(%why, "unauthorized request");
@@ -216,14 +216,14 @@ pub fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
 }
 
 /// A plain-text response.
-pub fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+pub(crate) fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
     *resp.status_mut() = status;
     resp
 }
 
 /// A response of `content_type`.
-pub fn typed(body: &str, content_type: &'static str) -> Response<Full<Bytes>> {
+pub(crate) fn typed(body: &str, content_type: &'static str) -> Response<Full<Bytes>> {
     let mut resp = text(StatusCode::OK, body);
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -234,7 +234,7 @@ pub fn typed(body: &str, content_type: &'static str) -> Response<Full<Bytes>> {
 
 /// The exposition `body` (OpenMetrics text, what prometheus-client writes: counter families are
 /// named without `_total`, and it ends with `# EOF`).
-pub fn metrics(body: &str) -> Response<Full<Bytes>> {
+pub(crate) fn metrics(body: &str) -> Response<Full<Bytes>> {
     typed(
         body,
         "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -242,13 +242,13 @@ pub fn metrics(body: &str) -> Response<Full<Bytes>> {
 }
 
 /// `404 page not found`, as the Go servers answer.
-pub fn not_found() -> Response<Full<Bytes>> {
+pub(crate) fn not_found() -> Response<Full<Bytes>> {
     text(StatusCode::NOT_FOUND, "404 page not found")
 }
 
 /// Registers `metric` as `name` (prometheus-client appends `_total` to counters) and returns it:
 /// the caller keeps a handle sharing its values.
-pub fn register<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+pub(crate) fn register<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
 where
     M: prometheus_client::registry::Metric + Clone,
 {
@@ -257,7 +257,7 @@ where
 }
 
 /// The Prometheus text exposition of every metric in `registry`.
-pub fn encode(registry: &Registry) -> String {
+pub(crate) fn encode(registry: &Registry) -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
@@ -285,7 +285,7 @@ fn in_family(metric: &str, family: &str) -> bool {
 }
 
 /// `exposition` without the families of `disabled` (`--disabled-metrics`).
-pub fn without_families(exposition: &str, disabled: &[String]) -> String {
+pub(crate) fn without_families(exposition: &str, disabled: &[String]) -> String {
     if disabled.is_empty() {
         return exposition.to_string();
     }
@@ -304,7 +304,7 @@ pub fn without_families(exposition: &str, disabled: &[String]) -> String {
 /// Several expositions as one: each family's metadata once and all its samples, one `# EOF`.
 /// Samples of a part with a label get it added (`profile="P"` for an Embedded scheduler's) unless
 /// they carry that label already.
-pub fn merge_expositions(parts: &[(Option<(&str, &str)>, String)]) -> String {
+pub(crate) fn merge_expositions(parts: &[(Option<(&str, &str)>, String)]) -> String {
     let mut order: Vec<String> = Vec::new();
     let mut families: std::collections::HashMap<String, (Vec<String>, Vec<String>)> =
         std::collections::HashMap::new();

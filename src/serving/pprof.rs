@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Go's default profile length.
-pub const DEFAULT_SECONDS: u64 = 30;
+pub(crate) const DEFAULT_SECONDS: u64 = 30;
 /// Sampling rate, as Go's.
 const FREQUENCY: i32 = 100;
 
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProfileError {
+pub(crate) enum ProfileError {
     /// Go answers the same, with 500.
     #[error("Could not enable CPU profiling: cpu profiling already in use")]
     Busy,
@@ -28,7 +28,7 @@ pub enum ProfileError {
 }
 
 /// `seconds` of the `seconds` query parameter (Go's default 30), or the error to answer 400 with.
-pub fn seconds(query: Option<&str>) -> Result<u64, String> {
+pub(crate) fn seconds(query: Option<&str>) -> Result<u64, String> {
     let Some(value) = query
         .unwrap_or("")
         .split('&')
@@ -45,7 +45,7 @@ pub fn seconds(query: Option<&str>) -> Result<u64, String> {
 }
 
 /// Profiles the whole process for `duration`; the profile as pprof protobuf bytes.
-pub async fn cpu_profile(duration: Duration) -> Result<Vec<u8>, ProfileError> {
+pub(crate) async fn cpu_profile(duration: Duration) -> Result<Vec<u8>, ProfileError> {
     if RUNNING.swap(true, Ordering::AcqRel) {
         return Err(ProfileError::Busy);
     }

@@ -306,7 +306,7 @@ impl ClientCertVerifier for RequestClientCert {
 }
 
 /// The TLS acceptor of an endpoint whose certificate pair is named `pair` (`kube-scheduler`).
-pub fn acceptor(args: &TlsArgs, pair: &str) -> Result<TlsAcceptor, TlsError> {
+pub(crate) fn acceptor(args: &TlsArgs, pair: &str) -> Result<TlsAcceptor, TlsError> {
     let (certs, key) = serving_certificate(args, pair)?;
     let provider = Arc::new(provider(args)?);
     let verifier = Arc::new(RequestClientCert {

@@ -19,7 +19,7 @@ const PAGE: u32 = 500;
 
 /// Why the cluster could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum LiveError {
+pub(crate) enum LiveError {
     #[error("kubeconfig {path}: {message}")]
     Kubeconfig { path: String, message: String },
     #[error(
@@ -42,7 +42,7 @@ fn is_not_found(e: &kube::Error) -> bool {
 }
 
 /// A client for `path` (read-only use: this module only lists).
-pub async fn client(path: &Path) -> Result<Client, LiveError> {
+pub(crate) async fn client(path: &Path) -> Result<Client, LiveError> {
     let err = |message: String| LiveError::Kubeconfig {
         path: path.display().to_string(),
         message,
@@ -117,7 +117,7 @@ where
 
 /// Reads nodes, pods and the other snapshot kinds; `needs` (the informers of the profile's plugins)
 /// are required. Returns the state and warnings about kinds left out.
-pub async fn read(
+pub(crate) async fn read(
     client: &Client,
     needs: &BTreeSet<Informer>,
 ) -> Result<(ClusterState, Vec<String>), LiveError> {

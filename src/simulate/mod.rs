@@ -13,7 +13,7 @@
 
 pub mod command;
 pub mod engine;
-pub mod live;
+pub(crate) mod live;
 pub mod profile;
-pub mod report;
+pub(crate) mod report;
 pub mod snapshot;

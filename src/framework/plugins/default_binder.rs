@@ -11,12 +11,12 @@ use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::{ApiHandle, PluginRegistration};
 use crate::framework::types::PodInfo;
 
-pub struct DefaultBinder {
+pub(crate) struct DefaultBinder {
     api: Arc<dyn ApiHandle>,
 }
 
 impl DefaultBinder {
-    pub fn new(api: Arc<dyn ApiHandle>) -> DefaultBinder {
+    pub(crate) fn new(api: Arc<dyn ApiHandle>) -> DefaultBinder {
         DefaultBinder { api }
     }
 }
@@ -34,7 +34,7 @@ impl BindPlugin for DefaultBinder {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(DefaultBinder::EXTENSION_POINTS, no_args, |_, handle| {
         Ok(Arc::new(DefaultBinder::new(handle.api.clone())))
     })

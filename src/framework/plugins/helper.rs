@@ -19,50 +19,61 @@ use crate::framework::types::{
     EventObject, HintError, PodInfo, PodObject, PodView, QueueingHint, objects,
 };
 
-/// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin named by a constant,
-/// returning itself from the accessor of every listed extension point, and gives the type an
-/// `EXTENSION_POINTS` constant with the same list (in that order) for its registration:
-/// `impl_plugin!(TaintToleration, names::TAINT_TOLERATION, [Filter, PreScore, Score]);`
+/// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin type: its name, and
+/// the accessor of every listed extension point returning the plugin itself (so the type must
+/// implement those traits, `ScorePlugin` for `Score` ...); `EnqueueExtensions` after the list
+/// when the plugin declares the events that requeue the pods it rejected. The type also gets an
+/// `EXTENSION_POINTS` constant with the listed points (in that order) for its registration:
+///
+/// ```ignore
+/// impl_plugin!(TaintToleration, "TaintToleration", [Filter, PreScore, Score], EnqueueExtensions);
+///
+/// PluginRegistration::new(TaintToleration::EXTENSION_POINTS, no_args, factory)
+/// ```
+///
+/// Out of tree it comes with `use ksched::prelude::*;`.
+#[macro_export]
 macro_rules! impl_plugin {
     ($ty:ty, $name:expr, [$($point:ident),+ $(,)?] $(, $extra:ident)* $(,)?) => {
-        impl $crate::framework::interface::Plugin for $ty {
+        impl $crate::prelude::Plugin for $ty {
             fn name(&self) -> &str {
                 $name
             }
-            $($crate::framework::plugins::helper::impl_plugin!(@as $point);)+
-            $($crate::framework::plugins::helper::impl_plugin!(@as $extra);)*
+            $($crate::impl_plugin!(@as $point);)+
+            $($crate::impl_plugin!(@as $extra);)*
         }
 
         impl $ty {
             /// The extension points this plugin implements, as it is registered.
-            pub const EXTENSION_POINTS: &'static [$crate::config::ExtensionPoint] =
-                &[$($crate::config::ExtensionPoint::$point),+];
+            #[allow(unreachable_pub)]
+            pub const EXTENSION_POINTS: &'static [$crate::prelude::ExtensionPoint] =
+                &[$($crate::prelude::ExtensionPoint::$point),+];
         }
     };
-    (@as PreEnqueue) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_enqueue PreEnqueuePlugin); };
-    (@as QueueSort) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_queue_sort QueueSortPlugin); };
-    (@as PreFilter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_filter PreFilterPlugin); };
-    (@as Filter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_filter FilterPlugin); };
-    (@as PostFilter) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_post_filter PostFilterPlugin); };
-    (@as PreScore) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_score PreScorePlugin); };
-    (@as Score) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_score ScorePlugin); };
-    (@as Reserve) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_reserve ReservePlugin); };
-    (@as Permit) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_permit PermitPlugin); };
-    (@as PreBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_bind PreBindPlugin); };
-    (@as Bind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_bind BindPlugin); };
-    (@as PostBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_post_bind PostBindPlugin); };
+    (@as PreEnqueue) => { $crate::impl_plugin!(@fn as_pre_enqueue PreEnqueuePlugin); };
+    (@as QueueSort) => { $crate::impl_plugin!(@fn as_queue_sort QueueSortPlugin); };
+    (@as PreFilter) => { $crate::impl_plugin!(@fn as_pre_filter PreFilterPlugin); };
+    (@as Filter) => { $crate::impl_plugin!(@fn as_filter FilterPlugin); };
+    (@as PostFilter) => { $crate::impl_plugin!(@fn as_post_filter PostFilterPlugin); };
+    (@as PreScore) => { $crate::impl_plugin!(@fn as_pre_score PreScorePlugin); };
+    (@as Score) => { $crate::impl_plugin!(@fn as_score ScorePlugin); };
+    (@as Reserve) => { $crate::impl_plugin!(@fn as_reserve ReservePlugin); };
+    (@as Permit) => { $crate::impl_plugin!(@fn as_permit PermitPlugin); };
+    (@as PreBind) => { $crate::impl_plugin!(@fn as_pre_bind PreBindPlugin); };
+    (@as Bind) => { $crate::impl_plugin!(@fn as_bind BindPlugin); };
+    (@as PostBind) => { $crate::impl_plugin!(@fn as_post_bind PostBindPlugin); };
     // Not an extension point: the plugin declares the events that requeue the pods it rejected.
-    (@as EnqueueExtensions) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_enqueue_extensions EnqueueExtensions); };
+    (@as EnqueueExtensions) => { $crate::impl_plugin!(@fn as_enqueue_extensions EnqueueExtensions); };
     (@fn $method:ident $trait:ident) => {
-        fn $method(&self) -> Option<&dyn $crate::framework::interface::$trait> {
+        fn $method(&self) -> Option<&dyn $crate::prelude::$trait> {
             Some(self)
         }
     };
 }
-pub(crate) use impl_plugin;
+pub(crate) use crate::impl_plugin;
 
 /// Queue when `may_help`, else QueueSkip: how every hint ends.
-pub fn queue_if(may_help: bool) -> QueueingHint {
+pub(crate) fn queue_if(may_help: bool) -> QueueingHint {
     if may_help {
         QueueingHint::Queue
     } else {
@@ -72,7 +83,7 @@ pub fn queue_if(may_help: bool) -> QueueingHint {
 
 /// The new object of a pod event when the event is `pod`'s own update (its uid), else `None`:
 /// what hints for the rejected pod's own changes look at.
-pub fn own_update<'a>(
+pub(crate) fn own_update<'a>(
     pod: &PodInfo,
     old: Option<&'a EventObject>,
     new: Option<&'a EventObject>,
@@ -84,13 +95,13 @@ pub fn own_update<'a>(
 }
 
 /// The RBAC rule of plugins that match namespace selectors against namespaces' labels.
-pub fn namespace_rules() -> Vec<PolicyRule> {
+pub(crate) fn namespace_rules() -> Vec<PolicyRule> {
     vec![policy_rule(&[""], &["namespaces"], &["list", "watch"])]
 }
 
 /// The RBAC rules of the volume plugins: read claims, volumes and the storage kinds; `bind`:
 /// also write claims and volumes (a claim's selected node, a volume's claimRef).
-pub fn volume_rules(bind: bool) -> Vec<PolicyRule> {
+pub(crate) fn volume_rules(bind: bool) -> Vec<PolicyRule> {
     let read = ["get", "list", "watch"];
     let claims_and_volumes: &[&str] = if bind {
         &["get", "list", "watch", "patch", "update"]
@@ -118,7 +129,7 @@ pub fn volume_rules(bind: bool) -> Vec<PolicyRule> {
 }
 
 /// The registration of a plugin without args or state: a default `P` for every profile.
-pub fn registration_without_args<P: Plugin + Default>(
+pub(crate) fn registration_without_args<P: Plugin + Default>(
     extension_points: &[ExtensionPoint],
 ) -> PluginRegistration {
     PluginRegistration::new(extension_points, no_args, |_, _| Ok(Arc::new(P::default())))
@@ -126,7 +137,7 @@ pub fn registration_without_args<P: Plugin + Default>(
 
 /// The registration of a plugin built by `new` from its typed args and the handle's listers, which
 /// watch `informers`.
-pub fn registration_with_listers<A: PluginArgs + 'static, P: Plugin>(
+pub(crate) fn registration_with_listers<A: PluginArgs + 'static, P: Plugin>(
     extension_points: &[ExtensionPoint],
     informers: &[Informer],
     new: impl Fn(A, Arc<Listers>) -> Result<P, String> + Send + Sync + 'static,
@@ -139,7 +150,7 @@ pub fn registration_with_listers<A: PluginArgs + 'static, P: Plugin>(
 
 /// A PreFilter extension's AddPod/RemovePod: applies `update` to the PreFilter state `T` stored
 /// under `key`, or returns `missing()` when PreFilter did not store one.
-pub fn update_pre_filter_state<T: Any + Send + Sync + Clone>(
+pub(crate) fn update_pre_filter_state<T: Any + Send + Sync + Clone>(
     state: &mut CycleState,
     key: &'static str,
     missing: impl FnOnce() -> Status,
@@ -156,7 +167,7 @@ pub fn update_pre_filter_state<T: Any + Send + Sync + Clone>(
 
 /// Whether `t` tolerates `taint` (upstream's `Toleration.ToleratesTaint`; the alpha Gt/Lt
 /// operators are off, as in upstream's default).
-pub fn toleration_tolerates_taint(t: &Toleration, taint: &Taint) -> bool {
+pub(crate) fn toleration_tolerates_taint(t: &Toleration, taint: &Taint) -> bool {
     if let Some(effect) = t.effect.as_deref()
         && !effect.is_empty()
         && effect != taint.effect
@@ -176,14 +187,14 @@ pub fn toleration_tolerates_taint(t: &Toleration, taint: &Taint) -> bool {
     }
 }
 
-pub fn tolerations_tolerate_taint(tolerations: &[Toleration], taint: &Taint) -> bool {
+pub(crate) fn tolerations_tolerate_taint(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations
         .iter()
         .any(|t| toleration_tolerates_taint(t, taint))
 }
 
 /// The first taint (passing `filter`) that no toleration tolerates.
-pub fn find_matching_untolerated_taint<'a>(
+pub(crate) fn find_matching_untolerated_taint<'a>(
     taints: &'a [Taint],
     tolerations: &[Toleration],
     filter: impl Fn(&Taint) -> bool,
@@ -196,7 +207,7 @@ pub fn find_matching_untolerated_taint<'a>(
 
 /// Upstream's `DefaultNormalizeScore`: scales scores so the highest becomes `max_priority`
 /// (reversed: `max_priority - score`). All zero stays zero (or all `max_priority` when reversed).
-pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [NodeScore]) {
+pub(crate) fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [NodeScore]) {
     let max_count = scores.iter().map(|s| s.score).max().unwrap_or(0);
     if max_count == 0 {
         if reverse {
@@ -216,13 +227,13 @@ pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [N
 }
 
 /// `DefaultNormalizeScore` with `MAX_NODE_SCORE`.
-pub fn normalize_to_max(reverse: bool, scores: &mut [NodeScore]) {
+pub(crate) fn normalize_to_max(reverse: bool, scores: &mut [NodeScore]) {
     default_normalize_score(MAX_NODE_SCORE, reverse, scores)
 }
 
 /// Node selector term matching for node affinity (upstream's `nodeaffinity` helper): a term
 /// matches when all its expressions and fields match; an empty term matches nothing.
-pub fn node_selector_term_matches(
+pub(crate) fn node_selector_term_matches(
     term: &NodeSelectorTerm,
     labels: Option<&BTreeMap<String, String>>,
     node_name: &str,
@@ -239,7 +250,7 @@ pub fn node_selector_term_matches(
 }
 
 /// Whether any term matches (terms are ORed).
-pub fn node_selector_terms_match(
+pub(crate) fn node_selector_terms_match(
     terms: &[NodeSelectorTerm],
     labels: Option<&BTreeMap<String, String>>,
     node_name: &str,
@@ -293,7 +304,7 @@ fn field_requirement_matches(r: &NodeSelectorRequirement, node_name: &str) -> bo
 /// A label selector as upstream's `metav1.LabelSelectorAsSelector` builds it: a missing selector
 /// matches nothing, an empty one everything.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LabelMatcher {
+pub(crate) enum LabelMatcher {
     Nothing,
     Selector(Selector),
 }
@@ -301,7 +312,7 @@ pub enum LabelMatcher {
 impl LabelMatcher {
     /// Converts an API label selector; an invalid operator is an error (the API server rejects
     /// such objects, so it only happens with hand-made data).
-    pub fn from_label_selector(sel: Option<&LabelSelector>) -> Result<LabelMatcher, String> {
+    pub(crate) fn from_label_selector(sel: Option<&LabelSelector>) -> Result<LabelMatcher, String> {
         match sel {
             None => Ok(LabelMatcher::Nothing),
             Some(s) => Selector::try_from(s.clone())
@@ -310,7 +321,7 @@ impl LabelMatcher {
         }
     }
 
-    pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+    pub(crate) fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         match self {
             LabelMatcher::Nothing => false,
@@ -319,12 +330,12 @@ impl LabelMatcher {
     }
 
     /// Upstream's `Selector.Empty()`: a selector with no requirements (not `Nothing`).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         matches!(self, LabelMatcher::Selector(s) if s.selects_all())
     }
 
     /// Adds requirements (a no-op on `Nothing`, as upstream's `nothingSelector.Add`).
-    pub fn extend(&mut self, exprs: impl IntoIterator<Item = Expression>) {
+    pub(crate) fn extend(&mut self, exprs: impl IntoIterator<Item = Expression>) {
         if let LabelMatcher::Selector(s) = self {
             s.extend(exprs);
         }

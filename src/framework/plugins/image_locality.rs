@@ -12,15 +12,15 @@ use crate::framework::types::{ImageStateSummary, NodeInfo, PodInfo};
 
 const MB: i64 = 1024 * 1024;
 /// Below this, images are considered absent (upstream's `minThreshold`, 23 MB).
-pub const MIN_THRESHOLD: i64 = 23 * MB;
+pub(crate) const MIN_THRESHOLD: i64 = 23 * MB;
 /// Per container, sizes above this count as this (upstream's `maxContainerThreshold`, 1000 MB).
-pub const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
+pub(crate) const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 
 #[derive(Debug, Default)]
-pub struct ImageLocality;
+pub(crate) struct ImageLocality;
 
 /// `nginx` -> `nginx:latest`; names with a tag or digest are kept.
-pub fn normalized_image_name(name: &str) -> String {
+pub(crate) fn normalized_image_name(name: &str) -> String {
     let colon = name.rfind(':').map_or(-1, |i| i as i64);
     let slash = name.rfind('/').map_or(-1, |i| i as i64);
     if colon <= slash {
@@ -69,7 +69,7 @@ impl ScorePlugin for ImageLocality {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(ImageLocality::EXTENSION_POINTS, no_args, |_, _| {
         Ok(Arc::new(ImageLocality))
     })

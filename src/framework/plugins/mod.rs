@@ -1,30 +1,30 @@
 //! The in-tree plugins, one module each (args, logic and table tests together), and the in-tree
 //! registry: which plugins ksched ships (upstream's `plugins.NewInTreeRegistry`).
 
-pub mod coscheduling;
-pub mod default_binder;
-pub mod default_preemption;
-pub mod dynamic_resources;
-pub mod helper;
-pub mod image_locality;
-pub mod inter_pod_affinity;
+pub(crate) mod coscheduling;
+pub(crate) mod default_binder;
+pub(crate) mod default_preemption;
+pub(crate) mod dynamic_resources;
+pub(crate) mod helper;
+pub(crate) mod image_locality;
+pub(crate) mod inter_pod_affinity;
 pub mod leaf;
 pub mod names;
 pub mod network_traffic;
-pub mod node_affinity;
-pub mod node_declared_features;
-pub mod node_name;
-pub mod node_ports;
-pub mod node_resources;
-pub mod node_unschedulable;
-pub mod node_volume_limits;
-pub mod pod_topology_spread;
-pub mod priority_sort;
-pub mod scheduling_gates;
-pub mod taint_toleration;
-pub mod volume_binding;
-pub mod volume_restrictions;
-pub mod volume_zone;
+pub(crate) mod node_affinity;
+pub(crate) mod node_declared_features;
+pub(crate) mod node_name;
+pub(crate) mod node_ports;
+pub(crate) mod node_resources;
+pub(crate) mod node_unschedulable;
+pub(crate) mod node_volume_limits;
+pub(crate) mod pod_topology_spread;
+pub(crate) mod priority_sort;
+pub(crate) mod scheduling_gates;
+pub(crate) mod taint_toleration;
+pub(crate) mod volume_binding;
+pub(crate) mod volume_restrictions;
+pub(crate) mod volume_zone;
 
 use crate::framework::registry::{PluginRegistration, Registry};
 

@@ -27,9 +27,10 @@ use crate::framework::types::{
     QueueingHint, Snapshot, objects,
 };
 
-pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
-pub const ERR_REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
-pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
+pub(crate) const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
+pub(crate) const ERR_REASON_ENFORCED: &str =
+    "node(s) didn't match scheduler-enforced node affinity";
+pub(crate) const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
 
 const PRE_FILTER_STATE_KEY: &str = "PreFilterNodeAffinity";
 const PRE_SCORE_STATE_KEY: &str = "PreScoreNodeAffinity";
@@ -37,7 +38,7 @@ const PRE_SCORE_STATE_KEY: &str = "PreScoreNodeAffinity";
 /// Upstream's `NodeAffinityArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct NodeAffinityArgs {
+pub(crate) struct NodeAffinityArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub added_affinity: Option<NodeAffinitySpec>,
 }
@@ -152,13 +153,13 @@ fn validate_requirement(
     }
 }
 
-pub struct NodeAffinity {
+pub(crate) struct NodeAffinity {
     added_required: Option<Vec<NodeSelectorTerm>>,
     added_preferred: Vec<PreferredSchedulingTerm>,
 }
 
 impl NodeAffinity {
-    pub fn new(args: NodeAffinityArgs) -> NodeAffinity {
+    pub(crate) fn new(args: NodeAffinityArgs) -> NodeAffinity {
         let (added_required, added_preferred) = match args.added_affinity {
             None => (None, Vec::new()),
             Some(a) => (
@@ -391,7 +392,7 @@ impl ScorePlugin for NodeAffinity {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         NodeAffinity::EXTENSION_POINTS,
         decode::<NodeAffinityArgs>,

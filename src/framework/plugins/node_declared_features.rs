@@ -28,10 +28,11 @@ use crate::framework::types::{
     QueueingHint, Snapshot, objects,
 };
 
-pub const ERR_REASON_UNSATISFIED_REQUIREMENTS: &str =
+pub(crate) const ERR_REASON_UNSATISFIED_REQUIREMENTS: &str =
     "node(s) didn't match Pod's required features";
-pub const RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS: &str = "RestartAllContainersOnContainerExits";
-pub const USER_NAMESPACES_HOST_NETWORK_SUPPORT: &str = "UserNamespacesHostNetworkSupport";
+pub(crate) const RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS: &str =
+    "RestartAllContainersOnContainerExits";
+pub(crate) const USER_NAMESPACES_HOST_NETWORK_SUPPORT: &str = "UserNamespacesHostNetworkSupport";
 
 const PRE_FILTER_STATE_KEY: &str = "PreFilterNodeDeclaredFeatures";
 
@@ -40,7 +41,7 @@ const PRE_FILTER_STATE_KEY: &str = "PreFilterNodeDeclaredFeatures";
 struct RequiredFeatures(Vec<&'static str>);
 
 #[derive(Debug, Default)]
-pub struct NodeDeclaredFeatures;
+pub(crate) struct NodeDeclaredFeatures;
 
 impl_plugin!(
     NodeDeclaredFeatures,
@@ -97,7 +98,7 @@ fn is_schedulable_after_pod_update(
 }
 
 /// The node features `pod` needs to be scheduled (upstream's `InferForPodScheduling`).
-pub fn required_features(pod: &PodInfo) -> Vec<&'static str> {
+pub(crate) fn required_features(pod: &PodInfo) -> Vec<&'static str> {
     let mut features = Vec::new();
     let Some(spec) = pod.spec() else {
         return features;
@@ -153,7 +154,7 @@ impl FilterPlugin for NodeDeclaredFeatures {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_without_args::<NodeDeclaredFeatures>(NodeDeclaredFeatures::EXTENSION_POINTS)
 }
 

@@ -8,10 +8,10 @@ use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{ActionType, ClusterEvent, EventResource, NodeInfo, PodInfo};
 
-pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
+pub(crate) const ERR_REASON: &str = "node(s) didn't match the requested node name";
 
 #[derive(Debug, Default)]
-pub struct NodeName;
+pub(crate) struct NodeName;
 
 impl_plugin!(NodeName, names::NODE_NAME, [Filter], EnqueueExtensions);
 
@@ -26,7 +26,7 @@ impl EnqueueExtensions for NodeName {
 }
 
 /// Whether the pod may run on `node` as far as `spec.nodeName` is concerned.
-pub fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {
+pub(crate) fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {
     let want = pod.node_name();
     want.is_empty() || want == node.name()
 }
@@ -41,7 +41,7 @@ impl FilterPlugin for NodeName {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_without_args::<NodeName>(NodeName::EXTENSION_POINTS)
 }
 

@@ -12,10 +12,10 @@ use crate::framework::types::{
     NodeInfo, PodInfo, PodObject, QueueingHint, Snapshot, objects,
 };
 
-pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested pod ports";
+pub(crate) const ERR_REASON: &str = "node(s) didn't have free ports for the requested pod ports";
 
 #[derive(Debug, Default)]
-pub struct NodePorts;
+pub(crate) struct NodePorts;
 
 impl_plugin!(
     NodePorts,
@@ -61,7 +61,7 @@ fn is_schedulable_after_pod_deleted(
 }
 
 /// Whether all `wanted` ports are free on `node`.
-pub fn fits_ports(wanted: &[HostPort], node: &NodeInfo) -> bool {
+pub(crate) fn fits_ports(wanted: &[HostPort], node: &NodeInfo) -> bool {
     wanted.iter().all(|p| !node.used_ports.check_conflict(p))
 }
 
@@ -90,7 +90,7 @@ impl FilterPlugin for NodePorts {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_without_args::<NodePorts>(NodePorts::EXTENSION_POINTS)
 }
 

@@ -17,11 +17,11 @@ use crate::framework::types::{
     QueueingHint, objects,
 };
 
-pub const ERR_REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
-pub const TAINT_NODE_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+pub(crate) const ERR_REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
+pub(crate) const TAINT_NODE_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 
 #[derive(Debug, Default)]
-pub struct NodeUnschedulable;
+pub(crate) struct NodeUnschedulable;
 
 impl_plugin!(
     NodeUnschedulable,
@@ -105,7 +105,7 @@ fn is_schedulable_after_pod_toleration_change(
     ))
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_without_args::<NodeUnschedulable>(NodeUnschedulable::EXTENSION_POINTS)
 }
 

@@ -28,13 +28,13 @@ use crate::framework::types::{
     PodView, QueueingHint, Snapshot, objects,
 };
 
-pub const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed max volume count";
+pub(crate) const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed max volume count";
 
 /// Stands in for the volume handle of a volume not provisioned yet (upstream: a random prefix).
 const UNBOUND_VOLUME_PREFIX: &str = "ksched-unbound-volume";
 
 #[derive(Debug)]
-pub struct NodeVolumeLimits {
+pub(crate) struct NodeVolumeLimits {
     listers: Arc<Listers>,
 }
 
@@ -51,7 +51,7 @@ fn volume_limits(csi_node: Option<&CSINode>) -> HashMap<String, i64> {
 }
 
 impl NodeVolumeLimits {
-    pub fn new(listers: Arc<Listers>) -> NodeVolumeLimits {
+    pub(crate) fn new(listers: Arc<Listers>) -> NodeVolumeLimits {
         NodeVolumeLimits { listers }
     }
 
@@ -264,7 +264,7 @@ impl FilterPlugin for NodeVolumeLimits {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(NodeVolumeLimits::EXTENSION_POINTS, no_args, |_, handle| {
         Ok(Arc::new(NodeVolumeLimits::new(handle.listers.clone())) as Arc<dyn Plugin>)
     })

@@ -7,7 +7,7 @@ use crate::framework::registry::PluginRegistration;
 use crate::framework::types::QueuedPodInfo;
 
 #[derive(Debug, Default)]
-pub struct PrioritySort;
+pub(crate) struct PrioritySort;
 
 impl_plugin!(PrioritySort, names::PRIORITY_SORT, [QueueSort]);
 
@@ -18,7 +18,7 @@ impl QueueSortPlugin for PrioritySort {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_without_args::<PrioritySort>(PrioritySort::EXTENSION_POINTS)
 }
 

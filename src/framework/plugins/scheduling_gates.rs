@@ -13,7 +13,7 @@ use crate::framework::types::{
 };
 
 #[derive(Debug, Default)]
-pub struct SchedulingGates;
+pub(crate) struct SchedulingGates;
 
 impl_plugin!(
     SchedulingGates,
@@ -61,7 +61,7 @@ impl PreEnqueuePlugin for SchedulingGates {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_without_args::<SchedulingGates>(SchedulingGates::EXTENSION_POINTS)
 }
 

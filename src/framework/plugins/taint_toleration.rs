@@ -24,7 +24,7 @@ use crate::framework::types::{
 const PRE_SCORE_STATE_KEY: &str = "PreScoreTaintToleration";
 
 #[derive(Debug, Default)]
-pub struct TaintToleration;
+pub(crate) struct TaintToleration;
 
 /// The tolerations that matter for PreferNoSchedule taints.
 #[derive(Debug, Clone)]
@@ -33,7 +33,7 @@ struct PreScoreState {
 }
 
 /// The tolerations that count for PreferNoSchedule taints (empty effect or PreferNoSchedule).
-pub fn prefer_no_schedule_tolerations(tolerations: &[Toleration]) -> Vec<Toleration> {
+pub(crate) fn prefer_no_schedule_tolerations(tolerations: &[Toleration]) -> Vec<Toleration> {
     tolerations
         .iter()
         .filter(|t| {
@@ -47,7 +47,10 @@ pub fn prefer_no_schedule_tolerations(tolerations: &[Toleration]) -> Vec<Tolerat
 }
 
 /// The node's PreferNoSchedule taints `tolerations` do not tolerate (the raw score).
-pub fn count_intolerable_prefer_no_schedule(taints: &[Taint], tolerations: &[Toleration]) -> i64 {
+pub(crate) fn count_intolerable_prefer_no_schedule(
+    taints: &[Taint],
+    tolerations: &[Toleration],
+) -> i64 {
     taints
         .iter()
         .filter(|t| t.effect == "PreferNoSchedule" && !tolerations_tolerate_taint(tolerations, t))
@@ -56,7 +59,7 @@ pub fn count_intolerable_prefer_no_schedule(taints: &[Taint], tolerations: &[Tol
 
 /// The Filter reason for an untolerated taint. Since 1.35 upstream names no taint (its key and
 /// value may be sensitive, and one reason for all taints keeps the counts together).
-pub const ERR_REASON_UNTOLERATED: &str = "node(s) had untolerated taint(s)";
+pub(crate) const ERR_REASON_UNTOLERATED: &str = "node(s) had untolerated taint(s)";
 
 impl_plugin!(
     TaintToleration,
@@ -100,7 +103,7 @@ fn has_untolerated_taint(node: &Node, tolerations: &[Toleration]) -> bool {
 
 /// Upstream's `isSchedulableAfterNodeChange`, for a pod with `tolerations`: Queue when the node
 /// (added, or before the change) had a taint they do not tolerate and now has none.
-pub fn is_schedulable_after_node_change(
+pub(crate) fn is_schedulable_after_node_change(
     tolerations: &[Toleration],
     old: Option<&EventObject>,
     new: Option<&EventObject>,
@@ -112,7 +115,7 @@ pub fn is_schedulable_after_node_change(
 }
 
 /// Upstream's `isSchedulableAfterPodTolerationChange`: the pod itself got a toleration.
-pub fn is_schedulable_after_pod_toleration_change(
+pub(crate) fn is_schedulable_after_pod_toleration_change(
     pod: &PodInfo,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
@@ -128,7 +131,7 @@ impl FilterPlugin for TaintToleration {
 
 /// TaintToleration's Filter for a pod with `tolerations` (LeafNodeTaintToleration passes the
 /// pod's own plus the leaf taints a policy lets it tolerate).
-pub fn filter_tolerations(node: &NodeInfo, tolerations: &[Toleration]) -> Status {
+pub(crate) fn filter_tolerations(node: &NodeInfo, tolerations: &[Toleration]) -> Status {
     if node.node().is_none() {
         return Status::error("invalid nodeInfo");
     }
@@ -158,7 +161,7 @@ impl PreScorePlugin for TaintToleration {
 
 /// TaintToleration's PreScore for a pod with `tolerations`: keeps those that count for
 /// PreferNoSchedule taints in `state` under `key`.
-pub fn pre_score_tolerations(
+pub(crate) fn pre_score_tolerations(
     state: &mut CycleState,
     key: &'static str,
     tolerations: &[Toleration],
@@ -174,7 +177,7 @@ pub fn pre_score_tolerations(
 
 /// TaintToleration's Score: the node's intolerable PreferNoSchedule taints, with the tolerations
 /// PreScore kept under `key`, or (PreScore disabled) those of `tolerations()`.
-pub fn score_tolerations(
+pub(crate) fn score_tolerations(
     state: &CycleState,
     key: &'static str,
     node: &NodeInfo,
@@ -213,7 +216,7 @@ impl ScorePlugin for TaintToleration {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_without_args::<TaintToleration>(TaintToleration::EXTENSION_POINTS)
 }
 

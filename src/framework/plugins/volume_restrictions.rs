@@ -25,8 +25,8 @@ use crate::framework::types::{
 
 const STATE_KEY: &str = "PreFilterVolumeRestrictions";
 
-pub const ERR_REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
-pub const ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT: &str = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
+pub(crate) const ERR_REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
+pub(crate) const ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT: &str = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
 
 #[derive(Debug, Clone)]
 struct PreFilterState {
@@ -94,12 +94,12 @@ fn pod_volumes(pod: &PodInfo) -> &[Volume] {
 }
 
 #[derive(Debug)]
-pub struct VolumeRestrictions {
+pub(crate) struct VolumeRestrictions {
     listers: Arc<Listers>,
 }
 
 impl VolumeRestrictions {
-    pub fn new(listers: Arc<Listers>) -> VolumeRestrictions {
+    pub(crate) fn new(listers: Arc<Listers>) -> VolumeRestrictions {
         VolumeRestrictions { listers }
     }
 
@@ -294,7 +294,7 @@ impl FilterPlugin for VolumeRestrictions {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         VolumeRestrictions::EXTENSION_POINTS,
         no_args,

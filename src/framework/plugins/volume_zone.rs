@@ -26,7 +26,7 @@ use crate::framework::types::{
 const STATE_KEY: &str = "PreFilterVolumeZone";
 
 /// The Filter reason.
-pub const ERR_REASON_CONFLICT: &str = "node(s) had no available volume zone";
+pub(crate) const ERR_REASON_CONFLICT: &str = "node(s) had no available volume zone";
 
 const BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
 const BETA_REGION: &str = "failure-domain.beta.kubernetes.io/region";
@@ -82,12 +82,12 @@ fn pv_topologies(pv: &PersistentVolume) -> Vec<PvTopology> {
 }
 
 #[derive(Debug)]
-pub struct VolumeZone {
+pub(crate) struct VolumeZone {
     listers: Arc<Listers>,
 }
 
 impl VolumeZone {
-    pub fn new(listers: Arc<Listers>) -> VolumeZone {
+    pub(crate) fn new(listers: Arc<Listers>) -> VolumeZone {
         VolumeZone { listers }
     }
 
@@ -292,7 +292,7 @@ impl FilterPlugin for VolumeZone {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(VolumeZone::EXTENSION_POINTS, no_args, |_, handle| {
         Ok(Arc::new(VolumeZone::new(handle.listers.clone())) as Arc<dyn Plugin>)
     })

@@ -1,4 +1,6 @@
-//! Builders and fakes shared by the framework's and plugins' unit tests.
+//! Builders and fakes shared by the framework's and plugins' unit tests, and by out-of-tree
+//! plugins' tests: with the crate's `testing` feature this module is public, as
+//! `ksched::prelude::testing`.
 //!
 //! - [`builders`]: Pods, Nodes, volumes, selectors and affinity terms, snapshots.
 //! - [`fakes`]: a configurable fake plugin, a recording handle, small profiles.

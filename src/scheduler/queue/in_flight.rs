@@ -12,7 +12,7 @@ use crate::framework::types::{ClusterEvent, EventObject};
 
 /// An event recorded while pods were in flight.
 #[derive(Debug, Clone)]
-pub struct InFlightEvent {
+pub(super) struct InFlightEvent {
     pub event: ClusterEvent,
     pub old: Option<EventObject>,
     pub new: Option<EventObject>,
@@ -27,7 +27,7 @@ enum Item {
 }
 
 #[derive(Debug, Default)]
-pub struct InFlight {
+pub(super) struct InFlight {
     items: VecDeque<Item>,
     /// The absolute position of `items[0]`.
     first: u64,
@@ -37,7 +37,7 @@ pub struct InFlight {
 
 impl InFlight {
     /// `key` was popped; false if it already was (a bug upstream reports and skips too).
-    pub fn pop(&mut self, key: &str) -> bool {
+    pub(super) fn pop(&mut self, key: &str) -> bool {
         if self.pods.contains_key(key) {
             return false;
         }
@@ -47,16 +47,16 @@ impl InFlight {
         true
     }
 
-    pub fn contains(&self, key: &str) -> bool {
+    pub(super) fn contains(&self, key: &str) -> bool {
         self.pods.contains_key(key)
     }
 
-    pub fn any(&self) -> bool {
+    pub(super) fn any(&self) -> bool {
         !self.pods.is_empty()
     }
 
     /// Records `event` when some pod is in flight; whether it was recorded.
-    pub fn record(&mut self, event: InFlightEvent) -> bool {
+    pub(super) fn record(&mut self, event: InFlightEvent) -> bool {
         if !self.any() {
             return false;
         }
@@ -65,7 +65,7 @@ impl InFlight {
     }
 
     /// The events that arrived since `key` was popped.
-    pub fn events_for(&self, key: &str) -> impl Iterator<Item = &InFlightEvent> {
+    pub(super) fn events_for(&self, key: &str) -> impl Iterator<Item = &InFlightEvent> {
         let after = self
             .pods
             .get(key)
@@ -79,7 +79,7 @@ impl InFlight {
     /// `key`'s attempt is over: its marker goes, and the events no in-flight pod needs. Returns
     /// the dropped events (for the `scheduler_inflight_events` gauge) and whether `key` was in
     /// flight.
-    pub fn done(&mut self, key: &str) -> (Vec<ClusterEvent>, bool) {
+    pub(super) fn done(&mut self, key: &str) -> (Vec<ClusterEvent>, bool) {
         let Some(at) = self.pods.remove(key) else {
             return (Vec::new(), false);
         };
@@ -101,7 +101,7 @@ impl InFlight {
 
     /// Events held (tests).
     #[cfg(test)]
-    pub fn len_events(&self) -> usize {
+    pub(super) fn len_events(&self) -> usize {
         self.items
             .iter()
             .filter(|i| matches!(i, Item::Event(_)))

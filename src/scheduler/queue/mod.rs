@@ -34,7 +34,7 @@ use tracing::warn;
 
 use self::heap::ActiveHeap;
 use self::in_flight::{InFlight, InFlightEvent};
-pub use self::nominator::Nominator;
+pub(crate) use self::nominator::Nominator;
 use super::metrics::{
     EventLabels, HintLabels, IncomingLabels, QueueLabels, QueueMetrics, UnschedulableLabels,
 };
@@ -49,15 +49,15 @@ use crate::framework::types::{
 
 /// How long a pod may stay in the unschedulable pool before it is retried anyway (upstream's
 /// `--pod-max-in-unschedulable-pods-duration` default).
-pub const DEFAULT_MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
 
 /// The `scheduler_inflight_events` label counting the pods in flight (upstream's).
 const POD_POPPED: &str = "PodPopped";
 
 /// Orders the active queue: `less(a, b)` means `a` is scheduled before `b`.
-pub type LessFn = Arc<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + Send + Sync>;
+pub(crate) type LessFn = Arc<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + Send + Sync>;
 /// Runs the PreEnqueue plugins: `None` lets the pod in, `Some(plugin)` names the plugin that gates it.
-pub type PreEnqueueFn = Arc<dyn Fn(&PodInfo) -> Option<String> + Send + Sync>;
+pub(crate) type PreEnqueueFn = Arc<dyn Fn(&PodInfo) -> Option<String> + Send + Sync>;
 
 /// Pod counts per sub-queue, for the `scheduler_pending_pods` metric.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -909,7 +909,7 @@ fn pending_gauges(metrics: &QueueMetrics) -> [Gauge; 4] {
 }
 
 /// initial * 2^(attempts-1), capped at `max` (upstream's calculateBackoffDuration).
-pub fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
+pub(crate) fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
     let mut d = initial;
     for _ in 1..attempts {
         d = d.saturating_mul(2);

@@ -29,22 +29,22 @@ use crate::framework::background::{BackgroundTask, TaskContext};
 use crate::framework::listers::{Listers, ObjectStore};
 use crate::framework::registry::{ApiError, ApiHandle};
 
-pub const PHASE_PENDING: &str = "Pending";
+pub(crate) const PHASE_PENDING: &str = "Pending";
 
-pub const PHASE_PRE_SCHEDULING: &str = "PreScheduling";
+pub(crate) const PHASE_PRE_SCHEDULING: &str = "PreScheduling";
 
-pub const PHASE_SCHEDULING: &str = "Scheduling";
+pub(crate) const PHASE_SCHEDULING: &str = "Scheduling";
 
-pub const PHASE_SCHEDULED: &str = "Scheduled";
+pub(crate) const PHASE_SCHEDULED: &str = "Scheduled";
 
-pub const PHASE_RUNNING: &str = "Running";
+pub(crate) const PHASE_RUNNING: &str = "Running";
 
-pub const PHASE_FINISHED: &str = "Finished";
+pub(crate) const PHASE_FINISHED: &str = "Finished";
 
-pub const PHASE_FAILED: &str = "Failed";
+pub(crate) const PHASE_FAILED: &str = "Failed";
 
 /// The shortest time between two passes: a burst of events makes one pass.
-pub const PASS_INTERVAL: Duration = Duration::from_millis(200);
+pub(super) const PASS_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A pass even without events (a write that failed for a reason no event will change).
 const RESYNC: Duration = Duration::from_secs(30);
@@ -53,7 +53,7 @@ const RESYNC: Duration = Duration::from_secs(30);
 const RETRY: Duration = Duration::from_secs(1);
 
 /// The status writes of one loop, at most (bursts of up to [`WRITE_BURST`]).
-pub const WRITES_PER_SECOND: u32 = 10;
+pub(super) const WRITES_PER_SECOND: u32 = 10;
 
 const WRITE_BURST: u32 = 50;
 
@@ -95,7 +95,7 @@ fn occupied_by(pod: &Pod) -> Option<String> {
 /// scheduler-plugins: `Pending` (fewer members than `minMember`), `PreScheduling` (enough
 /// members, none at Permit yet), `Scheduling`, `Scheduled` (`minMember` bound), `Running`
 /// (`minMember` running or succeeded); `Finished` and `Failed` are final.
-pub fn desired_status(
+pub(crate) fn desired_status(
     pg: &PodGroup,
     members: &[Arc<Pod>],
     scheduling_since: Option<Timestamp>,
@@ -152,7 +152,7 @@ pub fn desired_status(
 /// When each group's scheduling started (`namespace/group` -> first Permit), noted by the plugin
 /// and read by the status loop.
 #[derive(Debug)]
-pub struct SchedulingProgress {
+pub(super) struct SchedulingProgress {
     started: Mutex<HashMap<String, Timestamp>>,
     changes: watch::Sender<u64>,
 }
@@ -168,7 +168,7 @@ impl Default for SchedulingProgress {
 
 impl SchedulingProgress {
     /// A member of `group` reached Permit: the group's scheduling started now, unless it had.
-    pub fn scheduling(&self, group: &str) {
+    pub(super) fn scheduling(&self, group: &str) {
         let mut started = self.started.lock();
         if started.contains_key(group) {
             return;
@@ -178,7 +178,7 @@ impl SchedulingProgress {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    pub fn started(&self, group: &str) -> Option<Timestamp> {
+    pub(super) fn started(&self, group: &str) -> Option<Timestamp> {
         self.started.lock().get(group).copied()
     }
 
@@ -194,7 +194,7 @@ impl SchedulingProgress {
 
 /// The status loop of one profile's Coscheduling: it looks after the groups that have a member
 /// of this profile (`spec.schedulerName`), so schedulers side by side leave each other's alone.
-pub struct PodGroupController {
+pub(super) struct PodGroupController {
     profile: String,
     listers: Arc<Listers>,
     progress: Arc<SchedulingProgress>,
@@ -203,7 +203,7 @@ pub struct PodGroupController {
 
 /// What one pass did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Pass {
+pub(super) struct Pass {
     pub written: usize,
     /// Writes that failed for another reason than a conflict or a deleted group.
     pub failed: usize,
@@ -221,7 +221,7 @@ fn scheduler_name(pod: &Pod) -> &str {
 }
 
 impl PodGroupController {
-    pub fn new(
+    pub(super) fn new(
         profile: &str,
         listers: Arc<Listers>,
         progress: Arc<SchedulingProgress>,
@@ -238,7 +238,7 @@ impl PodGroupController {
 
     /// The groups this loop looks after, each with its desired status when that differs from
     /// the stored one.
-    pub fn out_of_date(&self) -> Vec<(Arc<PodGroup>, PodGroupStatus)> {
+    pub(super) fn out_of_date(&self) -> Vec<(Arc<PodGroup>, PodGroupStatus)> {
         let groups = self.listers.pod_groups.list();
         let live: HashSet<String> = groups.iter().map(|g| key_of(g)).collect();
         self.progress.retain(&live);
@@ -264,7 +264,7 @@ impl PodGroupController {
 
     /// Writes every out-of-date status, each against the resourceVersion it was computed from.
     /// A written status goes into the PodGroup store at once (the informer may lag behind).
-    pub async fn pass(&self, api: &Arc<dyn ApiHandle>) -> Pass {
+    pub(super) async fn pass(&self, api: &Arc<dyn ApiHandle>) -> Pass {
         let mut done = Pass::default();
         for (pg, status) in self.out_of_date() {
             self.limiter.until_ready().await;

@@ -31,12 +31,7 @@ mod pod_group_manager;
 #[cfg(test)]
 mod tests;
 
-pub use controller::{
-    PHASE_FAILED, PHASE_FINISHED, PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_RUNNING,
-    PHASE_SCHEDULED, PHASE_SCHEDULING, desired_status,
-};
-pub use plugin::{Coscheduling, factory};
-pub use pod_group_manager::{pod_group_full_name, pod_group_label};
+pub(crate) use plugin::factory;
 
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +42,7 @@ use crate::framework::registry::policy_rule;
 /// scheduler-plugins' `CoschedulingArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct CoschedulingArgs {
+pub(crate) struct CoschedulingArgs {
     pub permit_waiting_time_seconds: Option<i64>,
     #[serde(
         rename = "deniedPGExpirationTimeSeconds",
@@ -91,7 +86,7 @@ impl PluginArgs for CoschedulingArgs {
 
 /// The registration: QueueSort, PreFilter, PostFilter, Reserve, Permit; reads PodGroups and
 /// their members.
-pub fn registration() -> crate::framework::registry::PluginRegistration {
+pub(crate) fn registration() -> crate::framework::registry::PluginRegistration {
     use crate::framework::listers::Informer;
     crate::framework::registry::PluginRegistration::new(
         plugin::Coscheduling::EXTENSION_POINTS,

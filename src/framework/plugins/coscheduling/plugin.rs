@@ -22,10 +22,10 @@ use crate::framework::interface::{
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
-use crate::framework::registry::Handle;
+use crate::framework::registry::{Handle, PluginError};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Resource, Snapshot};
 
-pub struct Coscheduling {
+pub(crate) struct Coscheduling {
     handle: Handle,
     /// permitWaitingTimeSeconds.
     schedule_timeout: Duration,
@@ -38,7 +38,7 @@ pub struct Coscheduling {
 
 impl Coscheduling {
     /// The plugin; its PodGroup status loop is registered with the handle's background tasks.
-    pub fn new(args: &CoschedulingArgs, handle: Handle) -> Coscheduling {
+    pub(crate) fn new(args: &CoschedulingArgs, handle: Handle) -> Coscheduling {
         let secs = |v: Option<i64>| Duration::from_secs(u64::try_from(v.unwrap_or(0)).unwrap_or(0));
         if args.denied_pg_expiration_time_seconds.is_some() {
             warn!(
@@ -292,7 +292,7 @@ impl PermitPlugin for Coscheduling {
 }
 
 /// Decodes the normalized args and builds the plugin.
-pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
-    let args: CoschedulingArgs = serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+pub(crate) fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, PluginError> {
+    let args: CoschedulingArgs = serde_json::from_value(args.clone())?;
     Ok(Arc::new(Coscheduling::new(&args, handle.clone())))
 }

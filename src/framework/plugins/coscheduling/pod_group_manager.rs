@@ -17,7 +17,7 @@ use crate::framework::registry::Handle;
 use crate::framework::types::{NodeInfo, PodView, QueuedPodInfo, Resource, Snapshot};
 
 /// The PodGroup name a pod's label names (empty when none).
-pub fn pod_group_label(pod: &impl PodView) -> &str {
+pub(crate) fn pod_group_label(pod: &impl PodView) -> &str {
     pod.labels()
         .and_then(|l| l.get(POD_GROUP_LABEL))
         .map(String::as_str)
@@ -25,7 +25,7 @@ pub fn pod_group_label(pod: &impl PodView) -> &str {
 }
 
 /// `namespace/group` of the pod's PodGroup (empty when the pod has none).
-pub fn pod_group_full_name(pod: &impl PodView) -> String {
+pub(crate) fn pod_group_full_name(pod: &impl PodView) -> String {
     match pod_group_label(pod) {
         "" => String::new(),
         pg => format!("{}/{pg}", pod.namespace()),
@@ -108,7 +108,7 @@ pub(super) fn check_cluster_resource(
 /// The PodGroup bookkeeping the plugin decides with (scheduler-plugins' `PodGroupManager`): a
 /// pod's group, its members, the groups that failed recently (backoff) and those whose
 /// `minResources` check passed.
-pub struct PodGroupManager {
+pub(super) struct PodGroupManager {
     handle: Handle,
     /// permitWaitingTimeSeconds: how long a passed `minResources` check holds.
     schedule_timeout: Duration,
@@ -119,7 +119,7 @@ pub struct PodGroupManager {
 }
 
 impl PodGroupManager {
-    pub fn new(handle: Handle, schedule_timeout: Duration) -> PodGroupManager {
+    pub(super) fn new(handle: Handle, schedule_timeout: Duration) -> PodGroupManager {
         PodGroupManager {
             handle,
             schedule_timeout,
@@ -129,7 +129,7 @@ impl PodGroupManager {
     }
 
     /// The pod's PodGroup full name and the PodGroup (None when the label names a missing group).
-    pub fn pod_group(&self, pod: &Pod) -> (String, Option<Arc<PodGroup>>) {
+    pub(super) fn pod_group(&self, pod: &Pod) -> (String, Option<Arc<PodGroup>>) {
         let name = pod_group_label(pod);
         if name.is_empty() {
             return (String::new(), None);
@@ -142,14 +142,14 @@ impl PodGroupManager {
     }
 
     /// The group's pods that have a node in the snapshot (assumed or bound).
-    pub fn calculate_assigned_pods(&self, pg_name: &str, namespace: &str) -> usize {
+    pub(super) fn calculate_assigned_pods(&self, pg_name: &str, namespace: &str) -> usize {
         let snapshot = self.handle.snapshot.load();
         count_assigned(&snapshot, pg_name, namespace)
     }
 
     /// The group's pods, in every phase, from the member index the scheduler's informer keeps
     /// (upstream lists them from its pod lister).
-    pub fn group_pods(&self, namespace: &str, group: &str) -> Vec<Arc<Pod>> {
+    pub(super) fn group_pods(&self, namespace: &str, group: &str) -> Vec<Arc<Pod>> {
         self.handle
             .listers
             .pod_group_members
@@ -157,7 +157,7 @@ impl PodGroupManager {
     }
 
     /// How many of the group's pods are not finished.
-    pub fn live_members(&self, namespace: &str, group: &str) -> usize {
+    pub(super) fn live_members(&self, namespace: &str, group: &str) -> usize {
         self.group_pods(namespace, group)
             .iter()
             .filter(|p| !is_terminal(p))
@@ -165,37 +165,37 @@ impl PodGroupManager {
     }
 
     /// Whether the group failed recently (upstream's backedOffPG).
-    pub fn is_backed_off(&self, full: &str) -> bool {
+    pub(super) fn is_backed_off(&self, full: &str) -> bool {
         unexpired(&self.backed_off, full)
     }
 
     /// Denies the group for `backoff` (upstream's `BackoffPodGroup`).
-    pub fn backoff_pod_group(&self, full: &str, backoff: Duration) {
+    pub(super) fn backoff_pod_group(&self, full: &str, backoff: Duration) {
         self.backed_off
             .lock()
             .insert(full.to_string(), Instant::now() + backoff);
     }
 
     /// Whether the group's `minResources` check passed lately (upstream's permittedPG).
-    pub fn is_permitted(&self, full: &str) -> bool {
+    pub(super) fn is_permitted(&self, full: &str) -> bool {
         unexpired(&self.permitted, full)
     }
 
     /// Remembers that the group's `minResources` check passed, for `permitWaitingTimeSeconds`.
-    pub fn permit(&self, full: &str) {
+    pub(super) fn permit(&self, full: &str) {
         self.permitted
             .lock()
             .insert(full.to_string(), Instant::now() + self.schedule_timeout);
     }
 
     /// Forgets the group's passed `minResources` check (upstream's `DeletePermittedPodGroup`).
-    pub fn delete_permitted(&self, full: &str) {
+    pub(super) fn delete_permitted(&self, full: &str) {
         self.permitted.lock().remove(full);
     }
 
     /// The group's creation time, or the pod's own when it has no group (upstream's
     /// `GetCreationTimestamp`).
-    pub fn creation_time(&self, q: &QueuedPodInfo) -> Option<Timestamp> {
+    pub(super) fn creation_time(&self, q: &QueuedPodInfo) -> Option<Timestamp> {
         let pod = &q.pod_info.pod;
         let (_, pg) = self.pod_group(pod);
         pg.and_then(|pg| pg.metadata.creation_timestamp.clone())

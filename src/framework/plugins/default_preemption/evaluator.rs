@@ -23,11 +23,11 @@ use crate::framework::schedule::{Diagnosis, FitError};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
 
 /// The status of nodes where removing pods cannot help (UnschedulableAndUnresolvable).
-pub const ERR_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+pub(crate) const ERR_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 
 /// A node and the pods to evict there.
 #[derive(Debug, Clone)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     pub name: String,
     /// Most important first.
     pub victims: Vec<Arc<AssignedPod>>,
@@ -36,7 +36,7 @@ pub struct Candidate {
 
 /// What the evaluator asks of the preemption plugin it works for (upstream's
 /// `preemption.Interface`).
-pub trait Interface: Send + Sync {
+pub(crate) trait Interface: Send + Sync {
     /// Where the dry run starts among `num_nodes` potential nodes, and how many candidates it
     /// looks for (upstream's `GetOffsetAndNumCandidates`).
     fn offset_and_num_candidates(&self, num_nodes: usize) -> (usize, usize);
@@ -64,25 +64,25 @@ pub trait Interface: Send + Sync {
 
 /// Finds the node and victims of a preemption and hands them to the executor (upstream's
 /// `Evaluator`).
-pub struct Evaluator {
+pub(crate) struct Evaluator {
     handle: Handle,
     pub(super) executor: Executor,
 }
 
 impl Evaluator {
-    pub fn new(handle: Handle) -> Evaluator {
+    pub(crate) fn new(handle: Handle) -> Evaluator {
         Evaluator {
             executor: Executor::new(handle.clone()),
             handle,
         }
     }
 
-    pub fn executor(&self) -> &Executor {
+    pub(crate) fn executor(&self) -> &Executor {
         &self.executor
     }
 
     /// Upstream's `Evaluator.Preempt` (without the "preemption: " prefix).
-    pub fn preempt(
+    pub(crate) fn preempt(
         &self,
         plugin: &dyn Interface,
         fwk: &dyn FrameworkHandle,
@@ -202,7 +202,7 @@ impl Evaluator {
     /// (at least one without PDB violations); upstream's `DryRunPreemption`. Nodes are checked in
     /// parallel chunks and consumed in order, so the result equals a sequential scan.
     #[allow(clippy::too_many_arguments)]
-    pub fn dry_run_preemption(
+    pub(crate) fn dry_run_preemption(
         &self,
         plugin: &dyn Interface,
         fwk: &dyn FrameworkHandle,
@@ -319,7 +319,7 @@ fn select_candidate(candidates: &[Candidate]) -> Option<&Candidate> {
 /// The index of the candidate to preempt on, by upstream's criteria in order: fewest PDB
 /// violations, lowest highest-victim priority, smallest sum of victim priorities, fewest victims,
 /// latest start time of the highest-priority victims; the first remaining on a tie.
-pub fn pick_one_node_for_preemption(candidates: &[Candidate]) -> usize {
+pub(crate) fn pick_one_node_for_preemption(candidates: &[Candidate]) -> usize {
     let now = Timestamp::now();
     let score_fns: [&dyn Fn(&Candidate) -> i128; 5] = [
         &|c| -(c.num_pdb_violations as i128),
@@ -378,6 +378,7 @@ pub(super) fn more_important_cmp(a: &AssignedPod, b: &AssignedPod, now: Timestam
 }
 
 /// Higher priority, or equal priority and started earlier (upstream's `MoreImportantPod`).
-pub fn more_important_pod(a: &AssignedPod, b: &AssignedPod) -> bool {
+#[cfg(test)]
+pub(crate) fn more_important_pod(a: &AssignedPod, b: &AssignedPod) -> bool {
     more_important_cmp(a, b, Timestamp::now()) == Ordering::Less
 }

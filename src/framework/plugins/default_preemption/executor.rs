@@ -28,7 +28,7 @@ pub(super) const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
 
 /// Carries out decided preemptions (upstream's `Executor`), and knows which preemptors are still
 /// waiting for their victims to go.
-pub struct Executor {
+pub(crate) struct Executor {
     handle: Handle,
     /// UIDs of preemptors whose victims are still being evicted (upstream's `preempting`).
     pub(super) preempting: Arc<Mutex<HashSet<String>>>,
@@ -53,7 +53,7 @@ struct Preemption {
 }
 
 impl Executor {
-    pub fn new(handle: Handle) -> Executor {
+    pub(crate) fn new(handle: Handle) -> Executor {
         Executor {
             handle,
             preempting: Arc::default(),
@@ -62,14 +62,14 @@ impl Executor {
 
     /// Whether the preemption of the pod with `uid` is still evicting its victims (upstream's
     /// `IsPodRunningPreemption`).
-    pub fn is_preempting(&self, uid: &str) -> bool {
+    pub(crate) fn is_preempting(&self, uid: &str) -> bool {
         self.preempting.lock().contains(uid)
     }
 
     /// Hands the preemption of `victims` on `node` for `pod` over to the dispatcher (upstream's
     /// `prepareCandidateAsync`); returns at once. Victims already terminating are left alone;
     /// when none is left there is nothing to wait for.
-    pub fn actuate(&self, pod: &PodInfo, node: &str, victims: &[Arc<AssignedPod>]) {
+    pub(crate) fn actuate(&self, pod: &PodInfo, node: &str, victims: &[Arc<AssignedPod>]) {
         let selected = victims.len();
         let victims: Vec<Arc<AssignedPod>> = victims
             .iter()

@@ -14,15 +14,7 @@ mod plugin;
 #[cfg(test)]
 mod tests;
 
-pub use evaluator::{
-    Candidate, ERR_NOT_HELPFUL, Evaluator, Interface, more_important_pod,
-    pick_one_node_for_preemption,
-};
-pub use executor::Executor;
-pub use plugin::{
-    DefaultPreemption, ERR_NO_VICTIMS, NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING,
-    WAITING_FOR_PREEMPTION, registration,
-};
+pub(crate) use plugin::registration;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +24,7 @@ use crate::framework::args::{PluginArgs, invalid};
 /// Upstream's `DefaultPreemptionArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct DefaultPreemptionArgs {
+pub(crate) struct DefaultPreemptionArgs {
     pub min_candidate_nodes_percentage: Option<i32>,
     pub min_candidate_nodes_absolute: Option<i32>,
 }

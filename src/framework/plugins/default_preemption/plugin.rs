@@ -29,20 +29,21 @@ use crate::framework::types::{
 };
 
 /// A node where every lower-priority pod was removed and the pod still does not fit.
-pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+pub(crate) const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 
-pub const NOT_ELIGIBLE_NEVER: &str = "not eligible due to preemptionPolicy=Never.";
+pub(crate) const NOT_ELIGIBLE_NEVER: &str = "not eligible due to preemptionPolicy=Never.";
 
-pub const NOT_ELIGIBLE_TERMINATING: &str =
+pub(crate) const NOT_ELIGIBLE_TERMINATING: &str =
     "not eligible due to a terminating pod on the nominated node.";
 
 /// PreEnqueue's reason while the pod's own preemption is still evicting.
-pub const WAITING_FOR_PREEMPTION: &str = "waiting for the preemption for this pod to be finished";
+pub(crate) const WAITING_FOR_PREEMPTION: &str =
+    "waiting for the preemption for this pod to be finished";
 
 /// Picks the random start among `n` potential nodes (upstream's `getOffsetRand`).
 type OffsetFn = Box<dyn Fn(usize) -> usize + Send + Sync>;
 
-pub struct DefaultPreemption {
+pub(crate) struct DefaultPreemption {
     min_candidate_nodes_percentage: i32,
     min_candidate_nodes_absolute: i32,
     offset: OffsetFn,
@@ -51,7 +52,7 @@ pub struct DefaultPreemption {
 }
 
 impl DefaultPreemption {
-    pub fn new(args: &DefaultPreemptionArgs, handle: Handle) -> DefaultPreemption {
+    pub(crate) fn new(args: &DefaultPreemptionArgs, handle: Handle) -> DefaultPreemption {
         DefaultPreemption {
             min_candidate_nodes_percentage: args.min_candidate_nodes_percentage.unwrap_or(10),
             min_candidate_nodes_absolute: args.min_candidate_nodes_absolute.unwrap_or(100),
@@ -62,14 +63,18 @@ impl DefaultPreemption {
     }
 
     /// Replaces the random offset (tests).
-    pub fn with_offset(mut self, offset: impl Fn(usize) -> usize + Send + Sync + 'static) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_offset(
+        mut self,
+        offset: impl Fn(usize) -> usize + Send + Sync + 'static,
+    ) -> Self {
         self.offset = Box::new(offset);
         self
     }
 
     /// How many candidates to find among `num_nodes` potential nodes (upstream's
     /// `calculateNumCandidates`).
-    pub fn num_candidates(&self, num_nodes: usize) -> usize {
+    pub(crate) fn num_candidates(&self, num_nodes: usize) -> usize {
         let pct = usize::try_from(self.min_candidate_nodes_percentage).unwrap_or(0);
         let abs = usize::try_from(self.min_candidate_nodes_absolute).unwrap_or(0);
         (num_nodes * pct / 100).max(abs).min(num_nodes)
@@ -312,7 +317,7 @@ impl PostFilterPlugin for DefaultPreemption {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         DefaultPreemption::EXTENSION_POINTS,
         decode::<DefaultPreemptionArgs>,

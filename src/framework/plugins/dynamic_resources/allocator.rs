@@ -29,11 +29,11 @@ use super::tracker::DeviceId;
 use crate::framework::plugins::helper::node_selector_terms_match;
 
 /// Upstream's `resourceapi.AllocationResultsMaxSize`.
-pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
+pub(crate) const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
 
 /// Why allocation stopped short of a yes or no for the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AllocateError {
+pub(crate) enum AllocateError {
     /// Something is wrong with a claim or class (a CEL error, a missing class): upstream aborts
     /// the scheduling attempt with an error.
     Fatal(String),
@@ -45,7 +45,7 @@ pub enum AllocateError {
 
 /// The allocator's answer for one node.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// One allocation per claim, in order; `None` when the claims cannot all be allocated here.
     pub results: Option<Vec<AllocationResult>>,
     /// A feature ksched does not implement that a matching device needs.
@@ -54,7 +54,7 @@ pub struct Outcome {
 
 /// Everything known about devices at the start of a pod's scheduling cycle: the slices, the
 /// classes and the devices already allocated (or in flight). Shared by the pod's Filter calls.
-pub struct Allocator {
+pub(crate) struct Allocator {
     allocated: HashSet<DeviceId>,
     classes: HashMap<String, Arc<DeviceClass>>,
     slices: Vec<Arc<ResourceSlice>>,
@@ -78,7 +78,7 @@ impl fmt::Debug for Allocator {
 }
 
 impl Allocator {
-    pub fn new(
+    pub(crate) fn new(
         allocated: HashSet<DeviceId>,
         classes: HashMap<String, Arc<DeviceClass>>,
         mut slices: Vec<Arc<ResourceSlice>>,
@@ -116,7 +116,7 @@ impl Allocator {
     }
 
     /// Allocates `claims` (all unallocated) for `node`.
-    pub fn allocate(
+    pub(crate) fn allocate(
         &self,
         node: &Node,
         claims: &[Arc<ResourceClaim>],

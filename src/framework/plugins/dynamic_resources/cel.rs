@@ -89,7 +89,7 @@ const SUPPORTED_FUNCTIONS: &[&str] = &[
 ];
 
 /// What a selector's device looks like to the expression.
-pub struct DeviceInput<'a> {
+pub(crate) struct DeviceInput<'a> {
     pub driver: &'a str,
     pub allow_multiple_allocations: bool,
     pub attributes: Option<&'a BTreeMap<String, DeviceAttribute>>,
@@ -97,7 +97,7 @@ pub struct DeviceInput<'a> {
 }
 
 /// A compiled selector expression.
-pub struct Selector {
+pub(crate) struct Selector {
     program: Program,
 }
 
@@ -110,7 +110,7 @@ impl std::fmt::Debug for Selector {
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(build_env()));
 
 /// Compiles `expression`; the error says what is wrong or unsupported.
-pub fn compile(expression: &str) -> Result<Selector, String> {
+pub(crate) fn compile(expression: &str) -> Result<Selector, String> {
     let program = ENV
         .compile(expression)
         .map_err(|e| format!("compilation failed: {e}"))?;
@@ -138,7 +138,7 @@ fn is_operator(name: &str) -> bool {
 impl Selector {
     /// Whether the device matches; an error when the expression fails at run time or does not
     /// evaluate to a bool.
-    pub fn matches(&self, device: &DeviceInput<'_>) -> Result<bool, String> {
+    pub(crate) fn matches(&self, device: &DeviceInput<'_>) -> Result<bool, String> {
         let mut ctx = Context::with_env(ENV.clone());
         ctx.add_variable_as_val("device", Box::new(device_value(device)?));
         match self.program.execute(&ctx) {
@@ -152,7 +152,7 @@ impl Selector {
 /// Compiled selectors by expression, shared by every scheduling cycle (upstream keeps an LRU of
 /// them). Compile errors are kept too: a broken expression is not compiled again per device.
 #[derive(Default)]
-pub struct Cache {
+pub(crate) struct Cache {
     compiled: Mutex<HashMap<String, Arc<Result<Selector, String>>>>,
 }
 
@@ -160,7 +160,7 @@ pub struct Cache {
 const CACHE_LIMIT: usize = 256;
 
 impl Cache {
-    pub fn get_or_compile(&self, expression: &str) -> Arc<Result<Selector, String>> {
+    pub(crate) fn get_or_compile(&self, expression: &str) -> Arc<Result<Selector, String>> {
         if let Some(c) = self.compiled.lock().get(expression) {
             return c.clone();
         }
@@ -358,14 +358,14 @@ static QUANTITY_TYPE: Type = Type::simple_type(Kind::Opaque, "kubernetes.Quantit
 
 /// A `resource.Quantity`, kept at nano precision (as `crate::quantity` parses it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quantity {
+pub(crate) struct Quantity {
     nanos: i128,
 }
 
 const NANOS_PER_UNIT: i128 = 1_000_000_000;
 
 impl Quantity {
-    pub fn parse(s: &str) -> Result<Quantity, String> {
+    pub(crate) fn parse(s: &str) -> Result<Quantity, String> {
         quantity::parse(s)
             .map(|p| Quantity { nanos: p.nanos() })
             .map_err(|e| e.to_string())
@@ -395,10 +395,10 @@ static SEMVER_TYPE: Type = Type::simple_type(Kind::Opaque, "kubernetes.Semver");
 
 /// A semantic version (semver 2.0.0, strict, as upstream parses `version` attributes).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Semver(semver::Version);
+pub(crate) struct Semver(semver::Version);
 
 impl Semver {
-    pub fn parse(s: &str) -> Result<Semver, String> {
+    pub(crate) fn parse(s: &str) -> Result<Semver, String> {
         semver::Version::parse(s)
             .map(Semver)
             .map_err(|e| format!("invalid semver {s:?}: {e}"))

@@ -13,7 +13,7 @@ use crate::framework::listers::ObjectStore;
 /// The pod's claims in `spec.resourceClaims` order; claims intentionally not generated (a
 /// `resourceClaimStatuses` entry without a name) are left out. The error, when a claim cannot be
 /// used yet, is upstream's wording.
-pub fn pod_claims(
+pub(crate) fn pod_claims(
     pod: &Pod,
     tracker: &ClaimTracker,
     store: &ObjectStore<ResourceClaim>,
@@ -86,11 +86,11 @@ fn controlled_by(claim: &ResourceClaim, pod: &Pod) -> bool {
 }
 
 /// Whether `pod` is among the claim's consumers.
-pub fn reserved_for_pod(claim: &ResourceClaim, pod_uid: &str) -> bool {
+pub(crate) fn reserved_for_pod(claim: &ResourceClaim, pod_uid: &str) -> bool {
     reserved_for(claim).iter().any(|r| r.uid == pod_uid)
 }
 
-pub fn reserved_for(claim: &ResourceClaim) -> &[ResourceClaimConsumerReference] {
+pub(crate) fn reserved_for(claim: &ResourceClaim) -> &[ResourceClaimConsumerReference] {
     claim
         .status
         .as_ref()
@@ -99,7 +99,7 @@ pub fn reserved_for(claim: &ResourceClaim) -> &[ResourceClaimConsumerReference] 
 }
 
 /// The claim's device requests.
-pub fn requests(claim: &ResourceClaim) -> &[DeviceRequest] {
+pub(crate) fn requests(claim: &ResourceClaim) -> &[DeviceRequest] {
     claim
         .spec
         .devices
@@ -108,7 +108,7 @@ pub fn requests(claim: &ResourceClaim) -> &[DeviceRequest] {
         .unwrap_or_default()
 }
 
-pub fn is_allocated(claim: &ResourceClaim) -> bool {
+pub(crate) fn is_allocated(claim: &ResourceClaim) -> bool {
     claim
         .status
         .as_ref()
@@ -116,7 +116,7 @@ pub fn is_allocated(claim: &ResourceClaim) -> bool {
 }
 
 /// `namespace/name`, as upstream's `klog.KObj` prints a claim.
-pub fn claim_key(claim: &ResourceClaim) -> String {
+pub(crate) fn claim_key(claim: &ResourceClaim) -> String {
     format!(
         "{}/{}",
         claim.metadata.namespace.as_deref().unwrap_or_default(),

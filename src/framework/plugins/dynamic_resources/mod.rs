@@ -18,21 +18,20 @@
 //! binding conditions. Device taints are honoured (with the claim's tolerations); DeviceTaintRules
 //! (off by default upstream) are not watched.
 
-pub mod allocator;
-pub mod cel;
-pub mod claims;
+pub(crate) mod allocator;
+pub(crate) mod cel;
+pub(crate) mod claims;
 mod events;
-pub mod plugin;
+pub(crate) mod plugin;
 #[cfg(test)]
-pub mod testing;
-pub mod tracker;
+pub(crate) mod testing;
+pub(crate) mod tracker;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use plugin::DynamicResources;
-pub use tracker::ClaimTracker;
+pub(crate) use plugin::DynamicResources;
 
 use crate::config::FieldError;
 use crate::config::duration::GoDuration;
@@ -43,22 +42,22 @@ use crate::framework::registry::{PluginRegistration, policy_rule};
 
 /// The kinds DynamicResources reads. ResourceClaimTemplates are not among them: the claims a pod's
 /// templates stand for are created by kube-controller-manager and read as ResourceClaims.
-pub const INFORMERS: &[Informer] = &[
+pub(crate) const INFORMERS: &[Informer] = &[
     Informer::ResourceClaims,
     Informer::ResourceSlices,
     Informer::DeviceClasses,
 ];
 
 /// Upstream's `DynamicResourcesFilterTimeoutDefault`.
-pub const DEFAULT_FILTER_TIMEOUT: GoDuration = GoDuration::from_secs(10);
+pub(crate) const DEFAULT_FILTER_TIMEOUT: GoDuration = GoDuration::from_secs(10);
 /// Upstream's `DynamicResourcesBindingTimeoutDefault` (defaulted because DRADeviceBindingConditions
 /// is on in 1.36; ksched refuses devices with binding conditions, so it never waits that long).
-pub const DEFAULT_BINDING_TIMEOUT: GoDuration = GoDuration::from_secs(600);
+pub(crate) const DEFAULT_BINDING_TIMEOUT: GoDuration = GoDuration::from_secs(600);
 
 /// Upstream's `DynamicResourcesArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct DynamicResourcesArgs {
+pub(crate) struct DynamicResourcesArgs {
     /// How long Filter may search one node for devices; 0 means no limit.
     pub filter_timeout: Option<GoDuration>,
     pub binding_timeout: Option<GoDuration>,
@@ -96,7 +95,7 @@ impl PluginArgs for DynamicResourcesArgs {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         DynamicResources::EXTENSION_POINTS,
         decode::<DynamicResourcesArgs>,

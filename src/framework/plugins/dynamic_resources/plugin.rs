@@ -32,18 +32,18 @@ use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
 const STATE_KEY: &str = "DynamicResources";
 /// Upstream's `resourceapi.Finalizer`, put on claims the scheduler allocated.
-pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+pub(crate) const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
 /// Upstream's `resourceapi.FirstAvailableDeviceRequestMaxSize`: the score of a subrequest is
 /// this minus its position.
 const FIRST_AVAILABLE_MAX_SIZE: i64 = 8;
 /// How often PreBind retries a claim update that hit a conflict (client-go's `DefaultRetry`).
 const CONFLICT_RETRIES: usize = 5;
 
-pub const ERR_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
-pub const ERR_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
-pub const NO_NEW_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
+pub(crate) const ERR_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+pub(crate) const ERR_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+pub(crate) const NO_NEW_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
 
-pub struct DynamicResources {
+pub(crate) struct DynamicResources {
     listers: Arc<Listers>,
     /// Shared with this plugin in every other profile of the scheduler.
     tracker: Arc<ClaimTracker>,
@@ -92,7 +92,7 @@ fn state(cs: &CycleState) -> Option<&SharedState> {
 }
 
 impl DynamicResources {
-    pub fn new(
+    pub(crate) fn new(
         listers: Arc<Listers>,
         api: Arc<dyn ApiHandle>,
         dispatcher: Arc<ApiDispatcher>,

@@ -9,6 +9,7 @@ use super::plugin::{
     ERR_CANNOT_ALLOCATE, ERR_NOT_AVAILABLE, FINALIZER, NO_NEW_CLAIMS_TO_DEALLOCATE,
 };
 use super::testing::{claim, class, device, exact, node_slice};
+use super::tracker::ClaimTracker;
 use super::*;
 use crate::framework::args::decode;
 use crate::framework::background::ApiDispatcher;

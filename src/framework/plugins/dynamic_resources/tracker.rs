@@ -15,14 +15,14 @@ use crate::framework::plugins::volume_binding::assume_cache::{AssumeCache, Assum
 
 /// One device: driver, pool and device name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeviceId {
+pub(crate) struct DeviceId {
     pub driver: String,
     pub pool: String,
     pub device: String,
 }
 
 impl DeviceId {
-    pub fn new(driver: &str, pool: &str, device: &str) -> DeviceId {
+    pub(crate) fn new(driver: &str, pool: &str, device: &str) -> DeviceId {
         DeviceId {
             driver: driver.to_string(),
             pool: pool.to_string(),
@@ -43,7 +43,7 @@ struct InFlight {
     sharers: usize,
 }
 
-pub struct ClaimTracker {
+pub(crate) struct ClaimTracker {
     assumed: AssumeCache<ResourceClaim>,
     in_flight: Mutex<HashMap<String, InFlight>>,
 }
@@ -71,7 +71,7 @@ fn uid(claim: &ResourceClaim) -> &str {
 
 impl ClaimTracker {
     /// The claim as the scheduler knows it: its own newer write, else the informer's.
-    pub fn get(
+    pub(crate) fn get(
         &self,
         store: &ObjectStore<ResourceClaim>,
         namespace: &str,
@@ -81,7 +81,7 @@ impl ClaimTracker {
     }
 
     /// Records the claim the API returned after the scheduler's update, until the informer has it.
-    pub fn assume(
+    pub(crate) fn assume(
         &self,
         store: &ObjectStore<ResourceClaim>,
         claim: ResourceClaim,
@@ -90,12 +90,12 @@ impl ClaimTracker {
     }
 
     /// Drops the assumption for `namespace/name`.
-    pub fn restore(&self, key: &str) {
+    pub(crate) fn restore(&self, key: &str) {
         self.assumed.restore(key);
     }
 
     /// The allocation in flight for the claim with `uid`, if any.
-    pub fn pending_allocation(&self, uid: &str) -> Option<AllocationResult> {
+    pub(crate) fn pending_allocation(&self, uid: &str) -> Option<AllocationResult> {
         self.in_flight
             .lock()
             .get(uid)
@@ -103,7 +103,7 @@ impl ClaimTracker {
     }
 
     /// Reserve: `allocated` (the claim with its new allocation) is in flight.
-    pub fn signal_pending(&self, allocated: Arc<ResourceClaim>) {
+    pub(crate) fn signal_pending(&self, allocated: Arc<ResourceClaim>) {
         let mut in_flight = self.in_flight.lock();
         match in_flight.get_mut(uid(&allocated)) {
             Some(f) => f.sharers += 1,
@@ -121,7 +121,7 @@ impl ClaimTracker {
 
     /// One pod no longer needs the in-flight allocation of `uid`; it is dropped when it was the
     /// last one (or `force`). True when it was dropped.
-    pub fn maybe_remove_pending(&self, uid: &str, force: bool) -> bool {
+    pub(crate) fn maybe_remove_pending(&self, uid: &str, force: bool) -> bool {
         let mut in_flight = self.in_flight.lock();
         match in_flight.get_mut(uid) {
             None => false,
@@ -138,7 +138,10 @@ impl ClaimTracker {
 
     /// Every device allocated to a claim, written or in flight; devices allocated with admin
     /// access do not count (upstream's `foreachAllocatedDevice`).
-    pub fn allocated_devices(&self, store: &ObjectStore<ResourceClaim>) -> HashSet<DeviceId> {
+    pub(crate) fn allocated_devices(
+        &self,
+        store: &ObjectStore<ResourceClaim>,
+    ) -> HashSet<DeviceId> {
         // In-flight first: an allocation leaves the in-flight set only after it was assumed, so
         // reading the claims second cannot miss it.
         let in_flight: Vec<Arc<ResourceClaim>> = self

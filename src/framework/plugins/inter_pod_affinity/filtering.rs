@@ -14,10 +14,11 @@ use crate::framework::interface::{
 use crate::framework::plugins::helper::update_pre_filter_state;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
 
-pub const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
+pub(crate) const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
     "node(s) didn't satisfy existing pods anti-affinity rules";
-pub const ERR_REASON_AFFINITY_RULES_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
-pub const ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
+pub(crate) const ERR_REASON_AFFINITY_RULES_NOT_MATCH: &str =
+    "node(s) didn't match pod affinity rules";
+pub(crate) const ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
     "node(s) didn't match pod anti-affinity rules";
 
 pub(super) const PRE_FILTER_STATE_KEY: &str = "PreFilterInterPodAffinity";

@@ -22,15 +22,10 @@ use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, namespace_rules, registration_with_listers};
 use crate::framework::registry::PluginRegistration;
 
-pub use filtering::{
-    ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
-    ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
-};
-
 /// Upstream's `InterPodAffinityArgs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct InterPodAffinityArgs {
+pub(crate) struct InterPodAffinityArgs {
     pub hard_pod_affinity_weight: i32,
     pub ignore_preferred_terms_of_existing_pods: bool,
 }
@@ -61,13 +56,13 @@ impl PluginArgs for InterPodAffinityArgs {
 }
 
 /// The InterPodAffinity plugin.
-pub struct InterPodAffinity {
+pub(crate) struct InterPodAffinity {
     args: InterPodAffinityArgs,
     listers: Arc<Listers>,
 }
 
 impl InterPodAffinity {
-    pub fn new(args: InterPodAffinityArgs, listers: Arc<Listers>) -> InterPodAffinity {
+    pub(crate) fn new(args: InterPodAffinityArgs, listers: Arc<Listers>) -> InterPodAffinity {
         InterPodAffinity { args, listers }
     }
 }
@@ -79,7 +74,7 @@ impl_plugin!(
     EnqueueExtensions
 );
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_with_listers(
         InterPodAffinity::EXTENSION_POINTS,
         &[Informer::Namespaces],

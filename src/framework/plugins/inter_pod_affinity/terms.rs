@@ -25,7 +25,10 @@ impl AffinityTerm {
     /// `namespaces` nor `namespaceSelector` is set; `matchLabelKeys`/`mismatchLabelKeys` add
     /// `key in (v)`/`key notin (v)` for the owner's label values (as the API server merges them at
     /// admission; merging again is idempotent).
-    pub fn new(owner: &impl PodView, term: &PodAffinityTerm) -> Result<AffinityTerm, String> {
+    pub(super) fn new(
+        owner: &impl PodView,
+        term: &PodAffinityTerm,
+    ) -> Result<AffinityTerm, String> {
         let mut selector = LabelMatcher::from_label_selector(term.label_selector.as_ref())?;
         let owner_labels = owner.labels();
         let value_of = |k: &String| owner_labels.and_then(|l| l.get(k)).cloned();
@@ -59,7 +62,7 @@ impl AffinityTerm {
 
     /// Whether `pod` is in the term's namespaces (or its namespace's labels `ns_labels` match the
     /// namespace selector) and matches the label selector.
-    pub fn matches(&self, pod: &impl PodView, ns_labels: Option<&Labels>) -> bool {
+    pub(super) fn matches(&self, pod: &impl PodView, ns_labels: Option<&Labels>) -> bool {
         let ns = pod.namespace();
         if self.namespaces.contains(ns) || self.namespace_selector.matches(ns_labels) {
             return self.selector.matches(pod.labels());
@@ -69,7 +72,7 @@ impl AffinityTerm {
 
     /// Upstream's `mergeAffinityTermNamespacesIfNotEmpty`: the incoming pod's namespace selector
     /// is resolved into names once, so matching other pods needs no namespace lookups.
-    pub fn merge_namespace_selector(&mut self, listers: &Listers) {
+    pub(super) fn merge_namespace_selector(&mut self, listers: &Listers) {
         if let LabelMatcher::Selector(s) = &self.namespace_selector
             && !s.selects_all()
         {
@@ -129,12 +132,15 @@ fn preferred(
 
 impl PodTerms {
     /// All of the pod's terms; an unparseable selector is an error (upstream's `NewPodInfo`).
-    pub fn of(pod: &Pod) -> Result<PodTerms, String> {
+    pub(super) fn of(pod: &Pod) -> Result<PodTerms, String> {
         PodTerms::declared(pod, pod.spec.as_ref().and_then(|s| s.affinity.as_ref()))
     }
 
     /// The terms of `affinity`, declared by `pod`.
-    pub fn declared(pod: &impl PodView, affinity: Option<&Affinity>) -> Result<PodTerms, String> {
+    pub(super) fn declared(
+        pod: &impl PodView,
+        affinity: Option<&Affinity>,
+    ) -> Result<PodTerms, String> {
         let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
         let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
         Ok(PodTerms {
@@ -171,7 +177,7 @@ impl PodTerms {
 
     /// An existing pod's terms; a pod the API server accepted always parses, so a failure (hand-made
     /// data) is logged and the pod counts as having no terms.
-    pub fn of_existing(pod: &AssignedPod) -> PodTerms {
+    pub(super) fn of_existing(pod: &AssignedPod) -> PodTerms {
         PodTerms::declared(pod, pod.affinity()).unwrap_or_else(|e| {
             tracing::warn!(
                 pod = pod.name(),
@@ -182,7 +188,7 @@ impl PodTerms {
         })
     }
 
-    pub fn merge_namespace_selectors(&mut self, listers: &Listers) {
+    pub(super) fn merge_namespace_selectors(&mut self, listers: &Listers) {
         for t in self
             .required_affinity
             .iter_mut()
@@ -223,7 +229,7 @@ pub(super) struct TopologyCounts(HashMap<String, HashMap<String, i64>>);
 impl TopologyCounts {
     /// Adds `value` to the node's pair for `key` (nothing when the node lacks the label); a pair
     /// down to zero is removed.
-    pub fn update(&mut self, node: &Node, key: &str, value: i64) {
+    pub(super) fn update(&mut self, node: &Node, key: &str, value: i64) {
         let Some(v) = node.metadata.labels.as_ref().and_then(|l| l.get(key)) else {
             return;
         };
@@ -239,7 +245,7 @@ impl TopologyCounts {
     }
 
     /// For each of `terms` matching `pod` (with `ns_labels` for namespace selectors).
-    pub fn update_with_anti_affinity_terms(
+    pub(super) fn update_with_anti_affinity_terms(
         &mut self,
         terms: &[AffinityTerm],
         pod: &impl PodView,
@@ -255,7 +261,7 @@ impl TopologyCounts {
     }
 
     /// For every term, when `pod` matches all of them.
-    pub fn update_with_affinity_terms(
+    pub(super) fn update_with_affinity_terms(
         &mut self,
         terms: &[AffinityTerm],
         pod: &impl PodView,
@@ -269,7 +275,7 @@ impl TopologyCounts {
         }
     }
 
-    pub fn get(&self, key: &str, value: &str) -> i64 {
+    pub(super) fn get(&self, key: &str, value: &str) -> i64 {
         self.0
             .get(key)
             .and_then(|m| m.get(value))
@@ -277,12 +283,12 @@ impl TopologyCounts {
             .unwrap_or(0)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// Whether any of the node's (label, value) pairs has a positive count.
-    pub fn any_positive_for(&self, labels: &Labels) -> bool {
+    pub(super) fn any_positive_for(&self, labels: &Labels) -> bool {
         self.0.iter().any(|(k, values)| {
             labels
                 .get(k)

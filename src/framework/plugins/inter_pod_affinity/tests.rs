@@ -1,3 +1,7 @@
+use super::filtering::{
+    ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
+    ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
+};
 use super::*;
 use crate::framework::args::decode;
 use k8s_openapi::api::core::v1::PodAffinityTerm;

@@ -209,10 +209,10 @@ pub(crate) mod test_support {
     use serde_json::json;
 
     use crate::framework::testing::NodeBuilder;
-    pub use crate::framework::testing::listers_with_namespaces;
+    pub(crate) use crate::framework::testing::listers_with_namespaces;
 
     /// A Kosmos leaf node of `cluster`: labelled, annotated and tainted as Kosmos does.
-    pub fn leaf_node(name: &str, cluster: &str) -> Node {
+    pub(crate) fn leaf_node(name: &str, cluster: &str) -> Node {
         let mut node = NodeBuilder::new(name)
             .label("kosmos.io/node", "true")
             .taint("kosmos.io/node", "true", "NoSchedule")
@@ -224,7 +224,7 @@ pub(crate) mod test_support {
         node
     }
 
-    pub fn owned_by_daemonset(mut pod: Pod) -> Pod {
+    pub(crate) fn owned_by_daemonset(mut pod: Pod) -> Pod {
         pod.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "apps/v1".into(),
             kind: "DaemonSet".into(),
@@ -235,11 +235,11 @@ pub(crate) mod test_support {
         pod
     }
 
-    pub fn selector(v: serde_json::Value) -> LabelSelector {
+    pub(crate) fn selector(v: serde_json::Value) -> LabelSelector {
         serde_json::from_value(v).expect("label selector")
     }
 
-    pub fn match_labels(k: &str, v: &str) -> LabelSelector {
+    pub(crate) fn match_labels(k: &str, v: &str) -> LabelSelector {
         selector(json!({"matchLabels": {k: v}}))
     }
 }

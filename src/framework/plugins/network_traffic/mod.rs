@@ -15,8 +15,9 @@
 //! keeps the answer in memory; PreScore (when enabled) and Score read it. Data older than
 //! [`STALE_AFTER_PERIODS`] periods, or none yet, scores every node the same (as a node without
 //! data: 0 bytes), so a slow or unreachable Prometheus never stalls or skews scheduling. The outage
-//! is logged once (and its end); the scheduler exports the data's age and the failed queries
-//! (`ksched_network_traffic_data_age_seconds`, `ksched_network_traffic_query_errors_total`).
+//! is logged once (and its end); the refresher keeps the data's age and the failed queries in the
+//! metrics the plugin declares ([`METRICS`]: `ksched_network_traffic_data_age_seconds`,
+//! `ksched_network_traffic_query_errors_total`, per profile), which the scheduler exports.
 
 pub mod prometheus;
 pub mod refresher;
@@ -36,15 +37,37 @@ use crate::framework::interface::{
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
-use crate::framework::registry::{Handle, PluginRegistration};
+use crate::framework::registry::{
+    Handle, MetricDeclaration, MetricKind, PluginError, PluginRegistration,
+};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
-use refresher::{Latest, Measurements, Refresher, Telemetry};
+use refresher::{Latest, Measurements, Refresher, RefresherMetrics};
 
 /// `refreshPeriodSeconds` when the args do not set it.
 pub const DEFAULT_REFRESH_PERIOD_SECONDS: i64 = 10;
 
 /// Measurements older than this many refresh periods are stale: nodes score the same.
 pub const STALE_AFTER_PERIODS: u32 = 3;
+
+/// `ksched_network_traffic_query_errors_total{profile}`.
+pub const QUERY_ERRORS_METRIC: &str = "ksched_network_traffic_query_errors";
+
+/// `ksched_network_traffic_data_age_seconds{profile}`.
+pub const DATA_AGE_METRIC: &str = "ksched_network_traffic_data_age_seconds";
+
+/// The metrics NetworkTraffic declares; its refresher updates them.
+pub const METRICS: &[MetricDeclaration] = &[
+    MetricDeclaration {
+        name: QUERY_ERRORS_METRIC,
+        help: "Prometheus queries of the NetworkTraffic plugin's refresher that failed or timed out",
+        kind: MetricKind::Counter,
+    },
+    MetricDeclaration {
+        name: DATA_AGE_METRIC,
+        help: "Age of the measurements the NetworkTraffic plugin scores with (+Inf before the first answer); older than three refresh periods, every node scores the same",
+        kind: MetricKind::Gauge,
+    },
+];
 
 /// One series of an instant-query result.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,19 +165,19 @@ impl ScorePlugin for NetworkTraffic {
     }
 }
 
-/// The registration: PreScore and Score.
+/// The registration: PreScore and Score, and the refresher's metrics.
 pub fn registration() -> PluginRegistration {
     PluginRegistration::new(
         NetworkTraffic::EXTENSION_POINTS,
         crate::framework::args::decode::<NetworkTrafficArgs>,
         factory,
     )
+    .with_metrics(METRICS)
 }
 
 /// The plugin, and its refresher registered with the handle's background tasks.
-pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
-    let args: NetworkTrafficArgs =
-        serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, PluginError> {
+    let args: NetworkTrafficArgs = serde_json::from_value(args.clone())?;
     let client = prometheus::PrometheusClient::new(&args.ip).map_err(|e| e.to_string())?;
     let latest = Latest::default();
     let refresher = Refresher::new(
@@ -162,8 +185,10 @@ pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, String>
         query_for(&args.device_name, args.time_range),
         args.refresh_period(),
         latest.clone(),
-        handle.profile_name.to_string(),
-        handle.listers.plugin_state.get_or_default::<Telemetry>(),
+        RefresherMetrics {
+            query_errors: handle.counter(QUERY_ERRORS_METRIC),
+            data_age: handle.gauge(DATA_AGE_METRIC),
+        },
     );
     handle.tasks.register(Arc::new(refresher));
     Ok(Arc::new(NetworkTraffic::new(&args, latest)))
@@ -176,8 +201,7 @@ pub fn offline_registration() -> PluginRegistration {
         NetworkTraffic::EXTENSION_POINTS,
         crate::framework::args::decode::<NetworkTrafficArgs>,
         |args, _handle| {
-            let args: NetworkTrafficArgs =
-                serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
+            let args: NetworkTrafficArgs = serde_json::from_value(args.clone())?;
             Ok(Arc::new(NetworkTraffic::new(&args, Latest::default())))
         },
     )
@@ -251,7 +275,6 @@ mod tests {
     use parking_lot::Mutex;
     use serde_json::json;
 
-    use super::refresher::ProfileTelemetry;
     use super::*;
     use crate::framework::args::decode;
     use crate::framework::testing::{NodeBuilder, PodBuilder};
@@ -377,32 +400,33 @@ mod tests {
         assert_eq!(p.score(&state, &pod, &b), Ok(0));
     }
 
-    fn refresher(answer: Result<Vec<Sample>, String>) -> (Refresher, Arc<Fake>, Arc<Telemetry>) {
+    fn refresher(answer: Result<Vec<Sample>, String>) -> (Refresher, Arc<Fake>, RefresherMetrics) {
         let fake = Arc::new(Fake {
             answer: Mutex::new(answer),
             queries: Mutex::new(Vec::new()),
         });
-        let telemetry = Arc::new(Telemetry::default());
+        let metrics = RefresherMetrics::default();
         let r = Refresher::new(
             fake.clone(),
             query_for("eth0", 60),
             Duration::from_secs(5),
             Latest::default(),
-            "p1".into(),
-            telemetry.clone(),
+            metrics.clone(),
         );
-        (r, fake, telemetry)
+        (r, fake, metrics)
     }
 
     #[tokio::test]
     async fn the_refresher_keeps_the_latest_answer_per_node() {
-        let (r, fake, telemetry) = refresher(Ok(vec![
+        let (r, fake, metrics) = refresher(Ok(vec![
             sample(&[("device", "eth0"), ("instance", "busy")], 200000.0),
             sample(&[("device", "eth0"), ("instance", "mid:9100")], 140000.0),
             sample(&[("instance", "10.0.0.9:9100"), ("nodename", "quiet")], 0.0),
             sample(&[("instance", "[fd00::1]:9100")], -5.0),
         ]));
-        assert_eq!(telemetry.profiles()["p1"], ProfileTelemetry::default());
+        // No answer yet: the data is infinitely old.
+        assert_eq!(metrics.data_age.get(), f64::INFINITY);
+        assert_eq!(metrics.query_errors.get(), 0);
         r.refresh().await;
         let m = r.latest.read().clone().expect("measurements");
         let mut bytes: Vec<(String, i64)> = m.bytes.clone().into_iter().collect();
@@ -425,12 +449,12 @@ mod tests {
                 Duration::from_secs(5)
             )]
         );
-        assert_eq!(telemetry.profiles()["p1"].refreshed_at, Some(m.at));
+        assert!(metrics.data_age.get() < 5.0, "{}", metrics.data_age.get());
     }
 
     #[tokio::test]
     async fn a_failed_query_keeps_the_data_and_counts() {
-        let (r, fake, telemetry) = refresher(Ok(vec![sample(&[("instance", "a")], 10.0)]));
+        let (r, fake, metrics) = refresher(Ok(vec![sample(&[("instance", "a")], 10.0)]));
         r.refresh().await;
         let before = r.latest.read().clone().expect("measurements");
         *fake.answer.lock() = Err("connection refused".into());
@@ -439,9 +463,8 @@ mod tests {
         // The last answer stays until it goes stale; the failures are counted.
         let after = r.latest.read().clone().expect("measurements");
         assert!(Arc::ptr_eq(&before, &after));
-        let t = &telemetry.profiles()["p1"];
-        assert_eq!(t.query_errors, 2);
-        assert_eq!(t.refreshed_at, Some(before.at));
+        assert_eq!(metrics.query_errors.get(), 2);
+        assert!(metrics.data_age.get().is_finite());
         // Recovery replaces it.
         *fake.answer.lock() = Ok(vec![sample(&[("instance", "b")], 1.0)]);
         r.refresh().await;
@@ -469,6 +492,13 @@ mod tests {
                 .names()
                 .contains(&"NetworkTraffic refresher".to_string())
         );
+        // The refresher updates the profile's series of the metrics the registration declares.
+        let (mut h, _) = crate::framework::testing::handle();
+        h.profile_name = Arc::from("p1");
+        h.plugin_metrics.declare(METRICS);
+        assert!(factory(&args, &h).is_ok());
+        assert_eq!(h.gauge(DATA_AGE_METRIC).get(), f64::INFINITY);
+        assert_eq!(h.counter(QUERY_ERRORS_METRIC).get(), 0);
         // Simulation's version asks nobody.
         let (h, _) = crate::framework::testing::handle();
         assert!((offline_registration().factory)(&args, &h).is_ok());

@@ -2,7 +2,7 @@
 //! asks Prometheus for every node's received bytes once per refresh period and keeps the answer
 //! in memory, where PreScore and Score read it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::{MetricsSource, Sample};
 use crate::framework::background::{BackgroundTask, TaskContext};
+use crate::framework::registry::{Counter, FloatGauge};
 
 /// Received bytes per node, as measured at `at`.
 #[derive(Debug)]
@@ -57,45 +58,17 @@ fn sample_node(sample: &Sample) -> Option<&str> {
 /// The latest measurements, shared by the refresher (writer) and the plugin (reader).
 pub type Latest = Arc<RwLock<Option<Arc<Measurements>>>>;
 
-/// What the scheduler exports about NetworkTraffic's refreshers, per profile (one value per
-/// scheduler, in `Listers::plugin_state`).
-#[derive(Debug, Default)]
-pub struct Telemetry {
-    profiles: Mutex<BTreeMap<String, ProfileTelemetry>>,
-}
+/// How often the data's age is published between queries.
+const AGE_UPDATE_PERIOD: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProfileTelemetry {
-    /// Failed or timed-out queries since the refresher started.
-    pub query_errors: u64,
-    /// When the data the plugin scores with was fetched (None: never).
-    pub refreshed_at: Option<Instant>,
-}
-
-impl Telemetry {
-    /// Every profile's numbers.
-    pub fn profiles(&self) -> BTreeMap<String, ProfileTelemetry> {
-        self.profiles.lock().clone()
-    }
-
-    /// A refresher of `profile` exists (no data yet).
-    pub fn register(&self, profile: &str) {
-        self.update(profile, |_| {});
-    }
-
-    /// `profile`'s refresher got an answer at `at`.
-    pub fn refreshed(&self, profile: &str, at: Instant) {
-        self.update(profile, |t| t.refreshed_at = Some(at));
-    }
-
-    /// `profile`'s refresher got no answer.
-    pub fn query_failed(&self, profile: &str) {
-        self.update(profile, |t| t.query_errors += 1);
-    }
-
-    fn update(&self, profile: &str, f: impl FnOnce(&mut ProfileTelemetry)) {
-        f(self.profiles.lock().entry(profile.to_string()).or_default());
-    }
+/// What the refresher exports, for its profile: the failed queries and the age of the data the
+/// plugin scores with (its declared metrics, from the handle).
+#[derive(Debug, Clone, Default)]
+pub struct RefresherMetrics {
+    /// `ksched_network_traffic_query_errors_total{profile}`.
+    pub query_errors: Counter,
+    /// `ksched_network_traffic_data_age_seconds{profile}`: +Inf before the first answer.
+    pub data_age: FloatGauge,
 }
 
 /// Queries Prometheus every `period` and stores what it answers in `latest`.
@@ -104,8 +77,7 @@ pub struct Refresher {
     pub(super) query: String,
     pub(super) period: Duration,
     pub(super) latest: Latest,
-    pub(super) profile: String,
-    pub(super) telemetry: Arc<Telemetry>,
+    pub(super) metrics: RefresherMetrics,
     /// None before the first answer; then whether the last query failed.
     outage: Mutex<Option<bool>>,
 }
@@ -116,19 +88,28 @@ impl Refresher {
         query: String,
         period: Duration,
         latest: Latest,
-        profile: String,
-        telemetry: Arc<Telemetry>,
+        metrics: RefresherMetrics,
     ) -> Refresher {
-        telemetry.register(&profile);
-        Refresher {
+        let refresher = Refresher {
             source,
             query,
             period,
             latest,
-            profile,
-            telemetry,
+            metrics,
             outage: Mutex::new(None),
-        }
+        };
+        refresher.publish_age();
+        refresher
+    }
+
+    /// Sets the data-age gauge: how old the latest answer is (+Inf: none yet).
+    pub fn publish_age(&self) {
+        let age = self
+            .latest
+            .read()
+            .as_ref()
+            .map_or(f64::INFINITY, |m| m.at.elapsed().as_secs_f64());
+        self.metrics.data_age.set(age);
     }
 
     /// One query (waiting at most one period); the outcome is stored, counted and logged once
@@ -138,7 +119,6 @@ impl Refresher {
             Ok(samples) => {
                 let m = Arc::new(Measurements::from_samples(&samples, Instant::now()));
                 debug!(query = %self.query, nodes = m.bytes.len(), "NetworkTraffic measurements");
-                self.telemetry.refreshed(&self.profile, m.at);
                 match self.outage.lock().replace(false) {
                     None => {
                         info!(
@@ -150,9 +130,10 @@ impl Refresher {
                     Some(false) => {}
                 }
                 *self.latest.write() = Some(m);
+                self.publish_age();
             }
             Err(e) => {
-                self.telemetry.query_failed(&self.profile);
+                self.metrics.query_errors.inc();
                 if self.outage.lock().replace(true) != Some(true) {
                     warn!(error = %e, "NetworkTraffic: querying Prometheus failed; nodes score the same while its data is missing or stale");
                 }
@@ -166,15 +147,27 @@ impl BackgroundTask for Refresher {
         "NetworkTraffic refresher"
     }
 
-    /// Reads only: it runs on standby replicas too, so a new leader scores with fresh data.
+    /// Reads only: it runs on standby replicas too, so a new leader scores with fresh data. The
+    /// data's age is published every second, also while a query waits for its answer.
     fn run(self: Arc<Self>, _ctx: TaskContext) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let mut tick = tokio::time::interval(self.period);
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                self.refresh().await;
-            }
+            let queries = async {
+                let mut tick = tokio::time::interval(self.period);
+                tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    self.refresh().await;
+                }
+            };
+            let ages = async {
+                let mut tick = tokio::time::interval(AGE_UPDATE_PERIOD);
+                tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    self.publish_age();
+                }
+            };
+            futures::future::join(queries, ages).await;
         })
     }
 }

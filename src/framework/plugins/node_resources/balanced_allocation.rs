@@ -28,7 +28,7 @@ const PRE_SCORE_STATE_KEY: &str = "PreScoreNodeResourcesBalancedAllocation";
 /// Upstream's `NodeResourcesBalancedAllocationArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct NodeResourcesBalancedAllocationArgs {
+pub(crate) struct NodeResourcesBalancedAllocationArgs {
     pub resources: Vec<ResourceSpec>,
 }
 
@@ -61,12 +61,12 @@ impl PluginArgs for NodeResourcesBalancedAllocationArgs {
     }
 }
 
-pub struct BalancedAllocation {
+pub(crate) struct BalancedAllocation {
     resources: Vec<ResourceSpec>,
 }
 
 impl BalancedAllocation {
-    pub fn new(args: NodeResourcesBalancedAllocationArgs) -> BalancedAllocation {
+    pub(crate) fn new(args: NodeResourcesBalancedAllocationArgs) -> BalancedAllocation {
         let mut args = args;
         args.set_defaults();
         BalancedAllocation {
@@ -76,7 +76,7 @@ impl BalancedAllocation {
 }
 
 /// Upstream's `balancedResourceScorer` over usage fractions (each capped at 1).
-pub fn balanced_score_of_fractions(fractions: &[f64]) -> i64 {
+pub(crate) fn balanced_score_of_fractions(fractions: &[f64]) -> i64 {
     let std = match fractions.len() {
         0 | 1 => 0.0,
         2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
@@ -94,7 +94,8 @@ pub fn balanced_score_of_fractions(fractions: &[f64]) -> i64 {
 }
 
 /// The score from requested/allocatable pairs (resources with zero allocatable are left out).
-pub fn balanced_score(requested: &[i64], allocatable: &[i64]) -> i64 {
+#[cfg(test)]
+pub(crate) fn balanced_score(requested: &[i64], allocatable: &[i64]) -> i64 {
     let fractions: SmallVec<[f64; 8]> = requested
         .iter()
         .zip(allocatable)
@@ -165,12 +166,12 @@ impl ScorePlugin for BalancedAllocation {
 
 /// Upstream 1.36's `balancedResourceScorer`: 50 for a pod that leaves the balance as it was, more
 /// when it improves it, less when it worsens it (Go's truncating integer division).
-pub fn balance_improvement_score(with_pod: i64, without_pod: i64) -> i64 {
+pub(crate) fn balance_improvement_score(with_pod: i64, without_pod: i64) -> i64 {
     let half = MAX_NODE_SCORE / 2;
     half + (half + with_pod - without_pod) / 2
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         BalancedAllocation::EXTENSION_POINTS,
         decode::<NodeResourcesBalancedAllocationArgs>,

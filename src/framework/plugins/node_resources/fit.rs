@@ -25,24 +25,24 @@ use crate::framework::plugins::names;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Resource, Snapshot};
 
-pub const LEAST_ALLOCATED: &str = "LeastAllocated";
-pub const MOST_ALLOCATED: &str = "MostAllocated";
-pub const REQUESTED_TO_CAPACITY_RATIO: &str = "RequestedToCapacityRatio";
+pub(crate) const LEAST_ALLOCATED: &str = "LeastAllocated";
+pub(crate) const MOST_ALLOCATED: &str = "MostAllocated";
+pub(crate) const REQUESTED_TO_CAPACITY_RATIO: &str = "RequestedToCapacityRatio";
 /// The highest score a RequestedToCapacityRatio shape point may have.
-pub const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
+pub(crate) const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
 
 const PRE_SCORE_STATE_KEY: &str = "PreScoreNodeResourcesFit";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RequestedToCapacityRatioParam {
+pub(crate) struct RequestedToCapacityRatioParam {
     #[serde(default)]
     pub shape: Vec<UtilizationShapePoint>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct ScoringStrategy {
+pub(crate) struct ScoringStrategy {
     #[serde(rename = "type")]
     pub type_: String,
     pub resources: Vec<ResourceSpec>,
@@ -53,7 +53,7 @@ pub struct ScoringStrategy {
 /// Upstream's `NodeResourcesFitArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct NodeResourcesFitArgs {
+pub(crate) struct NodeResourcesFitArgs {
     pub ignored_resources: Vec<String>,
     pub ignored_resource_groups: Vec<String>,
     pub scoring_strategy: Option<ScoringStrategy>,
@@ -128,7 +128,7 @@ impl PluginArgs for NodeResourcesFitArgs {
 const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 
 /// A Kubernetes qualified name (`[prefix/]name`), as label keys and resource names are.
-pub fn is_qualified_name(s: &str) -> bool {
+pub(crate) fn is_qualified_name(s: &str) -> bool {
     let (prefix, name) = match s.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -163,7 +163,7 @@ enum Strategy {
     Ratio(Vec<(i64, i64)>),
 }
 
-pub struct Fit {
+pub(crate) struct Fit {
     ignored_resources: BTreeSet<String>,
     ignored_resource_groups: BTreeSet<String>,
     resources: Vec<ResourceSpec>,
@@ -171,7 +171,7 @@ pub struct Fit {
 }
 
 impl Fit {
-    pub fn new(args: NodeResourcesFitArgs) -> Result<Fit, String> {
+    pub(crate) fn new(args: NodeResourcesFitArgs) -> Result<Fit, String> {
         let mut args = args;
         args.set_defaults();
         let s = args.scoring_strategy.unwrap_or_default();
@@ -276,7 +276,7 @@ fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
 
 /// One resource the node lacks for the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InsufficientResource {
+pub(crate) struct InsufficientResource {
     pub resource_name: String,
     pub reason: String,
     pub requested: i64,
@@ -287,7 +287,7 @@ pub struct InsufficientResource {
 }
 
 /// Upstream's `fitsRequest`.
-pub fn fits_request(
+pub(crate) fn fits_request(
     pod_request: &Resource,
     node: &NodeInfo,
     ignored_resources: &BTreeSet<String>,
@@ -370,7 +370,7 @@ pub(super) fn fits(
 
 /// Extended resources: a domain-prefixed name outside `kubernetes.io/` (upstream's
 /// `IsExtendedResourceName`).
-pub fn is_extended_resource_name(name: &str) -> bool {
+pub(crate) fn is_extended_resource_name(name: &str) -> bool {
     name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
@@ -450,7 +450,7 @@ impl ScorePlugin for Fit {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         Fit::EXTENSION_POINTS,
         decode::<NodeResourcesFitArgs>,

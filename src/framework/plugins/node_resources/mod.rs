@@ -1,8 +1,8 @@
 //! NodeResourcesFit and NodeResourcesBalancedAllocation, and the resource-allocation scoring they
 //! share (upstream's `resource_allocation.go`).
 
-pub mod balanced_allocation;
-pub mod fit;
+pub(crate) mod balanced_allocation;
+pub(crate) mod fit;
 mod fit_events;
 
 use serde::{Deserialize, Serialize};
@@ -17,14 +17,14 @@ use crate::framework::types::{
 /// A resource and its weight in scoring (upstream's `ResourceSpec`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ResourceSpec {
+pub(crate) struct ResourceSpec {
     pub name: String,
     #[serde(default)]
     pub weight: i64,
 }
 
 /// Upstream's defaulting of a resources list: empty is `cpu: 1, memory: 1`, a weight of 0 is 1.
-pub fn set_default_resources(resources: &mut Vec<ResourceSpec>) {
+pub(crate) fn set_default_resources(resources: &mut Vec<ResourceSpec>) {
     if resources.is_empty() {
         *resources = default_resources();
     }
@@ -36,7 +36,7 @@ pub fn set_default_resources(resources: &mut Vec<ResourceSpec>) {
 }
 
 /// `cpu: 1, memory: 1`.
-pub fn default_resources() -> Vec<ResourceSpec> {
+pub(crate) fn default_resources() -> Vec<ResourceSpec> {
     vec![
         ResourceSpec {
             name: RESOURCE_CPU.into(),
@@ -50,7 +50,7 @@ pub fn default_resources() -> Vec<ResourceSpec> {
 }
 
 /// Upstream's `validateResources`: weights in (0, 100].
-pub fn validate_resources(resources: &[ResourceSpec], path: &str) -> Vec<FieldError> {
+pub(crate) fn validate_resources(resources: &[ResourceSpec], path: &str) -> Vec<FieldError> {
     resources
         .iter()
         .enumerate()
@@ -69,7 +69,7 @@ pub fn validate_resources(resources: &[ResourceSpec], path: &str) -> Vec<FieldEr
 /// requests; without (NodeResourcesFit) what upstream's Fit scorer computes: containers that request
 /// no cpu/memory count as 100m/200Mi, pod-level resources are not looked at
 /// ([`fit_scoring_requests`]).
-pub fn pod_resource_requests(
+pub(crate) fn pod_resource_requests(
     pod: &PodInfo,
     resources: &[ResourceSpec],
     use_requested: bool,
@@ -87,7 +87,7 @@ pub fn pod_resource_requests(
 /// Calls `f(i, allocatable, requested)` for each resource `i` that counts on `node`: requested
 /// includes the pod. Skipped: an extended resource the pod does not request, or one the node does
 /// not have (upstream returns (0, 0) for those). Allocates nothing (scoring runs per node).
-pub fn for_each_allocatable_and_requested(
+pub(crate) fn for_each_allocatable_and_requested(
     node: &NodeInfo,
     resources: &[ResourceSpec],
     pod_requests: &[i64],

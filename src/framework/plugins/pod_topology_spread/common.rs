@@ -33,7 +33,7 @@ pub(super) struct Constraint {
 
 impl Constraint {
     /// Whether the node counts for this constraint under its inclusion policies.
-    pub fn matches_node_inclusion_policies(&self, pod: &PodInfo, node: &NodeInfo) -> bool {
+    pub(super) fn matches_node_inclusion_policies(&self, pod: &PodInfo, node: &NodeInfo) -> bool {
         if self.honor_node_affinity && !pod_matches_node_selector_and_affinity(pod, node) {
             return false;
         }
@@ -121,7 +121,7 @@ pub(super) fn filter_constraints(
 
 /// Upstream's `helper.DefaultSelector`: the union of the selectors of the Services selecting the
 /// pod, plus its controlling ReplicationController's, ReplicaSet's or StatefulSet's selector.
-pub fn default_selector(pod: &Pod, listers: &Listers) -> LabelMatcher {
+pub(crate) fn default_selector(pod: &Pod, listers: &Listers) -> LabelMatcher {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     let pod_labels = pod.metadata.labels.as_ref();
     let mut set: Labels = Labels::new();

@@ -14,9 +14,9 @@ use crate::framework::interface::{
 use crate::framework::plugins::helper::update_pre_filter_state;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
-pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str =
+pub(crate) const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str =
     "node(s) didn't match pod topology spread constraints";
-pub const ERR_REASON_NODE_LABEL_NOT_MATCH: &str =
+pub(crate) const ERR_REASON_NODE_LABEL_NOT_MATCH: &str =
     "node(s) didn't match pod topology spread constraints (missing required label)";
 
 pub(super) const PRE_FILTER_STATE_KEY: &str = "PreFilterPodTopologySpread";
@@ -34,7 +34,7 @@ impl Default for CriticalPaths {
 }
 
 impl CriticalPaths {
-    pub fn update(&mut self, value: &str, num: i64) {
+    pub(super) fn update(&mut self, value: &str, num: i64) {
         let p = &mut self.0;
         let i = if value == p[0].0 {
             Some(0)
@@ -61,7 +61,7 @@ impl CriticalPaths {
         }
     }
 
-    pub fn min(&self) -> i64 {
+    pub(super) fn min(&self) -> i64 {
         self.0[0].1
     }
 }

@@ -24,16 +24,13 @@ use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::registry::{PluginRegistration, policy_rule};
 
-pub use common::default_selector;
-pub use filtering::{ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH};
-
-pub const SYSTEM_DEFAULTING: &str = "System";
-pub const LIST_DEFAULTING: &str = "List";
+pub(crate) const SYSTEM_DEFAULTING: &str = "System";
+pub(crate) const LIST_DEFAULTING: &str = "List";
 
 /// Upstream's `PodTopologySpreadArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct PodTopologySpreadArgs {
+pub(crate) struct PodTopologySpreadArgs {
     pub default_constraints: Vec<TopologySpreadConstraint>,
     pub defaulting_type: String,
 }
@@ -104,7 +101,7 @@ impl PluginArgs for PodTopologySpreadArgs {
 }
 
 /// Upstream's `systemDefaultConstraints`: hostname maxSkew 3 and zone maxSkew 5, ScheduleAnyway.
-pub fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
+pub(crate) fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
     [
         ("kubernetes.io/hostname", 3),
         ("topology.kubernetes.io/zone", 5),
@@ -121,14 +118,14 @@ pub fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
 
 /// The PodTopologySpread plugin.
 #[derive(Clone)]
-pub struct PodTopologySpread {
+pub(crate) struct PodTopologySpread {
     default_constraints: Vec<TopologySpreadConstraint>,
     system_defaulted: bool,
     listers: Arc<Listers>,
 }
 
 impl PodTopologySpread {
-    pub fn new(args: PodTopologySpreadArgs, listers: Arc<Listers>) -> PodTopologySpread {
+    pub(crate) fn new(args: PodTopologySpreadArgs, listers: Arc<Listers>) -> PodTopologySpread {
         let system_defaulted = args.defaulting_type != LIST_DEFAULTING;
         let default_constraints = if system_defaulted {
             system_default_constraints()
@@ -150,7 +147,7 @@ impl_plugin!(
     EnqueueExtensions
 );
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     registration_with_listers(
         PodTopologySpread::EXTENSION_POINTS,
         &[

@@ -1,3 +1,5 @@
+use super::common::default_selector;
+use super::filtering::{ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH};
 use super::*;
 use crate::framework::args::decode;
 use serde_json::json;

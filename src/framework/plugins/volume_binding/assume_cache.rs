@@ -14,7 +14,7 @@ use crate::framework::listers::ObjectStore;
 
 /// Why an object could not be assumed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AssumeError {
+pub(crate) enum AssumeError {
     #[error("{kind} {key:?} not found")]
     NotFound { kind: &'static str, key: String },
     #[error("{key:?} is out of sync (stored: {stored}, assume: {assume})")]
@@ -26,7 +26,7 @@ pub enum AssumeError {
 }
 
 /// The resourceVersion as a number (upstream's `APIObjectVersioner`); absent or odd versions are 0.
-pub fn resource_version<K: Resource>(obj: &K) -> u64 {
+pub(crate) fn resource_version<K: Resource>(obj: &K) -> u64 {
     obj.meta()
         .resource_version
         .as_deref()
@@ -35,13 +35,13 @@ pub fn resource_version<K: Resource>(obj: &K) -> u64 {
 }
 
 /// Assumed objects of one kind, keyed like [`ObjectStore`] keys.
-pub struct AssumeCache<K> {
+pub(crate) struct AssumeCache<K> {
     kind: &'static str,
     assumed: RwLock<HashMap<String, Arc<K>>>,
 }
 
 impl<K: Resource + Clone> AssumeCache<K> {
-    pub fn new(kind: &'static str) -> AssumeCache<K> {
+    pub(crate) fn new(kind: &'static str) -> AssumeCache<K> {
         AssumeCache {
             kind,
             assumed: RwLock::new(HashMap::new()),
@@ -49,7 +49,12 @@ impl<K: Resource + Clone> AssumeCache<K> {
     }
 
     /// The assumed object when it is still current, else the informer's (upstream's `Get`).
-    pub fn get(&self, store: &ObjectStore<K>, namespace: &str, name: &str) -> Option<Arc<K>> {
+    pub(crate) fn get(
+        &self,
+        store: &ObjectStore<K>,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<K>> {
         let api = store.get(namespace, name)?;
         self.overlay(api)
     }
@@ -65,7 +70,7 @@ impl<K: Resource + Clone> AssumeCache<K> {
     }
 
     /// Every object with assumptions applied.
-    pub fn list(&self, store: &ObjectStore<K>) -> Vec<Arc<K>> {
+    pub(crate) fn list(&self, store: &ObjectStore<K>) -> Vec<Arc<K>> {
         store
             .list()
             .into_iter()
@@ -74,7 +79,7 @@ impl<K: Resource + Clone> AssumeCache<K> {
     }
 
     /// Records `obj` as assumed; it must not be older than what the cache shows now.
-    pub fn assume(&self, store: &ObjectStore<K>, obj: K) -> Result<(), AssumeError> {
+    pub(crate) fn assume(&self, store: &ObjectStore<K>, obj: K) -> Result<(), AssumeError> {
         let key = ObjectStore::<K>::key_of(&obj);
         let meta = obj.meta();
         let current = self
@@ -100,16 +105,12 @@ impl<K: Resource + Clone> AssumeCache<K> {
     }
 
     /// Drops the assumption for `key` (upstream's `Restore`).
-    pub fn restore(&self, key: &str) {
+    pub(crate) fn restore(&self, key: &str) {
         self.assumed.write().remove(key);
     }
 
-    pub fn is_assumed(&self, key: &str) -> bool {
-        self.assumed.read().contains_key(key)
-    }
-
     /// Forgets assumptions the informer has caught up with (or whose object is gone).
-    pub fn prune(&self, store: &ObjectStore<K>) {
+    pub(crate) fn prune(&self, store: &ObjectStore<K>) {
         self.assumed.write().retain(|key, assumed| {
             let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
             store.get(namespace, name).is_some_and(|api| {

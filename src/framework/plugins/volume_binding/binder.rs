@@ -29,19 +29,19 @@ use crate::framework::registry::{ApiError, ApiHandle, Handle, SharedSnapshot};
 use crate::quantity;
 
 /// The claim annotation naming the node the scheduler chose for provisioning.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+pub(crate) const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// Set on a claim by the PV controller once binding completed.
-pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+pub(crate) const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 /// Set on PVs (and claims) bound by a controller rather than pre-bound by the user.
-pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+pub(crate) const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 /// The deprecated class annotation, still read first.
-pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+pub(crate) const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 /// The provisioner name that means "no dynamic provisioning".
-pub const NOT_SUPPORTED_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+pub(crate) const NOT_SUPPORTED_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
 /// Why a node does not fit the pod's volumes (upstream's `ConflictReason`s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ConflictReason {
+pub(crate) enum ConflictReason {
     /// A bound PV's node affinity excludes the node.
     NodeConflict,
     /// No PV matches a delayed claim, and it cannot be provisioned there.
@@ -53,7 +53,7 @@ pub enum ConflictReason {
 }
 
 impl ConflictReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConflictReason::NodeConflict => "node(s) didn't match PersistentVolume's node affinity",
             ConflictReason::BindConflict => {
@@ -76,7 +76,7 @@ impl fmt::Display for ConflictReason {
 /// A binder error (upstream returns these as Error statuses).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct BinderError(pub String);
+pub(crate) struct BinderError(pub String);
 
 impl From<ApiError> for BinderError {
     fn from(e: ApiError) -> Self {
@@ -86,28 +86,30 @@ impl From<ApiError> for BinderError {
 
 /// A PV chosen for a claim.
 #[derive(Debug, Clone)]
-pub struct BindingInfo {
+pub(crate) struct BindingInfo {
     pub pv: Arc<PersistentVolume>,
     pub pvc: Arc<PersistentVolumeClaim>,
 }
 
 /// A claim to provision, with the capacity object that allowed it (if capacity was checked).
 #[derive(Debug, Clone)]
-pub struct DynamicProvision {
+pub(crate) struct DynamicProvision {
     pub pvc: Arc<PersistentVolumeClaim>,
+    /// Upstream's `NodeCapacity`; nothing reads it yet (shown in `Debug`).
+    #[allow(dead_code)]
     pub node_capacity: Option<Arc<CSIStorageCapacity>>,
 }
 
 /// What binding the pod's volumes on one node takes.
 #[derive(Debug, Clone, Default)]
-pub struct PodVolumes {
+pub(crate) struct PodVolumes {
     pub static_bindings: Vec<BindingInfo>,
     pub dynamic_provisions: Vec<DynamicProvision>,
 }
 
 /// A pod's claims by binding state (upstream's `PodVolumeClaims`).
 #[derive(Debug, Clone, Default)]
-pub struct PodVolumeClaims {
+pub(crate) struct PodVolumeClaims {
     pub bound_claims: Vec<Arc<PersistentVolumeClaim>>,
     pub unbound_claims_immediate: Vec<Arc<PersistentVolumeClaim>>,
     pub unbound_claims_delay_binding: Vec<Arc<PersistentVolumeClaim>>,
@@ -116,7 +118,7 @@ pub struct PodVolumeClaims {
 }
 
 /// `namespace/name` of an object.
-pub fn object_key<K: kube::Resource>(obj: &K) -> String {
+pub(crate) fn object_key<K: kube::Resource>(obj: &K) -> String {
     ObjectStore::<K>::key_of(obj)
 }
 
@@ -128,20 +130,20 @@ fn annotation<'a>(
 }
 
 /// The claim's class: the beta annotation first, then `storageClassName`.
-pub fn claim_class(pvc: &PersistentVolumeClaim) -> &str {
+pub(crate) fn claim_class(pvc: &PersistentVolumeClaim) -> &str {
     annotation(&pvc.metadata, ANN_BETA_STORAGE_CLASS)
         .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_deref())
         .unwrap_or("")
 }
 
 /// The PV's class: the beta annotation first, then `storageClassName`.
-pub fn volume_class(pv: &PersistentVolume) -> &str {
+pub(crate) fn volume_class(pv: &PersistentVolume) -> &str {
     annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS)
         .or_else(|| pv.spec.as_ref()?.storage_class_name.as_deref())
         .unwrap_or("")
 }
 
-pub fn claim_volume_name(pvc: &PersistentVolumeClaim) -> &str {
+pub(crate) fn claim_volume_name(pvc: &PersistentVolumeClaim) -> &str {
     pvc.spec
         .as_ref()
         .and_then(|s| s.volume_name.as_deref())
@@ -149,7 +151,7 @@ pub fn claim_volume_name(pvc: &PersistentVolumeClaim) -> &str {
 }
 
 /// Bound, and the PV controller finished binding.
-pub fn is_claim_fully_bound(pvc: &PersistentVolumeClaim) -> bool {
+pub(crate) fn is_claim_fully_bound(pvc: &PersistentVolumeClaim) -> bool {
     !claim_volume_name(pvc).is_empty() && annotation(&pvc.metadata, ANN_BIND_COMPLETED).is_some()
 }
 
@@ -176,7 +178,7 @@ fn volume_capacity(pv: &PersistentVolume) -> quantity::Parsed {
 
 /// Whether the PV's required node affinity admits a node with these labels (upstream's
 /// `CheckNodeAffinity`).
-pub fn pv_node_affinity_matches(
+pub(crate) fn pv_node_affinity_matches(
     pv: &PersistentVolume,
     labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
@@ -192,7 +194,7 @@ pub fn pv_node_affinity_matches(
 }
 
 /// The claim a pod volume uses: `(claim name, is ephemeral)`; `None` for other volume kinds.
-pub fn volume_claim_name(pod: &impl PodView, vol: &Volume) -> Option<(String, bool)> {
+pub(crate) fn volume_claim_name(pod: &impl PodView, vol: &Volume) -> Option<(String, bool)> {
     if let Some(c) = &vol.persistent_volume_claim {
         return Some((c.claim_name.clone(), false));
     }
@@ -203,7 +205,7 @@ pub fn volume_claim_name(pod: &impl PodView, vol: &Volume) -> Option<(String, bo
 
 /// Whether one of `pod`'s volumes uses the claim `pvc` (directly or as its generic ephemeral
 /// volume's claim).
-pub fn pod_uses_claim(pod: &impl PodView, pvc: &PersistentVolumeClaim) -> bool {
+pub(crate) fn pod_uses_claim(pod: &impl PodView, pvc: &PersistentVolumeClaim) -> bool {
     pvc.metadata.namespace.as_deref() == Some(pod.namespace())
         && pod.volumes().iter().any(|v| {
             volume_claim_name(pod, v)
@@ -213,7 +215,7 @@ pub fn pod_uses_claim(pod: &impl PodView, pvc: &PersistentVolumeClaim) -> bool {
 
 /// Upstream's `ephemeral.VolumeIsForPod`: the claim of a generic ephemeral volume must be controlled
 /// by the pod.
-pub fn ephemeral_claim_is_for_pod(
+pub(crate) fn ephemeral_claim_is_for_pod(
     pod: &impl PodView,
     pvc: &PersistentVolumeClaim,
 ) -> Result<(), String> {
@@ -251,7 +253,7 @@ fn is_volume_bound_to_claim(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) 
 }
 
 /// Upstream's `GetBindVolumeToClaim`: the PV bound to the claim, and whether anything changed.
-pub fn bind_volume_to_claim(
+pub(crate) fn bind_volume_to_claim(
     pv: &PersistentVolume,
     pvc: &PersistentVolumeClaim,
 ) -> (PersistentVolume, bool) {
@@ -294,7 +296,7 @@ fn volume_mode(m: Option<&String>) -> &str {
 }
 
 /// Upstream's `FindMatchingVolume` on the scheduler path (node given, delayed binding).
-pub fn find_matching_volume(
+pub(crate) fn find_matching_volume(
     pvc: &PersistentVolumeClaim,
     volumes: &[Arc<PersistentVolume>],
     node: &Node,
@@ -396,7 +398,7 @@ fn allowed_topologies_match(
 }
 
 /// Upstream's `IsDelayBindingMode`.
-pub fn is_delay_binding_mode(
+pub(crate) fn is_delay_binding_mode(
     pvc: &PersistentVolumeClaim,
     listers: &Listers,
 ) -> Result<bool, BinderError> {
@@ -416,7 +418,7 @@ pub fn is_delay_binding_mode(
 }
 
 /// The volume binder: listers, the PV and PVC assume caches, the API, the bind timeout.
-pub struct VolumeBinder {
+pub(crate) struct VolumeBinder {
     listers: Arc<Listers>,
     api: Arc<dyn ApiHandle>,
     snapshot: Arc<SharedSnapshot>,
@@ -436,7 +438,7 @@ impl fmt::Debug for VolumeBinder {
 
 impl VolumeBinder {
     /// A binder over the handle's listers, API and snapshot.
-    pub fn new(handle: &Handle, bind_timeout: Duration) -> VolumeBinder {
+    pub(crate) fn new(handle: &Handle, bind_timeout: Duration) -> VolumeBinder {
         VolumeBinder {
             listers: handle.listers.clone(),
             api: handle.api.clone(),
@@ -449,12 +451,13 @@ impl VolumeBinder {
     }
 
     /// How often PreBind looks at the claims while waiting (1s, as upstream; tests shorten it).
-    pub fn with_poll_interval(mut self, interval: Duration) -> VolumeBinder {
+    #[cfg(test)]
+    pub(crate) fn with_poll_interval(mut self, interval: Duration) -> VolumeBinder {
         self.poll_interval = interval;
         self
     }
 
-    pub fn listers(&self) -> &Arc<Listers> {
+    pub(crate) fn listers(&self) -> &Arc<Listers> {
         &self.listers
     }
 
@@ -490,7 +493,7 @@ impl VolumeBinder {
     }
 
     /// Whether every claim of the pod is fully bound.
-    pub fn are_pod_volumes_bound(&self, pod: &Pod) -> bool {
+    pub(crate) fn are_pod_volumes_bound(&self, pod: &Pod) -> bool {
         pod.spec
             .iter()
             .flat_map(|s| s.volumes.iter().flatten())
@@ -498,7 +501,7 @@ impl VolumeBinder {
     }
 
     /// Upstream's `GetPodVolumeClaims`.
-    pub fn get_pod_volume_claims(&self, pod: &Pod) -> Result<PodVolumeClaims, BinderError> {
+    pub(crate) fn get_pod_volume_claims(&self, pod: &Pod) -> Result<PodVolumeClaims, BinderError> {
         let mut claims = PodVolumeClaims::default();
         for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
             let (bound, pvc) = self.is_volume_bound(pod, vol)?;
@@ -532,7 +535,7 @@ impl VolumeBinder {
 
     /// Upstream's `FindPodVolumes`: what binding the pod's volumes on `node` takes, or why it
     /// cannot.
-    pub fn find_pod_volumes(
+    pub(crate) fn find_pod_volumes(
         &self,
         pod: &Pod,
         claims: &PodVolumeClaims,
@@ -732,7 +735,7 @@ impl VolumeBinder {
 
     /// Upstream's `AssumePodVolumes`: records the bindings for `node_name` in the assume caches and
     /// returns the updated volumes; `true` when everything was already bound.
-    pub fn assume_pod_volumes(
+    pub(crate) fn assume_pod_volumes(
         &self,
         pod: &Pod,
         node_name: &str,
@@ -780,7 +783,7 @@ impl VolumeBinder {
     }
 
     /// Upstream's `RevertAssumedPodVolumes`.
-    pub fn revert_assumed_pod_volumes(&self, pod_volumes: &PodVolumes) {
+    pub(crate) fn revert_assumed_pod_volumes(&self, pod_volumes: &PodVolumes) {
         for b in &pod_volumes.static_bindings {
             self.pv_cache.restore(&object_key(b.pv.as_ref()));
         }
@@ -791,7 +794,7 @@ impl VolumeBinder {
 
     /// Upstream's `BindPodVolumes`: the API updates, then waiting (polling the listers) until every
     /// claim is bound, up to the bind timeout.
-    pub async fn bind_pod_volumes(
+    pub(crate) async fn bind_pod_volumes(
         &self,
         pod: &Pod,
         node_name: &str,

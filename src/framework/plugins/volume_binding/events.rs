@@ -27,7 +27,7 @@ impl EnqueueExtensions for VolumeBinding {
 /// any volume created or updated (no hint); a node added or relabeled (no hint: topology); a
 /// CSINode created or its migrated plugins changed; a CSI driver no longer tracking capacity; a
 /// capacity created or grown.
-pub fn volume_binding_events() -> Vec<ClusterEventWithHint> {
+pub(crate) fn volume_binding_events() -> Vec<ClusterEventWithHint> {
     let add_or_update = ActionType::ADD | ActionType::UPDATE;
     vec![
         ClusterEventWithHint::with_hint(

@@ -5,11 +5,11 @@
 //! `bindTimeoutSeconds` for the claims to bind. Its args are also Kosmos's LeafNodeVolumeBinding's,
 //! which reuses the binder.
 
-pub mod assume_cache;
-pub mod binder;
+pub(crate) mod assume_cache;
+pub(crate) mod binder;
 mod events;
 
-pub use events::volume_binding_events;
+pub(crate) use events::volume_binding_events;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-pub use binder::{ConflictReason, PodVolumeClaims, PodVolumes, VolumeBinder};
+pub(crate) use binder::{PodVolumeClaims, PodVolumes, VolumeBinder};
 
 use super::names;
 use crate::config::FieldError;
@@ -37,12 +37,12 @@ use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 const STATE_KEY: &str = "PreFilterVolumeBinding";
 
 /// The message for a pod whose immediate claims are not bound yet.
-pub const ERR_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+pub(crate) const ERR_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
 
 /// Per-cycle state (upstream's `stateData`): the pod's claims from PreFilter, what each feasible
 /// node would take (Filter runs concurrently, hence the lock), and whether Reserve found all bound.
 #[derive(Debug, Default)]
-pub struct VolumeBindingState {
+pub(crate) struct VolumeBindingState {
     pub claims: PodVolumeClaims,
     pub pod_volumes_by_node: Mutex<HashMap<String, PodVolumes>>,
     pub has_static_bindings: AtomicBool,
@@ -51,17 +51,13 @@ pub struct VolumeBindingState {
 
 /// The VolumeBinding plugin.
 #[derive(Debug)]
-pub struct VolumeBinding {
+pub(crate) struct VolumeBinding {
     binder: Arc<VolumeBinder>,
 }
 
 impl VolumeBinding {
-    pub fn new(binder: Arc<VolumeBinder>) -> VolumeBinding {
+    pub(crate) fn new(binder: Arc<VolumeBinder>) -> VolumeBinding {
         VolumeBinding { binder }
-    }
-
-    pub fn binder(&self) -> &Arc<VolumeBinder> {
-        &self.binder
     }
 
     /// Upstream's `podHasPVCs`: whether the pod uses claims, or why its claims are unusable.
@@ -275,7 +271,7 @@ impl PreBindPlugin for VolumeBinding {
 }
 
 /// The informers VolumeBinding (and wrappers around its binder) read.
-pub const INFORMERS: &[Informer] = &[
+pub(crate) const INFORMERS: &[Informer] = &[
     Informer::PersistentVolumes,
     Informer::PersistentVolumeClaims,
     Informer::StorageClasses,
@@ -287,7 +283,7 @@ pub const INFORMERS: &[Informer] = &[
 impl VolumeBinding {
     /// The plugin for (defaulted, validated) args over the handle's listers and API; wrappers such
     /// as LeafNodeVolumeBinding build their host binding this way.
-    pub fn from_args(args: &VolumeBindingArgs, handle: &Handle) -> VolumeBinding {
+    pub(crate) fn from_args(args: &VolumeBindingArgs, handle: &Handle) -> VolumeBinding {
         let secs = args
             .bind_timeout_seconds
             .unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS)
@@ -297,7 +293,7 @@ impl VolumeBinding {
     }
 }
 
-pub fn registration() -> PluginRegistration {
+pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         VolumeBinding::EXTENSION_POINTS,
         decode::<VolumeBindingArgs>,
@@ -311,7 +307,7 @@ pub fn registration() -> PluginRegistration {
 }
 
 /// The default `bindTimeoutSeconds`.
-pub const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
+pub(crate) const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
 
 /// Upstream's `VolumeBindingArgs`. `shape` needs the StorageCapacityScoring feature, which is off
 /// (as upstream's default), so setting it is an error as upstream reports it.
@@ -336,7 +332,7 @@ impl PluginArgs for VolumeBindingArgs {
     }
 }
 
-pub fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldError> {
+pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let t = args
         .bind_timeout_seconds
@@ -360,6 +356,7 @@ pub fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldError> {
 
 #[cfg(test)]
 mod tests {
+    use super::binder::ConflictReason;
     use super::*;
     use crate::framework::args::decode;
     use crate::framework::interface::Code;

@@ -7,6 +7,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
@@ -19,6 +20,7 @@ use kube::Resource;
 use parking_lot::RwLock;
 
 use crate::api::PodGroup;
+use crate::framework::types::next_generation;
 
 /// A kind of object a plugin needs watched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,13 +49,28 @@ pub enum Informer {
 /// Objects of one kind by `namespace/name` (or `name` when cluster-scoped).
 pub struct ObjectStore<K> {
     items: RwLock<HashMap<String, Arc<K>>>,
+    /// A new process-wide generation at every change (opportunistic batching reuses results only
+    /// while the stores they read are unchanged).
+    generation: AtomicU64,
 }
 
 impl<K> Default for ObjectStore<K> {
     fn default() -> Self {
         Self {
             items: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(next_generation()),
         }
+    }
+}
+
+impl<K> ObjectStore<K> {
+    /// Changes whenever an object is applied, deleted or the store replaced.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.store(next_generation(), Ordering::Release);
     }
 }
 
@@ -71,10 +88,12 @@ impl<K: Resource> ObjectStore<K> {
     pub fn apply(&self, obj: K) {
         let key = Self::key_of(&obj);
         self.items.write().insert(key, Arc::new(obj));
+        self.changed();
     }
 
     pub fn delete(&self, key: &str) {
         self.items.write().remove(key);
+        self.changed();
     }
 
     /// Replaces everything (after a re-list).
@@ -84,6 +103,7 @@ impl<K: Resource> ObjectStore<K> {
             .map(|o| (Self::key_of(&o), Arc::new(o)))
             .collect();
         *self.items.write() = map;
+        self.changed();
     }
 
     /// A namespaced object (`namespace` non-empty) or a cluster-scoped one (`namespace` empty).
@@ -140,6 +160,31 @@ pub struct Listers {
     /// What plugins share across the profiles of one scheduler (DynamicResources' claim tracker,
     /// as upstream's one `SharedDRAManager` per scheduler).
     pub plugin_state: PluginState,
+}
+
+impl Listers {
+    /// Changes whenever a store that Filter or Score results on a node may depend on changes
+    /// (volumes, storage, namespaces, DRA objects). Not the stores only PreFilter-time decisions
+    /// read, which run afresh every cycle: a pod's Services and controllers (PodTopologySpread's
+    /// default constraints, which a pod's signature covers), disruption budgets (preemption),
+    /// PodGroups (Coscheduling, which does not sign).
+    pub fn generation(&self) -> u64 {
+        [
+            self.persistent_volumes.generation(),
+            self.persistent_volume_claims.generation(),
+            self.storage_classes.generation(),
+            self.csi_nodes.generation(),
+            self.csi_drivers.generation(),
+            self.csi_storage_capacities.generation(),
+            self.namespaces.generation(),
+            self.resource_claims.generation(),
+            self.resource_slices.generation(),
+            self.device_classes.generation(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
 }
 
 /// State a plugin shares across every profile of one scheduler: one value per type, created on

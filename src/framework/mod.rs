@@ -12,6 +12,8 @@
 //!   configuration's `PluginCatalog`. It knows no plugin: the in-tree list is in [`plugins`].
 //! - [`args`]: strict args decoding (unknown fields are errors with their path), defaults,
 //!   validation.
+//! - [`batch`]: opportunistic batching: pods with the same signature share Filter and Score work
+//!   with decisions identical to scheduling each in full.
 //! - [`runtime`]: [`runtime::Framework`] — one profile's plugins run per extension point with
 //!   upstream's semantics.
 //! - [`schedule`]: the pure find-nodes-that-fit / prioritize / select-host pipeline and
@@ -19,7 +21,7 @@
 //! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
 //!
 //! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
-//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`, `registry`, `runtime`,
+//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`, `registry`, `batch`, `runtime`,
 //! `schedule`, `plugins`. Plugins never name the runtime: preemption runs its profile's plugins
 //! through `FrameworkHandle`.
 //!
@@ -39,6 +41,7 @@
 //! ```
 
 pub mod args;
+pub mod batch;
 pub mod extender;
 #[cfg(test)]
 mod integration_tests;

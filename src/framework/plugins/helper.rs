@@ -19,13 +19,26 @@ use crate::framework::registry::PluginRegistration;
 /// returning itself from the accessor of every listed extension point, and gives the type an
 /// `EXTENSION_POINTS` constant with the same list (in that order) for its registration:
 /// `impl_plugin!(TaintToleration, names::TAINT_TOLERATION, [Filter, PreScore, Score]);`
+/// A trailing `Sign` also returns itself as its [`SignPlugin`](crate::framework::interface::SignPlugin)
+/// (the plugin signs pods for opportunistic batching).
 macro_rules! impl_plugin {
+    ($ty:ty, $name:expr, [$($point:ident),+ $(,)?], Sign) => {
+        $crate::framework::plugins::helper::impl_plugin!(@impl $ty, $name, [$($point),+], {
+            fn as_sign(&self) -> Option<&dyn $crate::framework::interface::SignPlugin> {
+                Some(self)
+            }
+        });
+    };
     ($ty:ty, $name:expr, [$($point:ident),+ $(,)?]) => {
+        $crate::framework::plugins::helper::impl_plugin!(@impl $ty, $name, [$($point),+], {});
+    };
+    (@impl $ty:ty, $name:expr, [$($point:ident),+], { $($extra:item)* }) => {
         impl $crate::framework::interface::Plugin for $ty {
             fn name(&self) -> &str {
                 $name
             }
             $($crate::framework::plugins::helper::impl_plugin!(@as $point);)+
+            $($extra)*
         }
 
         impl $ty {

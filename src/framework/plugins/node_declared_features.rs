@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use super::names;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin, Status,
+    signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
@@ -37,8 +38,18 @@ pub struct NodeDeclaredFeatures;
 impl_plugin!(
     NodeDeclaredFeatures,
     names::NODE_DECLARED_FEATURES,
-    [PreFilter, Filter]
+    [PreFilter, Filter],
+    Sign
 );
+
+impl SignPlugin for NodeDeclaredFeatures {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![SignFragment::new(
+            signer_names::FEATURES,
+            required_features(pod).join(","),
+        )])
+    }
+}
 
 /// The node features `pod` needs to be scheduled (upstream's `InferForPodScheduling`).
 pub fn required_features(pod: &PodInfo) -> Vec<&'static str> {

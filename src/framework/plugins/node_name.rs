@@ -1,7 +1,9 @@
 //! NodeName: a pod with `spec.nodeName` set fits only that node.
 
 use super::names;
-use crate::framework::interface::{CycleState, FilterPlugin, Status};
+use crate::framework::interface::{
+    CycleState, FilterPlugin, SignFragment, SignPlugin, Status, signer_names,
+};
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
@@ -11,7 +13,16 @@ pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
 #[derive(Debug, Default)]
 pub struct NodeName;
 
-impl_plugin!(NodeName, names::NODE_NAME, [Filter]);
+impl_plugin!(NodeName, names::NODE_NAME, [Filter], Sign);
+
+impl SignPlugin for NodeName {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![SignFragment::new(
+            signer_names::NODE_NAME,
+            pod.node_name(),
+        )])
+    }
+}
 
 /// Whether the pod may run on `node` as far as `spec.nodeName` is concerned.
 pub fn fits(pod: &PodInfo, node: &NodeInfo) -> bool {

@@ -2,7 +2,8 @@
 
 use super::names;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin, Status,
+    signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
@@ -13,7 +14,20 @@ pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested p
 #[derive(Debug, Default)]
 pub struct NodePorts;
 
-impl_plugin!(NodePorts, names::NODE_PORTS, [PreFilter, Filter]);
+impl_plugin!(NodePorts, names::NODE_PORTS, [PreFilter, Filter], Sign);
+
+impl SignPlugin for NodePorts {
+    /// The ports with their address and protocol (upstream's `HostPortsSigner` keeps the numbers
+    /// only, so 53/TCP and 53/UDP would look alike though they conflict differently).
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        let mut ports: Vec<&HostPort> = pod.host_ports.iter().collect();
+        ports.sort();
+        Ok(vec![SignFragment::new(
+            signer_names::HOST_PORTS,
+            format!("{ports:?}"),
+        )])
+    }
+}
 
 /// Whether all `wanted` ports are free on `node`.
 pub fn fits_ports(wanted: &[HostPort], node: &NodeInfo) -> bool {

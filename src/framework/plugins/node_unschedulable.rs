@@ -5,7 +5,8 @@ use k8s_openapi::api::core::v1::Taint;
 
 use super::helper::tolerations_tolerate_taint;
 use super::names;
-use crate::framework::interface::{CycleState, FilterPlugin, Status};
+use super::taint_toleration::sign_tolerations;
+use crate::framework::interface::{CycleState, FilterPlugin, SignFragment, SignPlugin, Status};
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo};
@@ -16,7 +17,13 @@ pub const TAINT_NODE_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 #[derive(Debug, Default)]
 pub struct NodeUnschedulable;
 
-impl_plugin!(NodeUnschedulable, names::NODE_UNSCHEDULABLE, [Filter]);
+impl_plugin!(NodeUnschedulable, names::NODE_UNSCHEDULABLE, [Filter], Sign);
+
+impl SignPlugin for NodeUnschedulable {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![sign_tolerations(pod.tolerations())?])
+    }
+}
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

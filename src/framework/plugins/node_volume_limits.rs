@@ -14,13 +14,15 @@ use k8s_openapi::api::storage::v1::CSINode;
 use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin,
+    Status,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::volume_binding::binder::{
     claim_class, claim_volume_name, ephemeral_claim_is_for_pod, volume_claim_name,
 };
+use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, PodView, Snapshot};
 
@@ -119,8 +121,19 @@ impl NodeVolumeLimits {
 impl_plugin!(
     NodeVolumeLimits,
     names::NODE_VOLUME_LIMITS,
-    [PreFilter, Filter]
+    [PreFilter, Filter],
+    Sign
 );
+
+impl SignPlugin for NodeVolumeLimits {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        sign_volumes(pod, |name| {
+            self.listers
+                .persistent_volume_claims
+                .get(pod.namespace(), name)
+        })
+    }
+}
 
 impl PreFilterPlugin for NodeVolumeLimits {
     fn pre_filter(

@@ -10,7 +10,8 @@ use super::helper::{
 };
 use super::names;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, Status,
+    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, SignFragment, SignPlugin,
+    Status, signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
@@ -56,8 +57,34 @@ pub const ERR_REASON_UNTOLERATED: &str = "node(s) had untolerated taint(s)";
 impl_plugin!(
     TaintToleration,
     names::TAINT_TOLERATION,
-    [Filter, PreScore, Score]
+    [Filter, PreScore, Score],
+    Sign
 );
+
+impl SignPlugin for TaintToleration {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![sign_tolerations(pod.tolerations())?])
+    }
+}
+
+/// The tolerations in a canonical order (upstream's `TolerationsSigner`, which orders by key and
+/// value only).
+pub fn sign_tolerations(tolerations: &[Toleration]) -> Result<SignFragment, Status> {
+    let mut sorted: Vec<&Toleration> = tolerations.iter().collect();
+    sorted.sort_by(|a, b| {
+        let key = |t: &Toleration| {
+            (
+                t.key.clone(),
+                t.operator.clone(),
+                t.value.clone(),
+                t.effect.clone(),
+                t.toleration_seconds,
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    SignFragment::json(signer_names::TOLERATIONS, &sorted)
+}
 
 impl FilterPlugin for TaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

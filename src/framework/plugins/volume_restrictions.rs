@@ -10,11 +10,13 @@ use k8s_openapi::api::core::v1::Volume;
 use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, Plugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
+    SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::helper::update_pre_filter_state;
+use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
@@ -138,8 +140,19 @@ fn pvc_used_by_pods(snapshot: &Snapshot, key: &str) -> bool {
 impl_plugin!(
     VolumeRestrictions,
     names::VOLUME_RESTRICTIONS,
-    [PreFilter, Filter]
+    [PreFilter, Filter],
+    Sign
 );
+
+impl SignPlugin for VolumeRestrictions {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        sign_volumes(pod, |name| {
+            self.listers
+                .persistent_volume_claims
+                .get(pod.namespace(), name)
+        })
+    }
+}
 
 impl PreFilterPlugin for VolumeRestrictions {
     fn pre_filter(

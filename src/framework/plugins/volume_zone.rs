@@ -10,11 +10,13 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin,
+    Status,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::volume_binding::binder::{claim_class, claim_volume_name};
+use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -146,7 +148,17 @@ impl VolumeZone {
     }
 }
 
-impl_plugin!(VolumeZone, names::VOLUME_ZONE, [PreFilter, Filter]);
+impl_plugin!(VolumeZone, names::VOLUME_ZONE, [PreFilter, Filter], Sign);
+
+impl SignPlugin for VolumeZone {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        sign_volumes(pod, |name| {
+            self.listers
+                .persistent_volume_claims
+                .get(pod.namespace(), name)
+        })
+    }
+}
 
 impl PreFilterPlugin for VolumeZone {
     fn pre_filter(

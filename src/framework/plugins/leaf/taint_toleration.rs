@@ -22,14 +22,15 @@ use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, invalid, not_supported, required};
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, Status,
+    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, SignFragment, SignPlugin,
+    Status, signer_names,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::normalize_to_max;
 use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::plugins::names;
 use crate::framework::plugins::taint_toleration::{
-    filter_tolerations, pre_score_tolerations, score_tolerations,
+    filter_tolerations, pre_score_tolerations, score_tolerations, sign_tolerations,
 };
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -180,8 +181,20 @@ fn toleration_for(t: &LeafTaint) -> Toleration {
 impl_plugin!(
     LeafNodeTaintToleration,
     names::LEAF_NODE_TAINT_TOLERATION,
-    [Filter, PreScore, Score]
+    [Filter, PreScore, Score],
+    Sign
 );
+
+impl SignPlugin for LeafNodeTaintToleration {
+    /// The pod's tolerations, and its labels (policies select pods by them; by namespace too,
+    /// which every signature holds).
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![
+            sign_tolerations(pod.tolerations())?,
+            SignFragment::json(signer_names::LABELS, &pod.labels())?,
+        ])
+    }
+}
 
 impl FilterPlugin for LeafNodeTaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

@@ -35,7 +35,7 @@ use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, typed};
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    ReservePlugin, Status,
+    ReservePlugin, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::Listers;
 use crate::framework::plugins::helper::impl_plugin;
@@ -291,8 +291,23 @@ fn pv_fits(pv: &PersistentVolume, node: &NodeInfo) -> bool {
 impl_plugin!(
     LeafNodeVolumeBinding,
     names::LEAF_NODE_VOLUME_BINDING,
-    [PreFilter, Filter, Reserve, PreBind]
+    [PreFilter, Filter, Reserve, PreBind],
+    Sign
 );
+
+impl SignPlugin for LeafNodeVolumeBinding {
+    /// Pods with claims are not signable (their claims are bound here or in a leaf cluster as
+    /// they are placed); others it skips.
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        if Self::claim_names(pod).is_empty() {
+            Ok(Vec::new())
+        } else {
+            Err(Status::unschedulable(
+                "pods with volume claims are not signable on leaf-aware profiles",
+            ))
+        }
+    }
+}
 
 impl PreFilterPlugin for LeafNodeVolumeBinding {
     fn pre_filter(

@@ -1018,8 +1018,11 @@ fn signers(
     match batchable_plugins(candidates) {
         Ok(signers) => Some(signers),
         Err(plugins) => {
-            tracing::info!(profile, ?plugins,
-                "Disabling signatures for profile because plugins do not support it.");
+            tracing::info!(
+                profile,
+                ?plugins,
+                "Disabling signatures for profile because plugins do not support it."
+            );
             None
         }
     }

@@ -265,8 +265,15 @@ impl Algorithm {
             });
         }
         let recorded = batch.map(|b| (b, positions.as_slice()));
-        let scores =
-            prioritize_nodes(fwk, &self.extenders, state, pod, snapshot, &feasible, recorded)?;
+        let scores = prioritize_nodes(
+            fwk,
+            &self.extenders,
+            state,
+            pod,
+            snapshot,
+            &feasible,
+            recorded,
+        )?;
         let host = select_host(&scores)
             .ok_or_else(|| ScheduleError::Internal(Status::error("empty priority list")))?;
         Ok(ScheduleResult {
@@ -363,7 +370,8 @@ impl Algorithm {
         let feasible =
             self.find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, nodes, true, batch);
         // Always advance the start index, also on error, so every node gets searched in turn.
-        let processed = feasible.as_ref().map_or(0, |(f, _)| f.len()) + diagnosis.node_to_status.len();
+        let processed =
+            feasible.as_ref().map_or(0, |(f, _)| f.len()) + diagnosis.node_to_status.len();
         self.next_start_node_index =
             (self.next_start_node_index + processed) % all_nodes.len().max(1);
         let (feasible, positions) = feasible?;
@@ -481,9 +489,7 @@ fn filter_reusing(
             batch.filter_status(pos, &nodes[pos])
         })
         .collect();
-    let missing: Vec<usize> = range
-        .filter(|i| statuses[i - first].is_none())
-        .collect();
+    let missing: Vec<usize> = range.filter(|i| statuses[i - first].is_none()).collect();
     let computed: Vec<Status> = if missing.len() >= PARALLEL_THRESHOLD {
         missing.par_iter().map(|&i| check(i)).collect()
     } else {

@@ -297,9 +297,7 @@ impl OpportunisticBatch {
             self.flush(reason);
         }
         let reusable = self.state.is_some();
-        if !reusable
-            && let (Some(signature), Some(world)) = (signature, world)
-        {
+        if !reusable && let (Some(signature), Some(world)) = (signature, world) {
             self.state = Some(BatchState {
                 signature,
                 world,
@@ -436,9 +434,7 @@ impl BatchCycle<'_> {
             return None;
         }
         let memo = &self.batch.memo;
-        let valid = memo
-            .entry(pos)
-            .is_some_and(|e| e.scored == node.generation);
+        let valid = memo.entry(pos).is_some_and(|e| e.scored == node.generation);
         if !valid {
             return None;
         }

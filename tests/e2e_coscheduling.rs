@@ -96,12 +96,12 @@ fn install_crds(cp: &ControlPlane) {
     assert!(ok, "{err}");
 }
 
-async fn pod_group(client: &Client, ns: &str, name: &str, min_member: i32) {
+async fn pod_group(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
     let pg: PodGroup = serde_json::from_value(json!({
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
         "metadata": {"name": name},
-        "spec": {"minMember": min_member},
+        "spec": spec,
     }))
     .expect("podgroup literal");
     Api::<PodGroup>::namespaced(client.clone(), ns)
@@ -175,7 +175,7 @@ async fn gang_binds_all_or_nothing_with_seed_002() {
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
-    pod_group(&client, &ns, "gang", 3).await;
+    pod_group(&client, &ns, "gang", json!({"minMember": 3})).await;
     let names = ["gang-0", "gang-1", "gang-2"];
     let label = [("scheduling.x-k8s.io/pod-group", "gang")];
     // Two members only: the group is Pending (PreFilter: not enough siblings).
@@ -223,14 +223,61 @@ async fn gang_binds_all_or_nothing_with_seed_002() {
         .status
         .expect("status");
     assert_eq!(status.phase.as_deref(), Some("Running"), "{seen:?}");
-    assert_eq!(status.running, Some(3));
+    assert_eq!(
+        (status.running, status.succeeded, status.failed),
+        (Some(3), Some(0), Some(0))
+    );
     assert!(status.schedule_start_time.is_some());
-    // Every stage, in order (Scheduled may be overtaken by Running within one status refresh).
-    let expected = ["Pending", "PreScheduling", "Scheduling"];
+    // The stages, in order. The status loop writes the state it finds (at most one pass per
+    // 200 ms): a stage that lasts less (PreScheduling here, Scheduled) may be passed over.
     let stages: Vec<&str> = seen.iter().map(String::as_str).collect();
-    let mut it = stages.iter();
-    for want in expected.iter().chain(["Running"].iter()) {
-        assert!(it.any(|s| s == want), "stage {want} missing in {stages:?}");
+    let order = [
+        "Pending",
+        "PreScheduling",
+        "Scheduling",
+        "Scheduled",
+        "Running",
+    ];
+    let rank = |s: &str| order.iter().position(|o| *o == s);
+    assert!(
+        stages.windows(2).all(|w| rank(w[0]) < rank(w[1])),
+        "stages out of order: {stages:?}"
+    );
+    for want in ["Pending", "Scheduling", "Running"] {
+        assert!(stages.contains(&want), "stage {want} missing in {stages:?}");
     }
+
+    // A group with every member but more CPU than the cluster has: PreFilter turns it away
+    // before Permit, so it stays PreScheduling.
+    pod_group(
+        &client,
+        &ns,
+        "big",
+        json!({"minMember": 2, "minResources": {"cpu": "100"}}),
+    )
+    .await;
+    let big_phases = watch_phases(groups.clone(), "big");
+    let big_label = [("scheduling.x-k8s.io/pod-group", "big")];
+    for name in ["big-0", "big-1"] {
+        create(
+            &pods,
+            &pause_pod(name, "default-scheduler", "1", &big_label, json!({})),
+        )
+        .await;
+    }
+    let seen = wait_phase(&big_phases, "PreScheduling", Duration::from_secs(30)).await;
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("PreScheduling"),
+        "{}",
+        sched.logs()
+    );
+    let big = groups
+        .get("big")
+        .await
+        .expect("podgroup")
+        .status
+        .expect("status");
+    assert_eq!((big.running, big.schedule_start_time), (Some(0), None));
     drop(nodes);
 }

@@ -181,22 +181,11 @@ const NOT_IN_KSCHED: &[(&str, &str)] = &[
         "phase 2: loop hooks",
     ),
     ("scheduler_pod_scheduling_attempts", "phase 2: loop hooks"),
-    ("scheduler_queue_incoming_pods", "phase 2: loop hooks"),
     ("scheduler_preemption_attempts", "phase 2: loop hooks"),
     ("scheduler_preemption_victims", "phase 2: loop hooks"),
-    ("scheduler_unschedulable_pods", "phase 2: loop hooks"),
     (
         "scheduler_permit_wait_duration_seconds",
         "phase 2: loop hooks",
-    ),
-    (
-        "scheduler_event_handling_duration_seconds",
-        "phase 2: loop hooks (informer handlers)",
-    ),
-    ("scheduler_inflight_events", "phase 2: loop hooks (queue)"),
-    (
-        "scheduler_queueing_hint_execution_duration_seconds",
-        "phase 2: loop hooks (queue)",
     ),
     ("scheduler_plugin_evaluation", "phase 2: loop hooks"),
     (

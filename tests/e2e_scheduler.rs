@@ -360,3 +360,80 @@ async fn health_metrics_and_configz_answer_over_https() {
         "ksched-http"
     );
 }
+
+/// The value of the sample `line_prefix` (a family with its labels) in the scheduler's `/metrics`.
+async fn metric(cp: &ControlPlane, sched: &SchedulerProcess, line_prefix: &str) -> f64 {
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let admin = support::https::As::Cert(&cert, &key);
+    let (_, text) =
+        support::https::get_as(&cp.dir.join("ca.crt"), sched.secure_port, "/metrics", admin)
+            .await
+            .expect("metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line_prefix} missing:\n{text}"))
+}
+
+/// Queueing hints: a pod NodeAffinity rejected is not retried on node changes that cannot help it
+/// (an annotation, an unrelated label), and is retried at once on the label it needs; a pod a
+/// taint kept out is scheduled as soon as the taint goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_pods_are_retried_only_on_events_that_may_help_them() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "hints").await;
+    let nodes = Nodes::new(cp, "hints").waiting_on_drop();
+    let a = nodes.add("a", "4", &[]);
+    let sched = SchedulerProcess::start(cp, "hints", &config("ksched-hints", None));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = |k: &str, v: &str| json!({"nodeSelector": {k: v}});
+    create(
+        &pods,
+        &pod("picky", "ksched-hints", "100m", selector("e2e-hint", "yes")),
+    )
+    .await;
+    wait_failed(&client, &ns, "picky", &sched).await;
+    let attempts =
+        r#"scheduler_schedule_attempts_total{result="unschedulable",profile="ksched-hints"} "#;
+    let before = metric(cp, &sched, attempts).await;
+
+    // Changes NodeAffinity did not register (an annotation) or whose hint says they cannot help
+    // (a label the pod does not select on): no new attempt, even after its 1 s backoff.
+    nodes.annotate(&a, "e2e-hint/unrelated=1");
+    cp.kubectl_ok(&["label", "node", &a, "e2e-unrelated=1"]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        metric(cp, &sched, attempts).await,
+        before,
+        "{}",
+        sched.logs()
+    );
+    assert_eq!(node_of(&pods, "picky").await, None);
+
+    // The label the pod needs: scheduled at once (the pool's flush is 5 minutes away).
+    let started = Instant::now();
+    cp.kubectl_ok(&["label", "node", &a, "e2e-hint=yes"]);
+    assert_eq!(sched.bound(&pods, "picky").await, a);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // A taint the pod does not tolerate, removed.
+    let b = nodes.add("b", "4", &[]);
+    nodes.taint(&b, "e2e-hint=no:NoSchedule");
+    let hostname = selector("kubernetes.io/hostname", &b);
+    create(&pods, &pod("tainted-out", "ksched-hints", "100m", hostname)).await;
+    wait_failed(&client, &ns, "tainted-out", &sched).await;
+    let started = Instant::now();
+    nodes.taint(&b, "e2e-hint=no:NoSchedule-");
+    assert_eq!(sched.bound(&pods, "tainted-out").await, b);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+}

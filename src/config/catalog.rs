@@ -76,7 +76,8 @@ pub enum PluginAvailability {
     Unknown,
 }
 
-/// The plugin knowledge configuration loading and validation need.
+/// The plugin knowledge configuration loading and validation need, and the operator's rendering
+/// (the RBAC rules a plugin declares).
 pub trait PluginCatalog {
     /// Names of every plugin that exists (built ones), sorted, for "unknown plugin" messages.
     fn plugin_names(&self) -> Vec<String>;
@@ -93,4 +94,8 @@ pub trait PluginCatalog {
         name: &str,
         args: Option<&serde_json::Value>,
     ) -> Result<serde_json::Value, Vec<FieldError>>;
+
+    /// The RBAC rules the plugin declares it needs (the operator grants a profile's scheduler
+    /// the union of its enabled plugins' rules); none for a plugin that is not built.
+    fn policy_rules(&self, name: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule>;
 }

@@ -87,6 +87,10 @@ impl PluginCatalog for TestCatalog {
         }
         Ok(args.cloned().unwrap_or(Value::Null))
     }
+
+    fn policy_rules(&self, _name: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+        Vec::new()
+    }
 }
 
 fn load_str(yaml: &str) -> Result<Loaded, ConfigErrors> {
@@ -282,6 +286,10 @@ impl PluginCatalog for NotBuiltCatalog {
 
     fn decode_args(&self, name: &str, args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
         TestCatalog.decode_args(name, args)
+    }
+
+    fn policy_rules(&self, name: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+        TestCatalog.policy_rules(name)
     }
 }
 

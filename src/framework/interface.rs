@@ -18,7 +18,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
+use super::types::{
+    AssignedPod, ClusterEvent, EventObject, HintError, NodeInfo, PodInfo, QueuedPodInfo,
+    QueueingHint, Snapshot,
+};
 
 /// The highest score a Score plugin may return after NormalizeScore.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -471,6 +474,83 @@ pub trait Plugin: Send + Sync + 'static {
     fn as_sign(&self) -> Option<&dyn SignPlugin> {
         None
     }
+    /// The cluster events that may make the pods this plugin rejected schedulable. A plugin that
+    /// rejects pods (PreEnqueue, PreFilter, Filter, Reserve, Permit) and returns `None` is
+    /// requeued by every event (upstream's default for plugins without `EnqueueExtensions`).
+    fn as_enqueue_extensions(&self) -> Option<&dyn EnqueueExtensions> {
+        None
+    }
+}
+
+/// Whether an event may make `pod`, which the plugin rejected, schedulable: upstream's
+/// `QueueingHintFn(pod, oldObj, newObj)`. `old` is `None` for an add, `new` for a delete. An
+/// error counts as [`QueueingHint::Queue`], so a pod is never stuck by a hint that failed.
+pub type QueueingHintFn = Arc<
+    dyn Fn(&PodInfo, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, HintError>
+        + Send
+        + Sync,
+>;
+
+/// An event a plugin registers, with its hint (none: always Queue).
+#[derive(Clone)]
+pub struct ClusterEventWithHint {
+    pub event: ClusterEvent,
+    pub hint: Option<QueueingHintFn>,
+}
+
+impl ClusterEventWithHint {
+    /// `event`, always worth a retry.
+    pub fn new(event: ClusterEvent) -> ClusterEventWithHint {
+        ClusterEventWithHint { event, hint: None }
+    }
+
+    /// `event`, filtered by `hint`.
+    pub fn with_hint(
+        event: ClusterEvent,
+        hint: impl Fn(
+            &PodInfo,
+            Option<&EventObject>,
+            Option<&EventObject>,
+        ) -> Result<QueueingHint, HintError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> ClusterEventWithHint {
+        ClusterEventWithHint {
+            event,
+            hint: Some(Arc::new(hint)),
+        }
+    }
+
+    /// What the hint answers (Queue without one, or on an error).
+    pub fn hint_for(
+        &self,
+        pod: &PodInfo,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> QueueingHint {
+        match &self.hint {
+            None => QueueingHint::Queue,
+            Some(hint) => hint(pod, old, new).unwrap_or(QueueingHint::Queue),
+        }
+    }
+}
+
+impl fmt::Debug for ClusterEventWithHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterEventWithHint")
+            .field("event", &self.event)
+            .field("hint", &self.hint.is_some())
+            .finish()
+    }
+}
+
+/// Upstream's `EnqueueExtensions`: which cluster events can make a pod this plugin rejected
+/// schedulable, each with a queueing hint. A pod the plugin rejected is retried only on these
+/// events, and only when the hint says Queue. An empty list: only the pod's own updates that the
+/// plugin's PreEnqueue lets through move it (SchedulingGates).
+pub trait EnqueueExtensions: Send + Sync {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint>;
 }
 
 /// What the framework running a profile offers its plugins while it runs them: upstream's

@@ -5,10 +5,16 @@
 //! - [`interface`]: extension-point traits, [`interface::Status`] and [`interface::Code`],
 //!   [`interface::CycleState`], and [`interface::FrameworkHandle`], what the framework running a
 //!   profile offers its plugins (upstream's `framework.Handle`).
+//! - [`events`]: the cluster events the informers' changes are (upstream's
+//!   `NodeSchedulingPropertiesChange` ...) and a profile's [`events::QueueingHintMap`].
 //! - [`listers`], [`waiting_pods`], [`extender`]: what plugins read besides the snapshot, pods
 //!   waiting at Permit, the extenders' interface.
-//! - [`registry`]: plugin name -> factory(args, [`registry::Handle`]); the [`registry::ApiHandle`]
-//!   trait the scheduler implements for the few API calls plugins make; implements the
+//! - [`api`]: the [`api::ApiHandle`] trait the scheduler implements for the few API calls plugins
+//!   make (all async), and the in-memory [`api::RecordingApi`].
+//! - [`background`]: the work plugins do outside the scheduling cycle (their
+//!   [`background::BackgroundTask`]s, the [`background::ApiDispatcher`]), which the scheduler
+//!   starts.
+//! - [`registry`]: plugin name -> factory(args, [`registry::Handle`]); implements the
 //!   configuration's `PluginCatalog`. It knows no plugin: the in-tree list is in [`plugins`].
 //! - [`args`]: strict args decoding (unknown fields are errors with their path), defaults,
 //!   validation.
@@ -21,9 +27,9 @@
 //! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
 //!
 //! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
-//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`, `registry`, `batch`, `runtime`,
-//! `schedule`, `plugins`. Plugins never name the runtime: preemption runs its profile's plugins
-//! through `FrameworkHandle`.
+//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`, `api`, `background`,
+//! `registry`, `batch`, `runtime`, `schedule`, `plugins`. Plugins never name the runtime: preemption runs
+//! its profile's plugins through `FrameworkHandle`.
 //!
 //! A typical scheduling cycle, as `scheduler/` drives it:
 //!
@@ -40,8 +46,13 @@
 //! }
 //! ```
 
+pub mod api;
 pub mod args;
+pub mod background;
 pub mod batch;
+#[cfg(test)]
+mod cycle_io;
+pub mod events;
 pub mod extender;
 #[cfg(test)]
 mod integration_tests;

@@ -11,109 +11,19 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodCondition};
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use parking_lot::RwLock;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
-use super::interface::{NominatingInfo, Plugin};
+pub use super::api::{ApiError, ApiHandle, RecordedStatusPatch, RecordingApi};
+use super::background::{ApiDispatcher, BackgroundTasks};
+use super::interface::Plugin;
 use super::listers::{Informer, Listers};
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
-use crate::api::PodGroupStatus;
 use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
-
-/// Why an API action failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApiError {
-    #[error("not found: {0}")]
-    NotFound(String),
-    #[error("conflict: {0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-/// The few API actions plugins need. `scheduler/` implements it with kube; tests use an in-memory
-/// recorder.
-#[async_trait]
-pub trait ApiHandle: Send + Sync {
-    /// Binds the pod to the node (the `pods/binding` subresource).
-    async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError>;
-
-    /// Patches the status of pod `namespace/name`: a condition and/or the nominated node name.
-    async fn patch_pod_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        condition: Option<PodCondition>,
-        nominating: Option<NominatingInfo>,
-    ) -> Result<(), ApiError>;
-
-    /// Deletes a pod (preemption victims).
-    async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError>;
-
-    /// The pods of `namespace` carrying `label=value`, whatever their phase (Coscheduling counts a
-    /// PodGroup's members and their Running/Succeeded/Failed numbers this way).
-    async fn list_pods_with_label(
-        &self,
-        namespace: &str,
-        label: &str,
-        value: &str,
-    ) -> Result<Vec<Pod>, ApiError>;
-
-    /// Merge-patches a PodGroup's status subresource (Coscheduling's phase and counts).
-    async fn patch_pod_group_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: &PodGroupStatus,
-    ) -> Result<(), ApiError>;
-
-    /// Replaces a PersistentVolume (VolumeBinding's PreBind sets its `claimRef`), checked against
-    /// its `resourceVersion`; returns the stored object.
-    async fn update_persistent_volume(
-        &self,
-        pv: &PersistentVolume,
-    ) -> Result<PersistentVolume, ApiError>;
-
-    /// Replaces a PersistentVolumeClaim (VolumeBinding's PreBind sets the
-    /// `volume.kubernetes.io/selected-node` annotation), checked against its `resourceVersion`;
-    /// returns the stored object.
-    async fn update_persistent_volume_claim(
-        &self,
-        pvc: &PersistentVolumeClaim,
-    ) -> Result<PersistentVolumeClaim, ApiError>;
-
-    /// Reads a ResourceClaim (DynamicResources, after a conflict).
-    async fn get_resource_claim(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<ResourceClaim, ApiError>;
-
-    /// Replaces a ResourceClaim (DynamicResources adds its finalizer), checked against its
-    /// `resourceVersion`; returns the stored object.
-    async fn update_resource_claim(&self, claim: &ResourceClaim)
-    -> Result<ResourceClaim, ApiError>;
-
-    /// Replaces a ResourceClaim's status (`allocation`, `reservedFor`), checked against its
-    /// `resourceVersion`; returns the stored object.
-    async fn update_resource_claim_status(
-        &self,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError>;
-
-    /// Removes the consumer with `consumer_uid` from the claim's `status.reservedFor`.
-    async fn remove_resource_claim_consumer(
-        &self,
-        namespace: &str,
-        name: &str,
-        claim_uid: &str,
-        consumer_uid: &str,
-    ) -> Result<(), ApiError>;
-}
 
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
 pub trait PodNominator: Send + Sync {
@@ -157,9 +67,12 @@ impl SharedSnapshot {
     }
 }
 
-/// What a plugin gets from the framework: the API, the waiting pods, the snapshot, nominated pods.
+/// What a plugin gets from the framework: the API, the waiting pods, the snapshot, nominated pods,
+/// and where it hands over work that must not run in the scheduling cycle.
 #[derive(Clone)]
 pub struct Handle {
+    /// For PreBind, Bind and PostBind (its calls are async: a scheduling-cycle extension point
+    /// cannot await them).
     pub api: Arc<dyn ApiHandle>,
     pub waiting_pods: Arc<WaitingPods>,
     pub snapshot: Arc<SharedSnapshot>,
@@ -168,6 +81,16 @@ pub struct Handle {
     pub listers: Arc<Listers>,
     /// The configuration's extenders (DefaultPreemption asks them about its candidates).
     pub extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
+    /// The metrics the enabled plugins declared; a plugin updates its own here, the scheduler
+    /// exports them.
+    pub metrics: Arc<PluginMetrics>,
+    /// The profile whose plugins hold this handle (upstream's `ProfileName()`; set by
+    /// `Framework::new`).
+    pub profile_name: Arc<str>,
+    /// The background tasks plugins registered; the scheduler starts them.
+    pub tasks: Arc<BackgroundTasks>,
+    /// Runs the API calls the scheduling cycle hands over (a background task itself).
+    pub dispatcher: Arc<ApiDispatcher>,
 }
 
 impl fmt::Debug for Handle {
@@ -180,6 +103,9 @@ impl fmt::Debug for Handle {
 
 impl Handle {
     pub fn new(api: Arc<dyn ApiHandle>) -> Handle {
+        let tasks = Arc::new(BackgroundTasks::default());
+        let dispatcher = Arc::new(ApiDispatcher::default());
+        tasks.register(dispatcher.clone());
         Handle {
             api,
             waiting_pods: Arc::new(WaitingPods::new()),
@@ -187,6 +113,10 @@ impl Handle {
             nominator: None,
             listers: Arc::new(Listers::default()),
             extenders: Vec::new(),
+            metrics: Arc::new(PluginMetrics::default()),
+            profile_name: Arc::from(""),
+            tasks,
+            dispatcher,
         }
     }
 
@@ -203,7 +133,99 @@ pub type ArgsDecoder = Arc<dyn Fn(Option<&Value>) -> Result<Value, Vec<FieldErro
 pub type PluginFactory =
     Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
 
-/// What a built plugin registers.
+/// A metric family a plugin declares: the scheduler exports it (on `/metrics`, beside its own)
+/// when the plugin is enabled, and the plugin updates it through [`Handle::metrics`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricDeclaration {
+    /// The family's name (a counter's without `_total`, which the exposition adds).
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: MetricKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+}
+
+/// One declared family's value.
+#[derive(Debug, Clone)]
+pub enum PluginMetric {
+    Counter(Counter),
+    Gauge(Gauge),
+}
+
+/// The metrics the enabled plugins declared, by name.
+#[derive(Debug, Default)]
+pub struct PluginMetrics {
+    families: RwLock<BTreeMap<&'static str, (MetricDeclaration, PluginMetric)>>,
+}
+
+impl PluginMetrics {
+    /// Creates the declared families that do not exist yet (two profiles share one).
+    pub fn declare(&self, declarations: &[MetricDeclaration]) {
+        let mut families = self.families.write();
+        for d in declarations {
+            families.entry(d.name).or_insert_with(|| {
+                let metric = match d.kind {
+                    MetricKind::Counter => PluginMetric::Counter(Counter::default()),
+                    MetricKind::Gauge => PluginMetric::Gauge(Gauge::default()),
+                };
+                (*d, metric)
+            });
+        }
+    }
+
+    /// The declared counter `name`; one nobody exports when it was not declared as a counter
+    /// (the plugin's registration forgot it), so the plugin still runs.
+    pub fn counter(&self, name: &str) -> Counter {
+        match self.families.read().get(name) {
+            Some((_, PluginMetric::Counter(c))) => c.clone(),
+            _ => {
+                tracing::warn!(
+                    metric = name,
+                    "counter not declared by its plugin; not exported"
+                );
+                Counter::default()
+            }
+        }
+    }
+
+    /// The declared gauge `name` (see [`PluginMetrics::counter`]).
+    pub fn gauge(&self, name: &str) -> Gauge {
+        match self.families.read().get(name) {
+            Some((_, PluginMetric::Gauge(g))) => g.clone(),
+            _ => {
+                tracing::warn!(
+                    metric = name,
+                    "gauge not declared by its plugin; not exported"
+                );
+                Gauge::default()
+            }
+        }
+    }
+
+    /// Every declared family with its value, by name.
+    pub fn families(&self) -> Vec<(MetricDeclaration, PluginMetric)> {
+        self.families.read().values().cloned().collect()
+    }
+}
+
+/// An RBAC rule (`apiGroups`, `resources`, `verbs`), for the rules a registration declares.
+pub fn policy_rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(strings(groups)),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        ..PolicyRule::default()
+    }
+}
+
+/// What a built plugin registers: beside its logic, everything the rest of the system needs to
+/// know about it. (The cluster events that requeue the pods it rejected are the plugin's own
+/// [`EnqueueExtensions`](super::interface::EnqueueExtensions), since their hints read its args.)
 #[derive(Clone)]
 pub struct PluginRegistration {
     pub extension_points: Vec<ExtensionPoint>,
@@ -211,6 +233,11 @@ pub struct PluginRegistration {
     pub factory: PluginFactory,
     /// Object kinds the plugin reads through `Handle::listers` (watched only when it is enabled).
     pub informers: Vec<Informer>,
+    /// The RBAC rules the plugin needs beyond every scheduler's (pods, bindings, events, nodes):
+    /// the operator grants them in the profile's ClusterRole when the plugin is enabled.
+    pub rbac_rules: Vec<PolicyRule>,
+    /// The metric families the plugin updates.
+    pub metrics: Vec<MetricDeclaration>,
 }
 
 impl PluginRegistration {
@@ -224,12 +251,26 @@ impl PluginRegistration {
             decode_args: Arc::new(decode_args),
             factory: Arc::new(factory),
             informers: Vec::new(),
+            rbac_rules: Vec::new(),
+            metrics: Vec::new(),
         }
     }
 
     /// Declares the object kinds the plugin reads.
     pub fn with_informers(mut self, informers: &[Informer]) -> PluginRegistration {
         self.informers = informers.to_vec();
+        self
+    }
+
+    /// Declares the RBAC rules the plugin needs (see [`policy_rule`]).
+    pub fn with_rbac_rules(mut self, rules: Vec<PolicyRule>) -> PluginRegistration {
+        self.rbac_rules = rules;
+        self
+    }
+
+    /// Declares the metric families the plugin updates.
+    pub fn with_metrics(mut self, metrics: &[MetricDeclaration]) -> PluginRegistration {
+        self.metrics = metrics.to_vec();
         self
     }
 }
@@ -398,199 +439,12 @@ impl PluginCatalog for Registry {
             )]),
         }
     }
-}
 
-/// A recorded status patch: pod key, condition, nominating info.
-pub type RecordedStatusPatch = (String, Option<PodCondition>, Option<NominatingInfo>);
-
-/// An [`ApiHandle`] that records calls in memory (tests, `simulate`).
-#[derive(Debug, Default)]
-pub struct RecordingApi {
-    pub bindings: parking_lot::Mutex<Vec<(String, String)>>,
-    pub status_patches: parking_lot::Mutex<Vec<RecordedStatusPatch>>,
-    pub deletions: parking_lot::Mutex<Vec<String>>,
-    /// When set, `bind` fails with this error.
-    pub fail_bind: parking_lot::Mutex<Option<ApiError>>,
-    /// What `list_pods_with_label` lists from (filtered by namespace and label).
-    pub pods: parking_lot::Mutex<Vec<Pod>>,
-    /// PodGroup status patches: (`namespace/name`, status).
-    pub pod_group_statuses: parking_lot::Mutex<Vec<(String, PodGroupStatus)>>,
-    /// PersistentVolumes and claims replaced through the API, in order.
-    pub pv_updates: parking_lot::Mutex<Vec<PersistentVolume>>,
-    pub pvc_updates: parking_lot::Mutex<Vec<PersistentVolumeClaim>>,
-    /// When set, PV and PVC updates fail with this error.
-    pub fail_volume_updates: parking_lot::Mutex<Option<ApiError>>,
-    /// ResourceClaims as the API has them: `get` reads, updates replace (bumping the
-    /// resourceVersion, refusing a stale one with a conflict).
-    pub resource_claims: parking_lot::Mutex<Vec<ResourceClaim>>,
-    /// Every claim write, in order: (`update` or `status`, the claim sent).
-    pub claim_writes: parking_lot::Mutex<Vec<(&'static str, ResourceClaim)>>,
-    /// Consumers removed from claims: (`namespace/name`, consumer uid).
-    pub claim_consumer_removals: parking_lot::Mutex<Vec<(String, String)>>,
-}
-
-impl RecordingApi {
-    /// The recorded claim `namespace/name` is replaced by `claim` when their resourceVersions
-    /// agree; the stored copy gets the next one.
-    fn replace_claim(
-        &self,
-        kind: &'static str,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.claim_writes.lock().push((kind, claim.clone()));
-        let mut claims = self.resource_claims.lock();
-        let same = |c: &ResourceClaim| {
-            c.metadata.namespace == claim.metadata.namespace
-                && c.metadata.name == claim.metadata.name
-        };
-        let Some(stored) = claims.iter_mut().find(|c| same(c)) else {
-            return Err(ApiError::NotFound(format!("{:?}", claim.metadata.name)));
-        };
-        if stored.metadata.resource_version != claim.metadata.resource_version {
-            return Err(ApiError::Conflict("the object has been modified".into()));
+    fn policy_rules(&self, name: &str) -> Vec<PolicyRule> {
+        match self.entries.get(name) {
+            Some(RegistryEntry::Built(r)) => r.rbac_rules.clone(),
+            _ => Vec::new(),
         }
-        let next = stored
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-            + 1;
-        let mut updated = claim.clone();
-        updated.metadata.resource_version = Some(next.to_string());
-        *stored = updated.clone();
-        Ok(updated)
-    }
-}
-
-#[async_trait]
-impl ApiHandle for RecordingApi {
-    async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError> {
-        if let Some(e) = self.fail_bind.lock().clone() {
-            return Err(e);
-        }
-        self.bindings
-            .lock()
-            .push((pod.key(), node_name.to_string()));
-        Ok(())
-    }
-
-    async fn patch_pod_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        condition: Option<PodCondition>,
-        nominating: Option<NominatingInfo>,
-    ) -> Result<(), ApiError> {
-        self.status_patches
-            .lock()
-            .push((format!("{namespace}/{name}"), condition, nominating));
-        Ok(())
-    }
-
-    async fn delete_pod(&self, namespace: &str, name: &str, _uid: &str) -> Result<(), ApiError> {
-        self.deletions.lock().push(format!("{namespace}/{name}"));
-        Ok(())
-    }
-
-    async fn list_pods_with_label(
-        &self,
-        namespace: &str,
-        label: &str,
-        value: &str,
-    ) -> Result<Vec<Pod>, ApiError> {
-        Ok(self
-            .pods
-            .lock()
-            .iter()
-            .filter(|p| p.metadata.namespace.as_deref().unwrap_or_default() == namespace)
-            .filter(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(label))
-                    .map(String::as_str)
-                    == Some(value)
-            })
-            .cloned()
-            .collect())
-    }
-
-    async fn patch_pod_group_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: &PodGroupStatus,
-    ) -> Result<(), ApiError> {
-        self.pod_group_statuses
-            .lock()
-            .push((format!("{namespace}/{name}"), status.clone()));
-        Ok(())
-    }
-
-    async fn update_persistent_volume(
-        &self,
-        pv: &PersistentVolume,
-    ) -> Result<PersistentVolume, ApiError> {
-        if let Some(e) = self.fail_volume_updates.lock().clone() {
-            return Err(e);
-        }
-        self.pv_updates.lock().push(pv.clone());
-        Ok(pv.clone())
-    }
-
-    async fn update_persistent_volume_claim(
-        &self,
-        pvc: &PersistentVolumeClaim,
-    ) -> Result<PersistentVolumeClaim, ApiError> {
-        if let Some(e) = self.fail_volume_updates.lock().clone() {
-            return Err(e);
-        }
-        self.pvc_updates.lock().push(pvc.clone());
-        Ok(pvc.clone())
-    }
-
-    async fn get_resource_claim(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.resource_claims
-            .lock()
-            .iter()
-            .find(|c| {
-                c.metadata.namespace.as_deref() == Some(namespace)
-                    && c.metadata.name.as_deref() == Some(name)
-            })
-            .cloned()
-            .ok_or_else(|| ApiError::NotFound(format!("{namespace}/{name}")))
-    }
-
-    async fn update_resource_claim(
-        &self,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.replace_claim("update", claim)
-    }
-
-    async fn update_resource_claim_status(
-        &self,
-        claim: &ResourceClaim,
-    ) -> Result<ResourceClaim, ApiError> {
-        self.replace_claim("status", claim)
-    }
-
-    async fn remove_resource_claim_consumer(
-        &self,
-        namespace: &str,
-        name: &str,
-        _claim_uid: &str,
-        consumer_uid: &str,
-    ) -> Result<(), ApiError> {
-        self.claim_consumer_removals
-            .lock()
-            .push((format!("{namespace}/{name}"), consumer_uid.to_string()));
-        Ok(())
     }
 }
 

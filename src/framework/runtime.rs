@@ -9,6 +9,8 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use super::batch::{OpportunisticBatch, batchable_plugins};
+use super::events::{QueueingHintMap, unroll_wildcard_resource};
+use super::extender::EXTENDER_NAME;
 use super::interface::{
     Code, CycleState, FrameworkHandle, MAX_NODE_SCORE, MAX_PERMIT_TIMEOUT, MIN_NODE_SCORE,
     NodeScore, NodeToStatus, Plugin, PostFilterResult, PreFilterExtensions, PreFilterResult,
@@ -162,6 +164,7 @@ pub struct Framework {
     /// The plugins that sign pods for opportunistic batching; `None`: the profile never batches.
     signers: Option<Vec<Arc<dyn Plugin>>>,
     batch: parking_lot::Mutex<OpportunisticBatch>,
+    queueing_hints: Arc<QueueingHintMap>,
 }
 
 impl std::fmt::Debug for Framework {
@@ -190,6 +193,43 @@ fn extends(p: &dyn Plugin, ep: ExtensionPoint) -> bool {
     }
 }
 
+/// The events of the plugins that can reject a pod (PreEnqueue, PreFilter, Filter, Reserve,
+/// Permit): what each declares, or every event for one that declares nothing; and every event
+/// for the extenders, which declare nothing (upstream's `fillEnqueueExtensions`).
+fn queueing_hint_map(
+    instances: &BTreeMap<String, Arc<dyn Plugin>>,
+    points: &HashMap<ExtensionPoint, Vec<Entry>>,
+    handle: &Handle,
+) -> QueueingHintMap {
+    const REJECTING: [ExtensionPoint; 5] = [
+        ExtensionPoint::PreEnqueue,
+        ExtensionPoint::PreFilter,
+        ExtensionPoint::Filter,
+        ExtensionPoint::Reserve,
+        ExtensionPoint::Permit,
+    ];
+    let rejecting: BTreeSet<&str> = REJECTING
+        .iter()
+        .flat_map(|ep| points.get(ep).into_iter().flatten())
+        .map(|e| e.name.as_ref())
+        .collect();
+    let mut map = QueueingHintMap::default();
+    if !handle.extenders.is_empty() {
+        map.register(EXTENDER_NAME, unroll_wildcard_resource());
+    }
+    for (name, plugin) in instances {
+        if !rejecting.contains(name.as_str()) {
+            continue;
+        }
+        let events = match plugin.as_enqueue_extensions() {
+            Some(ext) => ext.events_to_register(),
+            None => unroll_wildcard_resource(),
+        };
+        map.register(name, events);
+    }
+    map
+}
+
 impl Framework {
     /// Instantiates every enabled plugin once (shared across the extension points it appears at)
     /// and checks the profile as upstream's `NewFramework` does: exactly one QueueSort plugin, at
@@ -197,9 +237,10 @@ impl Framework {
     pub fn new(
         spec: &ProfileSpec,
         registry: &Registry,
-        handle: Handle,
+        mut handle: Handle,
     ) -> Result<Framework, FrameworkError> {
         let profile = spec.scheduler_name.clone();
+        handle.profile_name = Arc::from(profile.as_str());
         let mut instances: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
         let mut points: HashMap<ExtensionPoint, Vec<Entry>> = HashMap::new();
         let mut score_weights = Vec::new();
@@ -282,6 +323,7 @@ impl Framework {
             });
         }
         let signers = signers(&profile, &points, &handle);
+        let queueing_hints = Arc::new(queueing_hint_map(&instances, &points, &handle));
         Ok(Framework {
             profile_name: profile,
             handle,
@@ -291,6 +333,7 @@ impl Framework {
             score_weights,
             signers,
             batch: parking_lot::Mutex::new(OpportunisticBatch::default()),
+            queueing_hints,
         })
     }
 
@@ -308,6 +351,12 @@ impl Framework {
     /// The number of Score plugins.
     pub fn num_score_plugins(&self) -> usize {
         self.at(ExtensionPoint::Score).len()
+    }
+
+    /// The events that may make the pods this profile's plugins rejected schedulable, with the
+    /// plugins' hints (upstream's per-profile `QueueingHintMap`).
+    pub fn queueing_hints(&self) -> &Arc<QueueingHintMap> {
+        &self.queueing_hints
     }
 
     pub fn profile_name(&self) -> &str {
@@ -1087,6 +1136,8 @@ fn instantiate(
                     .join("; "),
             })?,
     };
+    // The plugin's metrics exist before its factory asks the handle for them.
+    handle.metrics.declare(&reg.metrics);
     (reg.factory)(&args, handle).map_err(|message| FrameworkError::Factory {
         profile: profile.into(),
         plugin: name.into(),
@@ -1108,6 +1159,36 @@ mod tests {
 
     fn log() -> Arc<Mutex<Vec<String>>> {
         Arc::new(Mutex::new(Vec::new()))
+    }
+
+    /// The profile's events are those its rejecting plugins declare; a plugin that declares none
+    /// (here an out-of-tree fake) gets every event; score-only plugins register nothing.
+    #[test]
+    fn queueing_hints_come_from_the_rejecting_plugins() {
+        use crate::framework::events::EVENT_NODE_ADD;
+        use crate::framework::types::{ActionType, ClusterEvent, EventResource};
+        let l = log();
+        let (reg, _) = registry_with(vec![Fake::new("Mine", &l)]);
+        let spec = profile(&[
+            (Filter, &["NodeAffinity", "Mine"]),
+            (Score, &["ImageLocality"]),
+        ]);
+        let fwk = Framework::new(&spec, &reg, handle().0).expect("framework");
+        let hints = fwk.queueing_hints();
+        assert_eq!(
+            hints.plugins().into_iter().collect::<Vec<_>>(),
+            ["Mine", "NodeAffinity"]
+        );
+        let pv_added = ClusterEvent::new(EventResource::PersistentVolume, ActionType::ADD);
+        let plugins = |e: &ClusterEvent| {
+            let mut p: Vec<String> = hints.hints_for(e).map(|f| f.plugin.to_string()).collect();
+            p.sort();
+            p
+        };
+        assert_eq!(plugins(&pv_added), ["Mine"]);
+        assert_eq!(plugins(&EVENT_NODE_ADD), ["Mine", "NodeAffinity"]);
+        let annotation = ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_ANNOTATION);
+        assert_eq!(plugins(&annotation), ["Mine"]);
     }
 
     #[test]

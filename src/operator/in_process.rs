@@ -16,6 +16,7 @@ use super::embedded::{EmbeddedError, EmbeddedSchedulers};
 use super::metrics::OperatorMetrics;
 use crate::config;
 use crate::framework::registry::Registry;
+use crate::scheduler::queue::DEFAULT_MAX_IN_UNSCHEDULABLE;
 use crate::scheduler::{SchedulerOptions, run};
 
 struct Running {
@@ -104,6 +105,7 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             metrics: Some(metrics),
             identity: identity.clone(),
             configz: String::new(),
+            pod_max_in_unschedulable_pods_duration: DEFAULT_MAX_IN_UNSCHEDULABLE,
         };
         let client = self.client.clone();
         let name = profile.to_string();

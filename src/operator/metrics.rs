@@ -322,6 +322,7 @@ mod tests {
                 })
                 .inc();
             metrics
+                .queue
                 .pending_pods
                 .get_or_create(&crate::scheduler::metrics::QueueLabels {
                     queue: "active".into(),

@@ -49,6 +49,7 @@ use crate::config::{
 };
 use crate::framework::plugins::leaf::render::IgnoredPolicy;
 use crate::framework::plugins::leaf::{LeafPluginConfig, render_leaf_policies};
+use crate::framework::registry::policy_rule;
 
 /// Field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "ksched-operator";
@@ -79,17 +80,6 @@ pub const MANAGED_BY: &str = "ksched-operator";
 /// Longest profile name whose rendered names are all valid (`ksched-<name>-metrics` must be a
 /// DNS-1035 label of at most 63 characters).
 pub const MAX_PROFILE_NAME: usize = 63 - "ksched--metrics".len();
-
-/// Plugins that read volumes (PV/PVC/StorageClass/CSI objects).
-const VOLUME_PLUGINS: [&str; 5] = [
-    "VolumeBinding",
-    "VolumeRestrictions",
-    "VolumeZone",
-    "NodeVolumeLimits",
-    "LeafNodeVolumeBinding",
-];
-/// Plugins that bind claims (PV claimRef, the PVC's selected-node annotation).
-const BINDING_VOLUME_PLUGINS: [&str; 2] = ["VolumeBinding", "LeafNodeVolumeBinding"];
 
 /// Where the rendered objects go and what they run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,7 +243,7 @@ pub fn render(
     };
     let cluster_role = ClusterRole {
         metadata: meta(cluster_object_name(&name), None),
-        rules: Some(cluster_rules(&enabled_plugins)),
+        rules: Some(cluster_rules(&enabled_plugins, catalog)),
         ..ClusterRole::default()
     };
     let cluster_role_binding = ClusterRoleBinding {
@@ -553,129 +543,57 @@ pub fn owner_reference(profile: &SchedulerProfile) -> Option<OwnerReference> {
     })
 }
 
-/// A rule granting `verbs` on `resources` of the API `groups`.
-pub(crate) fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    PolicyRule {
-        api_groups: Some(strings(groups)),
-        resources: Some(strings(resources)),
-        verbs: strings(verbs),
-        ..PolicyRule::default()
-    }
+/// What every scheduler needs, whatever its plugins: watch pods and nodes, bind, write pod
+/// status and events, and review the tokens and permissions of its HTTPS endpoint's callers.
+fn base_rules() -> Vec<PolicyRule> {
+    let read = ["get", "list", "watch"];
+    let write = ["create", "patch", "update"];
+    vec![
+        policy_rule(&[""], &["pods"], &read),
+        policy_rule(&[""], &["pods/binding"], &["create"]),
+        policy_rule(&[""], &["pods/status"], &["patch", "update"]),
+        policy_rule(&[""], &["events"], &write),
+        policy_rule(&["events.k8s.io"], &["events"], &write),
+        policy_rule(&[""], &["nodes"], &read),
+        // Delegated authentication and authorization of the HTTPS endpoint, as system:kube-scheduler.
+        policy_rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+        policy_rule(
+            &["authorization.k8s.io"],
+            &["subjectaccessreviews"],
+            &["create"],
+        ),
+    ]
 }
 
-/// The ClusterRole rules a scheduler running `enabled` plugins needs, and no more.
-pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
-    let on = |name: &str| enabled.iter().any(|p| p.as_ref() == name);
-    let any = |names: &[&str]| names.iter().any(|n| on(n));
-    let read = ["get", "list", "watch"];
-    let preemption = on("DefaultPreemption");
-
-    let mut rules = Vec::new();
-    let mut pod_verbs = vec!["get", "list", "watch"];
-    if preemption {
-        pod_verbs.push("delete");
-    }
-    rules.push(rule(&[""], &["pods"], &pod_verbs));
-    rules.push(rule(&[""], &["pods/binding"], &["create"]));
-    rules.push(rule(&[""], &["pods/status"], &["patch", "update"]));
-    rules.push(rule(&[""], &["events"], &["create", "patch", "update"]));
-    rules.push(rule(
-        &["events.k8s.io"],
-        &["events"],
-        &["create", "patch", "update"],
-    ));
-    rules.push(rule(&[""], &["nodes"], &read));
-    // Delegated authentication and authorization of the HTTPS endpoint, as system:kube-scheduler.
-    rules.push(rule(
-        &["authentication.k8s.io"],
-        &["tokenreviews"],
-        &["create"],
-    ));
-    rules.push(rule(
-        &["authorization.k8s.io"],
-        &["subjectaccessreviews"],
-        &["create"],
-    ));
-    if any(&[
-        "InterPodAffinity",
-        "LeafNodeTaintToleration",
-        "LeafNodeDistribution",
-    ]) {
-        // Namespace selectors are matched against the namespace's labels.
-        rules.push(rule(&[""], &["namespaces"], &["list", "watch"]));
-    }
-    if on("PodTopologySpread") {
-        // The owners its default constraints derive a pod's selector from.
-        rules.push(rule(
-            &[""],
-            &["replicationcontrollers", "services"],
-            &["list", "watch"],
-        ));
-        rules.push(rule(
-            &["apps"],
-            &["replicasets", "statefulsets"],
-            &["list", "watch"],
-        ));
-    }
-    if any(&VOLUME_PLUGINS) {
-        if any(&BINDING_VOLUME_PLUGINS) {
-            rules.push(rule(
-                &[""],
-                &["persistentvolumeclaims", "persistentvolumes"],
-                &["get", "list", "watch", "patch", "update"],
-            ));
-        } else {
-            rules.push(rule(
-                &[""],
-                &["persistentvolumeclaims", "persistentvolumes"],
-                &read,
-            ));
+/// The ClusterRole rules a scheduler running `enabled` plugins needs, and no more: the base rules
+/// and the rules each enabled plugin declares in its registration. Rules on the same API groups
+/// and resources are merged (their verbs joined, in order), so a plugin that needs to delete pods
+/// extends the base pods rule; the plugins' other rules follow the base ones, ordered by API
+/// group and resources.
+pub fn cluster_rules<S: AsRef<str>>(enabled: &[S], catalog: &dyn PluginCatalog) -> Vec<PolicyRule> {
+    let mut rules = base_rules();
+    let base = rules.len();
+    for plugin in enabled {
+        for declared in catalog.policy_rules(plugin.as_ref()) {
+            let same = |r: &&mut PolicyRule| {
+                r.api_groups == declared.api_groups
+                    && r.resources == declared.resources
+                    && r.resource_names == declared.resource_names
+                    && r.non_resource_urls == declared.non_resource_urls
+            };
+            match rules.iter_mut().find(same) {
+                Some(existing) => {
+                    for verb in &declared.verbs {
+                        if !existing.verbs.contains(verb) {
+                            existing.verbs.push(verb.clone());
+                        }
+                    }
+                }
+                None => rules.push(declared),
+            }
         }
-        rules.push(rule(
-            &["storage.k8s.io"],
-            &[
-                "csidrivers",
-                "csinodes",
-                "csistoragecapacities",
-                "storageclasses",
-                "volumeattachments",
-            ],
-            &read,
-        ));
     }
-    if on("Coscheduling") {
-        rules.push(rule(&["scheduling.x-k8s.io"], &["podgroups"], &read));
-        rules.push(rule(
-            &["scheduling.x-k8s.io"],
-            &["podgroups/status"],
-            &["get", "patch", "update"],
-        ));
-    }
-    if preemption {
-        rules.push(rule(&["policy"], &["poddisruptionbudgets"], &read));
-    }
-    if on("DynamicResources") {
-        // Upstream's system:kube-scheduler rules for dynamic resource allocation: claims are
-        // read, get a finalizer, and have their allocation and reservation written (the binding
-        // subresource authorizes status writes since DRAResourceClaimGranularStatusAuthorization).
-        let read_update = ["get", "list", "watch", "update", "patch"];
-        rules.push(rule(
-            &["resource.k8s.io"],
-            &["resourceclaims", "resourceclaims/status"],
-            &read_update,
-        ));
-        rules.push(rule(
-            &["resource.k8s.io"],
-            &["resourceclaims/binding"],
-            &["update", "patch"],
-        ));
-        rules.push(rule(
-            &["resource.k8s.io"],
-            &["deviceclasses", "resourceslices"],
-            &read,
-        ));
-    }
+    rules[base..].sort_by(|a, b| (&a.api_groups, &a.resources).cmp(&(&b.api_groups, &b.resources)));
     rules
 }
 
@@ -683,10 +601,10 @@ pub fn cluster_rules<S: AsRef<str>>(enabled: &[S]) -> Vec<PolicyRule> {
 /// that one Lease.
 pub fn lease_rules(lease: &str) -> Vec<PolicyRule> {
     vec![
-        rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+        policy_rule(&["coordination.k8s.io"], &["leases"], &["create"]),
         PolicyRule {
             resource_names: Some(vec![lease.to_string()]),
-            ..rule(&["coordination.k8s.io"], &["leases"], &["get", "update"])
+            ..policy_rule(&["coordination.k8s.io"], &["leases"], &["get", "update"])
         },
     ]
 }

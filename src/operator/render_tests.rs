@@ -488,7 +488,8 @@ fn a_minimal_profile_gets_only_the_core_permissions() {
 
 #[test]
 fn rbac_follows_each_plugin() {
-    let rules = |plugins: &[&str]| cluster_rules(plugins);
+    let registry = Registry::in_tree();
+    let rules = |plugins: &[&str]| cluster_rules(plugins, &registry);
     let base = rules(&["PrioritySort", "DefaultBinder"]);
     assert_eq!(base.len(), 8);
     let cos = rules(&["Coscheduling"]);
@@ -541,7 +542,8 @@ fn rbac_follows_each_plugin() {
 
 #[test]
 fn rbac_for_dynamic_resources_only_when_enabled() {
-    let dra = cluster_rules(&["DynamicResources"]);
+    let registry = Registry::in_tree();
+    let dra = cluster_rules(&["DynamicResources"], &registry);
     for (resource, verb) in [
         ("resourceclaims", "watch"),
         ("resourceclaims", "update"),
@@ -561,13 +563,97 @@ fn rbac_for_dynamic_resources_only_when_enabled() {
         "resourceslices",
         "update"
     ));
-    let without = cluster_rules(&["PrioritySort", "DefaultBinder"]);
+    let without = cluster_rules(&["PrioritySort", "DefaultBinder"], &registry);
     assert!(!without.iter().any(|r| {
         r.api_groups
             .iter()
             .flatten()
             .any(|g| g == "resource.k8s.io")
     }));
+}
+
+#[test]
+fn plugin_rules_merge_into_the_base_ones_and_are_ordered() {
+    let registry = Registry::in_tree();
+    // Preemption's pod deletion extends the base pods rule; the volume plugins share one rule,
+    // VolumeBinding's writes joining the others' reads, whatever the order.
+    for plugins in [
+        &["DefaultPreemption", "VolumeRestrictions", "VolumeBinding"][..],
+        &["VolumeBinding", "DefaultPreemption", "VolumeRestrictions"][..],
+    ] {
+        let rules = cluster_rules(plugins, &registry);
+        let pods: Vec<_> = rules
+            .iter()
+            .filter(|r| r.resources.as_deref() == Some(&["pods".to_string()][..]))
+            .collect();
+        assert_eq!(pods.len(), 1, "{rules:#?}");
+        assert_eq!(pods[0].verbs, ["get", "list", "watch", "delete"]);
+        let volumes: Vec<_> = rules
+            .iter()
+            .filter(|r| {
+                r.resources
+                    .iter()
+                    .flatten()
+                    .any(|x| x == "persistentvolumeclaims")
+            })
+            .collect();
+        assert_eq!(volumes.len(), 1, "{rules:#?}");
+        let mut verbs = volumes[0].verbs.clone();
+        verbs.sort();
+        assert_eq!(verbs, ["get", "list", "patch", "update", "watch"]);
+    }
+    // Base rules first, then the plugins', ordered by API group and resources.
+    let rules = cluster_rules(
+        &["PodTopologySpread", "DefaultPreemption", "InterPodAffinity"],
+        &registry,
+    );
+    let groups: Vec<String> = rules[8..]
+        .iter()
+        .map(|r| format!("{:?}/{:?}", r.api_groups, r.resources))
+        .collect();
+    let mut sorted = groups.clone();
+    sorted.sort();
+    assert_eq!(groups, sorted);
+    assert_eq!(rules.len(), 8 + 4);
+}
+
+/// What the operator grants is what the plugins declare: every in-tree plugin's informers are
+/// covered by list and watch rules it declares, so a profile never watches a kind it may not list.
+#[test]
+fn every_declared_informer_is_granted() {
+    use crate::framework::listers::Informer;
+    let registry = Registry::in_tree();
+    let kind = |i: Informer| match i {
+        Informer::PersistentVolumes => ("", "persistentvolumes"),
+        Informer::PersistentVolumeClaims => ("", "persistentvolumeclaims"),
+        Informer::StorageClasses => ("storage.k8s.io", "storageclasses"),
+        Informer::CSINodes => ("storage.k8s.io", "csinodes"),
+        Informer::CSIDrivers => ("storage.k8s.io", "csidrivers"),
+        Informer::CSIStorageCapacities => ("storage.k8s.io", "csistoragecapacities"),
+        Informer::PodDisruptionBudgets => ("policy", "poddisruptionbudgets"),
+        Informer::Namespaces => ("", "namespaces"),
+        Informer::PodGroups => ("scheduling.x-k8s.io", "podgroups"),
+        Informer::PodGroupMembers => ("", "pods"),
+        Informer::Services => ("", "services"),
+        Informer::ReplicationControllers => ("", "replicationcontrollers"),
+        Informer::ReplicaSets => ("apps", "replicasets"),
+        Informer::StatefulSets => ("apps", "statefulsets"),
+        Informer::ResourceClaims => ("resource.k8s.io", "resourceclaims"),
+        Informer::ResourceSlices => ("resource.k8s.io", "resourceslices"),
+        Informer::DeviceClasses => ("resource.k8s.io", "deviceclasses"),
+    };
+    for name in registry.names() {
+        let rules = cluster_rules(&[name], &registry);
+        for informer in registry.informers_for([name]) {
+            let (group, resource) = kind(informer);
+            for verb in ["list", "watch"] {
+                assert!(
+                    has_rule(&rules, group, resource, verb),
+                    "{name} watches {resource} without {verb}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The framework's [`ApiHandle`] over a kube client: binding through the `pods/binding`
-//! subresource, pod status patches, deleting preemption victims, and the PV/PVC updates of volume
-//! binding, and the ResourceClaim writes of dynamic resource allocation.
+//! subresource, pod status patches, deleting preemption victims, PodGroup statuses, the PV/PVC
+//! updates of volume binding, and the ResourceClaim writes of dynamic resource allocation.
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
-use crate::api::{PodGroup, PodGroupStatus};
+use crate::api::PodGroup;
 use crate::framework::interface::{NominatingInfo, NominatingMode};
 use crate::framework::registry::{ApiError, ApiHandle};
 use crate::framework::types::PodInfo;
@@ -120,37 +120,13 @@ impl ApiHandle for KubeApi {
         }
     }
 
-    async fn list_pods_with_label(
-        &self,
-        namespace: &str,
-        label: &str,
-        value: &str,
-    ) -> Result<Vec<Pod>, ApiError> {
-        let selector = kube::core::Selector::from_iter([kube::core::Expression::Equal(
-            label.to_string(),
-            value.to_string(),
-        )]);
-        self.pods(namespace)
-            .list(&ListParams::default().labels_from(&selector))
-            .await
-            .map(|l| l.items)
-            .map_err(api_error)
-    }
-
-    async fn patch_pod_group_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: &PodGroupStatus,
-    ) -> Result<(), ApiError> {
+    async fn update_pod_group_status(&self, pod_group: &PodGroup) -> Result<PodGroup, ApiError> {
+        let namespace = pod_group.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod_group.metadata.name.as_deref().unwrap_or_default();
+        // A PUT carries the object's resourceVersion: a concurrent change makes it a conflict.
         Api::<PodGroup>::namespaced(self.client.clone(), namespace)
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
+            .replace_status(name, &PostParams::default(), pod_group)
             .await
-            .map(|_| ())
             .map_err(api_error)
     }
 

@@ -16,6 +16,15 @@ use tracing::warn;
 
 use crate::framework::types::{AssignedPod, ImageStates, NodeChange, NodeInfo, PodInfo, Snapshot};
 
+/// A pod the cache had, as it was: what it kept of the pod, its node, and whether it was only
+/// assumed there (its binding not yet confirmed by the informer).
+#[derive(Debug, Clone)]
+pub struct CachedPod {
+    pub pod: Arc<AssignedPod>,
+    pub node: String,
+    pub assumed: bool,
+}
+
 /// How long an assumed pod whose binding finished may wait for the informer to confirm it.
 pub const DEFAULT_ASSUMED_TTL: Duration = Duration::from_secs(30);
 
@@ -33,6 +42,16 @@ struct PodEntry {
     assumed: bool,
     /// Set when binding finished: the assumed pod expires then, unless confirmed.
     deadline: Option<Instant>,
+}
+
+impl PodEntry {
+    fn into_cached(self) -> CachedPod {
+        CachedPod {
+            pod: self.info,
+            node: self.node,
+            assumed: self.assumed,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -101,12 +120,14 @@ impl Cache {
         }
     }
 
-    /// A pod the informer sees assigned to `node`: confirms an assumed pod, else adds or updates it.
-    pub fn add_or_update_pod(&self, node: &str, info: Arc<AssignedPod>) {
+    /// A pod the informer sees assigned to `node`: confirms an assumed pod, else adds or updates
+    /// it. Returns the pod as the cache had it.
+    pub fn add_or_update_pod(&self, node: &str, info: Arc<AssignedPod>) -> Option<CachedPod> {
         let key = info.key();
         let node = node.to_string();
         let mut inner = self.inner.lock();
-        if let Some(old) = inner.pods.remove(&key) {
+        let old = inner.pods.remove(&key);
+        if let Some(old) = &old {
             inner.remove_from_node(&old.node, &old.info);
         }
         inner.node_mut(&node).add_pod(info.clone());
@@ -119,14 +140,15 @@ impl Cache {
                 deadline: None,
             },
         );
+        old.map(PodEntry::into_cached)
     }
 
-    /// A pod deleted, or finished (Succeeded/Failed): its resources are free.
-    pub fn remove_pod(&self, key: &str) {
+    /// A pod deleted, or finished (Succeeded/Failed): its resources are free. Returns it.
+    pub fn remove_pod(&self, key: &str) -> Option<CachedPod> {
         let mut inner = self.inner.lock();
-        if let Some(old) = inner.pods.remove(key) {
-            inner.remove_from_node(&old.node, &old.info);
-        }
+        let old = inner.pods.remove(key)?;
+        inner.remove_from_node(&old.node, &old.info);
+        Some(old.into_cached())
     }
 
     /// Accounts `pod` (whose `spec.nodeName` is set to the chosen node) before it is bound.
@@ -178,8 +200,9 @@ impl Cache {
         self.inner.lock().pods.get(key).is_some_and(|e| e.assumed)
     }
 
-    /// Drops assumed pods whose binding finished more than the TTL ago without confirmation.
-    pub fn cleanup_expired_assumed(&self, now: Instant) -> Vec<String> {
+    /// Drops assumed pods whose binding finished more than the TTL ago without confirmation;
+    /// returns them.
+    pub fn cleanup_expired_assumed(&self, now: Instant) -> Vec<CachedPod> {
         let mut inner = self.inner.lock();
         let expired: Vec<String> = inner
             .pods
@@ -187,13 +210,15 @@ impl Cache {
             .filter(|(_, e)| e.assumed && e.deadline.is_some_and(|d| d <= now))
             .map(|(k, _)| k.clone())
             .collect();
+        let mut removed = Vec::with_capacity(expired.len());
         for key in &expired {
             warn!(pod = %key, "assumed pod expired: its binding was never confirmed");
             if let Some(old) = inner.pods.remove(key) {
                 inner.remove_from_node(&old.node, &old.info);
+                removed.push(old.into_cached());
             }
         }
-        expired
+        removed
     }
 
     /// Hands the NodeInfos that changed since the last call to `snapshot`.
@@ -379,10 +404,12 @@ mod tests {
         );
         cache.finish_binding("default/p");
         assert!(cache.cleanup_expired_assumed(now).is_empty());
-        assert_eq!(
-            cache.cleanup_expired_assumed(now + Duration::from_secs(31)),
-            ["default/p"]
-        );
+        let expired: Vec<String> = cache
+            .cleanup_expired_assumed(now + Duration::from_secs(31))
+            .iter()
+            .map(|c| format!("{}@{}", c.pod.key(), c.node))
+            .collect();
+        assert_eq!(expired, ["default/p@n1"]);
         let mut snap = Snapshot::new();
         cache.update_snapshot(&mut snap);
         assert_eq!(requested_cpu(&snap, "n1"), 0);

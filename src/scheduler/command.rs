@@ -12,6 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
@@ -20,6 +21,7 @@ use tracing::{error, info, warn};
 use super::features::FeatureGates;
 use super::http::Endpoint;
 use super::leader_election::default_identity;
+use super::queue::DEFAULT_MAX_IN_UNSCHEDULABLE;
 use super::run::{SchedulerOptions, run};
 use crate::config::{self, GoDuration};
 use crate::framework::registry::Registry;
@@ -96,7 +98,9 @@ pub struct DeprecatedArgs {
     /// Burst to use while talking with kubernetes apiserver (ignored with --config).
     #[arg(long)]
     pub kube_api_burst: Option<i32>,
-    /// The maximum time a pod can stay in unschedulablePods (ksched keeps upstream's 5m).
+    /// DEPRECATED: the maximum time a pod can stay in unschedulablePods. If a pod stays in
+    /// unschedulablePods for longer than this value, the pod will be moved from
+    /// unschedulablePods to backoffQ or activeQ (default 5m).
     #[arg(long)]
     pub pod_max_in_unschedulable_pods_duration: Option<GoDuration>,
 }
@@ -230,9 +234,6 @@ impl SchedulerArgs {
         let d = &self.deprecated;
         if self.config.is_none() && d.kube_api_content_type.is_some() {
             flags.push("--kube-api-content-type (ksched speaks JSON)".into());
-        }
-        if d.pod_max_in_unschedulable_pods_duration.is_some() {
-            flags.push("--pod-max-in-unschedulable-pods-duration (ksched keeps 5m)".into());
         }
         if !features.not_honoured().is_empty() {
             flags.push(format!(
@@ -479,6 +480,13 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
             metrics: None,
             identity: default_identity(),
             configz,
+            // As upstream, it applies with --config too; a negative duration flushes at once.
+            pod_max_in_unschedulable_pods_duration: args
+                .deprecated
+                .pod_max_in_unschedulable_pods_duration
+                .map_or(DEFAULT_MAX_IN_UNSCHEDULABLE, |d| {
+                    d.to_std().unwrap_or(Duration::ZERO)
+                }),
         };
         match run(client, options, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,

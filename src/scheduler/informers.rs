@@ -1,10 +1,12 @@
-//! Watches nodes and pods and feeds the cache and the queue, as upstream's event handlers do:
-//! assigned pods go to the cache, pending pods of our profiles to the queue, and the cluster events
-//! that can make a pending pod schedulable (node added or changed, an assigned pod gone) move the
-//! unschedulable pool back.
+//! Watches nodes, pods and the kinds the enabled plugins declared, and feeds the cache and the
+//! queue, as upstream's event handlers do: assigned pods go to the cache, pending pods of our
+//! profiles to the queue, and every change is handed to the queue as the typed cluster event it
+//! is (with its old and new objects), which moves the pods whose rejecting plugins' hints say it
+//! may help.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -19,8 +21,16 @@ use tracing::{debug, warn};
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
 use super::trim::{assigned_pod, trim_metadata, trim_pod};
-use crate::framework::listers::{Informer, Listers, ObjectStore};
-use crate::framework::types::PodInfo;
+use crate::api::pod_group::POD_GROUP_LABEL;
+use crate::framework::events::{
+    EVENT_ASSIGNED_POD_ADD, EVENT_ASSIGNED_POD_DELETE, EVENT_NODE_ADD, EVENT_NODE_DELETE,
+    EVENT_UNSCHEDULED_POD_ADD, EVENT_UNSCHEDULED_POD_DELETE, EVENT_UNSCHEDULED_POD_UPDATE,
+    assigned_pod_scheduling_properties_change, node_scheduling_properties_change,
+};
+use crate::framework::listers::{Informer, Listers, ObjectStore, PodGroupMembers, StoreChange};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, PodInfo, PodObject,
+};
 
 /// `ns/name`, the key the cache and the queue use.
 pub fn pod_key(pod: &Pod) -> String {
@@ -45,33 +55,11 @@ fn scheduler_name(pod: &Pod) -> &str {
         .unwrap_or("default-scheduler")
 }
 
-/// Upstream's `isPodUpdated`: a change that can alter the scheduling decision (not a status or
-/// resourceVersion bump, such as our own PodScheduled condition). The names of the ResourceClaims
-/// generated for the pod are such a change (upstream's `UpdatePodGeneratedResourceClaim`).
-fn scheduling_relevant_change(old: &Pod, new: &Pod) -> bool {
-    fn claim_statuses(p: &Pod) -> Option<&Vec<k8s_openapi::api::core::v1::PodResourceClaimStatus>> {
-        p.status.as_ref()?.resource_claim_statuses.as_ref()
-    }
-    old.spec != new.spec
-        || old.metadata.labels != new.metadata.labels
-        || old.metadata.annotations != new.metadata.annotations
-        || claim_statuses(old) != claim_statuses(new)
-}
-
-/// Whether a node change can make pending pods fit (not a heartbeat).
-fn node_relevant_change(old: &Node, new: &Node) -> bool {
-    let alloc = |n: &Node| n.status.as_ref().and_then(|s| s.allocatable.clone());
-    let images = |n: &Node| n.status.as_ref().and_then(|s| s.images.clone());
-    let features = |n: &Node| n.status.as_ref().and_then(|s| s.declared_features.clone());
-    old.spec != new.spec
-        || old.metadata.labels != new.metadata.labels
-        || alloc(old) != alloc(new)
-        || images(old) != images(new)
-        || features(old) != features(new)
-}
-
 /// Routes pod events; `profiles` are the scheduler names this process serves. Pods are kept trimmed
-/// to what scheduling reads (`trim::trim_pod`, `trim::assigned_pod`).
+/// to what scheduling reads (`trim::trim_pod`, `trim::assigned_pod`). Each change is handed to
+/// the queue as the cluster event it is (upstream's `eventhandlers.go`): an assigned pod added,
+/// updated or deleted moves the pool's pods its rejecting plugins' hints say it may help; a
+/// pending pod's own update is checked against its rejecting plugins.
 pub struct PodHandler {
     pub cache: Arc<Cache>,
     pub queue: Arc<SchedulingQueue>,
@@ -79,10 +67,11 @@ pub struct PodHandler {
     known: HashMap<String, KnownPod>,
 }
 
-/// What the handler remembers of a pod it has seen: a pending pod whole (its next update is
-/// compared against it), an assigned one only as such (the cache keeps it).
+/// What the handler remembers of a pod it has seen: a pending pod of ours whole (its next update
+/// is compared against it), another scheduler's pending pod or an assigned one only as such (the
+/// cache keeps assigned pods).
 enum KnownPod {
-    Pending(Arc<Pod>),
+    Pending(Option<Arc<PodInfo>>),
     Assigned,
 }
 
@@ -102,45 +91,126 @@ impl PodHandler {
         if !node.is_empty() {
             self.known.insert(key.clone(), KnownPod::Assigned);
             self.queue.delete(&key);
-            self.cache
-                .add_or_update_pod(&node, Arc::new(assigned_pod(pod)));
+            self.assigned_pod_applied(&node, pod);
             return;
         }
         trim_pod(&mut pod);
-        let pod = Arc::new(pod);
+        let ours = self.profiles.contains(scheduler_name(&pod));
+        let info = ours.then(|| Arc::new(PodInfo::new(Arc::new(pod))));
         let old = match self
             .known
-            .insert(key.clone(), KnownPod::Pending(pod.clone()))
+            .insert(key.clone(), KnownPod::Pending(info.clone()))
         {
-            Some(KnownPod::Pending(old)) => Some(old),
+            Some(KnownPod::Pending(old)) => old,
             _ => None,
         };
-        if !self.profiles.contains(scheduler_name(&pod)) {
+        let Some(info) = info else {
             return;
-        }
-        if pod.metadata.deletion_timestamp.is_some() {
+        };
+        if info.pod.metadata.deletion_timestamp.is_some() {
             self.queue.delete(&key);
             return;
         }
-        let info = Arc::new(PodInfo::new(pod.clone()));
+        let start = Instant::now();
         match old {
-            None => self.queue.add(info),
-            Some(old) => self
-                .queue
-                .update(info, scheduling_relevant_change(&old, &pod)),
+            None => {
+                self.queue.add(info.clone());
+                // A new pod may complete a gang (Coscheduling); as upstream with GangScheduling.
+                let new = PodObject::Unscheduled(info).into_event_object();
+                self.queue.move_all_to_active_or_backoff(
+                    &EVENT_UNSCHEDULED_POD_ADD,
+                    None,
+                    Some(new),
+                );
+                self.queue
+                    .observe_event_handling(&EVENT_UNSCHEDULED_POD_ADD, start);
+            }
+            // The same object again (a re-list): nothing changed.
+            Some(old)
+                if old.pod.metadata.resource_version == info.pod.metadata.resource_version => {}
+            Some(old) => {
+                let nomination_changed = !old.nominated_node_name().is_empty()
+                    && old.nominated_node_name() != info.nominated_node_name();
+                self.queue.update(Some(old.clone()), info);
+                if nomination_changed {
+                    // The room it was nominated to is free for pods of lower or equal priority.
+                    self.nominated_pod_gone(old);
+                }
+                self.queue
+                    .observe_event_handling(&EVENT_UNSCHEDULED_POD_UPDATE, start);
+            }
         }
     }
 
+    /// A pod bound to `node`: into the cache, and the event it is (added: also a binding
+    /// confirmed; updated: each kind of change).
+    fn assigned_pod_applied(&self, node: &str, pod: Pod) {
+        let start = Instant::now();
+        let new = Arc::new(assigned_pod(pod));
+        let old = self.cache.add_or_update_pod(node, new.clone());
+        let new_obj = PodObject::assigned(new.clone(), node).into_event_object();
+        match old.filter(|o| !o.assumed) {
+            None => {
+                self.queue.move_all_to_active_or_backoff(
+                    &EVENT_ASSIGNED_POD_ADD,
+                    None,
+                    Some(new_obj),
+                );
+                self.queue
+                    .observe_event_handling(&EVENT_ASSIGNED_POD_ADD, start);
+            }
+            Some(old) => {
+                let events = assigned_pod_scheduling_properties_change(&old.pod, &new);
+                let old_obj = PodObject::assigned(old.pod, &old.node).into_event_object();
+                for event in &events {
+                    self.queue.move_all_to_active_or_backoff(
+                        event,
+                        Some(old_obj.clone()),
+                        Some(new_obj.clone()),
+                    );
+                    self.queue.observe_event_handling(event, start);
+                }
+            }
+        }
+    }
+
+    /// A pending pod with a nominated node left (deleted, or nominated elsewhere): the pods of
+    /// lower or equal priority that it kept out may fit.
+    fn nominated_pod_gone(&self, old: Arc<PodInfo>) {
+        let priority = old.priority();
+        self.queue.move_matching_to_active_or_backoff(
+            &EVENT_ASSIGNED_POD_DELETE,
+            Some(PodObject::Unscheduled(old).into_event_object()),
+            None,
+            |p| p.priority() <= priority,
+        );
+    }
+
     pub fn delete(&mut self, key: &str) {
-        let Some(old) = self.known.remove(key) else {
-            return;
-        };
-        if let KnownPod::Pending(_) = old {
-            self.queue.delete(key);
-        } else {
-            self.cache.remove_pod(key);
-            // Resources were freed: pending pods may fit now.
-            self.queue.move_all_to_active_or_backoff();
+        let start = Instant::now();
+        match self.known.remove(key) {
+            None | Some(KnownPod::Pending(None)) => {}
+            Some(KnownPod::Pending(Some(old))) => {
+                self.queue.delete(key);
+                if !old.nominated_node_name().is_empty() {
+                    self.nominated_pod_gone(old);
+                }
+                self.queue
+                    .observe_event_handling(&EVENT_UNSCHEDULED_POD_DELETE, start);
+            }
+            Some(KnownPod::Assigned) => {
+                // Resources were freed: pending pods may fit now.
+                if let Some(old) = self.cache.remove_pod(key) {
+                    let old = PodObject::assigned(old.pod, &old.node).into_event_object();
+                    self.queue.move_all_to_active_or_backoff(
+                        &EVENT_ASSIGNED_POD_DELETE,
+                        Some(old),
+                        None,
+                    );
+                }
+                self.queue
+                    .observe_event_handling(&EVENT_ASSIGNED_POD_DELETE, start);
+            }
         }
     }
 
@@ -192,7 +262,8 @@ pub async fn watch_pods(client: Client, mut handler: PodHandler, synced: watch::
     }
 }
 
-/// Watches nodes into the cache; node additions and relevant changes move the unschedulable pool.
+/// Watches nodes into the cache; each addition, change (as the specific kinds of change it is) and
+/// deletion is a cluster event for the queue.
 pub async fn watch_nodes(
     client: Client,
     cache: Arc<Cache>,
@@ -204,26 +275,48 @@ pub async fn watch_nodes(
     let mut known: HashMap<String, Arc<Node>> = HashMap::new();
     let mut seen: HashSet<String> = HashSet::new();
     let apply = |mut node: Node, known: &mut HashMap<String, Arc<Node>>| {
+        let start = Instant::now();
         let name = node.metadata.name.clone().unwrap_or_default();
         trim_metadata(&mut node);
         let node = Arc::new(node);
-        let relevant = known
-            .get(&name)
-            .is_none_or(|old| node_relevant_change(old, &node));
-        known.insert(name, node.clone());
-        if relevant {
-            cache.add_node(node);
-            queue.move_all_to_active_or_backoff();
+        let new = EventObject::new(node.clone());
+        match known.insert(name, node.clone()) {
+            None => {
+                cache.add_node(node);
+                queue.move_all_to_active_or_backoff(&EVENT_NODE_ADD, None, Some(new));
+                queue.observe_event_handling(&EVENT_NODE_ADD, start);
+            }
+            Some(old) => {
+                let events = node_scheduling_properties_change(&old, &node);
+                if !events.is_empty() || images(&old) != images(&node) {
+                    cache.add_node(node);
+                }
+                let old = EventObject::new(old);
+                for event in &events {
+                    queue.move_all_to_active_or_backoff(
+                        event,
+                        Some(old.clone()),
+                        Some(new.clone()),
+                    );
+                    queue.observe_event_handling(event, start);
+                }
+            }
         }
+    };
+    let delete = |name: &str, known: &mut HashMap<String, Arc<Node>>| {
+        let start = Instant::now();
+        let old = known.remove(name);
+        cache.remove_node(name);
+        queue.move_all_to_active_or_backoff(&EVENT_NODE_DELETE, old.map(EventObject::new), None);
+        queue.observe_event_handling(&EVENT_NODE_DELETE, start);
     };
     loop {
         match stream.try_next().await {
             Ok(Some(Event::Apply(node))) => apply(node, &mut known),
-            Ok(Some(Event::Delete(node))) => {
-                let name = node.metadata.name.unwrap_or_default();
-                known.remove(&name);
-                cache.remove_node(&name);
-            }
+            Ok(Some(Event::Delete(node))) => delete(
+                node.metadata.name.as_deref().unwrap_or_default(),
+                &mut known,
+            ),
             Ok(Some(Event::Init)) => seen.clear(),
             Ok(Some(Event::InitApply(node))) => {
                 seen.insert(node.metadata.name.clone().unwrap_or_default());
@@ -236,8 +329,7 @@ pub async fn watch_nodes(
                     .cloned()
                     .collect();
                 for name in gone {
-                    known.remove(&name);
-                    cache.remove_node(&name);
+                    delete(&name, &mut known);
                 }
                 seen.clear();
                 let _ = synced.send(true);
@@ -249,36 +341,149 @@ pub async fn watch_nodes(
     }
 }
 
-/// Watches one extra kind into its store. Any change may make a pending pod schedulable (a claim
-/// bound, a PodGroup created), so it moves the unschedulable pool back.
-async fn watch_store<K>(
-    api: Api<K>,
-    listers: Arc<Listers>,
-    store: fn(&Listers) -> &ObjectStore<K>,
-    queue: Arc<SchedulingQueue>,
-    synced: watch::Sender<bool>,
-) where
-    K: kube::Resource
+/// The images a node reports (ImageLocality scores them; no plugin requeues pods on them).
+fn images(n: &Node) -> Option<&Vec<k8s_openapi::api::core::v1::ContainerImage>> {
+    n.status.as_ref().and_then(|s| s.images.as_ref())
+}
+
+/// Hands a change of a watched kind to the queue as the cluster event it is (none for kinds
+/// without events).
+fn store_event<K: Send + Sync + 'static>(
+    queue: &SchedulingQueue,
+    resource: Option<EventResource>,
+    old: Option<Arc<K>>,
+    new: Option<Arc<K>>,
+) {
+    let Some(resource) = resource else {
+        return;
+    };
+    let action = match (&old, &new) {
+        (None, _) => ActionType::ADD,
+        (_, None) => ActionType::DELETE,
+        _ => ActionType::UPDATE,
+    };
+    let event = ClusterEvent::new(resource, action);
+    let start = Instant::now();
+    queue.move_all_to_active_or_backoff(
+        &event,
+        old.map(EventObject::new),
+        new.map(EventObject::new),
+    );
+    queue.observe_event_handling(&event, start);
+}
+
+/// A store an informer fills (an [`ObjectStore`], or the index of PodGroup members). Each write
+/// returns the change it made as `(old, new)`, for the cluster event it is.
+trait Store<K>: Send + Sync {
+    /// Adds or updates `obj`.
+    fn apply(&self, obj: K) -> Option<StoreChange<K>>;
+    /// Removes `obj`.
+    fn delete(&self, obj: K) -> Option<StoreChange<K>>;
+    /// Replaces everything (after a re-list).
+    fn replace(&self, objs: Vec<K>) -> Vec<StoreChange<K>>;
+}
+
+impl<K: kube::Resource + Send + Sync> Store<K> for ObjectStore<K> {
+    fn apply(&self, obj: K) -> Option<StoreChange<K>> {
+        let new = Arc::new(obj);
+        Some((self.apply_arc(new.clone()), Some(new)))
+    }
+
+    fn delete(&self, obj: K) -> Option<StoreChange<K>> {
+        let old = ObjectStore::delete(self, &ObjectStore::<K>::key_of(&obj));
+        Some((Some(old.unwrap_or_else(|| Arc::new(obj))), None))
+    }
+
+    fn replace(&self, objs: Vec<K>) -> Vec<StoreChange<K>> {
+        ObjectStore::replace(self, objs)
+    }
+}
+
+/// Member pods: the pod informer's events already tell the queue what changed.
+impl Store<Pod> for PodGroupMembers {
+    fn apply(&self, pod: Pod) -> Option<StoreChange<Pod>> {
+        PodGroupMembers::apply(self, pod);
+        None
+    }
+
+    fn delete(&self, pod: Pod) -> Option<StoreChange<Pod>> {
+        PodGroupMembers::delete(self, &pod_key(&pod));
+        None
+    }
+
+    fn replace(&self, pods: Vec<Pod>) -> Vec<StoreChange<Pod>> {
+        PodGroupMembers::replace(self, pods);
+        Vec::new()
+    }
+}
+
+/// A kind an informer can watch into a store.
+trait Watched:
+    kube::Resource<DynamicType: Default>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType: Default>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static,
-    K::DynamicType: Default,
+        + 'static
 {
-    let mut stream = informer(api, watcher::Config::default());
+}
+
+/// Watches one extra kind into its store; its changes are cluster events (`resource`) for the
+/// queue.
+async fn watch_store<K>(
+    api: Api<K>,
+    listers: Arc<Listers>,
+    store: fn(&Listers) -> &ObjectStore<K>,
+    resource: Option<EventResource>,
+    queue: Arc<SchedulingQueue>,
+    synced: watch::Sender<bool>,
+) where
+    K: Watched,
+{
+    let config = watcher::Config::default();
+    watch_store_with(api, config, listers, store, resource, queue, synced).await
+}
+
+/// Watches what `config` selects into a store; its changes are cluster events (`resource`) for
+/// the queue.
+async fn watch_store_with<K, S>(
+    api: Api<K>,
+    config: watcher::Config,
+    listers: Arc<Listers>,
+    store: fn(&Listers) -> &S,
+    resource: Option<EventResource>,
+    queue: Arc<SchedulingQueue>,
+    synced: watch::Sender<bool>,
+) where
+    S: Store<K> + ?Sized,
+    K: Watched,
+{
+    let mut stream = informer(api, config);
     let mut initial: Vec<K> = Vec::new();
     loop {
         match stream.try_next().await {
             Ok(Some(Event::Apply(mut obj))) => {
                 trim_metadata(&mut obj);
-                store(&listers).apply(obj);
-                queue.move_all_to_active_or_backoff();
+                if let Some((old, new)) = store(&listers).apply(obj) {
+                    store_event(&queue, resource, old, new);
+                }
             }
             Ok(Some(Event::Delete(obj))) => {
-                store(&listers).delete(&ObjectStore::<K>::key_of(&obj));
-                queue.move_all_to_active_or_backoff();
+                if let Some((old, new)) = store(&listers).delete(obj) {
+                    store_event(&queue, resource, old, new);
+                }
             }
             Ok(Some(Event::Init)) => initial.clear(),
             Ok(Some(Event::InitApply(mut obj))) => {
@@ -286,8 +491,9 @@ async fn watch_store<K>(
                 initial.push(obj);
             }
             Ok(Some(Event::InitDone)) => {
-                store(&listers).replace(initial.drain(..));
-                queue.move_all_to_active_or_backoff();
+                for (old, new) in store(&listers).replace(std::mem::take(&mut initial)) {
+                    store_event(&queue, resource, old, new);
+                }
                 let _ = synced.send(true);
             }
             Ok(None) => return,
@@ -311,12 +517,18 @@ pub fn start_informers(
     for informer in informers {
         let (tx, rx) = watch::channel(false);
         synced.push(rx);
-        let (c, l, q) = (client.clone(), listers.clone(), queue.clone());
+        let (c, l, q, r) = (
+            client.clone(),
+            listers.clone(),
+            queue.clone(),
+            informer.event_resource(),
+        );
         let task = match informer {
             Informer::PersistentVolumes => tokio::spawn(watch_store(
                 Api::all(c),
                 l,
                 |l| &l.persistent_volumes,
+                r,
                 q,
                 tx,
             )),
@@ -324,22 +536,29 @@ pub fn start_informers(
                 Api::all(c),
                 l,
                 |l| &l.persistent_volume_claims,
+                r,
                 q,
                 tx,
             )),
-            Informer::StorageClasses => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.storage_classes, q, tx))
-            }
+            Informer::StorageClasses => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.storage_classes,
+                r,
+                q,
+                tx,
+            )),
             Informer::CSINodes => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_nodes, q, tx))
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_nodes, r, q, tx))
             }
             Informer::CSIDrivers => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_drivers, q, tx))
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_drivers, r, q, tx))
             }
             Informer::CSIStorageCapacities => tokio::spawn(watch_store(
                 Api::all(c),
                 l,
                 |l| &l.csi_storage_capacities,
+                r,
                 q,
                 tx,
             )),
@@ -347,37 +566,61 @@ pub fn start_informers(
                 Api::all(c),
                 l,
                 |l| &l.pod_disruption_budgets,
+                r,
                 q,
                 tx,
             )),
             Informer::Namespaces => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.namespaces, q, tx))
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.namespaces, r, q, tx))
             }
             Informer::PodGroups => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.pod_groups, q, tx))
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.pod_groups, r, q, tx))
             }
-            Informer::Services => tokio::spawn(watch_store(Api::all(c), l, |l| &l.services, q, tx)),
+            Informer::Services => {
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.services, r, q, tx))
+            }
+            // Every phase: a group's Succeeded and Failed members count too.
+            Informer::PodGroupMembers => tokio::spawn(watch_store_with(
+                Api::all(c),
+                watcher::Config::default().labels(POD_GROUP_LABEL),
+                l,
+                |l| &l.pod_group_members,
+                r,
+                q,
+                tx,
+            )),
             Informer::ReplicationControllers => tokio::spawn(watch_store(
                 Api::all(c),
                 l,
                 |l| &l.replication_controllers,
+                r,
                 q,
                 tx,
             )),
             Informer::ReplicaSets => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.replica_sets, q, tx))
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.replica_sets, r, q, tx))
             }
             Informer::StatefulSets => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.stateful_sets, q, tx))
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.stateful_sets, r, q, tx))
             }
-            Informer::ResourceClaims => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_claims, q, tx))
-            }
-            Informer::ResourceSlices => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.resource_slices, q, tx))
-            }
+            Informer::ResourceClaims => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.resource_claims,
+                r,
+                q,
+                tx,
+            )),
+            Informer::ResourceSlices => tokio::spawn(watch_store(
+                Api::all(c),
+                l,
+                |l| &l.resource_slices,
+                r,
+                q,
+                tx,
+            )),
             Informer::DeviceClasses => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.device_classes, q, tx))
+                tokio::spawn(watch_store(Api::all(c), l, |l| &l.device_classes, r, q, tx))
             }
         };
         tasks.push(task);

@@ -10,8 +10,11 @@
 //! `scheduler_preemption_victims`, `scheduler_pod_scheduling_attempts`) would show zero samples, as
 //! if recorded: phase 2 registers them with the calls that record them.
 
-use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -21,6 +24,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::framework::plugins::network_traffic::refresher::Telemetry as NetworkTrafficTelemetry;
+use crate::framework::registry::{PluginMetric, PluginMetrics};
 use crate::serving::register;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,20 +108,134 @@ pub struct Metrics {
     pub registry: Registry,
     pub schedule_attempts: Family<AttemptLabels, Counter>,
     pub scheduling_attempt_duration: Histograms<AttemptLabels>,
-    pub pending_pods: Family<QueueLabels, Gauge>,
     pub extension_point_duration: Histograms<ExtensionPointLabels>,
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
-    /// Failed Prometheus queries of the NetworkTraffic plugin (scheduling went on with score 0).
-    pub network_traffic_prometheus_errors: Counter,
+    /// Failed Prometheus queries of NetworkTraffic's refresher, per profile (scheduling goes on;
+    /// nodes score the same once the data is stale).
+    pub network_traffic_query_errors: Family<ProfileLabels, Counter>,
+    /// Age of the data NetworkTraffic scores with, per profile (+Inf before the first answer).
+    pub network_traffic_data_age: Family<ProfileLabels, Gauge<f64, AtomicU64>>,
     /// Phase 2: per plugin, sampled as upstream (`percentageOfNodesToScore`-independent 10 %).
     pub plugin_execution_duration: Histograms<PluginLabels>,
-    /// Phase 2: pods added to a queue, by the event that moved them.
-    pub queue_incoming_pods: Family<IncomingLabels, Counter>,
     /// Phase 2: end to end, from a pod's first entry into the queue to its binding.
     pub pod_scheduling_sli_duration: Histograms<SliLabels>,
-    /// Phase 2: pods the profile's plugins rejected, by plugin.
-    pub unschedulable_pods: Family<UnschedulableLabels, Gauge>,
     pub permit_wait_duration: Histograms<ResultLabels>,
+    /// The scheduling queue's families (recorded by `scheduler::queue` and the informers).
+    pub queue: QueueMetrics,
+    /// The families the enabled plugins declared (`Handle::metrics`), once the scheduler runs.
+    plugins: PluginMetricsSlot,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HintLabels {
+    pub plugin: String,
+    pub event: String,
+    /// `Queue`, `QueueSkip` or `Error`.
+    pub hint: String,
+}
+
+fn event_handling_histogram() -> Histogram {
+    // upstream: exponential buckets from 0.1ms, factor 2, 12 buckets.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 12))
+}
+
+/// The scheduling queue's metrics, under upstream's names, labels and buckets.
+#[derive(Clone)]
+pub struct QueueMetrics {
+    /// `scheduler_queue_incoming_pods_total{queue,event}`.
+    pub incoming_pods: Family<IncomingLabels, Counter>,
+    /// `scheduler_pending_pods{queue}`: active, backoff, unschedulable, gated (in-flight pods
+    /// count nowhere).
+    pub pending_pods: Family<QueueLabels, Gauge>,
+    /// `scheduler_unschedulable_pods{plugin,profile}`: pods whose last attempt the plugin
+    /// rejected, until they are tried again or deleted.
+    pub unschedulable_pods: Family<UnschedulableLabels, Gauge>,
+    /// `scheduler_inflight_events{event}`: events held for pods being scheduled (and
+    /// `PodPopped`, the pods).
+    pub inflight_events: Family<EventLabels, Gauge>,
+    /// `scheduler_queueing_hint_execution_duration_seconds{plugin,event,hint}`.
+    pub queueing_hint_duration: Histograms<HintLabels>,
+    /// `scheduler_event_handling_duration_seconds{event}`.
+    pub event_handling_duration: Histograms<EventLabels>,
+}
+
+impl Default for QueueMetrics {
+    /// Families nobody exports (tests, `ksched simulate`).
+    fn default() -> Self {
+        QueueMetrics {
+            incoming_pods: Family::default(),
+            pending_pods: Family::default(),
+            unschedulable_pods: Family::default(),
+            inflight_events: Family::default(),
+            queueing_hint_duration: Family::new_with_constructor(plugin_histogram),
+            event_handling_duration: Family::new_with_constructor(event_handling_histogram),
+        }
+    }
+}
+
+impl QueueMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "scheduler_queue_incoming_pods",
+            "Number of pods added to scheduling queues by event and queue type.",
+            self.incoming_pods.clone(),
+        );
+        r.register(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
+            self.pending_pods.clone(),
+        );
+        r.register(
+            "scheduler_unschedulable_pods",
+            "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
+            self.unschedulable_pods.clone(),
+        );
+        r.register(
+            "scheduler_inflight_events",
+            "Number of events currently tracked in the scheduling queue.",
+            self.inflight_events.clone(),
+        );
+        r.register(
+            "scheduler_queueing_hint_execution_duration_seconds",
+            "Duration for running a queueing hint function of a plugin.",
+            self.queueing_hint_duration.clone(),
+        );
+        r.register(
+            "scheduler_event_handling_duration_seconds",
+            "Event handling latency in seconds.",
+            self.event_handling_duration.clone(),
+        );
+    }
+}
+
+/// Where the scheduler puts its plugins' metrics; encoded at each scrape.
+#[derive(Clone, Debug, Default)]
+struct PluginMetricsSlot(Arc<RwLock<Option<Arc<PluginMetrics>>>>);
+
+impl Collector for PluginMetricsSlot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(plugins) = self.0.read().clone() else {
+            return Ok(());
+        };
+        for (d, metric) in plugins.families() {
+            match metric {
+                PluginMetric::Counter(c) => {
+                    let m = encoder.encode_descriptor(d.name, d.help, None, c.metric_type())?;
+                    c.encode(m)?;
+                }
+                PluginMetric::Gauge(g) => {
+                    let m = encoder.encode_descriptor(d.name, d.help, None, g.metric_type())?;
+                    g.encode(m)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -159,12 +278,6 @@ impl Metrics {
                 "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
                 Family::new_with_constructor(latency_histogram),
             ),
-            pending_pods: register(
-                r,
-                "scheduler_pending_pods",
-                "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
-                Family::default(),
-            ),
             extension_point_duration: register(
                 r,
                 "scheduler_framework_extension_point_duration_seconds",
@@ -177,11 +290,17 @@ impl Metrics {
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
                 Family::default(),
             ),
-            network_traffic_prometheus_errors: register(
+            network_traffic_query_errors: register(
                 r,
-                "scheduler_network_traffic_prometheus_errors",
-                "Prometheus queries of the NetworkTraffic plugin that failed or timed out",
-                Counter::default(),
+                "ksched_network_traffic_query_errors",
+                "Prometheus queries of the NetworkTraffic plugin's refresher that failed or timed out",
+                Family::default(),
+            ),
+            network_traffic_data_age: register(
+                r,
+                "ksched_network_traffic_data_age_seconds",
+                "Age of the measurements the NetworkTraffic plugin scores with (+Inf before the first answer); older than three refresh periods, every node scores the same",
+                Family::default(),
             ),
             plugin_execution_duration: register(
                 r,
@@ -189,23 +308,11 @@ impl Metrics {
                 "Duration for running a plugin at a specific extension point.",
                 Family::new_with_constructor(plugin_histogram),
             ),
-            queue_incoming_pods: register(
-                r,
-                "scheduler_queue_incoming_pods",
-                "Number of pods added to scheduling queues by event and queue type.",
-                Family::default(),
-            ),
             pod_scheduling_sli_duration: register(
                 r,
                 "scheduler_pod_scheduling_sli_duration_seconds",
                 "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts.",
                 Family::new_with_constructor(sli_histogram),
-            ),
-            unschedulable_pods: register(
-                r,
-                "scheduler_unschedulable_pods",
-                "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
-                Family::default(),
             ),
             permit_wait_duration: register(
                 r,
@@ -213,7 +320,40 @@ impl Metrics {
                 "Duration of waiting on permit.",
                 Family::new_with_constructor(latency_histogram),
             ),
+            queue: {
+                let queue = QueueMetrics::default();
+                queue.register(r);
+                queue
+            },
+            plugins: {
+                let slot = PluginMetricsSlot::default();
+                r.register_collector(Box::new(slot.clone()));
+                slot
+            },
             registry,
+        }
+    }
+
+    /// Exports `plugins`, the families the enabled plugins declared (replacing those of a
+    /// scheduler that ran before with these metrics).
+    pub fn set_plugin_metrics(&self, plugins: Arc<PluginMetrics>) {
+        *self.plugins.0.write() = Some(plugins);
+    }
+
+    /// Follows NetworkTraffic's refreshers (their counts live with the plugin).
+    pub fn observe_network_traffic(&self, telemetry: &NetworkTrafficTelemetry) {
+        for (profile, t) in telemetry.profiles() {
+            let labels = ProfileLabels { profile };
+            let errors = self.network_traffic_query_errors.get_or_create(&labels);
+            if t.query_errors > errors.get() {
+                errors.inc_by(t.query_errors - errors.get());
+            }
+            let age = t
+                .refreshed_at
+                .map_or(f64::INFINITY, |at| at.elapsed().as_secs_f64());
+            self.network_traffic_data_age
+                .get_or_create(&labels)
+                .set(age);
         }
     }
 
@@ -530,6 +670,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn network_traffic_data_age_and_query_errors_per_profile() {
+        let m = Metrics::new();
+        let t = NetworkTrafficTelemetry::default();
+        t.register("fresh");
+        t.register("never");
+        let ten_seconds_ago = std::time::Instant::now()
+            .checked_sub(Duration::from_secs(10))
+            .unwrap_or_else(std::time::Instant::now);
+        t.refreshed("fresh", ten_seconds_ago);
+        t.query_failed("fresh");
+        t.query_failed("never");
+        t.query_failed("never");
+        m.observe_network_traffic(&t);
+        // Counted once, however often it is observed.
+        m.observe_network_traffic(&t);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"ksched_network_traffic_query_errors_total{profile="fresh"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ksched_network_traffic_query_errors_total{profile="never"} 2"#),
+            "{text}"
+        );
+        // prometheus-client writes +Inf as `inf` (Prometheus reads either).
+        assert!(
+            text.contains(r#"ksched_network_traffic_data_age_seconds{profile="never"} inf"#),
+            "{text}"
+        );
+        let age: f64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"ksched_network_traffic_data_age_seconds{profile="fresh"} "#)
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        assert!((10.0..60.0).contains(&age), "{text}");
+    }
+
+    #[test]
     fn exports_upstream_metric_names() {
         let m = Metrics::new();
         let attempt = AttemptLabels {
@@ -543,7 +723,7 @@ mod tests {
         let queue = QueueLabels {
             queue: "active".into(),
         };
-        m.pending_pods.get_or_create(&queue).set(2);
+        m.queue.pending_pods.get_or_create(&queue).set(2);
         let lease = LeaderLabels {
             name: "ksched-p".into(),
         };

@@ -23,16 +23,18 @@ use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
 use super::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership,
 };
-use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics, QueueLabels};
+use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics};
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
+use crate::framework::background::TaskContext;
+use crate::framework::events::EVENT_ASSIGNED_POD_DELETE;
 use crate::framework::extender::Extender;
-use crate::framework::interface::{CycleState, NominatingMode, Status};
+use crate::framework::interface::{Code, CycleState, NominatingMode, Status};
 use crate::framework::listers::Informer;
 use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
 use crate::framework::schedule::{Algorithm, FitError, ScheduleError};
-use crate::framework::types::{PodInfo, QueuedPodInfo, Snapshot};
+use crate::framework::types::{AssignedPod, PodInfo, PodObject, PodView, QueuedPodInfo, Snapshot};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
@@ -63,6 +65,9 @@ pub struct SchedulerOptions {
     pub identity: String,
     /// `/configz` body.
     pub configz: String,
+    /// How long a pod may wait in the unschedulable pool without an event that may help it
+    /// (`--pod-max-in-unschedulable-pods-duration`).
+    pub pod_max_in_unschedulable_pods_duration: Duration,
 }
 
 /// Events still queued at SIGTERM are written within this; the lease release follows, all within
@@ -137,7 +142,8 @@ pub fn build_frameworks(
 }
 
 /// The queue for `frameworks`: ordered by the first profile's QueueSort (upstream requires every
-/// profile to use the same), gated by each pod's own profile's PreEnqueue plugins.
+/// profile to use the same), gated by each pod's own profile's PreEnqueue plugins, and requeueing
+/// a profile's pods on the events its plugins registered.
 pub fn scheduling_queue(
     config: &Config,
     frameworks: &Frameworks,
@@ -148,6 +154,10 @@ pub fn scheduling_queue(
         .cloned()
         .ok_or(SchedulerError::NoProfiles)?;
     let gate_fwks = frameworks.clone();
+    let hints = frameworks
+        .iter()
+        .map(|(name, fwk)| (name.clone(), fwk.queueing_hints().clone()))
+        .collect();
     Ok(SchedulingQueue::new(
         Arc::new(move |a: &QueuedPodInfo, b: &QueuedPodInfo| sort_fwk.queue_sort_less(a, b)),
         Arc::new(move |pod: &PodInfo| {
@@ -157,7 +167,8 @@ pub fn scheduling_queue(
         }),
         Duration::from_secs(u64::try_from(config.pod_initial_backoff_seconds).unwrap_or(1)),
         Duration::from_secs(u64::try_from(config.pod_max_backoff_seconds).unwrap_or(10)),
-    ))
+    )
+    .with_queueing_hints(hints))
 }
 
 /// Runs the scheduler until `shutdown` fires (Ok) or leadership is lost (Err).
@@ -191,6 +202,8 @@ pub async fn run(
     let mut handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
     handle.extenders = extenders.clone();
     let (frameworks, informers) = build_frameworks(config, &options.registry, &handle)?;
+    // The families the enabled plugins declared (their factories took them from the handle).
+    metrics.set_plugin_metrics(handle.metrics.clone());
     let reporters: HashMap<String, PodReporter> = frameworks
         .keys()
         .map(|name| {
@@ -198,7 +211,12 @@ pub async fn run(
             (name.clone(), reporter)
         })
         .collect();
-    let queue = Arc::new(scheduling_queue(config, &frameworks)?.with_nominator(nominator));
+    let queue = Arc::new(
+        scheduling_queue(config, &frameworks)?
+            .with_nominator(nominator)
+            .with_max_in_unschedulable(options.pod_max_in_unschedulable_pods_duration)
+            .with_metrics(metrics.queue.clone()),
+    );
     let cache = Arc::new(Cache::default());
     let scheduler = Arc::new(Scheduler {
         cache: cache.clone(),
@@ -272,6 +290,15 @@ pub async fn run(
     http_state.ready.store(true, Ordering::Release);
     info!("caches synced");
     tasks.push(tokio::spawn(scheduler.clone().housekeeping()));
+    // The plugins' work outside the scheduling cycle; each task writes only while we lead.
+    let task_context = TaskContext {
+        api: scheduler.handle.api.clone(),
+        leading: leadership.watch(),
+    };
+    for task in scheduler.handle.tasks.take() {
+        debug!(task = task.name(), "starting background task");
+        tasks.push(tokio::spawn(task.run(task_context.clone())));
+    }
 
     // Leader election. The elector is stopped by this function, after scheduling has stopped and
     // the events are written, so the lease is released last.
@@ -366,9 +393,6 @@ fn elector_config(config: &Config, identity: &str) -> LeaderElectionConfig {
 /// One pod's scheduling attempt: what its cycles and the failure handler share.
 struct Attempt {
     qpi: QueuedPodInfo,
-    /// The queue's scheduling cycle when the pod was popped (an event after it sends a rejected
-    /// pod to backoff rather than to the unschedulable pool).
-    cycle: u64,
     /// The framework of the pod's profile.
     fwk: Arc<Framework>,
     started: Instant,
@@ -382,6 +406,7 @@ struct Reserved {
 }
 
 /// Why an attempt failed: what the failure handler reports and how the pod is requeued.
+#[derive(Default)]
 struct Failure {
     /// Unschedulable: the pod waits for a cluster event; otherwise an error, retried with
     /// backoff.
@@ -389,6 +414,10 @@ struct Failure {
     message: String,
     /// The node PostFilter nominated the pod to (`""` clears a nomination); `None` leaves it.
     nominated: Option<String>,
+    /// The plugins that rejected the pod, and those that answered Pending: only the events they
+    /// registered requeue it. None for an error, which any event requeues.
+    unschedulable_plugins: BTreeSet<String>,
+    pending_plugins: BTreeSet<String>,
 }
 
 impl Failure {
@@ -396,75 +425,67 @@ impl Failure {
         Failure {
             unschedulable: true,
             message,
-            nominated: None,
+            ..Failure::default()
         }
     }
 
     fn error(message: String) -> Failure {
         Failure {
-            unschedulable: false,
             message,
-            nominated: None,
+            ..Failure::default()
         }
     }
 
-    /// A plugin's status: rejected means unschedulable, anything else an error.
+    /// A plugin's status: rejected means unschedulable (by that plugin), anything else an error.
     fn from_status(status: &Status) -> Failure {
-        Failure {
+        let mut failure = Failure {
             unschedulable: status.is_rejected(),
             message: status.message(),
-            nominated: None,
+            ..Failure::default()
+        };
+        if let Some(plugin) = status.plugin().filter(|_| status.is_rejected()) {
+            let plugins = if status.code() == Code::Pending {
+                &mut failure.pending_plugins
+            } else {
+                &mut failure.unschedulable_plugins
+            };
+            plugins.insert(plugin.to_string());
         }
+        failure
     }
 }
 
 impl Scheduler {
     /// Schedules the pods the queue hands out, one at a time, until it closes.
     async fn schedule_all(self: Arc<Self>) {
-        while let Some((qpi, cycle)) = self.queue.pop().await {
-            self.schedule_one(qpi, cycle).await;
+        while let Some(qpi) = self.queue.pop().await {
+            self.schedule_one(qpi).await;
         }
     }
 
-    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, the pending-pods
-    /// gauge.
+    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, NetworkTraffic's data age.
     async fn housekeeping(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
             self.queue.flush();
-            for key in self.cache.cleanup_expired_assumed(Instant::now()) {
-                debug!(pod = %key, "expired assumed pod removed");
-                self.queue.move_all_to_active_or_backoff();
+            for expired in self.cache.cleanup_expired_assumed(Instant::now()) {
+                debug!(pod = %expired.pod.key(), "expired assumed pod removed");
+                let old = PodObject::assigned(expired.pod, &expired.node).into_event_object();
+                self.queue.move_all_to_active_or_backoff(
+                    &EVENT_ASSIGNED_POD_DELETE,
+                    Some(old),
+                    None,
+                );
             }
-            // The plugin counts process-wide; the metric follows it.
-            let errors = crate::framework::plugins::network_traffic::prometheus_errors_total();
-            let exported = self.metrics.network_traffic_prometheus_errors.get();
-            if errors > exported {
-                self.metrics
-                    .network_traffic_prometheus_errors
-                    .inc_by(errors - exported);
-            }
-            let counts = self.queue.counts();
-            for (queue, n) in [
-                ("active", counts.active),
-                ("backoff", counts.backoff),
-                ("unschedulable", counts.unschedulable),
-                ("gated", counts.gated),
-            ] {
-                self.metrics
-                    .pending_pods
-                    .get_or_create(&QueueLabels {
-                        queue: queue.into(),
-                    })
-                    .set(n as i64);
-            }
+            self.metrics
+                .observe_network_traffic(&self.handle.listers.plugin_state.get_or_default());
         }
     }
 
     /// One pod: the scheduling cycle, then a binding cycle that runs concurrently with the next
     /// pod's scheduling cycle (upstream's `scheduleOne`).
-    async fn schedule_one(self: &Arc<Self>, qpi: QueuedPodInfo, cycle: u64) {
+    async fn schedule_one(self: &Arc<Self>, qpi: QueuedPodInfo) {
         let key = qpi.pod_info.key();
         let Some(fwk) = self.frameworks.get(qpi.pod_info.scheduler_name()).cloned() else {
             self.queue.done(&key);
@@ -476,7 +497,6 @@ impl Scheduler {
         }
         let mut attempt = Attempt {
             qpi,
-            cycle,
             fwk,
             started: Instant::now(),
         };
@@ -508,8 +528,6 @@ impl Scheduler {
         let host = match result {
             Ok(r) => r.suggested_host,
             Err(ScheduleError::Fit(fit)) => {
-                attempt.qpi.unschedulable_plugins = fit.diagnosis.unschedulable_plugins.clone();
-                attempt.qpi.pending_plugins = fit.diagnosis.pending_plugins.clone();
                 return Err(self.post_filter(fwk, &state, &pod, &snapshot, fit));
             }
             Err(ScheduleError::NoNodesAvailable) => {
@@ -585,6 +603,8 @@ impl Scheduler {
             unschedulable: true,
             message: fit.to_string(),
             nominated,
+            unschedulable_plugins: std::mem::take(&mut fit.diagnosis.unschedulable_plugins),
+            pending_plugins: std::mem::take(&mut fit.diagnosis.pending_plugins),
         }
     }
 
@@ -602,6 +622,7 @@ impl Scheduler {
         if !self.leadership.is_leader() {
             // Stepping down: this binding cycle never starts; the next leader schedules the pod.
             self.undo_reservation(&fwk, &mut state, &assumed, &host);
+            self.queue.done(&key);
             return;
         }
         // NominatedNodeNameForExpectation: when PreBind will act or Permit waits, the pod's node
@@ -634,7 +655,14 @@ impl Scheduler {
         if !status.is_success() {
             self.undo_reservation(&fwk, &mut state, &assumed, &host);
             // The freed reservation may let other pods fit (upstream: AssignedPodDelete).
-            self.queue.move_all_to_active_or_backoff();
+            let freed = PodObject::assigned(Arc::new(AssignedPod::from_pod_info(&assumed)), &host);
+            let uid = assumed.uid().to_string();
+            self.queue.move_matching_to_active_or_backoff(
+                &EVENT_ASSIGNED_POD_DELETE,
+                Some(freed.into_event_object()),
+                None,
+                |p| p.uid() != uid,
+            );
             self.handle_scheduling_failure(attempt, Failure::from_status(&status))
                 .await;
             return;
@@ -654,8 +682,7 @@ impl Scheduler {
     /// may bind the pod at once) cannot overtake it.
     async fn handle_scheduling_failure(&self, attempt: Attempt, failure: Failure) {
         let Attempt {
-            qpi,
-            cycle,
+            mut qpi,
             fwk,
             started,
         } = attempt;
@@ -665,12 +692,14 @@ impl Scheduler {
         if failure.unschedulable {
             self.record_attempt(profile, "unschedulable", started);
             debug!(pod = %qpi.pod_info.key(), %message, "unable to schedule pod; waiting");
-            self.queue.add_unschedulable(qpi, cycle);
         } else {
             self.record_attempt(profile, "error", started);
             error!(pod = %qpi.pod_info.key(), %message, "error scheduling pod; retrying");
-            self.queue.add_backoff(qpi);
         }
+        // This attempt's rejecting plugins decide which events requeue the pod.
+        qpi.unschedulable_plugins = failure.unschedulable_plugins;
+        qpi.pending_plugins = failure.pending_plugins;
+        self.queue.add_unschedulable_if_not_present(qpi);
         let Some(reporter) = self.reporters.get(profile) else {
             return;
         };

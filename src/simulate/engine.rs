@@ -27,7 +27,7 @@ use crate::config::ExtensionPoint;
 use crate::framework::interface::{CycleState, NominatingMode, Status};
 use crate::framework::plugins::names;
 use crate::framework::plugins::network_traffic;
-use crate::framework::registry::{Handle, RecordingApi, Registry};
+use crate::framework::registry::{ApiHandle, Handle, RecordingApi, Registry};
 use crate::framework::runtime::{Framework, FrameworkError};
 use crate::framework::schedule::{Algorithm, FitError, ScheduleError};
 use crate::framework::types::{PodInfo, Snapshot};
@@ -344,8 +344,8 @@ impl Simulation {
             }
             live.push(pod);
         }
-        // Coscheduling counts a group's members through the API: here, the snapshot's pods.
-        *api.pods.lock() = live;
+        // Coscheduling counts a group's members from the index the scheduler's informer keeps.
+        handle.listers.pod_group_members.replace(live);
         Ok(Simulation {
             frameworks,
             handle,
@@ -395,7 +395,7 @@ impl Simulation {
         // The popped pods, in the order of their results.
         let mut popped: Vec<Arc<PodInfo>> = Vec::new();
         while queue.counts().active > 0 {
-            let Some((qpi, _)) = futures::executor::block_on(queue.pop()) else {
+            let Some(qpi) = futures::executor::block_on(queue.pop()) else {
                 break;
             };
             let pod = qpi.pod_info.clone();
@@ -536,6 +536,9 @@ impl Simulation {
             self.api.deletions.lock().clear();
             let (res, status) =
                 fwk.run_post_filter_plugins(state, pod, snapshot, &fit.diagnosis.node_to_status);
+            // What PostFilter handed over (preemption's evictions) lands in the recording API.
+            let api: Arc<dyn ApiHandle> = self.api.clone();
+            self.handle.dispatcher.run_queued(&api);
             if !status.message().is_empty() {
                 fit.set_post_filter_message(status.message());
             }

@@ -167,6 +167,8 @@ pub async fn read(
             }
             Informer::Namespaces => fill(client, &l.namespaces, req, w).await?,
             Informer::PodGroups => fill(client, &l.pod_groups, req, w).await?,
+            // The simulation fills it from the pods listed above.
+            Informer::PodGroupMembers => {}
             Informer::Services => fill(client, &l.services, req, w).await?,
             Informer::ReplicationControllers => {
                 fill(client, &l.replication_controllers, req, w).await?

@@ -97,6 +97,7 @@ pub fn informer_kind(informer: Informer) -> &'static str {
         Informer::PodDisruptionBudgets => "PodDisruptionBudget",
         Informer::Namespaces => "Namespace",
         Informer::PodGroups => "PodGroup",
+        Informer::PodGroupMembers => "Pod",
         Informer::Services => "Service",
         Informer::ReplicationControllers => "ReplicationController",
         Informer::ReplicaSets => "ReplicaSet",

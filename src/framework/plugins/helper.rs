@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Expression, Selector, SelectorExt};
 
@@ -13,32 +14,23 @@ use crate::config::ExtensionPoint;
 use crate::framework::args::{PluginArgs, decode, no_args, typed};
 use crate::framework::interface::{CycleState, MAX_NODE_SCORE, NodeScore, Plugin, Status};
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::registry::PluginRegistration;
+use crate::framework::registry::{PluginRegistration, policy_rule};
+use crate::framework::types::{
+    EventObject, HintError, PodInfo, PodObject, PodView, QueueingHint, objects,
+};
 
 /// Implements [`Plugin`](crate::framework::interface::Plugin) for a plugin named by a constant,
 /// returning itself from the accessor of every listed extension point, and gives the type an
 /// `EXTENSION_POINTS` constant with the same list (in that order) for its registration:
 /// `impl_plugin!(TaintToleration, names::TAINT_TOLERATION, [Filter, PreScore, Score]);`
-/// A trailing `Sign` also returns itself as its [`SignPlugin`](crate::framework::interface::SignPlugin)
-/// (the plugin signs pods for opportunistic batching).
 macro_rules! impl_plugin {
-    ($ty:ty, $name:expr, [$($point:ident),+ $(,)?], Sign) => {
-        $crate::framework::plugins::helper::impl_plugin!(@impl $ty, $name, [$($point),+], {
-            fn as_sign(&self) -> Option<&dyn $crate::framework::interface::SignPlugin> {
-                Some(self)
-            }
-        });
-    };
-    ($ty:ty, $name:expr, [$($point:ident),+ $(,)?]) => {
-        $crate::framework::plugins::helper::impl_plugin!(@impl $ty, $name, [$($point),+], {});
-    };
-    (@impl $ty:ty, $name:expr, [$($point:ident),+], { $($extra:item)* }) => {
+    ($ty:ty, $name:expr, [$($point:ident),+ $(,)?] $(, $extra:ident)* $(,)?) => {
         impl $crate::framework::interface::Plugin for $ty {
             fn name(&self) -> &str {
                 $name
             }
             $($crate::framework::plugins::helper::impl_plugin!(@as $point);)+
-            $($extra)*
+            $($crate::framework::plugins::helper::impl_plugin!(@as $extra);)*
         }
 
         impl $ty {
@@ -59,6 +51,10 @@ macro_rules! impl_plugin {
     (@as PreBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_pre_bind PreBindPlugin); };
     (@as Bind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_bind BindPlugin); };
     (@as PostBind) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_post_bind PostBindPlugin); };
+    // Not an extension point: the plugin declares the events that requeue the pods it rejected.
+    (@as EnqueueExtensions) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_enqueue_extensions EnqueueExtensions); };
+    // Not an extension point: the plugin signs pods for opportunistic batching.
+    (@as Sign) => { $crate::framework::plugins::helper::impl_plugin!(@fn as_sign SignPlugin); };
     (@fn $method:ident $trait:ident) => {
         fn $method(&self) -> Option<&dyn $crate::framework::interface::$trait> {
             Some(self)
@@ -66,6 +62,62 @@ macro_rules! impl_plugin {
     };
 }
 pub(crate) use impl_plugin;
+
+/// Queue when `may_help`, else QueueSkip: how every hint ends.
+pub fn queue_if(may_help: bool) -> QueueingHint {
+    if may_help {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::QueueSkip
+    }
+}
+
+/// The new object of a pod event when the event is `pod`'s own update (its uid), else `None`:
+/// what hints for the rejected pod's own changes look at.
+pub fn own_update<'a>(
+    pod: &PodInfo,
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> Result<Option<&'a PodInfo>, HintError> {
+    let (_, modified) = objects::<PodObject>(old, new)?;
+    Ok(modified
+        .filter(|m| m.uid() == pod.uid())
+        .and_then(PodObject::pod_info))
+}
+
+/// The RBAC rule of plugins that match namespace selectors against namespaces' labels.
+pub fn namespace_rules() -> Vec<PolicyRule> {
+    vec![policy_rule(&[""], &["namespaces"], &["list", "watch"])]
+}
+
+/// The RBAC rules of the volume plugins: read claims, volumes and the storage kinds; `bind`:
+/// also write claims and volumes (a claim's selected node, a volume's claimRef).
+pub fn volume_rules(bind: bool) -> Vec<PolicyRule> {
+    let read = ["get", "list", "watch"];
+    let claims_and_volumes: &[&str] = if bind {
+        &["get", "list", "watch", "patch", "update"]
+    } else {
+        &read
+    };
+    vec![
+        policy_rule(
+            &[""],
+            &["persistentvolumeclaims", "persistentvolumes"],
+            claims_and_volumes,
+        ),
+        policy_rule(
+            &["storage.k8s.io"],
+            &[
+                "csidrivers",
+                "csinodes",
+                "csistoragecapacities",
+                "storageclasses",
+                "volumeattachments",
+            ],
+            &read,
+        ),
+    ]
+}
 
 /// The registration of a plugin without args or state: a default `P` for every profile.
 pub fn registration_without_args<P: Plugin + Default>(

@@ -1,26 +1,31 @@
 //! NodeAffinity: `spec.nodeSelector` and required node affinity filter nodes; preferred node
 //! affinity (weights) scores them. `addedAffinity` (args) applies to every pod of the profile.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    NodeAffinity as NodeAffinitySpec, NodeSelectorRequirement, NodeSelectorTerm,
+    Node, NodeAffinity as NodeAffinitySpec, NodeSelectorRequirement, NodeSelectorTerm,
     PreferredSchedulingTerm,
 };
 use serde::{Deserialize, Serialize};
 
-use super::helper::{node_selector_term_matches, node_selector_terms_match, normalize_to_max};
+use super::helper::{
+    node_selector_term_matches, node_selector_terms_match, normalize_to_max, queue_if,
+};
 use super::names;
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, invalid, not_supported, required, typed};
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, PreFilterPlugin, PreFilterResult, PreScorePlugin,
-    ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, NodeScore, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo,
+    QueueingHint, Snapshot, objects,
+};
 
 pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
 pub const ERR_REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
@@ -172,7 +177,11 @@ impl NodeAffinity {
 
 /// The pod's required node selector and affinity (upstream's `GetRequiredNodeAffinity(pod).Match`).
 pub(crate) fn pod_matches_node_selector_and_affinity(pod: &PodInfo, node: &NodeInfo) -> bool {
-    let labels = node.labels();
+    pod_matches_node(pod, node.labels(), node.name())
+}
+
+/// [`pod_matches_node_selector_and_affinity`] for a node's labels and name.
+fn pod_matches_node(pod: &PodInfo, labels: Option<&BTreeMap<String, String>>, name: &str) -> bool {
     if let Some(sel) = pod.node_selector() {
         let ok = sel
             .iter()
@@ -183,8 +192,57 @@ pub(crate) fn pod_matches_node_selector_and_affinity(pod: &PodInfo, node: &NodeI
     }
     match pod.required_node_affinity_terms() {
         None => true,
-        Some(terms) => node_selector_terms_match(terms, labels, node.name()),
+        Some(terms) => node_selector_terms_match(terms, labels, name),
     }
+}
+
+fn node_labels_and_name(node: &Node) -> (Option<&BTreeMap<String, String>>, &str) {
+    (
+        node.metadata.labels.as_ref(),
+        node.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+impl EnqueueExtensions for NodeAffinity {
+    /// A node added, or whose labels changed so that it now matches the pod.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        let added = self.added_required.clone();
+        vec![ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD | ActionType::UPDATE_NODE_LABEL,
+            ),
+            move |pod, old, new| is_schedulable_after_node_change(added.as_deref(), pod, old, new),
+        )]
+    }
+}
+
+/// Upstream's `isSchedulableAfterNodeChange`: Queue when the node (added, or changed from not
+/// matching) matches the scheduler-enforced affinity and the pod's.
+fn is_schedulable_after_node_change(
+    added_required: Option<&[NodeSelectorTerm]>,
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (old, new) = objects::<Node>(old, new)?;
+    let Some(new) = new else {
+        return Ok(QueueingHint::QueueSkip);
+    };
+    let (labels, name) = node_labels_and_name(new);
+    if let Some(terms) = added_required
+        && !node_selector_terms_match(terms, labels, name)
+    {
+        return Ok(QueueingHint::QueueSkip);
+    }
+    if !pod_matches_node(pod, labels, name) {
+        return Ok(QueueingHint::QueueSkip);
+    }
+    let was_matched = old.is_some_and(|old| {
+        let (labels, name) = node_labels_and_name(old);
+        pod_matches_node(pod, labels, name)
+    });
+    Ok(queue_if(!was_matched))
 }
 
 /// The sum of the weights of the preferred terms matching the node.
@@ -215,7 +273,8 @@ impl_plugin!(
     NodeAffinity,
     names::NODE_AFFINITY,
     [PreFilter, Filter, PreScore, Score],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for NodeAffinity {
@@ -361,8 +420,156 @@ pub fn registration() -> PluginRegistration {
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::testing::hints::{event, hint, node_obj, registered};
     use crate::framework::testing::{NodeBuilder, PodBuilder, score_nodes, score_values, term};
     use serde_json::json;
+
+    /// Upstream's `Test_isSchedulableAfterNodeChange` cases.
+    #[test]
+    fn hints() {
+        use ActionType as A;
+        use EventResource as R;
+        use QueueingHint::{Queue, QueueSkip};
+        assert_eq!(registered(&plugin()), ["Node/Add|UpdateNodeLabel"]);
+        let node = |labels: &[(&str, &str)]| {
+            let mut b = NodeBuilder::new("n");
+            for (k, v) in labels {
+                b = b.label(k, v);
+            }
+            Some(node_obj(b.build()))
+        };
+        let selector = PodBuilder::new("p").node_selector("foo", "bar").info();
+        let affinity = PodBuilder::new("p")
+            .required_term(term(&[("foo", "In", &["bar"])], &[]))
+            .info();
+        let no_affinity = PodBuilder::new("p").info();
+        let enforced = NodeAffinity::new(NodeAffinityArgs {
+            added_affinity: Some(NodeAffinitySpec {
+                required_during_scheduling_ignored_during_execution: Some(
+                    k8s_openapi::api::core::v1::NodeSelector {
+                        node_selector_terms: vec![term(&[("zone", "In", &["a"])], &[])],
+                    },
+                ),
+                ..NodeAffinitySpec::default()
+            }),
+        });
+        let add = event(R::Node, A::ADD);
+        let label = event(R::Node, A::UPDATE_NODE_LABEL);
+        let matching = &[("foo", "bar")][..];
+        let cases = [
+            (
+                "added, selector matches",
+                &plugin(),
+                &selector,
+                add,
+                None,
+                node(matching),
+                Some(Queue),
+            ),
+            (
+                "added, selector does not match",
+                &plugin(),
+                &selector,
+                add,
+                None,
+                node(&[("foo", "x")]),
+                Some(QueueSkip),
+            ),
+            (
+                "added, affinity matches",
+                &plugin(),
+                &affinity,
+                add,
+                None,
+                node(matching),
+                Some(Queue),
+            ),
+            (
+                "added, no affinity",
+                &plugin(),
+                &no_affinity,
+                add,
+                None,
+                node(&[]),
+                Some(Queue),
+            ),
+            (
+                "label makes it match",
+                &plugin(),
+                &selector,
+                label,
+                node(&[]),
+                node(matching),
+                Some(Queue),
+            ),
+            (
+                "affinity label makes it match",
+                &plugin(),
+                &affinity,
+                label,
+                node(&[("foo", "x")]),
+                node(matching),
+                Some(Queue),
+            ),
+            (
+                "matched already",
+                &plugin(),
+                &selector,
+                label,
+                node(matching),
+                node(&[("foo", "bar"), ("a", "b")]),
+                Some(QueueSkip),
+            ),
+            (
+                "still no match",
+                &plugin(),
+                &selector,
+                label,
+                node(&[]),
+                node(&[("a", "b")]),
+                Some(QueueSkip),
+            ),
+            (
+                "enforced affinity does not match",
+                &enforced,
+                &no_affinity,
+                add,
+                None,
+                node(&[("zone", "b")]),
+                Some(QueueSkip),
+            ),
+            (
+                "enforced affinity matches",
+                &enforced,
+                &no_affinity,
+                add,
+                None,
+                node(&[("zone", "a")]),
+                Some(Queue),
+            ),
+            (
+                "annotation change",
+                &plugin(),
+                &selector,
+                event(R::Node, A::UPDATE_NODE_ANNOTATION),
+                node(&[]),
+                node(matching),
+                None,
+            ),
+            (
+                "condition change",
+                &plugin(),
+                &selector,
+                event(R::Node, A::UPDATE_NODE_CONDITION),
+                node(&[]),
+                node(matching),
+                None,
+            ),
+        ];
+        for (name, pl, pod, incoming, old, new, want) in cases {
+            assert_eq!(hint(pl, incoming, pod, old, new), want, "{name}");
+        }
+    }
 
     fn plugin() -> NodeAffinity {
         NodeAffinity::new(NodeAffinityArgs::default())

@@ -12,14 +12,21 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Node;
+
 use super::names;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin, Status,
-    signer_names,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, PreFilterPlugin,
+    PreFilterResult, SignFragment, SignPlugin, Status, signer_names,
 };
-use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
+use crate::framework::plugins::helper::{
+    impl_plugin, own_update, queue_if, registration_without_args,
+};
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo, PodObject,
+    QueueingHint, Snapshot, objects,
+};
 
 pub const ERR_REASON_UNSATISFIED_REQUIREMENTS: &str =
     "node(s) didn't match Pod's required features";
@@ -39,8 +46,56 @@ impl_plugin!(
     NodeDeclaredFeatures,
     names::NODE_DECLARED_FEATURES,
     [PreFilter, Filter],
+    EnqueueExtensions,
     Sign
 );
+
+impl EnqueueExtensions for NodeDeclaredFeatures {
+    /// A node added or whose declared features changed; the pod's own update changing the
+    /// features it needs.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD | ActionType::UPDATE_NODE_DECLARED_FEATURE,
+                ),
+                is_schedulable_after_node_change,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE),
+                is_schedulable_after_pod_update,
+            ),
+        ]
+    }
+}
+
+/// Upstream's `isSchedulableAfterNodeChange`: a new node, or other declared features.
+fn is_schedulable_after_node_change(
+    _pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (old, new) = objects::<Node>(old, new)?;
+    let features = |n: &Node| n.status.as_ref().and_then(|s| s.declared_features.clone());
+    Ok(queue_if(old.is_none_or(|o| {
+        new.is_none_or(|n| features(o) != features(n))
+    })))
+}
+
+/// Upstream's `isSchedulableAfterPodUpdate`: the pod's own update changed what it needs.
+fn is_schedulable_after_pod_update(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let Some(updated) = own_update(pod, old, new)? else {
+        return Ok(QueueingHint::QueueSkip);
+    };
+    let (before, _) = objects::<PodObject>(old, new)?;
+    let before = before.and_then(PodObject::pod_info).map(required_features);
+    Ok(queue_if(before != Some(required_features(updated))))
+}
 
 impl SignPlugin for NodeDeclaredFeatures {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
@@ -116,8 +171,54 @@ pub fn registration() -> PluginRegistration {
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::testing::hints::{event, hint, node_obj, pod_obj};
     use crate::framework::testing::{NodeBuilder, PodBuilder};
-    use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, Node, Pod};
+    use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, Pod};
+
+    /// Upstream's `TestIsSchedulableAfterNodeChange` and `TestIsSchedulableAfterPodUpdate`.
+    #[test]
+    fn hints() {
+        use QueueingHint::{Queue, QueueSkip};
+        let pl = NodeDeclaredFeatures;
+        let pod = PodBuilder::new("p").uid("p").info();
+        let node = |features: &[&str]| {
+            let mut n = NodeBuilder::new("n").build();
+            if let Some(s) = n.status.as_mut() {
+                s.declared_features = Some(features.iter().map(|f| f.to_string()).collect());
+            }
+            Some(node_obj(n))
+        };
+        let add = event(EventResource::Node, ActionType::ADD);
+        let features = event(
+            EventResource::Node,
+            ActionType::UPDATE_NODE_DECLARED_FEATURE,
+        );
+        assert_eq!(hint(&pl, add, &pod, None, node(&[])), Some(Queue));
+        assert_eq!(
+            hint(&pl, features, &pod, node(&[]), node(&["A"])),
+            Some(Queue)
+        );
+        assert_eq!(
+            hint(&pl, features, &pod, node(&["A"]), node(&["A"])),
+            Some(QueueSkip)
+        );
+        let label = event(EventResource::Node, ActionType::UPDATE_NODE_LABEL);
+        assert_eq!(hint(&pl, label, &pod, node(&[]), node(&["A"])), None);
+
+        let update = event(EventResource::UnscheduledPod, ActionType::UPDATE);
+        let plain = || Some(pod_obj(PodBuilder::new("p").uid("p").build()));
+        let needs_feature = Some(pod_obj(with_restart_rule(
+            PodBuilder::new("p").uid("p").build(),
+            false,
+        )));
+        assert_eq!(hint(&pl, update, &pod, plain(), needs_feature), Some(Queue));
+        assert_eq!(hint(&pl, update, &pod, plain(), plain()), Some(QueueSkip));
+        let other = Some(pod_obj(PodBuilder::new("q").uid("q").build()));
+        assert_eq!(hint(&pl, update, &pod, plain(), other), Some(QueueSkip));
+        // Upstream's registration for Pod/Update covers the specific kinds too.
+        let labels = event(EventResource::UnscheduledPod, ActionType::UPDATE_POD_LABEL);
+        assert_eq!(hint(&pl, labels, &pod, plain(), plain()), Some(QueueSkip));
+    }
 
     fn restart_all_rule() -> ContainerRestartRule {
         serde_json::from_value(serde_json::json!({

@@ -2,18 +2,35 @@
 
 use super::names;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, SignFragment, SignPlugin, Status, signer_names,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, SignFragment, SignPlugin,
+    Status, signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo};
+use crate::framework::types::{ActionType, ClusterEvent, EventResource, NodeInfo, PodInfo};
 
 pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
 
 #[derive(Debug, Default)]
 pub struct NodeName;
 
-impl_plugin!(NodeName, names::NODE_NAME, [Filter], Sign);
+impl_plugin!(
+    NodeName,
+    names::NODE_NAME,
+    [Filter],
+    EnqueueExtensions,
+    Sign
+);
+
+impl EnqueueExtensions for NodeName {
+    /// Only a new node can be the one the pod names (no hint: any new node is worth a retry).
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![ClusterEventWithHint::new(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::ADD,
+        ))]
+    }
+}
 
 impl SignPlugin for NodeName {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
@@ -48,7 +65,28 @@ pub fn registration() -> PluginRegistration {
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::testing::hints::{event, hint, node_obj, registered};
     use crate::framework::testing::{NodeBuilder, PodBuilder};
+    use crate::framework::types::QueueingHint;
+
+    #[test]
+    fn a_new_node_requeues_and_nothing_else() {
+        use ActionType as A;
+        use EventResource as R;
+        assert_eq!(registered(&NodeName), ["Node/Add"]);
+        let pod = PodBuilder::new("p").node("foo").info();
+        let new = || Some(node_obj(NodeBuilder::new("foo").build()));
+        assert_eq!(
+            hint(&NodeName, event(R::Node, A::ADD), &pod, None, new()),
+            Some(QueueingHint::Queue)
+        );
+        for update in [A::UPDATE_NODE_LABEL, A::UPDATE_NODE_ANNOTATION] {
+            assert_eq!(
+                hint(&NodeName, event(R::Node, update), &pod, new(), new()),
+                None
+            );
+        }
+    }
 
     #[test]
     fn filter() {

@@ -2,19 +2,64 @@
 
 use super::names;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin, Status,
-    signer_names,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, PreFilterPlugin,
+    PreFilterResult, SignFragment, SignPlugin, Status, signer_names,
 };
-use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
+use crate::framework::plugins::helper::{impl_plugin, queue_if, registration_without_args};
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{HostPort, NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, HostPort, HostPortInfo,
+    NodeInfo, PodInfo, PodObject, QueueingHint, Snapshot, objects,
+};
 
 pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested pod ports";
 
 #[derive(Debug, Default)]
 pub struct NodePorts;
 
-impl_plugin!(NodePorts, names::NODE_PORTS, [PreFilter, Filter], Sign);
+impl_plugin!(
+    NodePorts,
+    names::NODE_PORTS,
+    [PreFilter, Filter],
+    EnqueueExtensions,
+    Sign
+);
+
+impl EnqueueExtensions for NodePorts {
+    /// A pod holding one of the ports deleted; a new node (no hint: any may have the ports
+    /// free). Host ports cannot change on an existing pod.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
+                is_schedulable_after_pod_deleted,
+            ),
+            ClusterEventWithHint::new(ClusterEvent::new(EventResource::Node, ActionType::ADD)),
+        ]
+    }
+}
+
+/// Upstream's `isSchedulableAfterPodDeleted`: Queue when the deleted pod was on a node (or
+/// nominated to one) and held a port the pod wants.
+fn is_schedulable_after_pod_deleted(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (Some(deleted), _) = objects::<PodObject>(old, new)? else {
+        return Ok(QueueingHint::QueueSkip);
+    };
+    if !deleted.on_or_nominated_to_node() {
+        return Ok(QueueingHint::QueueSkip);
+    }
+    let mut in_use = HostPortInfo::default();
+    for p in deleted.host_ports() {
+        in_use.add(p);
+    }
+    Ok(queue_if(
+        pod.host_ports.iter().any(|p| in_use.check_conflict(p)),
+    ))
+}
 
 impl SignPlugin for NodePorts {
     /// The ports with their address and protocol (upstream's `HostPortsSigner` keeps the numbers
@@ -67,7 +112,66 @@ pub fn registration() -> PluginRegistration {
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::testing::hints::{assigned_obj, event, hint, node_obj, pod_obj};
     use crate::framework::testing::{NodeBuilder, PodBuilder};
+
+    /// Upstream's `Test_isSchedulableAfterPodDeleted` cases.
+    #[test]
+    fn hints() {
+        use QueueingHint::{Queue, QueueSkip};
+        let pod = PodBuilder::new("p").host_port(8080).info();
+        let deleted = event(EventResource::AssignedPod, ActionType::DELETE);
+        let cases = [
+            (
+                "deleted pod held the port",
+                assigned_obj(PodBuilder::new("d").node("n").host_port(8080).build()),
+                Queue,
+            ),
+            (
+                "deleted pod held another port",
+                assigned_obj(PodBuilder::new("d").node("n").host_port(9090).build()),
+                QueueSkip,
+            ),
+            (
+                "deleted pod held no port",
+                assigned_obj(PodBuilder::new("d").node("n").build()),
+                QueueSkip,
+            ),
+            (
+                "deleted pod was unscheduled",
+                pod_obj(PodBuilder::new("d").host_port(8080).build()),
+                QueueSkip,
+            ),
+            (
+                "deleted pod was nominated",
+                pod_obj(
+                    PodBuilder::new("d")
+                        .nominated_node("n")
+                        .host_port(8080)
+                        .build(),
+                ),
+                Queue,
+            ),
+        ];
+        for (name, old, want) in cases {
+            assert_eq!(
+                hint(&NodePorts, deleted, &pod, Some(old), None),
+                Some(want),
+                "{name}"
+            );
+        }
+        let new_node = Some(node_obj(NodeBuilder::new("n").build()));
+        let add = event(EventResource::Node, ActionType::ADD);
+        assert_eq!(
+            hint(&NodePorts, add, &pod, None, new_node.clone()),
+            Some(Queue)
+        );
+        let label = event(EventResource::Node, ActionType::UPDATE_NODE_LABEL);
+        assert_eq!(
+            hint(&NodePorts, label, &pod, new_node.clone(), new_node),
+            None
+        );
+    }
 
     #[test]
     fn filter() {

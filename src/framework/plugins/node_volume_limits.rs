@@ -14,17 +14,20 @@ use k8s_openapi::api::storage::v1::CSINode;
 use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin,
-    Status,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterPlugin,
+    PreFilterResult, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, queue_if, volume_rules};
 use crate::framework::plugins::volume_binding::binder::{
-    claim_class, claim_volume_name, ephemeral_claim_is_for_pod, volume_claim_name,
+    claim_class, claim_volume_name, ephemeral_claim_is_for_pod, pod_uses_claim, volume_claim_name,
 };
 use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, PodView, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo, PodObject,
+    PodView, QueueingHint, Snapshot, objects,
+};
 
 pub const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed max volume count";
 
@@ -122,8 +125,74 @@ impl_plugin!(
     NodeVolumeLimits,
     names::NODE_VOLUME_LIMITS,
     [PreFilter, Filter],
+    EnqueueExtensions,
     Sign
 );
+
+impl EnqueueExtensions for NodeVolumeLimits {
+    /// A CSINode added (no hint) or whose limits grew; a pod with claims deleted; one of the
+    /// pod's claims created. (Upstream also registers VolumeAttachment deletions; ksched counts
+    /// volumes by the pods on a node, which pod deletions cover.)
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::new(ClusterEvent::new(EventResource::CSINode, ActionType::ADD)),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::CSINode, ActionType::UPDATE),
+                is_schedulable_after_csi_node_updated,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
+                is_schedulable_after_pod_deleted,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::PersistentVolumeClaim, ActionType::ADD),
+                is_schedulable_after_claim_added,
+            ),
+        ]
+    }
+}
+
+/// Upstream's `isSchedulableAfterPodDeleted`: a pod on (or nominated to) a node whose volumes
+/// include a claim.
+fn is_schedulable_after_pod_deleted(
+    _pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (Some(deleted), _) = objects::<PodObject>(old, new)? else {
+        return Ok(QueueingHint::QueueSkip);
+    };
+    Ok(queue_if(
+        deleted.on_or_nominated_to_node()
+            && deleted
+                .volumes()
+                .iter()
+                .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some()),
+    ))
+}
+
+/// Upstream's `isSchedulableAfterPVCAdded`: one of the pod's claims.
+fn is_schedulable_after_claim_added(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (_, added) = objects::<PersistentVolumeClaim>(old, new)?;
+    Ok(queue_if(added.is_some_and(|pvc| pod_uses_claim(pod, pvc))))
+}
+
+/// Upstream's `isSchedulableAfterCSINodeUpdated`: some driver's limit grew.
+fn is_schedulable_after_csi_node_updated(
+    _pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (old, new) = objects::<CSINode>(old, new)?;
+    let before = volume_limits(old);
+    Ok(queue_if(volume_limits(new).iter().any(
+        |(driver, limit)| *limit > before.get(driver).copied().unwrap_or(0),
+    )))
+}
 
 impl SignPlugin for NodeVolumeLimits {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
@@ -217,14 +286,58 @@ pub fn registration() -> PluginRegistration {
         Informer::StorageClasses,
         Informer::CSINodes,
     ])
+    .with_rbac_rules(volume_rules(false))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::testing::hints::{assigned_obj, event, hint, obj, pod_obj};
     use crate::framework::testing::{
         NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, csi_node, storage_class,
     };
+
+    /// Upstream's `TestCSILimitsQHint`, `TestCSILimitsAddedPVCQHint` and
+    /// `TestCSILimitsCSINodeUpdateQHint` cases.
+    #[test]
+    fn hints() {
+        use QueueingHint::{Queue, QueueSkip};
+        let pl = NodeVolumeLimits::new(Arc::new(Listers::default()));
+        let pod = PodBuilder::new("p").pvc("claim").info();
+        let delete = event(EventResource::AssignedPod, ActionType::DELETE);
+        let cases = [
+            (
+                "deleted pod had a claim",
+                Some(assigned_obj(
+                    PodBuilder::new("d").node("n").pvc("x").build(),
+                )),
+                Queue,
+            ),
+            (
+                "deleted pod had no volume",
+                Some(assigned_obj(PodBuilder::new("d").node("n").build())),
+                QueueSkip,
+            ),
+            (
+                "deleted pod was unscheduled",
+                Some(pod_obj(PodBuilder::new("d").pvc("x").build())),
+                QueueSkip,
+            ),
+        ];
+        for (name, old, want) in cases {
+            assert_eq!(hint(&pl, delete, &pod, old, None), Some(want), "{name}");
+        }
+        let added = event(EventResource::PersistentVolumeClaim, ActionType::ADD);
+        let claim = |name: &str| Some(obj(PvcBuilder::new(name).build()));
+        assert_eq!(hint(&pl, added, &pod, None, claim("claim")), Some(Queue));
+        assert_eq!(hint(&pl, added, &pod, None, claim("x")), Some(QueueSkip));
+        let updated = event(EventResource::CSINode, ActionType::UPDATE);
+        let node = |limit: i32| Some(obj(csi_node("n", &[("driver", Some(limit))])));
+        assert_eq!(hint(&pl, updated, &pod, node(1), node(2)), Some(Queue));
+        assert_eq!(hint(&pl, updated, &pod, node(2), node(1)), Some(QueueSkip));
+        let csi_add = event(EventResource::CSINode, ActionType::ADD);
+        assert_eq!(hint(&pl, csi_add, &pod, None, node(1)), Some(Queue));
+    }
 
     const EBS: &str = "ebs.csi.aws.com";
     const GCE: &str = "pd.csi.storage.gke.io";

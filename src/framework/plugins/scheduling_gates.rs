@@ -1,15 +1,48 @@
 //! SchedulingGates: a pod with `spec.schedulingGates` stays out of the active queue.
 
 use super::names;
-use crate::framework::interface::{PreEnqueuePlugin, Status};
-use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
+use crate::framework::interface::{
+    ClusterEventWithHint, EnqueueExtensions, PreEnqueuePlugin, Status,
+};
+use crate::framework::plugins::helper::{
+    impl_plugin, own_update, queue_if, registration_without_args,
+};
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::PodInfo;
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, PodInfo, QueueingHint,
+};
 
 #[derive(Debug, Default)]
 pub struct SchedulingGates;
 
-impl_plugin!(SchedulingGates, names::SCHEDULING_GATES, [PreEnqueue]);
+impl_plugin!(
+    SchedulingGates,
+    names::SCHEDULING_GATES,
+    [PreEnqueue],
+    EnqueueExtensions
+);
+
+impl EnqueueExtensions for SchedulingGates {
+    /// Only the pod losing its last gate lets it in.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::Pod,
+                ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED,
+            ),
+            is_schedulable_after_gates_eliminated,
+        )]
+    }
+}
+
+/// Upstream's `isSchedulableAfterUpdatePodSchedulingGatesEliminated`: the pod's own update.
+fn is_schedulable_after_gates_eliminated(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    Ok(queue_if(own_update(pod, old, new)?.is_some()))
+}
 
 impl PreEnqueuePlugin for SchedulingGates {
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
@@ -37,6 +70,32 @@ mod tests {
     use super::*;
     use crate::framework::interface::Code;
     use crate::framework::testing::PodBuilder;
+    use crate::framework::testing::hints::{event, hint, pod_obj};
+
+    #[test]
+    fn hints() {
+        let pod = PodBuilder::new("p").uid("p").scheduling_gate("g").info();
+        let gates_gone = event(
+            EventResource::UnscheduledPod,
+            ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED,
+        );
+        let old = || {
+            Some(pod_obj(
+                PodBuilder::new("p").uid("p").scheduling_gate("g").build(),
+            ))
+        };
+        let new = |uid: &str| Some(pod_obj(PodBuilder::new("p").uid(uid).build()));
+        assert_eq!(
+            hint(&SchedulingGates, gates_gone, &pod, old(), new("p")),
+            Some(QueueingHint::Queue)
+        );
+        assert_eq!(
+            hint(&SchedulingGates, gates_gone, &pod, old(), new("other")),
+            Some(QueueingHint::QueueSkip)
+        );
+        let labels = event(EventResource::UnscheduledPod, ActionType::UPDATE_POD_LABEL);
+        assert_eq!(hint(&SchedulingGates, labels, &pod, old(), new("p")), None);
+    }
 
     #[test]
     fn pre_enqueue() {

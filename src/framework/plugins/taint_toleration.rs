@@ -3,19 +3,23 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
 use super::helper::{
-    find_matching_untolerated_taint, normalize_to_max, tolerations_tolerate_taint,
+    find_matching_untolerated_taint, normalize_to_max, own_update, queue_if,
+    tolerations_tolerate_taint,
 };
 use super::names;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, SignFragment, SignPlugin,
-    Status, signer_names,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, NodeScore, PreScorePlugin,
+    ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo,
+    QueueingHint, Snapshot, objects,
+};
 
 const PRE_SCORE_STATE_KEY: &str = "PreScoreTaintToleration";
 
@@ -58,8 +62,64 @@ impl_plugin!(
     TaintToleration,
     names::TAINT_TOLERATION,
     [Filter, PreScore, Score],
+    EnqueueExtensions,
     Sign
 );
+
+impl EnqueueExtensions for TaintToleration {
+    /// A node added or whose taints changed so that the pod may tolerate it; the pod itself
+    /// getting a new toleration.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD | ActionType::UPDATE_NODE_TAINT,
+                ),
+                |pod, old, new| is_schedulable_after_node_change(pod.tolerations(), old, new),
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE_POD_TOLERATION),
+                is_schedulable_after_pod_toleration_change,
+            ),
+        ]
+    }
+}
+
+/// Whether `node` has a NoSchedule/NoExecute taint `tolerations` do not tolerate.
+fn has_untolerated_taint(node: &Node, tolerations: &[Toleration]) -> bool {
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[]);
+    find_matching_untolerated_taint(taints, tolerations, |t| {
+        t.effect == "NoSchedule" || t.effect == "NoExecute"
+    })
+    .is_some()
+}
+
+/// Upstream's `isSchedulableAfterNodeChange`, for a pod with `tolerations`: Queue when the node
+/// (added, or before the change) had a taint they do not tolerate and now has none.
+pub fn is_schedulable_after_node_change(
+    tolerations: &[Toleration],
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (old, new) = objects::<Node>(old, new)?;
+    let was_untolerated = old.is_none_or(|n| has_untolerated_taint(n, tolerations));
+    let is_untolerated = new.is_none_or(|n| has_untolerated_taint(n, tolerations));
+    Ok(queue_if(was_untolerated && !is_untolerated))
+}
+
+/// Upstream's `isSchedulableAfterPodTolerationChange`: the pod itself got a toleration.
+pub fn is_schedulable_after_pod_toleration_change(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    Ok(queue_if(own_update(pod, old, new)?.is_some()))
+}
 
 impl SignPlugin for TaintToleration {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
@@ -187,7 +247,108 @@ pub fn registration() -> PluginRegistration {
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::testing::hints::{event, hint, node_obj, pod_obj, registered};
     use crate::framework::testing::{NodeBuilder, PodBuilder, score_nodes, score_values};
+
+    /// Upstream's `Test_isSchedulableAfterNodeChange` cases, and the pod's own toleration.
+    #[test]
+    fn hints() {
+        use ActionType as A;
+        use EventResource as R;
+        use QueueingHint::{Queue, QueueSkip};
+        let pl = TaintToleration;
+        assert_eq!(
+            registered(&pl),
+            ["Node/Add|UpdateNodeTaint", "Pod/UpdatePodToleration"]
+        );
+        let pod = PodBuilder::new("p")
+            .uid("p")
+            .toleration("foo", "Equal", "bar", "NoExecute")
+            .info();
+        let node = |taints: &[(&str, &str, &str)]| {
+            let mut b = NodeBuilder::new("n");
+            for (k, v, e) in taints {
+                b = b.taint(k, v, e);
+            }
+            Some(node_obj(b.build()))
+        };
+        let tolerated = &[("foo", "bar", "NoExecute")][..];
+        let untolerated = &[("foo", "baz", "NoExecute")][..];
+        let add = event(R::Node, A::ADD);
+        let taint = event(R::Node, A::UPDATE_NODE_TAINT);
+        let cases = [
+            ("added, tolerated", add, None, node(tolerated), Some(Queue)),
+            (
+                "added, untolerated",
+                add,
+                None,
+                node(untolerated),
+                Some(QueueSkip),
+            ),
+            ("added, no taint", add, None, node(&[]), Some(Queue)),
+            (
+                "taint now tolerated",
+                taint,
+                node(untolerated),
+                node(tolerated),
+                Some(Queue),
+            ),
+            (
+                "untolerated taint removed",
+                taint,
+                node(untolerated),
+                node(&[]),
+                Some(Queue),
+            ),
+            (
+                "still untolerated",
+                taint,
+                node(untolerated),
+                node(untolerated),
+                Some(QueueSkip),
+            ),
+            (
+                "was tolerated already",
+                taint,
+                node(tolerated),
+                node(&[]),
+                Some(QueueSkip),
+            ),
+            (
+                "PreferNoSchedule does not count",
+                taint,
+                node(untolerated),
+                node(&[("x", "y", "PreferNoSchedule")]),
+                Some(Queue),
+            ),
+            (
+                "label change",
+                event(R::Node, A::UPDATE_NODE_LABEL),
+                node(untolerated),
+                node(&[]),
+                None,
+            ),
+            (
+                "annotation change",
+                event(R::Node, A::UPDATE_NODE_ANNOTATION),
+                node(untolerated),
+                node(&[]),
+                None,
+            ),
+        ];
+        for (name, incoming, old, new, want) in cases {
+            assert_eq!(hint(&pl, incoming, &pod, old, new), want, "{name}");
+        }
+        let toleration = event(R::UnscheduledPod, A::UPDATE_POD_TOLERATION);
+        let old = || Some(pod_obj(PodBuilder::new("p").uid("p").build()));
+        let new = |uid: &str| Some(pod_obj(PodBuilder::new("p").uid(uid).build()));
+        assert_eq!(hint(&pl, toleration, &pod, old(), new("p")), Some(Queue));
+        assert_eq!(
+            hint(&pl, toleration, &pod, old(), new("q")),
+            Some(QueueSkip)
+        );
+        assert!(is_schedulable_after_node_change(&[], None, old().as_ref()).is_err());
+    }
 
     #[test]
     fn filter() {

@@ -5,20 +5,24 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Volume;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Volume};
 
 use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
-    SignFragment, SignPlugin, Status,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterExtensions,
+    PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::impl_plugin;
-use crate::framework::plugins::helper::update_pre_filter_state;
+use crate::framework::plugins::helper::{
+    impl_plugin, queue_if, update_pre_filter_state, volume_rules,
+};
 use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
+use crate::framework::types::{
+    ActionType, AssignedPod, ClusterEvent, EventObject, EventResource, HintError, NodeInfo,
+    PodInfo, PodObject, PodView, QueueingHint, Snapshot, objects,
+};
 
 const STATE_KEY: &str = "PreFilterVolumeRestrictions";
 
@@ -48,7 +52,7 @@ fn have_overlap(a: &[String], b: &[String]) -> bool {
 }
 
 /// Upstream's `isVolumeConflict`: `volume` against every volume of `pod`.
-fn is_volume_conflict(volume: &Volume, pod: &AssignedPod) -> bool {
+fn is_volume_conflict(volume: &Volume, pod: &impl PodView) -> bool {
     pod.volumes().iter().any(|ev| {
         if let (Some(d), Some(e)) = (&volume.gce_persistent_disk, &ev.gce_persistent_disk)
             && d.pd_name == e.pd_name
@@ -137,11 +141,75 @@ fn pvc_used_by_pods(snapshot: &Snapshot, key: &str) -> bool {
         .any(|n| n.pvc_ref_counts.get(key).is_some_and(|c| *c > 0))
 }
 
+impl EnqueueExtensions for VolumeRestrictions {
+    /// A pod deleted that held a conflicting volume or one of the pod's claims; a new node (no
+    /// hint); one of the pod's claims created. Volumes cannot change on an existing pod.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
+                is_schedulable_after_pod_deleted,
+            ),
+            ClusterEventWithHint::new(ClusterEvent::new(EventResource::Node, ActionType::ADD)),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::PersistentVolumeClaim, ActionType::ADD),
+                is_schedulable_after_claim_added,
+            ),
+        ]
+    }
+}
+
+/// The names of the claims the pod's volumes use.
+fn claim_names(pod: &impl PodView) -> impl Iterator<Item = &str> {
+    pod.volumes()
+        .iter()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.as_str())
+}
+
+/// Upstream's `isSchedulableAfterPersistentVolumeClaimAdded`: one of the pod's claims.
+fn is_schedulable_after_claim_added(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (_, Some(added)) = objects::<PersistentVolumeClaim>(old, new)? else {
+        return Ok(QueueingHint::QueueSkip);
+    };
+    let name = added.metadata.name.as_deref().unwrap_or_default();
+    Ok(queue_if(
+        added.metadata.namespace.as_deref() == Some(pod.namespace())
+            && claim_names(pod).any(|c| c == name),
+    ))
+}
+
+/// Upstream's `isSchedulableAfterPodDeleted`: the deleted pod (in the pod's namespace) held a
+/// volume conflicting with the pod's, or uses one of its claims (which may be ReadWriteOncePod).
+fn is_schedulable_after_pod_deleted(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (Some(deleted), _) = objects::<PodObject>(old, new)? else {
+        return Ok(QueueingHint::QueueSkip);
+    };
+    if deleted.namespace() != pod.namespace() {
+        return Ok(QueueingHint::QueueSkip);
+    }
+    let conflicted = pod_volumes(pod)
+        .iter()
+        .filter(|v| needs_restrictions_check(v))
+        .any(|v| is_volume_conflict(v, deleted));
+    let shared_claim = claim_names(deleted).any(|d| claim_names(pod).any(|c| c == d));
+    Ok(queue_if(conflicted || shared_claim))
+}
+
 impl_plugin!(
     VolumeRestrictions,
     names::VOLUME_RESTRICTIONS,
     [PreFilter, Filter],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for VolumeRestrictions {
@@ -247,16 +315,92 @@ pub fn registration() -> PluginRegistration {
         },
     )
     .with_informers(&[Informer::PersistentVolumeClaims])
+    .with_rbac_rules(volume_rules(false))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::testing::hints::{assigned_obj, event, hint, obj};
     use crate::framework::testing::{NodeBuilder, PodBuilder, PvcBuilder};
     use k8s_openapi::api::core::v1::{
         AWSElasticBlockStoreVolumeSource, GCEPersistentDiskVolumeSource, ISCSIVolumeSource,
         RBDVolumeSource,
     };
+
+    /// Upstream's `Test_isSchedulableAfterPodDeleted` and
+    /// `Test_isSchedulableAfterPersistentVolumeClaimChange` cases.
+    #[test]
+    fn hints() {
+        use QueueingHint::{Queue, QueueSkip};
+        let pl = VolumeRestrictions::new(Arc::new(Listers::default()));
+        let pod = PodBuilder::new("p")
+            .volume(gce("disk", false))
+            .pvc("claim")
+            .info();
+        let deleted = |ns: &str, volume: Option<Volume>, claim: Option<&str>| {
+            let mut b = PodBuilder::new("d").namespace(ns).node("n");
+            if let Some(v) = volume {
+                b = b.volume(v);
+            }
+            if let Some(c) = claim {
+                b = b.pvc(c);
+            }
+            Some(assigned_obj(b.build()))
+        };
+        let delete = event(EventResource::AssignedPod, ActionType::DELETE);
+        let cases = [
+            (
+                "held the conflicting disk",
+                deleted("default", Some(gce("disk", false)), None),
+                Queue,
+            ),
+            (
+                "held another disk",
+                deleted("default", Some(gce("other", false)), None),
+                QueueSkip,
+            ),
+            (
+                "used the same claim",
+                deleted("default", None, Some("claim")),
+                Queue,
+            ),
+            (
+                "used another claim",
+                deleted("default", None, Some("x")),
+                QueueSkip,
+            ),
+            (
+                "another namespace",
+                deleted("other", Some(gce("disk", false)), None),
+                QueueSkip,
+            ),
+        ];
+        for (name, old, want) in cases {
+            assert_eq!(hint(&pl, delete, &pod, old, None), Some(want), "{name}");
+        }
+        let added = event(EventResource::PersistentVolumeClaim, ActionType::ADD);
+        let claim = |name: &str, ns: &str| Some(obj(PvcBuilder::new(name).namespace(ns).build()));
+        let cases = [
+            ("the pod's claim", claim("claim", "default"), Queue),
+            ("another claim", claim("x", "default"), QueueSkip),
+            ("same name elsewhere", claim("claim", "other"), QueueSkip),
+        ];
+        for (name, new, want) in cases {
+            assert_eq!(hint(&pl, added, &pod, None, new), Some(want), "{name}");
+        }
+        let update = event(EventResource::PersistentVolumeClaim, ActionType::UPDATE);
+        assert_eq!(
+            hint(
+                &pl,
+                update,
+                &pod,
+                claim("claim", "default"),
+                claim("claim", "default")
+            ),
+            None
+        );
+    }
 
     fn gce(pd: &str, ro: bool) -> Volume {
         Volume {

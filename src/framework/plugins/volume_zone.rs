@@ -5,20 +5,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin,
-    Status,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterPlugin,
+    PreFilterResult, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, queue_if, volume_rules};
 use crate::framework::plugins::volume_binding::binder::{claim_class, claim_volume_name};
 use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo, PodView,
+    QueueingHint, Snapshot, objects,
+};
 
 const STATE_KEY: &str = "PreFilterVolumeZone";
 
@@ -148,7 +152,88 @@ impl VolumeZone {
     }
 }
 
-impl_plugin!(VolumeZone, names::VOLUME_ZONE, [PreFilter, Filter], Sign);
+impl_plugin!(
+    VolumeZone,
+    names::VOLUME_ZONE,
+    [PreFilter, Filter],
+    EnqueueExtensions,
+    Sign
+);
+
+impl EnqueueExtensions for VolumeZone {
+    /// A WaitForFirstConsumer class created; a node added or relabeled (no hint); one of the
+    /// pod's claims created or updated (bound); a volume created or its topology changed.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::StorageClass, ActionType::ADD),
+                is_schedulable_after_storage_class_added,
+            ),
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD | ActionType::UPDATE_NODE_LABEL,
+            )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolumeClaim,
+                    ActionType::ADD | ActionType::UPDATE,
+                ),
+                is_schedulable_after_claim_change,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolume,
+                    ActionType::ADD | ActionType::UPDATE,
+                ),
+                is_schedulable_after_volume_change,
+            ),
+        ]
+    }
+}
+
+/// Upstream's `isSchedulableAfterPersistentVolumeClaimChange`: one of the pod's claims.
+fn is_schedulable_after_claim_change(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (_, modified) = objects::<PersistentVolumeClaim>(old, new)?;
+    Ok(queue_if(modified.is_some_and(|pvc| {
+        pvc.metadata.namespace.as_deref() == Some(pod.namespace())
+            && pod
+                .volumes()
+                .iter()
+                .filter_map(|v| v.persistent_volume_claim.as_ref())
+                .any(|c| Some(c.claim_name.as_str()) == pvc.metadata.name.as_deref())
+    })))
+}
+
+/// Upstream's `isSchedulableAfterStorageClassAdded`: only a WaitForFirstConsumer class.
+fn is_schedulable_after_storage_class_added(
+    _pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (_, added) = objects::<StorageClass>(old, new)?;
+    Ok(queue_if(added.is_some_and(|c| {
+        c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+    })))
+}
+
+/// Upstream's `isSchedulableAfterPersistentVolumeChange`: a new volume, or one whose topology
+/// labels changed.
+fn is_schedulable_after_volume_change(
+    _pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (original, modified) = objects::<PersistentVolume>(old, new)?;
+    Ok(queue_if(match (original, modified) {
+        (None, _) => true,
+        (Some(o), Some(m)) => pv_topologies(o) != pv_topologies(m),
+        (Some(_), None) => false,
+    }))
+}
 
 impl SignPlugin for VolumeZone {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
@@ -228,15 +313,109 @@ pub fn registration() -> PluginRegistration {
         Informer::PersistentVolumeClaims,
         Informer::StorageClasses,
     ])
+    .with_rbac_rules(volume_rules(false))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::testing::hints::{event, hint, node_obj, obj};
     use crate::framework::testing::{
         NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, storage_class,
     };
+
+    /// Upstream's `TestIsSchedulableAfter*` cases.
+    #[test]
+    fn hints() {
+        use QueueingHint::{Queue, QueueSkip};
+        let pl = VolumeZone::new(listers());
+        let pod = PodBuilder::new("p").pvc("claim").info();
+        let claim = |name: &str, ns: &str| Some(obj(PvcBuilder::new(name).namespace(ns).build()));
+        let class = |mode: Option<&str>| Some(obj(storage_class("sc", "p", mode)));
+        let pv = |zone: &str| Some(obj(PvBuilder::new("pv").label(ZONE, zone).build()));
+        let pvc_add = event(EventResource::PersistentVolumeClaim, ActionType::ADD);
+        let pvc_update = event(EventResource::PersistentVolumeClaim, ActionType::UPDATE);
+        let sc_add = event(EventResource::StorageClass, ActionType::ADD);
+        let pv_add = event(EventResource::PersistentVolume, ActionType::ADD);
+        let pv_update = event(EventResource::PersistentVolume, ActionType::UPDATE);
+        let cases = [
+            (
+                "the pod's claim created",
+                pvc_add,
+                None,
+                claim("claim", "default"),
+                Some(Queue),
+            ),
+            (
+                "the pod's claim updated",
+                pvc_update,
+                claim("claim", "default"),
+                claim("claim", "default"),
+                Some(Queue),
+            ),
+            (
+                "another claim",
+                pvc_add,
+                None,
+                claim("x", "default"),
+                Some(QueueSkip),
+            ),
+            (
+                "another namespace",
+                pvc_add,
+                None,
+                claim("claim", "other"),
+                Some(QueueSkip),
+            ),
+            (
+                "WaitForFirstConsumer class",
+                sc_add,
+                None,
+                class(Some("WaitForFirstConsumer")),
+                Some(Queue),
+            ),
+            (
+                "Immediate class",
+                sc_add,
+                None,
+                class(Some("Immediate")),
+                Some(QueueSkip),
+            ),
+            (
+                "class updated",
+                event(EventResource::StorageClass, ActionType::UPDATE),
+                class(None),
+                class(None),
+                None,
+            ),
+            ("volume created", pv_add, None, pv("a"), Some(Queue)),
+            (
+                "volume zone changed",
+                pv_update,
+                pv("a"),
+                pv("b"),
+                Some(Queue),
+            ),
+            (
+                "volume zone unchanged",
+                pv_update,
+                pv("a"),
+                pv("a"),
+                Some(QueueSkip),
+            ),
+            (
+                "node relabeled",
+                event(EventResource::Node, ActionType::UPDATE_NODE_LABEL),
+                Some(node_obj(NodeBuilder::new("n").build())),
+                Some(node_obj(NodeBuilder::new("n").build())),
+                Some(Queue),
+            ),
+        ];
+        for (name, incoming, old, new, want) in cases {
+            assert_eq!(hint(&pl, incoming, &pod, old, new), want, "{name}");
+        }
+    }
 
     fn listers() -> Arc<Listers> {
         let l = Listers::default();

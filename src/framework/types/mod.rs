@@ -10,6 +10,7 @@
 //! re-exports them so `framework::types::X` names any of them.
 
 pub mod assigned_pod;
+pub mod cluster_event;
 pub mod host_ports;
 pub mod node_info;
 pub mod pod_info;
@@ -19,6 +20,10 @@ pub mod resource;
 pub mod snapshot;
 
 pub use assigned_pod::{AssignedPod, DISRUPTION_TARGET};
+pub use cluster_event::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, PodObject, QueueingHint,
+    objects,
+};
 pub use host_ports::{DEFAULT_BIND_ALL_HOST_IP, HostPort, HostPortInfo, pod_host_ports};
 pub use node_info::{ImageStateSummary, ImageStates, NodeInfo, PodNotFound, next_generation};
 pub use pod_info::PodInfo;

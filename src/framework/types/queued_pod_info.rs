@@ -20,8 +20,9 @@ pub struct QueuedPodInfo {
     pub unschedulable_plugins: BTreeSet<String>,
     /// Plugins that returned Pending in the last attempt.
     pub pending_plugins: BTreeSet<String>,
-    /// Whether a PreEnqueue plugin keeps the pod out of the active queue.
-    pub gated: bool,
+    /// The PreEnqueue plugin keeping the pod out of the active queue, if any; only the events it
+    /// registered move the pod.
+    pub gating_plugin: Option<String>,
 }
 
 impl QueuedPodInfo {
@@ -33,7 +34,25 @@ impl QueuedPodInfo {
             initial_attempt_timestamp: None,
             unschedulable_plugins: BTreeSet::new(),
             pending_plugins: BTreeSet::new(),
-            gated: false,
+            gating_plugin: None,
         }
+    }
+
+    /// Whether a PreEnqueue plugin keeps the pod out of the active queue.
+    pub fn gated(&self) -> bool {
+        self.gating_plugin.is_some()
+    }
+
+    /// The plugins that rejected the pod in its last attempt or gate it: the ones whose events
+    /// may requeue it.
+    pub fn rejector_plugins(&self) -> impl Iterator<Item = &String> {
+        self.unschedulable_plugins
+            .iter()
+            .chain(self.pending_plugins.difference(&self.unschedulable_plugins))
+    }
+
+    /// Whether no plugin rejected the pod (it failed with an error).
+    pub fn has_no_rejector(&self) -> bool {
+        self.unschedulable_plugins.is_empty() && self.pending_plugins.is_empty()
     }
 }

@@ -8,9 +8,10 @@ use k8s_openapi::api::rbac::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::framework::registry::policy_rule;
 use crate::operator::OPERATOR_NAME;
 use crate::operator::render::{
-    APP_NAME, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, MANAGED_BY, rule,
+    APP_NAME, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, MANAGED_BY,
 };
 
 /// Name of the kit's objects: its root ClusterRole, the ClusterRoleBinding, the ServiceAccount in
@@ -55,7 +56,7 @@ fn kit_meta(namespace: Option<&str>) -> ObjectMeta {
 fn named(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
     PolicyRule {
         resource_names: Some(names.iter().map(|s| s.to_string()).collect()),
-        ..rule(groups, resources, verbs)
+        ..policy_rule(groups, resources, verbs)
     }
 }
 
@@ -64,13 +65,13 @@ fn named(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) ->
 /// installation it watches.
 fn cluster_rules(namespace: &str) -> Vec<PolicyRule> {
     vec![
-        rule(&[""], &["nodes"], &["get", "list", "patch"]),
-        rule(
+        policy_rule(&[""], &["nodes"], &["get", "list", "patch"]),
+        policy_rule(
             &["ksched.io"],
             &["schedulerprofiles", "leafclusterpolicies"],
             &["get", "list", "patch"],
         ),
-        rule(
+        policy_rule(
             &["rbac.authorization.k8s.io"],
             &["clusterroles", "clusterrolebindings"],
             &["list", "delete"],
@@ -89,18 +90,18 @@ fn cluster_rules(namespace: &str) -> Vec<PolicyRule> {
 /// a SIGTERM) and Lease.
 fn namespace_rules() -> Vec<PolicyRule> {
     vec![
-        rule(
+        policy_rule(
             &[""],
             &["configmaps", "serviceaccounts", "services"],
             &["get", "list", "delete"],
         ),
-        rule(&["apps"], &["deployments"], &["get", "list", "delete"]),
-        rule(
+        policy_rule(&["apps"], &["deployments"], &["get", "list", "delete"]),
+        policy_rule(
             &["rbac.authorization.k8s.io"],
             &["roles", "rolebindings"],
             &["get", "list", "delete"],
         ),
-        rule(
+        policy_rule(
             &["coordination.k8s.io"],
             &["leases"],
             &["get", "list", "delete"],
@@ -110,7 +111,7 @@ fn namespace_rules() -> Vec<PolicyRule> {
 
 /// The profiles' RoleBindings to extension-apiserver-authentication-reader.
 fn kube_system_rules() -> Vec<PolicyRule> {
-    vec![rule(
+    vec![policy_rule(
         &["rbac.authorization.k8s.io"],
         &["rolebindings"],
         &["list", "delete"],

@@ -9,37 +9,40 @@
 //! Args are the union of scheduler-plugins' versions; `deniedPGExpirationTimeSeconds` (v1beta2, seed
 //! 002) is accepted and ignored with a deprecation warning: `podGroupBackoffSeconds` replaced it.
 //!
-//! PodGroup status: upstream leaves it to its PodGroup controller; ksched has none, so the plugin
-//! writes it through the [`ApiHandle`](crate::framework::registry::ApiHandle): `Pending` (fewer pods
-//! than `minMember`), `PreScheduling` (enough pods, PreFilter passed), `Scheduling` (the first
-//! member waits at Permit; `scheduleStartTime` set), `Scheduled` (`minMember` bound), `Running`
-//! (`minMember` running or succeeded), with the running/succeeded/failed counts.
+//! PodGroup status: upstream leaves it to its PodGroup controller; ksched runs one of its own per
+//! profile, outside the scheduling cycle (`controller`): from the group's members and its first
+//! Permit it writes `Pending` (fewer pods than `minMember`), `PreScheduling` (enough pods),
+//! `Scheduling` (a member reached Permit; `scheduleStartTime` set), `Scheduled` (`minMember`
+//! bound), `Running` (`minMember` running or succeeded), `Finished`, `Failed`, with the
+//! running/succeeded/failed counts.
 //!
-//! Counting a group's pods needs every pod with the label, also unscheduled ones: the framework
-//! has no pod lister, so PreFilter lists them through the ApiHandle (bounded by a timeout).
+//! A group's members are read from the scheduler's index of the pods carrying the pod-group label
+//! (the `PodGroupMembers` informer, every phase): the scheduling cycle never calls the API.
 //!
 //! - `plugin`: the extension points (scheduler-plugins' `coscheduling.go`).
 //! - `pod_group_manager`: a pod's group, its members, the cluster's room for the group
 //!   (`core/core.go`).
-//! - `status`: the PodGroup statuses, written in order in the background.
+//! - `controller`: the PodGroup status loop (`controllers/podgroup_controller.go`).
 
+mod controller;
+mod events;
 mod plugin;
 mod pod_group_manager;
-mod status;
 #[cfg(test)]
 mod tests;
 
+pub use controller::{
+    PHASE_FAILED, PHASE_FINISHED, PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_RUNNING,
+    PHASE_SCHEDULED, PHASE_SCHEDULING, desired_status,
+};
 pub use plugin::{Coscheduling, factory};
 pub use pod_group_manager::{pod_group_full_name, pod_group_label};
-pub use status::{
-    PHASE_FAILED, PHASE_FINISHED, PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_RUNNING,
-    PHASE_SCHEDULED, PHASE_SCHEDULING,
-};
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, invalid};
+use crate::framework::registry::policy_rule;
 
 /// scheduler-plugins' `CoschedulingArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,14 +89,29 @@ impl PluginArgs for CoschedulingArgs {
     }
 }
 
-/// The registration: QueueSort, PreFilter, PostFilter, Reserve, Permit; reads PodGroups.
+/// The registration: QueueSort, PreFilter, PostFilter, Reserve, Permit; reads PodGroups and
+/// their members.
 pub fn registration() -> crate::framework::registry::PluginRegistration {
+    use crate::framework::listers::Informer;
     crate::framework::registry::PluginRegistration::new(
         plugin::Coscheduling::EXTENSION_POINTS,
         crate::framework::args::decode::<CoschedulingArgs>,
         factory,
     )
-    .with_informers(&[crate::framework::listers::Informer::PodGroups])
+    .with_informers(&[Informer::PodGroups, Informer::PodGroupMembers])
+    // PodGroups are read, and their status written (PodGroupStatuses).
+    .with_rbac_rules(vec![
+        policy_rule(
+            &["scheduling.x-k8s.io"],
+            &["podgroups"],
+            &["get", "list", "watch"],
+        ),
+        policy_rule(
+            &["scheduling.x-k8s.io"],
+            &["podgroups/status"],
+            &["get", "patch", "update"],
+        ),
+    ])
 }
 
 #[cfg(test)]

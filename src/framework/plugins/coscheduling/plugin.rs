@@ -1,22 +1,21 @@
 //! The Coscheduling plugin (scheduler-plugins' `pkg/coscheduling/coscheduling.go`): its extension
-//! points, deciding with the `PodGroupManager` and recording with the `PodGroupStatuses`.
+//! points, deciding with the `PodGroupManager`; a group's first Permit is noted for its status
+//! loop (`controller`), which the plugin registers and the scheduler runs.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::CoschedulingArgs;
+use super::controller::{PodGroupController, SchedulingProgress};
 use super::pod_group_manager::{
-    PodGroupManager, check_cluster_resource, count_assigned, is_terminal, min_member,
-    pod_group_full_name, pod_group_label,
+    PodGroupManager, check_cluster_resource, count_assigned, min_member, pod_group_full_name,
+    pod_group_label,
 };
-use super::status::{PHASE_PENDING, PHASE_PRE_SCHEDULING, PHASE_SCHEDULING, PodGroupStatuses};
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, PermitPlugin, Plugin, PostFilterPlugin, PostFilterResult,
     PreFilterExtensions, PreFilterPlugin, PreFilterResult, QueueSortPlugin, ReservePlugin, Status,
@@ -33,10 +32,12 @@ pub struct Coscheduling {
     /// podGroupBackoffSeconds (zero: no backoff).
     backoff: Duration,
     pub(super) pg_mgr: PodGroupManager,
-    statuses: PodGroupStatuses,
+    /// When each group's scheduling started, for the status loop.
+    pub(super) progress: Arc<SchedulingProgress>,
 }
 
 impl Coscheduling {
+    /// The plugin; its PodGroup status loop is registered with the handle's background tasks.
     pub fn new(args: &CoschedulingArgs, handle: Handle) -> Coscheduling {
         let secs = |v: Option<i64>| Duration::from_secs(u64::try_from(v.unwrap_or(0)).unwrap_or(0));
         if args.denied_pg_expiration_time_seconds.is_some() {
@@ -50,9 +51,15 @@ impl Coscheduling {
             );
         }
         let schedule_timeout = secs(args.permit_waiting_time_seconds.or(Some(60)));
+        let progress = Arc::new(SchedulingProgress::default());
+        handle.tasks.register(Arc::new(PodGroupController::new(
+            &handle.profile_name,
+            handle.listers.clone(),
+            progress.clone(),
+        )));
         Coscheduling {
             pg_mgr: PodGroupManager::new(handle.clone(), schedule_timeout),
-            statuses: PodGroupStatuses::new(handle.api.clone()),
+            progress,
             handle,
             schedule_timeout,
             backoff: secs(args.pod_group_backoff_seconds),
@@ -73,7 +80,8 @@ impl Coscheduling {
 impl_plugin!(
     Coscheduling,
     names::COSCHEDULING,
-    [QueueSort, PreFilter, PostFilter, Reserve, Permit]
+    [QueueSort, PreFilter, PostFilter, Reserve, Permit],
+    EnqueueExtensions
 );
 
 impl QueueSortPlugin for Coscheduling {
@@ -121,17 +129,11 @@ impl PreFilterPlugin for Coscheduling {
                 Status::unresolvable(format!("podGroup {full} failed recently")),
             );
         }
-        let group = pod_group_label(&pod.pod);
-        let pods = match self.pg_mgr.list_group_pods(pod.namespace(), group) {
-            Ok(p) => p,
-            Err(e) => return (None, Status::error(e)),
-        };
-        let live = pods.iter().filter(|p| !is_terminal(p)).count();
+        let live = self
+            .pg_mgr
+            .live_members(pod.namespace(), pod_group_label(&pod.pod));
         let min = min_member(&pg);
         if live < min {
-            self.statuses.update(&pg, |s| {
-                s.phase = Some(PHASE_PENDING.into());
-            });
             return (
                 None,
                 Status::unresolvable(format!(
@@ -154,11 +156,6 @@ impl PreFilterPlugin for Coscheduling {
             }
             self.pg_mgr.permit(&full);
         }
-        self.statuses.update(&pg, |s| {
-            if matches!(s.phase.as_deref(), None | Some("") | Some(PHASE_PENDING)) {
-                s.phase = Some(PHASE_PRE_SCHEDULING.into());
-            }
-        });
         (None, Status::success())
     }
 
@@ -223,10 +220,7 @@ impl PostFilterPlugin for Coscheduling {
             );
         }
         self.reject_waiting(pod.namespace(), group, "optimistic rejection in PostFilter");
-        if !self.backoff.is_zero()
-            && let Ok(pods) = self.pg_mgr.list_group_pods(pod.namespace(), group)
-            && pods.iter().filter(|p| !is_terminal(p)).count() >= min
-        {
+        if !self.backoff.is_zero() && self.pg_mgr.live_members(pod.namespace(), group) >= min {
             self.pg_mgr.backoff_pod_group(&full, self.backoff);
         }
         self.pg_mgr.delete_permitted(&full);
@@ -278,6 +272,7 @@ impl PermitPlugin for Coscheduling {
             _ => self.schedule_timeout,
         };
         let group = pod_group_label(&pod.pod);
+        self.progress.scheduling(&full);
         // The snapshot does not hold the pod of this cycle yet: +1.
         let assigned = self.pg_mgr.calculate_assigned_pods(group, pod.namespace());
         if assigned + 1 >= min_member(&pg) {
@@ -290,15 +285,8 @@ impl PermitPlugin for Coscheduling {
                     wp.allow(names::COSCHEDULING);
                 }
             }
-            self.statuses.track(pg);
             return (Status::success(), Duration::ZERO);
         }
-        self.statuses.update(&pg, |s| {
-            if s.phase.as_deref() != Some(PHASE_SCHEDULING) {
-                s.phase = Some(PHASE_SCHEDULING.into());
-                s.schedule_start_time = Some(Time(Timestamp::now()));
-            }
-        });
         (Status::code_only(Code::Wait), wait)
     }
 }

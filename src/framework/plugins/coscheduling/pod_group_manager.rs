@@ -1,9 +1,9 @@
 //! The PodGroup bookkeeping of Coscheduling (scheduler-plugins' `pkg/coscheduling/core/core.go`
-//! and `pkg/util`): a pod's group, the group's members, whether the cluster has room for its
+//! and `pkg/util`): a pod's group, the group's members (from the scheduler's index of the pods
+//! carrying the pod-group label, never from the API), whether the cluster has room for its
 //! `minResources`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,9 +15,6 @@ use crate::api::PodGroup;
 use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::framework::registry::Handle;
 use crate::framework::types::{NodeInfo, PodView, QueuedPodInfo, Resource, Snapshot};
-
-/// The longest PreFilter/PostFilter wait for the API when they count a group's pods.
-const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The PodGroup name a pod's label names (empty when none).
 pub fn pod_group_label(pod: &impl PodView) -> &str {
@@ -37,19 +34,6 @@ pub fn pod_group_full_name(pod: &impl PodView) -> String {
 
 pub(super) fn min_member(pg: &PodGroup) -> usize {
     usize::try_from(pg.spec.min_member.unwrap_or(1)).unwrap_or(0)
-}
-
-/// Runs `f` to completion from a synchronous extension point (they run on a blocking-capable
-/// worker of the multi-threaded runtime); `None` on a current-thread runtime or on timeout.
-/// Without any runtime (`ksched simulate`, whose API answers from memory) it runs here.
-fn block_on<F: Future>(f: F) -> Option<F::Output> {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return Some(futures::executor::block_on(f));
-    };
-    if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-        return None;
-    }
-    tokio::task::block_in_place(|| rt.block_on(tokio::time::timeout(LIST_TIMEOUT, f)).ok())
 }
 
 pub(super) fn is_terminal(p: &Pod) -> bool {
@@ -163,13 +147,21 @@ impl PodGroupManager {
         count_assigned(&snapshot, pg_name, namespace)
     }
 
-    pub fn list_group_pods(&self, namespace: &str, group: &str) -> Result<Vec<Pod>, String> {
-        let api = self.handle.api.clone();
-        match block_on(api.list_pods_with_label(namespace, POD_GROUP_LABEL, group)) {
-            Some(Ok(pods)) => Ok(pods),
-            Some(Err(e)) => Err(format!("podLister list pods failed: {e}")),
-            None => Err("podLister list pods failed: timed out".to_string()),
-        }
+    /// The group's pods, in every phase, from the member index the scheduler's informer keeps
+    /// (upstream lists them from its pod lister).
+    pub fn group_pods(&self, namespace: &str, group: &str) -> Vec<Arc<Pod>> {
+        self.handle
+            .listers
+            .pod_group_members
+            .members(namespace, group)
+    }
+
+    /// How many of the group's pods are not finished.
+    pub fn live_members(&self, namespace: &str, group: &str) -> usize {
+        self.group_pods(namespace, group)
+            .iter()
+            .filter(|p| !is_terminal(p))
+            .count()
     }
 
     /// Whether the group failed recently (upstream's backedOffPG).

@@ -1,25 +1,27 @@
-//! Coscheduling's tests: queue order, PreFilter, Permit's quorum, rejections, statuses.
+//! Coscheduling's tests: queue order, PreFilter, Permit's quorum, rejections, and the status
+//! loop.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use parking_lot::Mutex;
+use tokio::sync::watch;
 
+use super::controller::*;
 use super::plugin::*;
-use super::status::*;
 use super::*;
 use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::api::{PodGroup, PodGroupSpec};
+use crate::framework::background::{BackgroundTask, TaskContext};
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, PermitPlugin, PostFilterPlugin, PreFilterPlugin,
     QueueSortPlugin, ReservePlugin, Status,
 };
 use crate::framework::plugins::names;
-use crate::framework::registry::Handle;
+use crate::framework::registry::{ApiError, ApiHandle, Handle};
 use crate::framework::testing::{NodeBuilder, PodBuilder, handle};
 use crate::framework::types::{QueuedPodInfo, Snapshot};
 use crate::framework::waiting_pods::WaitingPod;
@@ -44,6 +46,11 @@ fn member(name: &str, group: &str) -> PodBuilder {
     PodBuilder::new(name)
         .namespace("ns")
         .label(POD_GROUP_LABEL, group)
+}
+
+fn phase(mut pod: Pod, phase: &str) -> Pod {
+    pod.status.get_or_insert_with(Default::default).phase = Some(phase.into());
+    pod
 }
 
 struct Env {
@@ -99,8 +106,8 @@ fn pre_filter(e: &Env, pod: PodBuilder, snapshot: &Snapshot) -> Status {
     e.plugin.pre_filter(&mut state, &pod.info(), snapshot).1
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pre_filter_cases() {
+#[test]
+fn pre_filter_cases() {
     let snap = Snapshot::from_objects(
         &[Arc::new(
             NodeBuilder::new("n1")
@@ -122,8 +129,11 @@ async fn pre_filter_cases() {
     let s = pre_filter(&e, member("p", "missing"), &snap);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), "PodGroup not found");
-    // Too few members.
-    *e.api.pods.lock() = vec![member("p1", "pg").build(), member("p2", "pg").build()];
+    // Too few members: two of three (a finished one does not count).
+    let members = &e.handle.listers.pod_group_members;
+    members.apply(member("p1", "pg").build());
+    members.apply(member("p2", "pg").build());
+    members.apply(phase(member("old", "pg").build(), "Succeeded"));
     let s = pre_filter(&e, member("p1", "pg"), &snap);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(
@@ -131,35 +141,16 @@ async fn pre_filter_cases() {
         "pre-filter pod p1 cannot find enough sibling pods, current pods number: 2, minMember of group: 3"
     );
     // Enough members.
-    e.api.pods.lock().push(member("p3", "pg").build());
+    members.apply(member("p3", "pg").build());
     assert!(pre_filter(&e, member("p1", "pg"), &snap).is_success());
     // minResources beyond the cluster.
-    *e.api.pods.lock() = vec![member("b1", "big").build(), member("b2", "big").build()];
+    members.apply(member("b1", "big").build());
+    members.apply(member("b2", "big").build());
     let s = pre_filter(&e, member("b1", "big"), &snap);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), "resource gap: map[cpu:4000m]");
-    // Status: Pending, then PreScheduling, written through the API.
-    for _ in 0..50 {
-        if e.api.pod_group_statuses.lock().len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let phases: Vec<(String, Option<String>)> = e
-        .api
-        .pod_group_statuses
-        .lock()
-        .iter()
-        .map(|(k, s)| (k.clone(), s.phase.clone()))
-        .collect();
-    assert!(
-        phases.contains(&("ns/pg".into(), Some(PHASE_PENDING.into()))),
-        "{phases:?}"
-    );
-    assert!(
-        phases.contains(&("ns/pg".into(), Some(PHASE_PRE_SCHEDULING.into()))),
-        "{phases:?}"
-    );
+    // The cycle wrote nothing: statuses are the loop's.
+    assert!(e.api.pod_group_statuses.lock().is_empty());
 }
 
 fn waiting(e: &Env, pod: PodBuilder) -> Arc<WaitingPod> {
@@ -196,10 +187,14 @@ async fn permit_waits_for_the_quorum_then_allows_all() {
         .permit(&mut state, &member("x", "nope").info(), "n1");
     assert_eq!(s.message(), "PodGroup not found");
     // First member: nothing assigned yet -> wait, with the group's timeout.
+    assert_eq!(e.plugin.progress.started("ns/pg"), None);
     let (s, wait) = e
         .plugin
         .permit(&mut state, &member("p1", "pg").info(), "n1");
     assert_eq!((s.code(), wait), (Code::Wait, Duration::from_secs(7)));
+    // The group's scheduling started: noted for the status loop.
+    let started = e.plugin.progress.started("ns/pg");
+    assert!(started.is_some());
     let w1 = waiting(&e, member("p1", "pg").node("n1"));
     // Second: one assigned (+1) = 2 < 3 -> wait.
     e.handle
@@ -220,6 +215,11 @@ async fn permit_waits_for_the_quorum_then_allows_all() {
         .plugin
         .permit(&mut state, &member("p3", "pg").info(), "n1");
     assert!(s.is_success());
+    assert_eq!(
+        e.plugin.progress.started("ns/pg"),
+        started,
+        "the first Permit counts"
+    );
     assert!(w1.wait().await.is_success());
     assert!(w2.wait().await.is_success());
     assert_eq!(
@@ -302,52 +302,214 @@ async fn unreserve_rejects_the_group_and_backoff_denies_it() {
     assert_eq!(s.message(), "podGroup ns/pg failed recently");
 }
 
-#[test]
-fn status_follows_the_pods() {
-    let pg = pod_group("pg", 2, 1);
-    let cache = Mutex::new(HashMap::new());
-    let bound = |phase: &str| {
-        let mut p = member("p", "pg").node("n1").build();
-        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
-            phase: Some(phase.into()),
-            ..Default::default()
-        });
-        p
-    };
-    let s = next_status(&cache, &pg, |s| s.phase = Some(PHASE_SCHEDULING.into())).unwrap();
-    assert_eq!(s.phase.as_deref(), Some(PHASE_SCHEDULING));
-    // Unchanged: nothing to write.
-    assert!(next_status(&cache, &pg, |s| s.phase = Some(PHASE_SCHEDULING.into())).is_none());
-    let api = Arc::new(crate::framework::registry::RecordingApi::default());
-    let writer = StatusWriter::new(api.clone());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let _guard = rt.enter();
-    let done = refresh_bound_status(&cache, &pg, &[bound("Pending"), bound("Pending")], &writer);
-    assert!(!done);
-    let done = refresh_bound_status(&cache, &pg, &[bound("Running"), bound("Running")], &writer);
-    assert!(done);
-    rt.block_on(async {
-        for _ in 0..50 {
-            if api.pod_group_statuses.lock().len() == 2 {
-                break;
+/// `n` members of group `pg`, in `phase`, bound to n1 when `bound`, owned by Job `job`.
+fn members(n: usize, phase_of: &str, bound: bool) -> Vec<Arc<Pod>> {
+    (0..n)
+        .map(|i| {
+            let mut b = member(&format!("m{i}"), "pg").controller("batch/v1", "Job", "job");
+            if bound {
+                b = b.node("n1");
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+            Arc::new(phase(b.build(), phase_of))
+        })
+        .collect()
+}
+
+fn phase_of(s: &crate::api::PodGroupStatus) -> &str {
+    s.phase.as_deref().unwrap_or_default()
+}
+
+#[test]
+fn desired_status_follows_the_members() {
+    let pg = pod_group("pg", 3, 1);
+    let t = Timestamp::from_second(1000).unwrap();
+    let status = |members: &[Arc<Pod>], since| desired_status(&pg, members, since);
+    let mixed = |phases: &[&str]| -> Vec<Arc<Pod>> {
+        phases
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Arc::new(phase(member(&format!("m{i}"), "pg").node("n1").build(), p)))
+            .collect()
+    };
+    // Fewer members than minMember.
+    let s = status(&members(2, "Pending", false), None);
+    assert_eq!(phase_of(&s), PHASE_PENDING);
+    assert_eq!(
+        (s.running, s.succeeded, s.failed),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(
+        (s.schedule_start_time.as_ref(), s.occupied_by.as_deref()),
+        (None, None)
+    );
+    // Enough members, none at Permit yet: the owner is recorded.
+    let s = status(&members(3, "Pending", false), None);
+    assert_eq!(phase_of(&s), PHASE_PRE_SCHEDULING);
+    assert_eq!(s.occupied_by.as_deref(), Some("ns/job"));
+    // A member reached Permit.
+    let s = status(&members(3, "Pending", false), Some(t));
+    assert_eq!(phase_of(&s), PHASE_SCHEDULING);
+    assert_eq!(s.schedule_start_time, Some(Time(t)));
+    // minMember bound, then running (or done), then one failed, then all succeeded.
+    assert_eq!(
+        phase_of(&status(&members(3, "Pending", true), Some(t))),
+        PHASE_SCHEDULED
+    );
+    let s = status(&members(3, "Running", true), Some(t));
+    assert_eq!((phase_of(&s), s.running), (PHASE_RUNNING, Some(3)));
+    let s = status(&mixed(&["Running", "Running", "Succeeded"]), Some(t));
+    assert_eq!((phase_of(&s), s.succeeded), (PHASE_RUNNING, Some(1)));
+    let s = status(&mixed(&["Running", "Failed", "Succeeded"]), Some(t));
+    assert_eq!((phase_of(&s), s.failed), (PHASE_FAILED, Some(1)));
+    assert_eq!(
+        phase_of(&status(&members(3, "Succeeded", true), None)),
+        PHASE_FINISHED
+    );
+    // A running group that lost members waits for them again.
+    assert_eq!(
+        phase_of(&status(&members(2, "Running", true), Some(t))),
+        PHASE_PENDING
+    );
+    // The first start time stays; final phases stay whatever the members do.
+    let mut started = pod_group("pg", 3, 1);
+    started.status = Some(crate::api::PodGroupStatus {
+        schedule_start_time: Some(Time(Timestamp::from_second(5).unwrap())),
+        ..Default::default()
     });
-    let written: Vec<_> = api
+    let s = desired_status(&started, &members(3, "Pending", false), Some(t));
+    assert_eq!(
+        s.schedule_start_time,
+        Some(Time(Timestamp::from_second(5).unwrap()))
+    );
+    let mut done = pod_group("pg", 3, 1);
+    done.status = Some(status(&members(3, "Succeeded", true), None));
+    let finished = done.status.clone();
+    assert_eq!(Some(desired_status(&done, &[], None)), finished);
+}
+
+/// A status loop for profile `default-scheduler` over `e`'s listers, with the API it writes to.
+fn controller(e: &Env) -> (Arc<PodGroupController>, Arc<dyn ApiHandle>) {
+    let progress = e.plugin.progress.clone();
+    let c = PodGroupController::new("default-scheduler", e.handle.listers.clone(), progress);
+    (Arc::new(c), e.api.clone())
+}
+
+/// Group `pg` (minMember 1) with one pending member of `default-scheduler`, and its status loop.
+fn one_member_group() -> (Env, Arc<PodGroupController>, Arc<dyn ApiHandle>) {
+    let e = env(&[pod_group("pg", 1, 1)], args());
+    let (c, api) = controller(&e);
+    e.handle
+        .listers
+        .pod_group_members
+        .apply(member("a", "pg").build());
+    (e, c, api)
+}
+
+fn stored_phase(e: &Env, name: &str) -> Option<String> {
+    e.handle
+        .listers
+        .pod_groups
+        .get("ns", name)
+        .and_then(|g| g.status.clone())
+        .and_then(|s| s.phase)
+}
+
+#[tokio::test]
+async fn the_loop_writes_what_changed_in_its_own_groups() {
+    let e = env(&[pod_group("pg", 2, 1), pod_group("theirs", 1, 1)], args());
+    let (c, api) = controller(&e);
+    let listers = &e.handle.listers;
+    listers.pod_group_members.apply(member("a", "pg").build());
+    // Another scheduler's group is left alone.
+    listers
+        .pod_group_members
+        .apply(member("t", "theirs").scheduler_name("other").build());
+    assert_eq!(
+        c.pass(&api).await,
+        Pass {
+            written: 1,
+            failed: 0
+        }
+    );
+    assert_eq!(stored_phase(&e, "pg").as_deref(), Some(PHASE_PENDING));
+    assert_eq!(stored_phase(&e, "theirs"), None);
+    // Written through to the store: nothing more to do until something changes.
+    assert_eq!(c.pass(&api).await, Pass::default());
+    listers.pod_group_members.apply(member("b", "pg").build());
+    e.plugin.progress.scheduling("ns/pg");
+    assert_eq!(c.pass(&api).await.written, 1);
+    assert_eq!(stored_phase(&e, "pg").as_deref(), Some(PHASE_SCHEDULING));
+    let written: Vec<String> = e
+        .api
         .pod_group_statuses
         .lock()
         .iter()
-        .map(|(_, s)| (s.phase.clone().unwrap_or_default(), s.running))
+        .map(|(k, s)| format!("{k} {}", phase_of(s)))
         .collect();
+    assert_eq!(written, ["ns/pg Pending", "ns/pg Scheduling"]);
+    // Each write carried the resourceVersion it was computed from (the recorder's next one is
+    // stored).
+    let rv = listers
+        .pod_groups
+        .get("ns", "pg")
+        .and_then(|g| g.metadata.resource_version.clone());
+    assert_eq!(rv.as_deref(), Some("2"));
+}
+
+#[tokio::test]
+async fn a_conflict_waits_for_the_next_version_and_errors_are_retried() {
+    let (e, c, api) = one_member_group();
+    *e.api.fail_pod_group_update.lock() = Some(ApiError::Conflict("modified".into()));
+    assert_eq!(c.pass(&api).await, Pass::default());
+    *e.api.fail_pod_group_update.lock() = Some(ApiError::Other("unavailable".into()));
     assert_eq!(
-        written,
-        vec![
-            (PHASE_SCHEDULED.to_string(), Some(0)),
-            (PHASE_RUNNING.to_string(), Some(2))
-        ]
+        c.pass(&api).await,
+        Pass {
+            written: 0,
+            failed: 1
+        }
     );
+    assert_eq!(c.pass(&api).await.written, 1);
+    assert_eq!(
+        stored_phase(&e, "pg").as_deref(),
+        Some(PHASE_PRE_SCHEDULING)
+    );
+}
+
+#[tokio::test]
+async fn a_standby_writes_nothing_until_it_leads() {
+    let (e, c, api) = one_member_group();
+    let (lead, leading) = watch::channel(false);
+    let task = tokio::spawn(c.run(TaskContext { api, leading }));
+    tokio::time::sleep(PASS_INTERVAL * 2).await;
+    assert!(e.api.pod_group_statuses.lock().is_empty());
+    lead.send_replace(true);
+    let mut phases = Vec::new();
+    for _ in 0..100 {
+        phases = e
+            .api
+            .pod_group_statuses
+            .lock()
+            .iter()
+            .map(|(_, s)| phase_of(s).to_string())
+            .collect();
+        if !phases.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(phases, [PHASE_PRE_SCHEDULING]);
+    // Members change: the loop wakes and writes the next status.
+    e.handle
+        .listers
+        .pod_group_members
+        .apply(phase(member("a", "pg").node("n1").build(), "Running"));
+    for _ in 0..100 {
+        if e.api.pod_group_statuses.lock().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stored_phase(&e, "pg").as_deref(), Some(PHASE_RUNNING));
+    task.abort();
 }

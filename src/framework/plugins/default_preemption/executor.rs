@@ -1,30 +1,49 @@
-//! The preemption executor (upstream's `framework/preemption/executor.go`): clears lower-priority
-//! nominations on the chosen node and evicts the victims, in the background (asynchronous
-//! preemption).
+//! The preemption executor (upstream's `framework/preemption/executor.go`, asynchronous
+//! preemption): takes the candidate PostFilter chose and has its victims evicted and the
+//! lower-priority nominations on its node cleared, outside the scheduling cycle. The API calls run
+//! in the scheduler's [`ApiDispatcher`](crate::framework::background::ApiDispatcher); the
+//! plugin's PreEnqueue keeps the preemptor out of the queue until they are done.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use futures::future::join_all;
 use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info};
 
 use crate::framework::interface::{NominatingInfo, NominatingMode};
-use crate::framework::registry::{ApiError, Handle};
+use crate::framework::registry::{ApiError, ApiHandle, Handle, PodNominator};
 use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, PodInfo, PodView};
+use crate::framework::waiting_pods::WaitingPods;
 
 /// The reason of the `DisruptionTarget` condition preemption puts on its victims.
 pub(super) const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
 
-/// Carries out a decided preemption (upstream's `Executor`), and knows which preemptors are still
+/// Carries out decided preemptions (upstream's `Executor`), and knows which preemptors are still
 /// waiting for their victims to go.
 pub struct Executor {
     handle: Handle,
     /// UIDs of preemptors whose victims are still being evicted (upstream's `preempting`).
     pub(super) preempting: Arc<Mutex<HashSet<String>>>,
+}
+
+/// One decided preemption, as the dispatcher runs it.
+struct Preemption {
+    preemptor: String,
+    uid: String,
+    priority: i32,
+    node: String,
+    /// Not terminating yet; most important first.
+    victims: Vec<Arc<AssignedPod>>,
+    /// The `DisruptionTarget` condition's message.
+    message: String,
+    nominator: Option<Arc<dyn PodNominator>>,
+    waiting: Arc<WaitingPods>,
+    preempting: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Executor {
@@ -35,94 +54,141 @@ impl Executor {
         }
     }
 
-    /// Whether the preemption of the pod with `uid` is still evicting its victims.
+    /// Whether the preemption of the pod with `uid` is still evicting its victims (upstream's
+    /// `IsPodRunningPreemption`).
     pub fn is_preempting(&self, uid: &str) -> bool {
         self.preempting.lock().contains(uid)
     }
 
-    /// Clears lower-priority nominations on `node` and evicts `victims` there, in the background
-    /// (upstream's asynchronous preemption): waiting pods are rejected, the others get the
-    /// `DisruptionTarget` condition and are deleted gracefully.
+    /// Hands the preemption of `victims` on `node` for `pod` over to the dispatcher (upstream's
+    /// `prepareCandidateAsync`); returns at once. Victims already terminating are left alone;
+    /// when none is left there is nothing to wait for.
     pub fn actuate(&self, pod: &PodInfo, node: &str, victims: &[Arc<AssignedPod>]) {
         let victims: Vec<Arc<AssignedPod>> = victims
             .iter()
-            .filter(|v| !v.is_terminating())
+            .filter(|v| {
+                let terminating = v.is_terminating();
+                if terminating {
+                    debug!(preemptor = %pod.key(), victim = %v.key(), %node,
+                        "victim pod is already being deleted, skipping the API call for it");
+                }
+                !terminating
+            })
             .cloned()
             .collect();
         if victims.is_empty() {
             return;
         }
-        let lower_nominated: Vec<Arc<PodInfo>> = match &self.handle.nominator {
-            Some(n) => n
-                .nominated_pods_for_node(node)
+        let preemption = Preemption {
+            preemptor: pod.key(),
+            uid: pod.uid().to_string(),
+            priority: pod.priority(),
+            node: node.to_string(),
+            victims,
+            message: format!(
+                "{}: preempting to accommodate a higher priority pod",
+                pod.scheduler_name()
+            ),
+            nominator: self.handle.nominator.clone(),
+            waiting: self.handle.waiting_pods.clone(),
+            preempting: self.preempting.clone(),
+        };
+        self.preempting.lock().insert(preemption.uid.clone());
+        self.handle
+            .dispatcher
+            .dispatch(move |api| async move { preemption.run(api).await });
+    }
+}
+
+impl Preemption {
+    /// Clears lower-priority nominations on the node, then evicts the victims: all but the last
+    /// together, then the last unless one of the others failed (upstream's order, so the
+    /// preemptor comes back soon after a failure).
+    async fn run(self, api: Arc<dyn ApiHandle>) {
+        info!(preemptor = %self.preemptor, node = %self.node, victims = self.victims.len(),
+            "start the preemption asynchronously");
+        let mut failed = self.clear_lower_nominations(&api).await;
+        if let Some((last, others)) = self.victims.split_last() {
+            let errors: Vec<ApiError> = join_all(others.iter().map(|v| self.evict(&api, v)))
+                .await
                 .into_iter()
-                .filter(|p| p.priority() < pod.priority())
-                .collect(),
-            None => Vec::new(),
-        };
-        let api = self.handle.api.clone();
-        let waiting = self.handle.waiting_pods.clone();
-        let message = format!(
-            "{}: preempting to accommodate a higher priority pod",
-            pod.scheduler_name()
-        );
-        let (preemptor, node) = (pod.key(), node.to_string());
-        let (preempting, uid) = (self.preempting.clone(), pod.uid().to_string());
-        preempting.lock().insert(uid.clone());
-        let work = async move {
-            for p in &lower_nominated {
-                let clear = NominatingInfo {
-                    nominated_node_name: String::new(),
-                    mode: NominatingMode::Override,
-                };
-                if let Err(err) = api
-                    .patch_pod_status(p.namespace(), p.name(), None, Some(clear))
-                    .await
-                {
-                    warn!(pod = %p.key(), %err, "cannot clear nominatedNodeName");
-                }
+                .filter_map(Result::err)
+                .collect();
+            if let Some(err) = errors.first() {
+                error!(preemptor = %self.preemptor, %err, "Error occurred during async preemption");
+                failed = true;
+            } else if let Err(err) = self.evict(&api, last).await {
+                error!(preemptor = %self.preemptor, %err,
+                    "Error occurred during async preemption of the last victim");
+                failed = true;
             }
-            let evictions = victims.iter().map(|v| {
-                let (api, waiting, message) = (api.clone(), waiting.clone(), message.clone());
-                let (preemptor, node) = (preemptor.clone(), node.clone());
-                async move {
-                    if waiting.reject(v.uid(), "preempted") {
-                        info!(%preemptor, victim = %v.key(), %node, "preempted a waiting pod");
-                        return;
-                    }
-                    let condition = PodCondition {
-                        type_: DISRUPTION_TARGET.into(),
-                        status: "True".into(),
-                        reason: Some(REASON_PREEMPTION_BY_SCHEDULER.into()),
-                        message: Some(message),
-                        last_transition_time: Some(Time(Timestamp::now())),
-                        ..Default::default()
-                    };
-                    let r = match api
-                        .patch_pod_status(v.namespace(), v.name(), Some(condition), None)
-                        .await
-                    {
-                        Ok(()) => api.delete_pod(v.namespace(), v.name(), v.uid()).await,
-                        Err(e) => Err(e),
-                    };
-                    match r {
-                        Ok(()) => info!(%preemptor, victim = %v.key(), %node, "preempted"),
-                        Err(ApiError::NotFound(_)) => {
-                            debug!(victim = %v.key(), "victim pod is already deleted")
-                        }
-                        Err(err) => warn!(%preemptor, victim = %v.key(), %err, "preempting"),
-                    }
-                }
-            });
-            futures::future::join_all(evictions).await;
-            preempting.lock().remove(&uid);
+        }
+        self.preempting.lock().remove(&self.uid);
+        let result = if failed { "error" } else { "success" };
+        info!(preemptor = %self.preemptor, node = %self.node, result,
+            "async preemption finished completely");
+    }
+
+    /// Pods of lower priority nominated to the node may not fit there any more: their nomination
+    /// is cleared, so the scheduler finds them another place sooner. Whether a patch failed (not
+    /// critical: the preemption goes on).
+    async fn clear_lower_nominations(&self, api: &Arc<dyn ApiHandle>) -> bool {
+        let Some(nominator) = &self.nominator else {
+            return false;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(work);
+        let mut failed = false;
+        for p in nominator.nominated_pods_for_node(&self.node) {
+            if p.priority() >= self.priority {
+                continue;
             }
-            // No runtime (tests, offline simulation): run it here.
-            Err(_) => futures::executor::block_on(work),
+            let clear = NominatingInfo {
+                nominated_node_name: String::new(),
+                mode: NominatingMode::Override,
+            };
+            if let Err(err) = api
+                .patch_pod_status(p.namespace(), p.name(), None, Some(clear))
+                .await
+            {
+                error!(pod = %p.key(), node = %self.node, %err,
+                    "Cannot clear 'NominatedNodeName' field from lower priority pods on the same target node");
+                failed = true;
+            }
+        }
+        failed
+    }
+
+    /// Upstream's `PreemptPod`: a victim waiting at Permit is rejected in memory; any other gets
+    /// the `DisruptionTarget` condition and is deleted. A victim already gone is not an error.
+    async fn evict(&self, api: &Arc<dyn ApiHandle>, victim: &AssignedPod) -> Result<(), ApiError> {
+        if self.waiting.reject(victim.uid(), "preempted") {
+            info!(preemptor = %self.preemptor, victim = %victim.key(), node = %self.node,
+                "preemptor preempted a waiting pod");
+            return Ok(());
+        }
+        let condition = PodCondition {
+            type_: DISRUPTION_TARGET.into(),
+            status: "True".into(),
+            reason: Some(REASON_PREEMPTION_BY_SCHEDULER.into()),
+            message: Some(self.message.clone()),
+            last_transition_time: Some(Time(Timestamp::now())),
+            ..Default::default()
+        };
+        let (ns, name) = (victim.namespace(), victim.name());
+        let result = match api.patch_pod_status(ns, name, Some(condition), None).await {
+            Ok(()) => api.delete_pod(ns, name, victim.uid()).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => {
+                info!(preemptor = %self.preemptor, victim = %victim.key(), node = %self.node,
+                    "preemptor pod preempted victim pod");
+                Ok(())
+            }
+            Err(ApiError::NotFound(_)) => {
+                debug!(preemptor = %self.preemptor, victim = %victim.key(), "victim pod is already deleted");
+                Ok(())
+            }
+            Err(err) => Err(err),
         }
     }
 }

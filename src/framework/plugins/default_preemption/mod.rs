@@ -5,7 +5,8 @@
 //! - `plugin`: the plugin (`default_preemption.go`): eligibility, the victims on one node,
 //!   PreEnqueue, PostFilter, the registration.
 //! - `evaluator`: the evaluator (`preemption.go`): the dry run, extenders, choice of the node.
-//! - `executor`: the executor (`executor.go`): the victims' eviction, in the background.
+//! - `executor`: the executor (`executor.go`): the victims' eviction, handed to the scheduler's
+//!   API dispatcher so the scheduling cycle never waits on it.
 
 mod evaluator;
 mod executor;

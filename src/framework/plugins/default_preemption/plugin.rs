@@ -15,14 +15,17 @@ use super::evaluator::{Evaluator, Interface, more_important_cmp};
 use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
 use crate::framework::args::{decode, typed};
 use crate::framework::interface::{
-    Code, CycleState, FrameworkHandle, NodeToStatus, PostFilterPlugin, PostFilterResult,
-    PreEnqueuePlugin, Status,
+    ClusterEventWithHint, Code, CycleState, EnqueueExtensions, FrameworkHandle, NodeToStatus,
+    PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
 use crate::framework::listers::Informer;
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
-use crate::framework::registry::{Handle, PluginRegistration};
-use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
+use crate::framework::registry::{Handle, PluginRegistration, policy_rule};
+use crate::framework::types::{
+    ActionType, AssignedPod, ClusterEvent, EventResource, NodeInfo, PodInfo, PodView, QueueingHint,
+    Snapshot,
+};
 
 /// A node where every lower-priority pod was removed and the pod still does not fit.
 pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
@@ -238,8 +241,22 @@ fn filter_pods_with_pdb_violation(
 impl_plugin!(
     DefaultPreemption,
     names::DEFAULT_PREEMPTION,
-    [PreEnqueue, PostFilter]
+    [PreEnqueue, PostFilter],
+    EnqueueExtensions
 );
+
+impl EnqueueExtensions for DefaultPreemption {
+    /// As upstream with asynchronous preemption: a pod deletion is registered so that the queue
+    /// looks at the pods this plugin holds back, but the hint always says QueueSkip: the other
+    /// plugins that rejected the pod decide when it is retried, and the gate lifts when the
+    /// preemption is over.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![ClusterEventWithHint::with_hint(
+            ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
+            |_, _, _| Ok(QueueingHint::QueueSkip),
+        )]
+    }
+}
 
 /// Keeps a preemptor out of the active queue while its victims are being evicted (asynchronous
 /// preemption), so it does not preempt again meanwhile.
@@ -299,4 +316,13 @@ pub fn registration() -> PluginRegistration {
         },
     )
     .with_informers(&[Informer::PodDisruptionBudgets])
+    // Evicting victims, and reading the disruption budgets that protect them.
+    .with_rbac_rules(vec![
+        policy_rule(&[""], &["pods"], &["delete"]),
+        policy_rule(
+            &["policy"],
+            &["poddisruptionbudgets"],
+            &["get", "list", "watch"],
+        ),
+    ])
 }

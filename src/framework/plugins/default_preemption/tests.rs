@@ -18,7 +18,7 @@ use crate::framework::interface::{
     Code, CycleState, NominatingMode, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
 use crate::framework::plugins::names;
-use crate::framework::registry::{PodNominator, RecordingApi, Registry};
+use crate::framework::registry::{ApiError, ApiHandle, PodNominator, RecordingApi, Registry};
 use crate::framework::runtime::Framework;
 use crate::framework::schedule::{Algorithm, ScheduleError};
 use crate::framework::testing::{NodeBuilder, PodBuilder, handle, profile};
@@ -201,6 +201,9 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
     if !status.message().is_empty() {
         fit.set_post_filter_message(status.message());
     }
+    // The evictions wait in the dispatcher until it runs them (here, at once).
+    let queued = fwk.handle().dispatcher.clone();
+    queued.run_queued(&(api.clone() as Arc<dyn ApiHandle>));
     Outcome {
         result,
         status,
@@ -557,24 +560,50 @@ fn min_candidate_nodes_stop_the_dry_run_from_the_offset() {
 
 #[test]
 fn pre_enqueue_holds_the_preemptor_only_while_it_preempts() {
-    let (h, _) = handle();
-    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h);
+    let (h, api) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h.clone());
     let p = pod("p", 100, "1").info();
     assert!(pl.pre_enqueue(&p).is_success());
-    pl.evaluator
-        .executor
-        .preempting
-        .lock()
-        .insert(p.uid().to_string());
+    let victim = Arc::new(pod("low", 1, "1").node("n1").assigned());
+    pl.evaluator.executor().actuate(&p, "n1", &[victim]);
+    // PostFilter returned; the eviction waits in the dispatcher and the preemptor is held.
     let s = pl.pre_enqueue(&p);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), WAITING_FOR_PREEMPTION);
-    // Without a runtime the eviction runs inline (tests, offline simulation).
-    let out = preempt(
-        Cluster::of(&["n1"], vec![on("n1", "low", 1, "2")]),
-        preemptor("1"),
-    );
-    assert_eq!(out.deleted(), ["default/low"]);
+    assert!(api.deletions.lock().is_empty());
+    h.dispatcher
+        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+    assert_eq!(*api.deletions.lock(), ["default/low"]);
+    assert!(pl.pre_enqueue(&p).is_success());
+}
+
+#[test]
+fn a_failed_eviction_ends_the_preemption_before_the_last_victim() {
+    let (h, api) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h.clone());
+    let p = pod("p", 100, "1").info();
+    let victims: Vec<_> = ["v1", "v2", "v3"]
+        .iter()
+        .map(|n| Arc::new(pod(n, 1, "1").node("n1").assigned()))
+        .collect();
+    *api.fail_delete.lock() = Some(ApiError::Other("the API server is down".into()));
+    pl.evaluator.executor().actuate(&p, "n1", &victims);
+    h.dispatcher
+        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+    // The first two were tried (condition, then delete); the last was not; the preemptor may
+    // try again.
+    let patched: Vec<String> = api
+        .status_patches
+        .lock()
+        .iter()
+        .map(|(k, _, _)| k.clone())
+        .collect();
+    assert_eq!(patched, ["default/v1", "default/v2"]);
+    assert!(pl.pre_enqueue(&p).is_success());
+    // A victim already being deleted is left alone: nothing to wait for.
+    let terminating = Arc::new(pod("t", 1, "1").node("n1").terminating().assigned());
+    pl.evaluator.executor().actuate(&p, "n1", &[terminating]);
+    assert!(pl.pre_enqueue(&p).is_success());
 }
 
 #[test]
@@ -624,4 +653,22 @@ fn num_candidates_and_pick() {
         &pod("a", 2, "1").assigned(),
         &pod("b", 1, "1").assigned()
     ));
+}
+
+/// Upstream's hint: a pod deletion is registered, and always QueueSkip (the pod's other rejecting
+/// plugins decide; the gate lifts when the preemption is over).
+#[test]
+fn a_pod_deletion_is_registered_and_skipped() {
+    use crate::framework::testing::hints::{assigned_obj, event, hint, registered};
+    use crate::framework::types::{ActionType, EventResource, QueueingHint};
+    let (h, _) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h);
+    assert_eq!(registered(&pl), ["Pod/Delete"]);
+    let victim = assigned_obj(pod("v", 0, "1").node("n").build());
+    let deleted = event(EventResource::AssignedPod, ActionType::DELETE);
+    let p = pod("p", 100, "1").info();
+    assert_eq!(
+        hint(&pl, deleted, &p, Some(victim), None),
+        Some(QueueingHint::QueueSkip)
+    );
 }

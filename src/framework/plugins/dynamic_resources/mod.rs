@@ -21,6 +21,7 @@
 pub mod allocator;
 pub mod cel;
 pub mod claims;
+mod events;
 pub mod plugin;
 #[cfg(test)]
 pub mod testing;
@@ -38,7 +39,7 @@ use crate::config::duration::GoDuration;
 use crate::framework::args::{PluginArgs, decode, invalid, typed};
 use crate::framework::interface::Plugin;
 use crate::framework::listers::Informer;
-use crate::framework::registry::PluginRegistration;
+use crate::framework::registry::{PluginRegistration, policy_rule};
 
 /// The kinds DynamicResources reads. ResourceClaimTemplates are not among them: the claims a pod's
 /// templates stand for are created by kube-controller-manager and read as ResourceClaims.
@@ -108,11 +109,32 @@ pub fn registration() -> PluginRegistration {
             Ok(Arc::new(DynamicResources::new(
                 handle.listers.clone(),
                 handle.api.clone(),
+                handle.dispatcher.clone(),
                 timeout,
             )) as Arc<dyn Plugin>)
         },
     )
     .with_informers(INFORMERS)
+    // Upstream's system:kube-scheduler rules for dynamic resource allocation: claims are read,
+    // get a finalizer, and have their allocation and reservation written (the binding
+    // subresource authorizes status writes since DRAResourceClaimGranularStatusAuthorization).
+    .with_rbac_rules(vec![
+        policy_rule(
+            &["resource.k8s.io"],
+            &["resourceclaims", "resourceclaims/status"],
+            &["get", "list", "watch", "update", "patch"],
+        ),
+        policy_rule(
+            &["resource.k8s.io"],
+            &["resourceclaims/binding"],
+            &["update", "patch"],
+        ),
+        policy_rule(
+            &["resource.k8s.io"],
+            &["deviceclasses", "resourceslices"],
+            &["get", "list", "watch"],
+        ),
+    ])
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use super::allocator::{AllocateError, Allocator};
 use super::cel::Cache;
 use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
 use super::tracker::ClaimTracker;
+use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PostFilterResult,
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
@@ -47,6 +48,8 @@ pub struct DynamicResources {
     /// Shared with this plugin in every other profile of the scheduler.
     tracker: Arc<ClaimTracker>,
     api: Arc<dyn ApiHandle>,
+    /// Runs the writes PostFilter and Unreserve decide, outside the scheduling cycle.
+    dispatcher: Arc<ApiDispatcher>,
     cel: Arc<Cache>,
     filter_timeout: Option<Duration>,
 }
@@ -57,7 +60,8 @@ impl_plugin!(
     [
         PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
     ],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for DynamicResources {
@@ -115,15 +119,26 @@ impl DynamicResources {
     pub fn new(
         listers: Arc<Listers>,
         api: Arc<dyn ApiHandle>,
+        dispatcher: Arc<ApiDispatcher>,
         filter_timeout: Option<Duration>,
     ) -> DynamicResources {
         DynamicResources {
             tracker: listers.plugin_state.get_or_default::<ClaimTracker>(),
             listers,
             api,
+            dispatcher,
             cel: Arc::new(Cache::default()),
             filter_timeout,
         }
+    }
+
+    /// The stores the plugin reads (its queueing hints read the same).
+    pub(super) fn listers(&self) -> &Arc<Listers> {
+        &self.listers
+    }
+
+    pub(super) fn tracker(&self) -> &Arc<ClaimTracker> {
+        &self.tracker
     }
 
     fn claims_of(&self, pod: &PodInfo) -> Result<Vec<Arc<ResourceClaim>>, String> {
@@ -496,24 +511,13 @@ impl PostFilterPlugin for DynamicResources {
                 status.allocation = None;
                 status.devices = None;
             }
-            let api = self.api.clone();
             // PostFilter runs in the scheduling cycle, which must not wait on the API: the
-            // update runs on its own and the pod is retried when the claim changes.
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => {
-                    rt.spawn(async move {
-                        if let Err(e) = api.update_resource_claim_status(&deallocated).await {
-                            tracing::warn!(claim = %claim_key(&deallocated), error = %e, "deallocating ResourceClaim failed");
-                        }
-                    });
+            // update is handed to the dispatcher and the pod is retried when the claim changes.
+            self.dispatcher.dispatch(move |api| async move {
+                if let Err(e) = api.update_resource_claim_status(&deallocated).await {
+                    tracing::warn!(claim = %claim_key(&deallocated), error = %e, "deallocating ResourceClaim failed");
                 }
-                Err(_) => {
-                    return (
-                        None,
-                        Status::error("no runtime to deallocate the ResourceClaim"),
-                    );
-                }
-            }
+            });
             return (
                 None,
                 Status::unschedulable("deallocation of ResourceClaim completed"),
@@ -634,23 +638,20 @@ impl ReservePlugin for DynamicResources {
                 tracker.restore(&claim_key(claim));
             }
             if is_allocated(claim) && reserved_for_pod(claim, pod.uid()) {
-                let api = self.api.clone();
                 let (namespace, name) = (
                     claim.metadata.namespace.clone().unwrap_or_default(),
                     claim.metadata.name.clone().unwrap_or_default(),
                 );
                 let (claim_uid, pod_uid) = (uid.to_string(), pod.uid().to_string());
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move {
-                        if let Err(e) = api
-                            .remove_resource_claim_consumer(&namespace, &name, &claim_uid, &pod_uid)
-                            .await
-                        {
-                            // Retried by the pod's next attempt, as upstream.
-                            tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "unreserve");
-                        }
-                    });
-                }
+                self.dispatcher.dispatch(move |api| async move {
+                    if let Err(e) = api
+                        .remove_resource_claim_consumer(&namespace, &name, &claim_uid, &pod_uid)
+                        .await
+                    {
+                        // Retried by the pod's next attempt, as upstream.
+                        tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "unreserve");
+                    }
+                });
             }
         }
     }

@@ -11,12 +11,13 @@ use super::plugin::{
 use super::testing::{claim, class, device, exact, node_slice};
 use super::*;
 use crate::framework::args::decode;
+use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
     Code, CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PreBindPlugin,
     PreEnqueuePlugin, PreFilterPlugin, ReservePlugin, ScorePlugin,
 };
 use crate::framework::listers::Listers;
-use crate::framework::registry::RecordingApi;
+use crate::framework::registry::{ApiHandle, RecordingApi};
 use crate::framework::testing::NodeBuilder;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -50,6 +51,7 @@ fn generated_claim(name: &str, pod: &str, devices: Value) -> ResourceClaim {
 struct Env {
     listers: Arc<Listers>,
     api: Arc<RecordingApi>,
+    dispatcher: Arc<ApiDispatcher>,
     plugin: DynamicResources,
 }
 
@@ -71,10 +73,12 @@ fn env(gpus: usize, claims: Vec<ResourceClaim>) -> Env {
         api.resource_claims.lock().push(c.clone());
         listers.resource_claims.apply(c);
     }
-    let plugin = DynamicResources::new(listers.clone(), api.clone(), None);
+    let dispatcher = Arc::new(ApiDispatcher::default());
+    let plugin = DynamicResources::new(listers.clone(), api.clone(), dispatcher.clone(), None);
     Env {
         listers,
         api,
+        dispatcher,
         plugin,
     }
 }
@@ -338,12 +342,12 @@ async fn allocated_claims_pin_the_pod_and_post_filter_deallocates() {
         .plugin
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.message(), "deallocation of ResourceClaim completed");
-    for _ in 0..100 {
-        if !e.api.claim_writes.lock().is_empty() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    assert!(
+        e.api.claim_writes.lock().is_empty(),
+        "nothing written in the cycle"
+    );
+    e.dispatcher
+        .run_queued(&(e.api.clone() as Arc<dyn ApiHandle>));
     let writes = e.api.claim_writes.lock().clone();
     assert_eq!(writes.len(), 1);
     assert!(

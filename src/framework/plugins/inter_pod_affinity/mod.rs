@@ -3,6 +3,7 @@
 //! required affinity (`hardPodAffinityWeight`) score them. Upstream's
 //! `pkg/scheduler/framework/plugins/interpodaffinity`.
 
+mod events;
 mod filtering;
 mod scoring;
 mod terms;
@@ -19,7 +20,7 @@ use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, invalid};
 use crate::framework::interface::{SignFragment, SignPlugin, Status, signer_names};
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
+use crate::framework::plugins::helper::{impl_plugin, namespace_rules, registration_with_listers};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::PodInfo;
 
@@ -77,7 +78,8 @@ impl_plugin!(
     InterPodAffinity,
     names::INTER_POD_AFFINITY,
     [PreFilter, Filter, PreScore, Score],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for InterPodAffinity {
@@ -109,4 +111,5 @@ pub fn registration() -> PluginRegistration {
         &[Informer::Namespaces],
         |args, listers| Ok(InterPodAffinity::new(args, listers)),
     )
+    .with_rbac_rules(namespace_rules())
 }

@@ -134,7 +134,7 @@ impl PodTerms {
     }
 
     /// The terms of `affinity`, declared by `pod`.
-    fn declared(pod: &impl PodView, affinity: Option<&Affinity>) -> Result<PodTerms, String> {
+    pub fn declared(pod: &impl PodView, affinity: Option<&Affinity>) -> Result<PodTerms, String> {
         let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
         let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
         Ok(PodTerms {

@@ -37,13 +37,16 @@ use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, forbidden, invalid};
 use crate::framework::interface::{
-    CycleState, FilterPlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, ScorePlugin, SignFragment,
+    SignPlugin, Status, signer_names,
 };
 use crate::framework::listers::{Informer, Listers};
-use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
+use crate::framework::plugins::helper::{
+    impl_plugin, namespace_rules, own_update, queue_if, registration_with_listers,
+};
 use crate::framework::plugins::names;
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo};
+use crate::framework::types::{ActionType, ClusterEvent, EventResource, NodeInfo, PodInfo};
 
 /// The weight of a PreferHost/PreferLeaf policy that sets none.
 pub const DEFAULT_PREFER_WEIGHT: i32 = 100;
@@ -197,8 +200,26 @@ impl_plugin!(
     LeafNodeDistribution,
     names::LEAF_NODE_DISTRIBUTION,
     [Filter, Score],
+    EnqueueExtensions,
     Sign
 );
+
+impl EnqueueExtensions for LeafNodeDistribution {
+    /// Whether a node is a (permitted) leaf node follows its labels: a node added or relabeled
+    /// (no hint); which policies select the pod follows its labels: its own relabeling.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD | ActionType::UPDATE_NODE_LABEL,
+            )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE_POD_LABEL),
+                |pod, old, new| Ok(queue_if(own_update(pod, old, new)?.is_some())),
+            ),
+        ]
+    }
+}
 
 impl SignPlugin for LeafNodeDistribution {
     /// Policies select pods by labels and namespace (in every signature); DaemonSet pods never go
@@ -277,6 +298,7 @@ pub fn registration() -> PluginRegistration {
         &[Informer::Namespaces],
         |args: LeafNodeDistributionArgs, listers| LeafNodeDistribution::new(&args, listers),
     )
+    .with_rbac_rules(namespace_rules())
 }
 
 #[cfg(test)]
@@ -287,6 +309,34 @@ mod tests {
     use crate::framework::interface::Code;
     use crate::framework::testing::{NodeBuilder, PodBuilder};
     use serde_json::{Value, json};
+
+    #[test]
+    fn hints() {
+        use crate::framework::testing::hints::{event, hint, node_obj, pod_obj, registered};
+        use crate::framework::types::QueueingHint::{Queue, QueueSkip};
+        let pl = LeafNodeDistribution::new(
+            &LeafNodeDistributionArgs::default(),
+            Arc::new(Listers::default()),
+        )
+        .expect("plugin");
+        assert_eq!(
+            registered(&pl),
+            ["Node/Add|UpdateNodeLabel", "Pod/UpdatePodLabel"]
+        );
+        let pod = PodBuilder::new("p").uid("p").info();
+        let node = || Some(node_obj(NodeBuilder::new("n").build()));
+        let label = event(EventResource::Node, ActionType::UPDATE_NODE_LABEL);
+        assert_eq!(hint(&pl, label, &pod, node(), node()), Some(Queue));
+        let taint = event(EventResource::Node, ActionType::UPDATE_NODE_TAINT);
+        assert_eq!(hint(&pl, taint, &pod, node(), node()), None);
+        let relabel = event(EventResource::UnscheduledPod, ActionType::UPDATE_POD_LABEL);
+        let own = |uid: &str| Some(pod_obj(PodBuilder::new("p").uid(uid).build()));
+        assert_eq!(hint(&pl, relabel, &pod, own("p"), own("p")), Some(Queue));
+        assert_eq!(
+            hint(&pl, relabel, &pod, own("q"), own("q")),
+            Some(QueueSkip)
+        );
+    }
 
     fn plugin(policies: Value) -> LeafNodeDistribution {
         let listers =

@@ -22,18 +22,22 @@ use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, invalid, not_supported, required};
 use crate::framework::interface::{
-    CycleState, FilterPlugin, NodeScore, PreScorePlugin, ScorePlugin, SignFragment, SignPlugin,
-    Status, signer_names,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, NodeScore, PreScorePlugin,
+    ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::normalize_to_max;
-use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
+use crate::framework::plugins::helper::{impl_plugin, namespace_rules, registration_with_listers};
 use crate::framework::plugins::names;
 use crate::framework::plugins::taint_toleration::{
-    filter_tolerations, pre_score_tolerations, score_tolerations, sign_tolerations,
+    filter_tolerations, is_schedulable_after_node_change,
+    is_schedulable_after_pod_toleration_change, pre_score_tolerations, score_tolerations,
+    sign_tolerations,
 };
 use crate::framework::registry::PluginRegistration;
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventResource, NodeInfo, PodInfo, Snapshot,
+};
 
 const PRE_SCORE_STATE_KEY: &str = "PreScoreLeafNodeTaintToleration";
 const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
@@ -121,7 +125,7 @@ struct CompiledPolicy {
 /// The plugin.
 #[derive(Debug)]
 pub struct LeafNodeTaintToleration {
-    policies: Vec<CompiledPolicy>,
+    policies: Arc<Vec<CompiledPolicy>>,
     listers: Arc<Listers>,
 }
 
@@ -144,18 +148,56 @@ impl LeafNodeTaintToleration {
                 })
             })
             .collect::<Result<_, String>>()?;
-        Ok(LeafNodeTaintToleration { policies, listers })
+        Ok(LeafNodeTaintToleration {
+            policies: Arc::new(policies),
+            listers,
+        })
     }
 
     /// The pod's tolerations plus those granted by every policy selecting it.
     fn tolerations(&self, pod: &PodInfo) -> Vec<Toleration> {
-        let mut out = pod.tolerations().to_vec();
-        for p in &self.policies {
-            if p.pods.matches(pod, &self.listers) {
-                out.extend(p.tolerations.iter().cloned());
-            }
+        granted_tolerations(&self.policies, &self.listers, pod)
+    }
+}
+
+fn granted_tolerations(
+    policies: &[CompiledPolicy],
+    listers: &Listers,
+    pod: &PodInfo,
+) -> Vec<Toleration> {
+    let mut out = pod.tolerations().to_vec();
+    for p in policies {
+        if p.pods.matches(pod, listers) {
+            out.extend(p.tolerations.iter().cloned());
         }
-        out
+    }
+    out
+}
+
+impl EnqueueExtensions for LeafNodeTaintToleration {
+    /// TaintToleration's events, judged with the granted tolerations; and the pod's own new
+    /// labels, which may make a policy's `podSelector` select it.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        let (policies, listers) = (self.policies.clone(), self.listers.clone());
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD | ActionType::UPDATE_NODE_TAINT,
+                ),
+                move |pod, old, new| {
+                    let tolerations = granted_tolerations(&policies, &listers, pod);
+                    is_schedulable_after_node_change(&tolerations, old, new)
+                },
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Pod,
+                    ActionType::UPDATE_POD_TOLERATION | ActionType::UPDATE_POD_LABEL,
+                ),
+                is_schedulable_after_pod_toleration_change,
+            ),
+        ]
     }
 }
 
@@ -182,7 +224,8 @@ impl_plugin!(
     LeafNodeTaintToleration,
     names::LEAF_NODE_TAINT_TOLERATION,
     [Filter, PreScore, Score],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for LeafNodeTaintToleration {
@@ -247,6 +290,7 @@ pub fn registration() -> PluginRegistration {
         &[Informer::Namespaces],
         |args: LeafNodeTaintTolerationArgs, listers| LeafNodeTaintToleration::new(&args, listers),
     )
+    .with_rbac_rules(namespace_rules())
 }
 
 #[cfg(test)]
@@ -268,6 +312,27 @@ mod tests {
 
     fn info(node: k8s_openapi::api::core::v1::Node) -> NodeInfo {
         NodeInfo::with_node(Arc::new(node), [])
+    }
+
+    /// TaintToleration's hints with the granted tolerations: a leaf node added is worth a retry
+    /// only for the pods a policy lets tolerate its taint.
+    #[test]
+    fn hints() {
+        use crate::framework::testing::hints::{event, hint, node_obj, pod_obj};
+        use crate::framework::types::QueueingHint::{Queue, QueueSkip};
+        let pl = plugin(json!({"policies": [{
+            "taints": [{"key": "kosmos.io/node", "value": "true", "effect": "NoSchedule"}],
+            "namespaceSelector": {"matchLabels": {"leaf": "ok"}}
+        }]}));
+        let add = event(EventResource::Node, ActionType::ADD);
+        let leaf = || Some(node_obj(leaf_node("leaf", "c1")));
+        let allowed = PodBuilder::new("p").namespace("leafy").info();
+        let other = PodBuilder::new("p").namespace("default").info();
+        assert_eq!(hint(&pl, add, &allowed, None, leaf()), Some(Queue));
+        assert_eq!(hint(&pl, add, &other, None, leaf()), Some(QueueSkip));
+        let relabel = event(EventResource::UnscheduledPod, ActionType::UPDATE_POD_LABEL);
+        let own = || Some(pod_obj(PodBuilder::new("p").namespace("default").build()));
+        assert_eq!(hint(&pl, relabel, &other, own(), own()), Some(Queue));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
@@ -34,19 +34,23 @@ use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, typed};
 use crate::framework::interface::{
-    CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    ReservePlugin, SignFragment, SignPlugin, Status,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreBindPlugin,
+    PreFilterPlugin, PreFilterResult, ReservePlugin, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::Listers;
-use crate::framework::plugins::helper::impl_plugin;
-use crate::framework::plugins::helper::node_selector_terms_match;
+use crate::framework::plugins::helper::{
+    impl_plugin, node_selector_terms_match, queue_if, volume_rules,
+};
 use crate::framework::plugins::names;
 use crate::framework::plugins::volume_binding::{
     DEFAULT_BIND_TIMEOUT_SECONDS, INFORMERS, VolumeBinding, VolumeBindingArgs,
-    validate_volume_binding,
+    validate_volume_binding, volume_binding_events,
 };
 use crate::framework::registry::{Handle, PluginRegistration, SharedSnapshot};
-use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::types::{
+    ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo,
+    QueueingHint, Snapshot, objects,
+};
 
 const STATE_KEY: &str = "PreFilterLeafNodeVolumeBinding";
 
@@ -292,8 +296,34 @@ impl_plugin!(
     LeafNodeVolumeBinding,
     names::LEAF_NODE_VOLUME_BINDING,
     [PreFilter, Filter, Reserve, PreBind],
+    EnqueueExtensions,
     Sign
 );
+
+impl EnqueueExtensions for LeafNodeVolumeBinding {
+    /// VolumeBinding's events, and a node's leaf cluster (`kosmos-io/owned-by-cluster`)
+    /// changing: claims owned by a leaf cluster pin pods to its nodes.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        let mut events = volume_binding_events();
+        events.push(ClusterEventWithHint::with_hint(
+            ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_ANNOTATION),
+            is_schedulable_after_node_cluster_change,
+        ));
+        events
+    }
+}
+
+/// Queue when the leaf cluster a node stands for changed.
+fn is_schedulable_after_node_cluster_change(
+    _pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, HintError> {
+    let (old, new) = objects::<Node>(old, new)?;
+    Ok(queue_if(
+        old.and_then(node_cluster) != new.and_then(node_cluster),
+    ))
+}
 
 impl SignPlugin for LeafNodeVolumeBinding {
     /// Pods with claims are not signable (their claims are bound here or in a leaf cluster as
@@ -434,6 +464,7 @@ pub fn registration() -> PluginRegistration {
         },
     )
     .with_informers(INFORMERS)
+    .with_rbac_rules(volume_rules(true))
 }
 
 #[cfg(test)]
@@ -441,8 +472,30 @@ mod tests {
     use super::super::test_support::*;
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::testing::hints::node_obj;
     use crate::framework::testing::{Fake, NodeBuilder, PodBuilder, handle};
-    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+    #[test]
+    fn a_node_changing_leaf_cluster_requeues() {
+        let pod = PodBuilder::new("p").info();
+        let hint = |old: Node, new: Node| {
+            let (old, new) = (node_obj(old), node_obj(new));
+            is_schedulable_after_node_cluster_change(&pod, Some(&old), Some(&new))
+        };
+        assert_eq!(
+            hint(leaf_node("n", "a"), leaf_node("n", "b")),
+            Ok(QueueingHint::Queue)
+        );
+        let mut other_annotation = leaf_node("n", "a");
+        if let Some(a) = other_annotation.metadata.annotations.as_mut() {
+            a.insert("x".into(), "y".into());
+        }
+        assert_eq!(
+            hint(leaf_node("n", "a"), other_annotation),
+            Ok(QueueingHint::QueueSkip)
+        );
+    }
     use parking_lot::Mutex;
     use serde_json::{Value, json};
 

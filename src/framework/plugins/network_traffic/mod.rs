@@ -7,26 +7,27 @@
 //! NormalizeScore is `100 - score * 100 / max` (all 100 when max is 0).
 //!
 //! Args: the seed's `ip`, `deviceName`, `timeRange`, or the later published `prometheusAddress`,
-//! `networkInterface`, `timeRangeInSeconds` (not both at once); the normalized form uses the seed's.
+//! `networkInterface`, `timeRangeInSeconds` (not both at once); the normalized form uses the
+//! seed's. Our own `refreshPeriodSeconds` (default 10) sets how often Prometheus is asked.
 //!
-//! Prometheus is asked once per scheduling cycle (in PreScore when it is enabled, else by the first
-//! Score call of the cycle), through the [`MetricsSource`] trait, with a bounded timeout
-//! ([`QUERY_TIMEOUT`]). When it is down, slow or answers garbage, every node scores 0 (scheduling goes
-//! on), the outage is logged once (and its end), and [`prometheus_errors_total`] counts the failures.
-//! The HTTP client ([`prometheus::PrometheusClient`]) is the one I/O piece of the framework: it lives
-//! in this module's `prometheus.rs`, behind the trait, so the plugin logic and its tests stay pure.
+//! The scheduling cycle never waits on Prometheus: the plugin's [`refresher::Refresher`], a
+//! background task the scheduler starts, asks once per refresh period for every node at once and
+//! keeps the answer in memory; PreScore (when enabled) and Score read it. Data older than
+//! [`STALE_AFTER_PERIODS`] periods, or none yet, scores every node the same (as a node without
+//! data: 0 bytes), so a slow or unreachable Prometheus never stalls or skews scheduling. The outage
+//! is logged once (and its end); the scheduler exports the data's age and the failed queries
+//! (`ksched_network_traffic_data_age_seconds`, `ksched_network_traffic_query_errors_total`).
 
 pub mod prometheus;
+pub mod refresher;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::Mutex;
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{debug, info, warn};
 
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, invalid, required};
@@ -37,17 +38,13 @@ use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::{Handle, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+use refresher::{Latest, Measurements, Refresher, Telemetry};
 
-/// The longest one cycle waits for Prometheus.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// `refreshPeriodSeconds` when the args do not set it.
+pub const DEFAULT_REFRESH_PERIOD_SECONDS: i64 = 10;
 
-static PROMETHEUS_ERRORS_TOTAL: AtomicU64 = AtomicU64::new(0);
-
-/// Failed Prometheus queries of every NetworkTraffic instance since the process started (exported
-/// as `scheduler_network_traffic_prometheus_errors_total`).
-pub fn prometheus_errors_total() -> u64 {
-    PROMETHEUS_ERRORS_TOTAL.load(Ordering::Relaxed)
-}
+/// Measurements older than this many refresh periods are stale: nodes score the same.
+pub const STALE_AFTER_PERIODS: u32 = 3;
 
 /// One series of an instant-query result.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,13 +53,14 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// Where the plugin gets its measurements: Prometheus' instant query API in production.
+/// Where the refresher gets its measurements: Prometheus' instant query API in production.
+#[async_trait]
 pub trait MetricsSource: Send + Sync {
     /// Runs the PromQL instant query `query`, giving up after `timeout`.
-    fn query(&self, query: &str, timeout: Duration) -> Result<Vec<Sample>, String>;
+    async fn query(&self, query: &str, timeout: Duration) -> Result<Vec<Sample>, String>;
 }
 
-/// The PromQL query for one cycle.
+/// The PromQL query the refresher runs.
 pub fn query_for(device_name: &str, time_range: i64) -> String {
     format!(
         "sum_over_time(node_network_receive_bytes_total{{device=\"{}\"}}[{time_range}s])",
@@ -70,114 +68,59 @@ pub fn query_for(device_name: &str, time_range: i64) -> String {
     )
 }
 
-/// The node a sample belongs to: its `nodename` label, else its `instance` without a `:port`.
-fn sample_node(sample: &Sample) -> Option<&str> {
-    if let Some(n) = sample.labels.get("nodename") {
-        return Some(n);
-    }
-    let instance = sample.labels.get("instance")?;
-    Some(match instance.rsplit_once(':') {
-        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) && !host.is_empty() => {
-            host.trim_start_matches('[').trim_end_matches(']')
-        }
-        _ => instance,
-    })
-}
-
-/// One cycle's measurements: received bytes per node (None: the query failed).
-#[derive(Debug)]
-struct Fetched {
-    pod_uid: String,
-    at: Instant,
-    bytes: Option<HashMap<String, i64>>,
-}
+/// The cycle state PreScore leaves for Score: the measurements of this cycle (None: neutral).
+const STATE_KEY: &str = "PreScoreNetworkTraffic";
 
 pub struct NetworkTraffic {
-    source: Arc<dyn MetricsSource>,
-    query: String,
-    last: Mutex<Option<Arc<Fetched>>>,
-    outage: AtomicBool,
+    latest: Latest,
+    /// Older measurements are stale.
+    max_age: Duration,
 }
 
 impl NetworkTraffic {
-    pub fn new(args: &NetworkTrafficArgs, source: Arc<dyn MetricsSource>) -> NetworkTraffic {
+    /// The plugin, reading what `latest` holds.
+    pub fn new(args: &NetworkTrafficArgs, latest: Latest) -> NetworkTraffic {
         NetworkTraffic {
-            source,
-            query: query_for(&args.device_name, args.time_range),
-            last: Mutex::new(None),
-            outage: AtomicBool::new(false),
+            latest,
+            max_age: args.refresh_period() * STALE_AFTER_PERIODS,
         }
     }
 
-    /// The measurements for `pod`'s cycle: fetched once, reused by every node's Score.
-    fn measurements(&self, pod: &PodInfo) -> Arc<Fetched> {
-        let mut last = self.last.lock();
-        if let Some(f) = last.as_ref()
-            && f.pod_uid == pod.uid()
-            && f.at.elapsed() < QUERY_TIMEOUT * 2
-        {
-            return f.clone();
-        }
-        let bytes = match self.source.query(&self.query, QUERY_TIMEOUT) {
-            Ok(samples) => {
-                if self.outage.swap(false, Ordering::Relaxed) {
-                    info!("NetworkTraffic: Prometheus answers again");
-                }
-                let mut by_node = HashMap::new();
-                for s in &samples {
-                    if let Some(node) = sample_node(s) {
-                        let v = if s.value.is_finite() && s.value > 0.0 {
-                            s.value as i64
-                        } else {
-                            0
-                        };
-                        *by_node.entry(node.to_string()).or_insert(0i64) += v;
-                    }
-                }
-                debug!(query = %self.query, nodes = by_node.len(), "NetworkTraffic measurements");
-                Some(by_node)
-            }
-            Err(e) => {
-                PROMETHEUS_ERRORS_TOTAL.fetch_add(1, Ordering::Relaxed);
-                if !self.outage.swap(true, Ordering::Relaxed) {
-                    warn!(error = %e, "NetworkTraffic: querying Prometheus failed; nodes score 0 until it answers");
-                }
-                None
-            }
-        };
-        let f = Arc::new(Fetched {
-            pod_uid: pod.uid().to_string(),
-            at: Instant::now(),
-            bytes,
-        });
-        *last = Some(f.clone());
-        f
+    /// The measurements to score with: the latest, unless stale.
+    fn current(&self) -> Option<Arc<Measurements>> {
+        self.latest
+            .read()
+            .as_ref()
+            .filter(|m| m.at.elapsed() <= self.max_age)
+            .cloned()
     }
 }
 
 impl_plugin!(NetworkTraffic, names::NETWORK_TRAFFIC, [PreScore, Score]);
 
 impl PreScorePlugin for NetworkTraffic {
+    /// Takes this cycle's measurements, so every node is scored from the same ones.
     fn pre_score(
         &self,
-        _: &mut CycleState,
-        pod: &PodInfo,
+        state: &mut CycleState,
+        _: &PodInfo,
         _: &Snapshot,
         _: &[Arc<NodeInfo>],
     ) -> Status {
-        self.measurements(pod);
+        state.write(STATE_KEY, self.current());
         Status::success()
     }
 }
 
 impl ScorePlugin for NetworkTraffic {
-    /// The bytes the node received (0 when unknown or when Prometheus failed).
-    fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let f = self.measurements(pod);
-        Ok(f.bytes
-            .as_ref()
-            .and_then(|b| b.get(node.name()))
-            .copied()
+    /// The bytes the node received (0 when unknown, stale or missing).
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        // Without PreScore (seed 003 enables Score only) each node reads the latest.
+        let m = match state.read::<Option<Arc<Measurements>>>(STATE_KEY) {
+            Some(m) => m.clone(),
+            None => self.current(),
+        };
+        Ok(m.and_then(|m| m.bytes.get(node.name()).copied())
             .unwrap_or(0))
     }
 
@@ -208,24 +151,26 @@ pub fn registration() -> PluginRegistration {
     )
 }
 
-pub fn factory(args: &Value, _handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
+/// The plugin, and its refresher registered with the handle's background tasks.
+pub fn factory(args: &Value, handle: &Handle) -> Result<Arc<dyn Plugin>, String> {
     let args: NetworkTrafficArgs =
         serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
     let client = prometheus::PrometheusClient::new(&args.ip).map_err(|e| e.to_string())?;
-    Ok(Arc::new(NetworkTraffic::new(&args, Arc::new(client))))
+    let latest = Latest::default();
+    let refresher = Refresher::new(
+        Arc::new(client),
+        query_for(&args.device_name, args.time_range),
+        args.refresh_period(),
+        latest.clone(),
+        handle.profile_name.to_string(),
+        handle.listers.plugin_state.get_or_default::<Telemetry>(),
+    );
+    handle.tasks.register(Arc::new(refresher));
+    Ok(Arc::new(NetworkTraffic::new(&args, latest)))
 }
 
-/// Measures nothing: every node scores the same. For `ksched simulate`, which makes no network
-/// calls besides reading the cluster.
-struct NoMeasurements;
-
-impl MetricsSource for NoMeasurements {
-    fn query(&self, _query: &str, _timeout: Duration) -> Result<Vec<Sample>, String> {
-        Ok(Vec::new())
-    }
-}
-
-/// NetworkTraffic without Prometheus (see [`NoMeasurements`]).
+/// NetworkTraffic without Prometheus: no refresher, so every node scores the same. For `ksched
+/// simulate`, which makes no network calls besides reading the cluster.
 pub fn offline_registration() -> PluginRegistration {
     PluginRegistration::new(
         NetworkTraffic::EXTENSION_POINTS,
@@ -233,10 +178,7 @@ pub fn offline_registration() -> PluginRegistration {
         |args, _handle| {
             let args: NetworkTrafficArgs =
                 serde_json::from_value(args.clone()).map_err(|e| e.to_string())?;
-            Ok(Arc::new(NetworkTraffic::new(
-                &args,
-                Arc::new(NoMeasurements),
-            )))
+            Ok(Arc::new(NetworkTraffic::new(&args, Latest::default())))
         },
     )
 }
@@ -253,10 +195,29 @@ pub struct NetworkTrafficArgs {
     /// The measurement window in seconds.
     #[serde(rename = "timeRange", alias = "timeRangeInSeconds")]
     pub time_range: i64,
+    /// How often Prometheus is asked, in seconds.
+    #[serde(rename = "refreshPeriodSeconds")]
+    pub refresh_period_seconds: Option<i64>,
+}
+
+impl NetworkTrafficArgs {
+    /// `refreshPeriodSeconds` as a duration (the default when unset or invalid).
+    pub fn refresh_period(&self) -> Duration {
+        let secs = self
+            .refresh_period_seconds
+            .filter(|s| *s > 0)
+            .unwrap_or(DEFAULT_REFRESH_PERIOD_SECONDS);
+        Duration::from_secs(u64::try_from(secs).unwrap_or(10))
+    }
 }
 
 impl PluginArgs for NetworkTrafficArgs {
     const KIND: &'static str = "NetworkTrafficArgs";
+
+    fn set_defaults(&mut self) {
+        self.refresh_period_seconds
+            .get_or_insert(DEFAULT_REFRESH_PERIOD_SECONDS);
+    }
 
     fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();
@@ -270,26 +231,41 @@ impl PluginArgs for NetworkTrafficArgs {
                 "must be greater than or equal to 0",
             ));
         }
+        if let Some(p) = self.refresh_period_seconds
+            && p <= 0
+        {
+            errs.push(invalid(
+                "refreshPeriodSeconds",
+                p,
+                "must be greater than 0 (how often Prometheus is asked, in seconds)",
+            ));
+        }
         errs
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
+    use parking_lot::Mutex;
+    use serde_json::json;
+
+    use super::refresher::ProfileTelemetry;
     use super::*;
     use crate::framework::args::decode;
     use crate::framework::testing::{NodeBuilder, PodBuilder};
-    use serde_json::json;
 
-    /// Answers with fixed samples (or an error), counting the queries.
+    /// Answers with fixed samples (or an error), recording the queries.
     struct Fake {
         answer: Mutex<Result<Vec<Sample>, String>>,
-        queries: Mutex<Vec<String>>,
+        queries: Mutex<Vec<(String, Duration)>>,
     }
 
+    #[async_trait]
     impl MetricsSource for Fake {
-        fn query(&self, query: &str, _timeout: Duration) -> Result<Vec<Sample>, String> {
-            self.queries.lock().push(query.to_string());
+        async fn query(&self, query: &str, timeout: Duration) -> Result<Vec<Sample>, String> {
+            self.queries.lock().push((query.to_string(), timeout));
             self.answer.lock().clone()
         }
     }
@@ -301,83 +277,176 @@ mod tests {
         }
     }
 
-    fn plugin(answer: Result<Vec<Sample>, String>) -> (NetworkTraffic, Arc<Fake>) {
-        let fake = Arc::new(Fake {
-            answer: Mutex::new(answer),
-            queries: Mutex::new(Vec::new()),
-        });
-        let args = NetworkTrafficArgs {
+    fn args() -> NetworkTrafficArgs {
+        NetworkTrafficArgs {
             ip: "http://127.0.0.1:9090".into(),
             device_name: "eth0".into(),
             time_range: 60,
-        };
-        (NetworkTraffic::new(&args, fake.clone()), fake)
+            refresh_period_seconds: Some(5),
+        }
     }
 
-    fn scores(p: &NetworkTraffic, pod: &PodInfo, nodes: &[&str]) -> Vec<i64> {
+    /// Measurements taken `age` ago.
+    fn measured(bytes: &[(&str, i64)], age: Duration) -> Latest {
+        let at = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        let bytes = bytes.iter().map(|(n, b)| (n.to_string(), *b)).collect();
+        Arc::new(parking_lot::RwLock::new(Some(Arc::new(Measurements {
+            at,
+            bytes,
+        }))))
+    }
+
+    /// Normalized scores of `nodes` for one cycle (with PreScore when `pre_score`).
+    fn scores(p: &NetworkTraffic, nodes: &[&str], pre_score: bool) -> Vec<i64> {
+        let pod = PodBuilder::new("p").info();
+        let mut state = CycleState::new();
+        if pre_score {
+            assert!(
+                p.pre_score(&mut state, &pod, &Snapshot::new(), &[])
+                    .is_success()
+            );
+        }
         let mut out: Vec<NodeScore> = nodes
             .iter()
             .map(|n| {
                 let info = NodeBuilder::new(n).info(vec![]);
                 NodeScore {
                     name: info.name_arc().clone(),
-                    score: p.score(&CycleState::new(), pod, &info).unwrap(),
+                    score: p.score(&state, &pod, &info).unwrap(),
                 }
             })
             .collect();
-        assert!(
-            p.normalize_score(&CycleState::new(), pod, &mut out)
-                .is_success()
-        );
+        assert!(p.normalize_score(&state, &pod, &mut out).is_success());
         out.into_iter().map(|s| s.score).collect()
     }
 
     #[test]
-    fn scores_quieter_nodes_higher_with_one_query_per_cycle() {
-        let (p, fake) = plugin(Ok(vec![
+    fn quieter_nodes_score_higher() {
+        let latest = measured(
+            &[("busy", 200000), ("mid", 140000), ("quiet", 0)],
+            Duration::ZERO,
+        );
+        let p = NetworkTraffic::new(&args(), latest);
+        // The seed's example: 140000 of max 200000 scores 30; unknown nodes score as 0 bytes.
+        for pre_score in [true, false] {
+            assert_eq!(
+                scores(&p, &["busy", "mid", "quiet", "unknown"], pre_score),
+                vec![0, 30, 100, 100]
+            );
+        }
+    }
+
+    #[test]
+    fn missing_or_stale_measurements_score_every_node_the_same() {
+        let none = NetworkTraffic::new(&args(), Latest::default());
+        assert_eq!(scores(&none, &["a", "b"], true), vec![100, 100]);
+        // Period 5 s: stale after 15 s.
+        let fresh = measured(&[("a", 10)], Duration::from_secs(14));
+        assert_eq!(
+            scores(&NetworkTraffic::new(&args(), fresh), &["a", "b"], true),
+            vec![0, 100]
+        );
+        let stale = measured(&[("a", 10)], Duration::from_secs(16));
+        for pre_score in [true, false] {
+            assert_eq!(
+                scores(
+                    &NetworkTraffic::new(&args(), stale.clone()),
+                    &["a", "b"],
+                    pre_score
+                ),
+                vec![100, 100]
+            );
+        }
+    }
+
+    #[test]
+    fn a_cycle_scores_with_the_measurements_pre_score_took() {
+        let latest = measured(&[("a", 10)], Duration::ZERO);
+        let p = NetworkTraffic::new(&args(), latest.clone());
+        let pod = PodBuilder::new("p").info();
+        let mut state = CycleState::new();
+        p.pre_score(&mut state, &pod, &Snapshot::new(), &[]);
+        // A refresh lands mid-cycle.
+        *latest.write() = Some(Arc::new(Measurements {
+            at: Instant::now(),
+            bytes: [("b".to_string(), 10)].into(),
+        }));
+        let a = NodeBuilder::new("a").info(vec![]);
+        let b = NodeBuilder::new("b").info(vec![]);
+        assert_eq!(p.score(&state, &pod, &a), Ok(10));
+        assert_eq!(p.score(&state, &pod, &b), Ok(0));
+    }
+
+    fn refresher(answer: Result<Vec<Sample>, String>) -> (Refresher, Arc<Fake>, Arc<Telemetry>) {
+        let fake = Arc::new(Fake {
+            answer: Mutex::new(answer),
+            queries: Mutex::new(Vec::new()),
+        });
+        let telemetry = Arc::new(Telemetry::default());
+        let r = Refresher::new(
+            fake.clone(),
+            query_for("eth0", 60),
+            Duration::from_secs(5),
+            Latest::default(),
+            "p1".into(),
+            telemetry.clone(),
+        );
+        (r, fake, telemetry)
+    }
+
+    #[tokio::test]
+    async fn the_refresher_keeps_the_latest_answer_per_node() {
+        let (r, fake, telemetry) = refresher(Ok(vec![
             sample(&[("device", "eth0"), ("instance", "busy")], 200000.0),
             sample(&[("device", "eth0"), ("instance", "mid:9100")], 140000.0),
             sample(&[("instance", "10.0.0.9:9100"), ("nodename", "quiet")], 0.0),
+            sample(&[("instance", "[fd00::1]:9100")], -5.0),
         ]));
-        let pod = PodBuilder::new("p").info();
-        // The seed's example: 140000 of max 200000 scores 30; unknown nodes score as 0 bytes.
+        assert_eq!(telemetry.profiles()["p1"], ProfileTelemetry::default());
+        r.refresh().await;
+        let m = r.latest.read().clone().expect("measurements");
+        let mut bytes: Vec<(String, i64)> = m.bytes.clone().into_iter().collect();
+        bytes.sort();
         assert_eq!(
-            scores(&p, &pod, &["busy", "mid", "quiet", "unknown"]),
-            vec![0, 30, 100, 100]
+            bytes,
+            [
+                ("busy".to_string(), 200000),
+                ("fd00::1".to_string(), 0),
+                ("mid".to_string(), 140000),
+                ("quiet".to_string(), 0)
+            ]
         );
+        // One query for every node, given the period to answer.
         assert_eq!(
-            fake.queries.lock().as_slice(),
-            [r#"sum_over_time(node_network_receive_bytes_total{device="eth0"}[60s])"#]
+            *fake.queries.lock(),
+            [(
+                r#"sum_over_time(node_network_receive_bytes_total{device="eth0"}[60s])"#
+                    .to_string(),
+                Duration::from_secs(5)
+            )]
         );
-        // The next pod's cycle asks again.
-        let pod2 = PodBuilder::new("p2").info();
-        p.pre_score(&mut CycleState::new(), &pod2, &Snapshot::new(), &[]);
-        scores(&p, &pod2, &["busy"]);
-        assert_eq!(fake.queries.lock().len(), 2);
+        assert_eq!(telemetry.profiles()["p1"].refreshed_at, Some(m.at));
     }
 
-    #[test]
-    fn all_zero_scores_100() {
-        let (p, _) = plugin(Ok(vec![]));
-        let pod = PodBuilder::new("p").info();
-        assert_eq!(scores(&p, &pod, &["a", "b"]), vec![100, 100]);
-    }
-
-    #[test]
-    fn prometheus_down_scores_zero_and_counts() {
-        let (p, fake) = plugin(Err("connection refused".into()));
-        let before = prometheus_errors_total();
-        let pod = PodBuilder::new("p").info();
-        assert_eq!(scores(&p, &pod, &["a", "b"]), vec![100, 100]);
-        assert!(p.outage.load(Ordering::Relaxed));
-        let pod2 = PodBuilder::new("p2").info();
-        scores(&p, &pod2, &["a"]);
-        assert!(prometheus_errors_total() >= before + 2);
-        // Recovery clears the outage.
-        *fake.answer.lock() = Ok(vec![sample(&[("instance", "a")], 10.0)]);
-        let pod3 = PodBuilder::new("p3").info();
-        assert_eq!(scores(&p, &pod3, &["a", "b"]), vec![0, 100]);
-        assert!(!p.outage.load(Ordering::Relaxed));
+    #[tokio::test]
+    async fn a_failed_query_keeps_the_data_and_counts() {
+        let (r, fake, telemetry) = refresher(Ok(vec![sample(&[("instance", "a")], 10.0)]));
+        r.refresh().await;
+        let before = r.latest.read().clone().expect("measurements");
+        *fake.answer.lock() = Err("connection refused".into());
+        r.refresh().await;
+        r.refresh().await;
+        // The last answer stays until it goes stale; the failures are counted.
+        let after = r.latest.read().clone().expect("measurements");
+        assert!(Arc::ptr_eq(&before, &after));
+        let t = &telemetry.profiles()["p1"];
+        assert_eq!(t.query_errors, 2);
+        assert_eq!(t.refreshed_at, Some(before.at));
+        // Recovery replaces it.
+        *fake.answer.lock() = Ok(vec![sample(&[("instance", "b")], 1.0)]);
+        r.refresh().await;
+        let recovered = r.latest.read().clone().expect("measurements");
+        assert_eq!(recovered.bytes.get("b"), Some(&1));
     }
 
     #[test]
@@ -389,24 +458,43 @@ mod tests {
     }
 
     #[test]
-    fn factory_rejects_https() {
-        let args = json!({"ip": "https://p:9090", "deviceName": "eth0", "timeRange": 60});
+    fn the_factory_registers_a_refresher_and_rejects_https() {
         let (h, _) = crate::framework::testing::handle();
+        let args = json!({"ip": "https://p:9090", "deviceName": "eth0", "timeRange": 60});
         assert!(factory(&args, &h).is_err());
         let args = json!({"ip": "http://p:9090", "deviceName": "eth0", "timeRange": 60});
         assert!(factory(&args, &h).is_ok());
+        assert!(
+            h.tasks
+                .names()
+                .contains(&"NetworkTraffic refresher".to_string())
+        );
+        // Simulation's version asks nobody.
+        let (h, _) = crate::framework::testing::handle();
+        assert!((offline_registration().factory)(&args, &h).is_ok());
+        assert_eq!(h.tasks.names(), ["API dispatcher"]);
     }
 
     #[test]
-    fn both_spellings() {
-        let want = json!({"ip": "http://10.0.0.4:9090", "deviceName": "eth0", "timeRange": 60});
-        assert_eq!(decode::<NetworkTrafficArgs>(Some(&want)), Ok(want.clone()));
+    fn both_spellings_and_the_refresh_period() {
+        let want = json!({"ip": "http://10.0.0.4:9090", "deviceName": "eth0", "timeRange": 60, "refreshPeriodSeconds": 10});
+        let seed = json!({"ip": "http://10.0.0.4:9090", "deviceName": "eth0", "timeRange": 60});
+        assert_eq!(decode::<NetworkTrafficArgs>(Some(&seed)), Ok(want.clone()));
         let published = json!({"prometheusAddress": "http://10.0.0.4:9090", "networkInterface": "eth0", "timeRangeInSeconds": 60});
         assert_eq!(decode::<NetworkTrafficArgs>(Some(&published)), Ok(want));
         assert!(decode::<NetworkTrafficArgs>(Some(&json!({"ip": "x", "address": "y"}))).is_err());
         assert_eq!(
             decode::<NetworkTrafficArgs>(None).unwrap_err()[0].path,
             "ip"
+        );
+        let zero = json!({"ip": "http://p:9090", "deviceName": "eth0", "refreshPeriodSeconds": 0});
+        let errs = decode::<NetworkTrafficArgs>(Some(&zero)).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].path, "refreshPeriodSeconds");
+        assert!(
+            errs[0].to_string().contains("must be greater than 0"),
+            "{}",
+            errs[0]
         );
     }
 }

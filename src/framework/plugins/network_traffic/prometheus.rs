@@ -1,16 +1,17 @@
 //! The [`MetricsSource`] over Prometheus' HTTP API (`GET /api/v1/query`).
 //!
-//! Deliberately small and blocking: the plugin asks once per scheduling cycle from a synchronous
-//! extension point (which runs on a blocking-capable worker), so a plain `std::net` HTTP/1.0
-//! request with a connect/read deadline is enough and cannot stall the async runtime. Only `http://`
-//! addresses are supported (a Prometheus behind TLS is reached through a proxy or a sidecar).
+//! Deliberately small: the plugin's refresher (a background task, never the scheduling cycle)
+//! asks once per refresh period, so one HTTP/1.0 request over `tokio::net` within a deadline is
+//! enough. Only `http://` addresses are supported (a Prometheus behind TLS is reached through a
+//! proxy or a sidecar).
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use async_trait::async_trait;
 use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use super::{MetricsSource, Sample};
 
@@ -60,47 +61,30 @@ impl PrometheusClient {
         })
     }
 
-    fn get(&self, path_and_query: &str, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
-        let deadline = Instant::now() + timeout;
-        let addrs: Vec<SocketAddr> = self
-            .host_port
-            .to_socket_addrs()
-            .map_err(|e| format!("resolving {}: {e}", self.host_port))?
-            .collect();
-        let addr = addrs
-            .first()
-            .ok_or_else(|| format!("resolving {}: no address", self.host_port))?;
-        let remaining = || {
-            deadline
-                .checked_duration_since(Instant::now())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| format!("timed out after {timeout:?}"))
-        };
-        let mut stream = TcpStream::connect_timeout(addr, remaining()?)
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        stream
-            .set_write_timeout(Some(remaining()?))
-            .map_err(|e| e.to_string())?;
+    /// `GET path_and_query`, all of it (resolving, connecting, sending, reading) within `timeout`.
+    async fn get(&self, path_and_query: &str, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+        tokio::time::timeout(timeout, self.exchange(path_and_query))
+            .await
+            .map_err(|_| format!("timed out after {timeout:?}"))?
+    }
+
+    async fn exchange(&self, path_and_query: &str) -> Result<(u16, Vec<u8>), String> {
+        let mut stream = TcpStream::connect(&self.host_port)
+            .await
+            .map_err(|e| format!("connecting to {}: {e}", self.host_port))?;
         let request = format!(
             "GET {}{path_and_query} HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: ksched\r\nConnection: close\r\n\r\n",
             self.prefix, self.host_port
         );
         stream
             .write_all(request.as_bytes())
+            .await
             .map_err(|e| format!("sending the query: {e}"))?;
         let mut response = Vec::new();
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            stream
-                .set_read_timeout(Some(remaining()?))
-                .map_err(|e| e.to_string())?;
-            match stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => response.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("reading the answer: {e}")),
-            }
-        }
+        stream
+            .read_to_end(&mut response)
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?;
         parse_response(&response)
     }
 }
@@ -215,12 +199,15 @@ pub fn parse_query_response(body: &[u8]) -> Result<Vec<Sample>, String> {
         .collect()
 }
 
+#[async_trait]
 impl MetricsSource for PrometheusClient {
-    fn query(&self, query: &str, timeout: Duration) -> Result<Vec<Sample>, String> {
-        let (code, body) = self.get(
-            &format!("/api/v1/query?query={}", url_encode(query)),
-            timeout,
-        )?;
+    async fn query(&self, query: &str, timeout: Duration) -> Result<Vec<Sample>, String> {
+        let (code, body) = self
+            .get(
+                &format!("/api/v1/query?query={}", url_encode(query)),
+                timeout,
+            )
+            .await?;
         match code {
             200 => parse_query_response(&body),
             400 | 422 | 503 => parse_query_response(&body)
@@ -287,27 +274,28 @@ mod tests {
         assert_eq!(url_encode("a{b=\"c\"}[60s]"), "a%7Bb%3D%22c%22%7D%5B60s%5D");
     }
 
-    #[test]
-    fn unreachable_server_fails_within_the_timeout() {
+    #[tokio::test]
+    async fn unreachable_server_fails_within_the_timeout() {
         // A port nothing listens on (bound then released).
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap();
         let c = PrometheusClient::new(&format!("http://127.0.0.1:{port}")).unwrap();
-        let t = Instant::now();
-        assert!(c.query("up", Duration::from_secs(2)).is_err());
+        let t = std::time::Instant::now();
+        assert!(c.query("up", Duration::from_secs(2)).await.is_err());
         assert!(t.elapsed() < Duration::from_secs(3));
     }
 
-    #[test]
-    fn silent_server_times_out() {
+    #[tokio::test]
+    async fn silent_server_times_out() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let c = PrometheusClient::new(&format!("http://{addr}")).unwrap();
-        let t = Instant::now();
-        let err = c.query("up", Duration::from_millis(300)).unwrap_err();
+        let t = std::time::Instant::now();
+        let err = c.query("up", Duration::from_millis(300)).await.unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(2), "{err}");
+        assert!(err.contains("timed out"), "{err}");
         drop(listener);
     }
 }

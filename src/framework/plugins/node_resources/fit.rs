@@ -293,9 +293,26 @@ pub fn fits_request(
     ignored_resources: &BTreeSet<String>,
     ignored_groups: &BTreeSet<String>,
 ) -> Vec<InsufficientResource> {
+    let used = (&node.requested, node.pods.len() as i64);
+    fits(
+        pod_request,
+        &node.allocatable,
+        used,
+        ignored_resources,
+        ignored_groups,
+    )
+}
+
+/// [`fits_request`] on a node with `allocatable`, of which `used` (requests, pods) is taken.
+pub(super) fn fits(
+    pod_request: &Resource,
+    allocatable: &Resource,
+    (requested, pods): (&Resource, i64),
+    ignored_resources: &BTreeSet<String>,
+    ignored_groups: &BTreeSet<String>,
+) -> Vec<InsufficientResource> {
     let mut out = Vec::new();
-    let allowed = node.allocatable.allowed_pod_number;
-    let pods = node.pods.len() as i64;
+    let allowed = allocatable.allowed_pod_number;
     if pods + 1 > allowed {
         out.push(InsufficientResource {
             resource_name: "pods".into(),
@@ -313,8 +330,7 @@ pub fn fits_request(
     {
         return out;
     }
-    let a = &node.allocatable;
-    let r = &node.requested;
+    let (a, r) = (allocatable, requested);
     let mut check = |name: &str, want: i64, alloc: i64, used: i64| {
         if want > 0 && want > alloc - used {
             out.push(InsufficientResource {
@@ -362,7 +378,8 @@ impl_plugin!(
     Fit,
     names::NODE_RESOURCES_FIT,
     [PreFilter, Filter, PreScore, Score],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for Fit {

@@ -3,6 +3,7 @@
 
 pub mod balanced_allocation;
 pub mod fit;
+mod fit_events;
 
 use serde::{Deserialize, Serialize};
 

@@ -5,6 +5,7 @@
 //! the pod's Services and controller. Upstream's `pkg/scheduler/framework/plugins/podtopologyspread`.
 
 mod common;
+mod events;
 mod filtering;
 mod scoring;
 
@@ -22,7 +23,7 @@ use crate::framework::args::{PluginArgs, duplicate, forbidden, invalid, not_supp
 use crate::framework::interface::{SignFragment, SignPlugin, Status};
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
-use crate::framework::registry::PluginRegistration;
+use crate::framework::registry::{PluginRegistration, policy_rule};
 use crate::framework::types::PodInfo;
 
 pub use common::default_selector;
@@ -121,6 +122,7 @@ pub fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
 }
 
 /// The PodTopologySpread plugin.
+#[derive(Clone)]
 pub struct PodTopologySpread {
     default_constraints: Vec<TopologySpreadConstraint>,
     system_defaulted: bool,
@@ -147,7 +149,8 @@ impl_plugin!(
     PodTopologySpread,
     names::POD_TOPOLOGY_SPREAD,
     [PreFilter, Filter, PreScore, Score],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for PodTopologySpread {
@@ -189,4 +192,17 @@ pub fn registration() -> PluginRegistration {
         ],
         |args, listers| Ok(PodTopologySpread::new(args, listers)),
     )
+    // The owners its default constraints derive a pod's selector from.
+    .with_rbac_rules(vec![
+        policy_rule(
+            &[""],
+            &["replicationcontrollers", "services"],
+            &["list", "watch"],
+        ),
+        policy_rule(
+            &["apps"],
+            &["replicasets", "statefulsets"],
+            &["list", "watch"],
+        ),
+    ])
 }

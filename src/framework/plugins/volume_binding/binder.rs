@@ -201,6 +201,16 @@ pub fn volume_claim_name(pod: &impl PodView, vol: &Volume) -> Option<(String, bo
         .map(|_| (format!("{}-{}", pod.name(), vol.name), true))
 }
 
+/// Whether one of `pod`'s volumes uses the claim `pvc` (directly or as its generic ephemeral
+/// volume's claim).
+pub fn pod_uses_claim(pod: &impl PodView, pvc: &PersistentVolumeClaim) -> bool {
+    pvc.metadata.namespace.as_deref() == Some(pod.namespace())
+        && pod.volumes().iter().any(|v| {
+            volume_claim_name(pod, v)
+                .is_some_and(|(name, _)| pvc.metadata.name.as_deref() == Some(&name))
+        })
+}
+
 /// Upstream's `ephemeral.VolumeIsForPod`: the claim of a generic ephemeral volume must be controlled
 /// by the pod.
 pub fn ephemeral_claim_is_for_pod(

@@ -7,6 +7,9 @@
 
 pub mod assume_cache;
 pub mod binder;
+mod events;
+
+pub use events::volume_binding_events;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use crate::framework::interface::{
     PreScorePlugin, ReservePlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::listers::Informer;
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{impl_plugin, volume_rules};
 use crate::framework::registry::{Handle, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -110,7 +113,8 @@ impl_plugin!(
     VolumeBinding,
     names::VOLUME_BINDING,
     [PreFilter, Filter, Reserve, PreBind, PreScore, Score],
-    Sign
+    EnqueueExtensions,
+    Sign,
 );
 
 impl SignPlugin for VolumeBinding {
@@ -354,6 +358,7 @@ pub fn registration() -> PluginRegistration {
         },
     )
     .with_informers(INFORMERS)
+    .with_rbac_rules(volume_rules(true))
 }
 
 /// The default `bindTimeoutSeconds`.

@@ -1,0 +1,106 @@
+//! The nominator: pods nominated to a node by preemption (upstream's `nominator.go`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::framework::registry::PodNominator;
+use crate::framework::types::PodInfo;
+
+/// Pods nominated to a node by preemption, until they are bound or deleted (upstream's
+/// `nominator`): from the pods' `status.nominatedNodeName` and from the scheduler's own PostFilter
+/// result (recorded before the status patch lands). Filters count the nominated pods of equal or
+/// higher priority on their node.
+#[derive(Debug, Default)]
+pub struct Nominator {
+    inner: parking_lot::RwLock<NominatorInner>,
+}
+
+#[derive(Debug, Default)]
+struct NominatorInner {
+    /// node -> nominated pods.
+    by_node: HashMap<String, Vec<Arc<PodInfo>>>,
+    /// pod key -> (node, the pod as last seen).
+    node_of: HashMap<String, (String, Arc<PodInfo>)>,
+    /// Nominations made or dropped so far (for opportunistic batching).
+    changes: u64,
+}
+
+impl NominatorInner {
+    fn delete(&mut self, key: &str) {
+        let Some((node, _)) = self.node_of.remove(key) else {
+            return;
+        };
+        self.changes += 1;
+        if let Some(list) = self.by_node.get_mut(&node) {
+            list.retain(|p| p.key() != key);
+            if list.is_empty() {
+                self.by_node.remove(&node);
+            }
+        }
+    }
+
+    fn add(&mut self, pod: Arc<PodInfo>, node: &str) {
+        let key = pod.key();
+        self.delete(&key);
+        if node.is_empty() || !pod.node_name().is_empty() {
+            return;
+        }
+        self.node_of.insert(key, (node.to_string(), pod.clone()));
+        self.by_node.entry(node.to_string()).or_default().push(pod);
+        self.changes += 1;
+    }
+}
+
+impl Nominator {
+    pub fn new() -> Nominator {
+        Nominator::default()
+    }
+
+    /// Nominates `pod` to `node` (PostFilter's result; an empty node clears the nomination).
+    pub fn add_nominated_pod(&self, pod: Arc<PodInfo>, node: &str) {
+        self.inner.write().add(pod, node);
+    }
+
+    /// A pod as the API shows it: its `status.nominatedNodeName` counts, except that a nomination
+    /// the scheduler made is kept while neither the old nor the new object carries one yet (the
+    /// status patch has not landed).
+    pub fn update(&self, pod: Arc<PodInfo>) {
+        let key = pod.key();
+        let mut inner = self.inner.write();
+        let kept = inner
+            .node_of
+            .get(&key)
+            .filter(|(_, old)| {
+                old.nominated_node_name().is_empty() && pod.nominated_node_name().is_empty()
+            })
+            .map(|(node, _)| node.clone());
+        let node = kept.unwrap_or_else(|| pod.nominated_node_name().to_string());
+        inner.add(pod, &node);
+    }
+
+    /// The pod was bound, assumed or deleted.
+    pub fn delete(&self, key: &str) {
+        self.inner.write().delete(key);
+    }
+
+    /// The node `key` is nominated to.
+    pub fn nominated_node(&self, key: &str) -> Option<String> {
+        self.inner.read().node_of.get(key).map(|(n, _)| n.clone())
+    }
+}
+
+impl PodNominator for Nominator {
+    fn nominated_pods_for_node(&self, node_name: &str) -> Vec<Arc<PodInfo>> {
+        self.inner
+            .read()
+            .by_node
+            .get(node_name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn batching_generation(&self) -> Option<u64> {
+        let inner = self.inner.read();
+        inner.by_node.is_empty().then_some(inner.changes)
+    }
+}

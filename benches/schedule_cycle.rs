@@ -1,11 +1,14 @@
 //! One scheduling cycle of the default profile over an in-memory snapshot of 5000 nodes (each with a
-//! few pods), for regressions: `cargo bench --bench schedule_cycle`.
+//! few pods), for regressions: `cargo bench --bench schedule_cycle`. The same cycle recording
+//! kube-scheduler's metrics as `ksched scheduler` does (each plugin timed in one cycle of ten),
+//! and with every cycle's plugins timed, shows what the metrics cost.
 
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use ksched::framework::interface::CycleState;
+use ksched::framework::metrics::FrameworkMetrics;
 use ksched::framework::registry::{Handle, RecordingApi, Registry};
 use ksched::framework::runtime::{Framework, ProfileSpec};
 use ksched::framework::schedule::Algorithm;
@@ -41,12 +44,11 @@ fn bench_cycle(c: &mut Criterion) {
     let loaded = ksched::config::load(yaml, &registry).expect("default config");
     let spec = ksched::scheduler::run::profile_spec(&loaded.config.profiles[0], &registry);
     let spec: ProfileSpec = spec;
-    let fwk = Framework::new(
-        &spec,
-        &registry,
-        Handle::new(Arc::new(RecordingApi::default())),
-    )
-    .expect("framework");
+    let framework = |metrics: Option<Arc<FrameworkMetrics>>| {
+        let mut handle = Handle::new(Arc::new(RecordingApi::default()));
+        handle.metrics = metrics;
+        Framework::new(&spec, &registry, handle).expect("framework")
+    };
     let nodes: Vec<Arc<Node>> = (0..NODES).map(node).collect();
     let pods: Vec<Arc<Pod>> = (0..NODES * 4)
         .map(|i| {
@@ -59,15 +61,37 @@ fn bench_cycle(c: &mut Criterion) {
     let snapshot = Snapshot::from_objects(&nodes, &pods);
     let incoming = PodInfo::new(pod("incoming", None));
     let mut algorithm = Algorithm::new(0);
-    c.bench_function("schedule_pod default profile 5000 nodes", |b| {
-        b.iter(|| {
-            let mut state = CycleState::new();
-            algorithm
-                .schedule_pod(&fwk, &mut state, &incoming, &snapshot)
-                .expect("fits")
-        })
-    });
+    let metrics = Arc::new(FrameworkMetrics::default());
+    // (name, metrics recorded, which cycles time each plugin)
+    let variants: [(&str, bool, Sampling); 3] = [
+        ("schedule_pod default profile 5000 nodes", false, |_| false),
+        (
+            "schedule_pod default profile 5000 nodes, metrics (plugins timed 1 cycle in 10)",
+            true,
+            |m| m.sampler.sample(),
+        ),
+        (
+            "schedule_pod default profile 5000 nodes, metrics (plugins timed every cycle)",
+            true,
+            |_| true,
+        ),
+    ];
+    for (name, recorded, sampled) in variants {
+        let fwk = framework(recorded.then(|| metrics.clone()));
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                let mut state = CycleState::new();
+                state.set_record_plugin_metrics(sampled(&metrics));
+                algorithm
+                    .schedule_pod(&fwk, &mut state, &incoming, &snapshot)
+                    .expect("fits")
+            })
+        });
+    }
 }
+
+/// Whether a cycle times each plugin.
+type Sampling = fn(&FrameworkMetrics) -> bool;
 
 criterion_group!(benches, bench_cycle);
 criterion_main!(benches);

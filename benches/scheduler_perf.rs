@@ -1,280 +1,66 @@
 //! `make bench`: ksched against upstream kube-scheduler and a null binder (the API server's
-//! ceiling), one after another on the same real control plane, with the same nodes, the same pods and
-//! the same client QPS/burst (5000/5000), on workloads after upstream's scheduler_perf.
+//! ceiling), one after another on the same real control plane, with the same nodes, the same pods
+//! and the same client QPS/burst (5000/5000), on workloads after upstream's scheduler_perf
+//! (see `scheduler_perf/workloads.rs`).
 //!
-//! Options (after `--`): `--preset default|large|small`, `--workloads A,B`, `--contenders ksched,upstream,ceiling`,
-//! `--rounds N` (default 3; also BENCH_PRESET, BENCH_WORKLOADS, BENCH_CONTENDERS, BENCH_ROUNDS).
-//! Each round runs the contenders one after another (interleaved, so a slow phase of the machine hits
-//! all of them; the order rotates from round to round); a figure is the median over the rounds, since single runs on a small shared machine
-//! vary by tens of percent.
-//! Output: one `BENCH ...` line per workload and target/bench/report.md (medians, then every round).
+//! Options (after `--`): `--preset small|default|large|xlarge`, `--workloads A,B` (workload
+//! names, `MemoryFootprint` for the bytes per node and per pod), `--contenders
+//! ksched,upstream,ceiling`, `--rounds N` (default 3); also BENCH_PRESET, BENCH_WORKLOADS,
+//! BENCH_CONTENDERS, BENCH_ROUNDS.
+//! Each round runs the contenders one after another (interleaved, so a slow phase of the machine
+//! hits all of them; the order rotates from round to round); a figure is the median over the
+//! rounds, since single runs on a small shared machine vary by tens of percent. A contender that
+//! fails a round (a pod not bound, a check of `scheduler_perf/checks.rs` not holding) is FAILED
+//! on the workload.
+//! Output: one `BENCH ...` line per workload and target/bench/report.md (medians, then every
+//! round).
 //!
 //! The same binary also runs the null binder (`--null-binder`), so the ceiling is a process of its
 //! own like the two schedulers.
 
+#[path = "scheduler_perf/checks.rs"]
+mod checks;
+#[path = "scheduler_perf/churn.rs"]
+mod churn;
+#[path = "scheduler_perf/contenders.rs"]
+mod contenders;
+#[path = "scheduler_perf/footprint.rs"]
+mod footprint;
+#[path = "scheduler_perf/report.rs"]
+mod report;
+#[path = "scheduler_perf/setup.rs"]
+mod setup;
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "scheduler_perf/workloads.rs"]
+mod workloads;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Config};
 use parking_lot::Mutex;
-use serde_json::{Value, json};
-use support::{Components, ControlPlane, control_plane};
+use support::{Components, ControlPlane};
 
-const SCHEDULER_NAME: &str = "bench-scheduler";
-/// The DRA workload (after scheduler_perf's `dra/` SchedulingWithResourceClaimTemplate): every pod
-/// has its own claim for one device of the class; every node publishes `DEVICES_PER_NODE`.
-const DRA_WORKLOAD: &str = "SchedulingWithResourceClaimTemplate";
-const DRA_DRIVER: &str = "bench.ksched.io";
-const DRA_CLASS: &str = "bench-gpu";
-const DEVICES_PER_NODE: usize = 8;
+use contenders::{Contender, Running};
+use footprint::Footprint;
+use report::{Figures, Round};
+use workloads::{Kind, Preset, Role, Workload};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Contender {
-    Ksched,
-    Upstream,
-    Ceiling,
-}
+/// The pseudo-workload of the bytes per node and per pod.
+const FOOTPRINT: &str = "MemoryFootprint";
+/// A run fails when no pod it waits for was bound for this long.
+const STALL: Duration = Duration::from_secs(60);
 
-impl Contender {
-    fn name(self) -> &'static str {
-        match self {
-            Contender::Ksched => "ksched",
-            Contender::Upstream => "upstream",
-            Contender::Ceiling => "ceiling",
-        }
-    }
-}
-
-/// One workload after scheduler_perf: nodes, pods created first (not measured), measured pods.
-struct Workload {
-    name: &'static str,
-    nodes: usize,
-    init_pods: usize,
-    measure_pods: usize,
-}
-
-fn workloads(preset: &str) -> Vec<Workload> {
-    let (nodes, pods) = match preset {
-        "large" => (5000, 10000),
-        "small" => (50, 200),
-        _ => (500, 2000),
-    };
-    vec![
-        Workload {
-            name: "SchedulingBasic",
-            nodes,
-            init_pods: pods / 4,
-            measure_pods: pods,
-        },
-        // One pod per node at most: measured pods stay below the node count.
-        Workload {
-            name: "SchedulingPodAntiAffinity",
-            nodes,
-            init_pods: nodes / 5,
-            measure_pods: nodes * 3 / 5,
-        },
-        Workload {
-            name: "TopologySpreading",
-            nodes,
-            init_pods: pods / 4,
-            measure_pods: pods,
-        },
-        Workload {
-            name: "SchedulingNodeAffinity",
-            nodes,
-            init_pods: pods / 4,
-            measure_pods: pods,
-        },
-        // Low-priority pods fill the nodes (4 x 900m of 4 CPUs), each high-priority pod (3 CPUs) preempts.
-        Workload {
-            name: "PreemptionBasic",
-            nodes,
-            init_pods: nodes * 4,
-            measure_pods: nodes / 2,
-        },
-        // One device per pod, 8 per node: a quarter of the devices are left when all pods run.
-        Workload {
-            name: DRA_WORKLOAD,
-            nodes,
-            init_pods: nodes,
-            measure_pods: pods,
-        },
-    ]
-}
-
-fn container(cpu: &str) -> Value {
-    json!([{"name": "pause", "image": "registry.k8s.io/pause:3.10.2", "ports": [{"containerPort": 80}],
-        "resources": {"requests": {"cpu": cpu, "memory": "500Mi"}, "limits": {"cpu": cpu, "memory": "500Mi"}}}])
-}
-
-/// The pod template of a workload (`measure`: a measured pod, else an init pod).
-fn pod(workload: &str, ns: &str, name: &str, measure: bool) -> Pod {
-    let mut labels = json!({"bench": if measure { "measure" } else { "init" }});
-    let mut spec = json!({"schedulerName": SCHEDULER_NAME, "terminationGracePeriodSeconds": 0, "containers": container("100m")});
-    match workload {
-        "SchedulingPodAntiAffinity" => {
-            labels["color"] = json!("green");
-            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": [ns]}]}});
-        }
-        "TopologySpreading" => {
-            labels["color"] = json!("blue");
-            spec["topologySpreadConstraints"] = json!([{"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone",
-                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"color": "blue"}}}]);
-        }
-        "SchedulingNodeAffinity" => {
-            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone1", "zone2"]}]}]}}});
-        }
-        DRA_WORKLOAD => {
-            // The claim the pod's template stands for, created by the bench (see `dra_claims`).
-            spec["resourceClaims"] =
-                json!([{"name": "gpu", "resourceClaimName": format!("{name}-gpu")}]);
-            spec["containers"][0]["resources"]["claims"] = json!([{"name": "gpu"}]);
-        }
-        "PreemptionBasic" => {
-            if measure {
-                spec["priorityClassName"] = json!("bench-high");
-                spec["containers"] = container("3000m");
-            } else {
-                spec["priorityClassName"] = json!("bench-low");
-                spec["containers"] = container("900m");
-            }
-        }
-        _ => {}
-    }
-    serde_json::from_value(
-        json!({"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}),
-    )
-    .expect("pod template")
-}
-
-fn node(name: &str, zone: usize) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone{zone}"), "ksched.io/bench": "true"}},
-        "status": {"capacity": {"pods": "110", "cpu": "4", "memory": "32Gi"}, "allocatable": {"pods": "110", "cpu": "4", "memory": "32Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
-    }))
-    .expect("node template")
-}
-
-/// Figures of one contender on one workload.
-#[derive(Debug, Clone, Default)]
-struct Figures {
-    pods_per_second: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    cpu_seconds: f64,
-    peak_rss_mb: f64,
-}
-
-/// utime+stime in seconds and VmHWM in MB of `pid`.
-fn proc_usage(pid: u32) -> (f64, f64) {
-    let ticks = 100.0; // CLK_TCK on Linux
-    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let after = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
-            let utime: f64 = after.get(11)?.parse().ok()?;
-            let stime: f64 = after.get(12)?.parse().ok()?;
-            Some((utime + stime) / ticks)
-        })
-        .unwrap_or(0.0);
-    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))?
-                .split_whitespace()
-                .nth(1)?
-                .parse::<f64>()
-                .ok()
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0);
-    (cpu, rss)
-}
-
-struct ContenderProcess {
-    child: Child,
-}
-
-impl Drop for ContenderProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn write_config(cp: &ControlPlane, name: &str) -> PathBuf {
-    let path = cp.dir.join(format!("bench-{name}.yaml"));
-    let config = format!(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {SCHEDULER_NAME}\n",
-        cp.kubeconfig.display()
-    );
-    std::fs::write(&path, config).expect("write bench config");
-    path
-}
-
-fn start(cp: &ControlPlane, contender: Contender, log: &Path) -> ContenderProcess {
-    let out = std::fs::File::create(log).expect("contender log");
-    let err = out.try_clone().expect("contender log");
-    let port = support::free_port();
-    let kubeconfig = cp.kubeconfig.display().to_string();
-    let mut cmd = match contender {
-        Contender::Ksched => {
-            let mut c = Command::new(support::scheduler::ksched_bin());
-            c.args([
-                "scheduler",
-                "--config",
-                support::path_str(&write_config(cp, "ksched")),
-                "--kubeconfig",
-                &kubeconfig,
-            ])
-            .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")]);
-            c
-        }
-        Contender::Upstream => {
-            let mut c = Command::new(cp.bin_dir.join("kube-scheduler"));
-            c.args([
-                format!("--config={}", write_config(cp, "upstream").display()),
-                format!("--authentication-kubeconfig={kubeconfig}"),
-                format!("--authorization-kubeconfig={kubeconfig}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                "--v=1".into(),
-            ]);
-            c
-        }
-        Contender::Ceiling => {
-            let mut c = Command::new(std::env::current_exe().expect("bench exe"));
-            c.args(["--null-binder", "--kubeconfig", &kubeconfig]);
-            c
-        }
-    };
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    // An interrupted bench (Ctrl-C, SIGTERM) takes its contender with it: `start` runs on the
-    // main thread, which lives as long as the bench.
-    support::process::killed_with_parent(&mut cmd);
-    ContenderProcess {
-        child: cmd.spawn().expect("start contender"),
-    }
-}
-
-async fn client(kubeconfig: &Path) -> Client {
+pub async fn client(kubeconfig: &Path) -> Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
     let mut config = Config::from_custom_kubeconfig(kc, &Default::default())
         .await
@@ -284,166 +70,297 @@ async fn client(kubeconfig: &Path) -> Client {
 }
 
 /// Creates `pods` with up to 64 requests in flight; returns when each create returned.
-async fn create_pods(api: &Api<Pod>, pods: Vec<Pod>) -> HashMap<String, Instant> {
+pub async fn create_pods(api: &Api<Pod>, pods: Vec<Pod>) -> HashMap<String, Instant> {
     futures::stream::iter(pods)
         .map(|p| async move {
             let name = p.metadata.name.clone().unwrap_or_default();
-            loop {
+            for attempt in 0.. {
                 match api.create(&PostParams::default(), &p).await {
-                    Ok(_) => return (name, Instant::now()),
-                    Err(e) => {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(e)) if e.code == 409 => break,
+                    // An overloaded API server or a lost connection: again. A refusal: the
+                    // pod's wait reports it missing.
+                    Err(e) if attempt < 50 && retriable(&e) => {
                         eprintln!("create {name}: {e}; retrying");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
+                    Err(e) => {
+                        eprintln!("create {name}: {e}; giving up");
+                        break;
+                    }
                 }
             }
+            (name, Instant::now())
         })
         .buffer_unordered(64)
         .collect()
         .await
 }
 
-/// Watches the namespace and records when each pod was first seen bound.
-fn track_bindings(
-    api: Api<Pod>,
-) -> (
-    Arc<Mutex<HashMap<String, Instant>>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let bound = Arc::new(Mutex::new(HashMap::new()));
-    let b = bound.clone();
+fn retriable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
+    }
+}
+
+/// The run's pods as a watch sees them: every pod seen, when and where each was first seen
+/// bound, which were deleted. Churn pods come and go between two lists; the watch sees them all.
+#[derive(Default)]
+pub struct Tracker {
+    seen: Mutex<HashSet<String>>,
+    bound: Mutex<HashMap<String, Instant>>,
+    nodes: Mutex<HashMap<String, String>>,
+    deleted: Mutex<HashSet<String>>,
+}
+
+/// Aborts its task when dropped.
+struct Task(tokio::task::JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Watches the run's pods (label `bench-run`, whatever their namespace).
+fn track(admin: &Client, run: &str) -> (Arc<Tracker>, Task) {
+    let tracker = Arc::new(Tracker::default());
+    let t = tracker.clone();
+    let api: Api<Pod> = Api::all(admin.clone());
+    let config = watcher::Config::default().labels(&format!("bench-run={run}"));
     let task = tokio::spawn(async move {
-        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
-        while let Ok(Some(ev)) = stream.try_next().await {
-            if let Event::Apply(p) | Event::InitApply(p) = ev
-                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
-            {
-                let name = p.metadata.name.unwrap_or_default();
-                b.lock().entry(name).or_insert_with(Instant::now);
+        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Apply(p) | Event::InitApply(p)) => {
+                    let name = p.metadata.name.unwrap_or_default();
+                    if let Some(node) = p.spec.and_then(|s| s.node_name) {
+                        t.bound
+                            .lock()
+                            .entry(name.clone())
+                            .or_insert_with(Instant::now);
+                        t.nodes.lock().entry(name.clone()).or_insert(node);
+                    }
+                    t.seen.lock().insert(name);
+                }
+                Ok(Event::Delete(p)) => {
+                    t.deleted.lock().insert(p.metadata.name.unwrap_or_default());
+                }
+                _ => {}
             }
         }
     });
-    (bound, task)
+    (tracker, Task(task))
 }
 
-async fn wait_all_bound(
-    bound: &Mutex<HashMap<String, Instant>>,
+/// Waits until every pod of `names` is bound; fails when none was bound for `STALL`.
+pub async fn wait_bound(tracker: &Tracker, names: &[String]) -> Result<(), String> {
+    wait_bound_until(tracker, names, None).await
+}
+
+/// [`wait_bound`], failing also at `deadline`.
+async fn wait_bound_until(
+    tracker: &Tracker,
     names: &[String],
-    timeout: Duration,
-) -> bool {
-    let deadline = Instant::now() + timeout;
+    deadline: Option<(Instant, Instant)>,
+) -> Result<(), String> {
+    let mut last = (0, Instant::now());
     loop {
         let done = {
-            let b = bound.lock();
-            names.iter().all(|n| b.contains_key(n))
+            let b = tracker.bound.lock();
+            names.iter().filter(|n| b.contains_key(*n)).count()
         };
-        if done {
-            return true;
+        if done == names.len() {
+            return Ok(());
         }
-        if Instant::now() > deadline {
-            return false;
+        if done > last.0 {
+            last = (done, Instant::now());
+        } else if last.1.elapsed() > STALL {
+            return Err(format!(
+                "{done}/{} pods bound, none for {}s",
+                names.len(),
+                STALL.as_secs()
+            ));
+        }
+        if let Some((start, end)) = deadline
+            && Instant::now() > end
+        {
+            let secs = start.elapsed().as_secs_f64();
+            return Err(format!(
+                "timed out: {done}/{} pods bound in {secs:.0} s ({:.1} pods/s; the bench gives up below {MIN_RATE} pods/s)",
+                names.len(),
+                done as f64 / secs
+            ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-impl Figures {
-    /// Each figure's median over `rounds` (taken separately per figure).
-    fn median(rounds: &[Figures]) -> Figures {
-        let med = |f: fn(&Figures) -> f64| {
-            let mut v: Vec<f64> = rounds.iter().map(f).collect();
-            v.sort_by(|a, b| a.total_cmp(b));
-            match v.len() {
-                0 => 0.0,
-                n if n % 2 == 1 => v[n / 2],
-                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-            }
-        };
-        Figures {
-            pods_per_second: med(|f| f.pods_per_second),
-            p50_ms: med(|f| f.p50_ms),
-            p99_ms: med(|f| f.p99_ms),
-            cpu_seconds: med(|f| f.cpu_seconds),
-            peak_rss_mb: med(|f| f.peak_rss_mb),
+/// The slowest scheduling the bench waits for: the measured pods of a run must be bound in
+/// `measure_pods / MIN_RATE` seconds (at least a minute), so one contender's pathological case
+/// cannot hold the bench up for hours. It fails the contender on the workload.
+const MIN_RATE: usize = 10;
+
+/// When the measured pods of `w` created from `start` must all be bound.
+fn measure_deadline(w: &Workload, start: Instant) -> (Instant, Instant) {
+    let secs = (w.measure_pods / MIN_RATE).max(STALL.as_secs() as usize);
+    (start, start + Duration::from_secs(secs as u64))
+}
+
+/// Durations of a run's phases, for the log.
+struct Phases {
+    last: Instant,
+    done: String,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            last: Instant::now(),
+            done: String::new(),
         }
     }
-}
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+    fn mark(&mut self, phase: &str) {
+        let _ = write!(
+            self.done,
+            " {phase} {:.1}s",
+            self.last.elapsed().as_secs_f64()
+        );
+        self.last = Instant::now();
     }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
+fn pods_of(w: &Workload, role: Role, run: &str, ns: &str, count: usize) -> Vec<Pod> {
+    (0..count)
+        .map(|i| setup::object(workloads::pod(w.kind, role, run, ns, i)))
+        .collect()
+}
+
+fn names_of(role: Role, count: usize) -> Vec<String> {
+    (0..count).map(|i| workloads::pod_name(role, i)).collect()
+}
+
+/// A fresh namespace for one run (names and the `bench-run` label are limited to 63 characters).
+async fn run_namespace(cp: &ControlPlane, admin: &Client, name: &str, id: usize) -> String {
+    cp.namespace(admin, &format!("bench-{:.16}-{id}", name.to_lowercase()))
+        .await
+}
+
+/// Starts `contender` and waits until it binds a pod (the warmup).
+async fn start_ready(
+    cp: &ControlPlane,
+    admin: &Client,
+    w: &Workload,
+    contender: Contender,
+    ns: &str,
+    tracker: &Tracker,
+) -> Result<Running, String> {
+    let log = cp
+        .dir
+        .join(format!("bench-{}-{}.log", w.name(), contender.name()));
+    let running = contenders::start(cp, contender, w.kind, &log);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    create_pods(&pods, pods_of(w, Role::Warmup, ns, ns, 1)).await;
+    wait_bound(tracker, &names_of(Role::Warmup, 1))
+        .await
+        .map_err(|e| format!("not ready ({e}); log: {}", running.log.display()))?;
+    Ok(running)
+}
+
+/// One contender on one workload: init pods, then the measured pods (with the workload's churn
+/// beside them), the checks, a steady sample; the run's objects are removed whatever happened.
 async fn run_one(
     cp: &ControlPlane,
     admin: &Client,
     w: &Workload,
     contender: Contender,
-    round: usize,
-) -> Option<Figures> {
-    let ns = cp
-        .namespace(admin, &format!("bench-{}-{}", w.name.to_lowercase(), round))
-        .await;
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let log = cp
-        .dir
-        .join(format!("bench-{}-{}.log", w.name, contender.name()));
-    let process = start(cp, contender, &log);
-    let pid = process.child.id();
-    let (bound, watch_task) = track_bindings(pods.clone());
+    id: usize,
+) -> Round {
+    let mut phases = Phases::new();
+    let ns = run_namespace(cp, admin, w.name(), id).await;
+    let mut namespaces = vec![ns.clone()];
+    let result = measure(cp, admin, w, contender, &ns, &mut namespaces, &mut phases).await;
+    for namespace in &namespaces {
+        setup::delete_pods(admin, namespace).await;
+    }
+    phases.mark("cleanup-pods");
+    churn::clean(admin, &ns).await;
+    setup::delete_run_objects(admin, w, &ns).await;
+    phases.mark("cleanup");
+    eprintln!("   phases:{}", phases.done);
+    result
+}
 
-    // Warm-up: the contender is ready once it binds a pod.
-    let warmup = vec![pod("SchedulingBasic", &ns, "warmup", false)];
-    create_pods(&pods, warmup).await;
-    if !wait_all_bound(&bound, &["warmup".to_string()], Duration::from_secs(120)).await {
-        eprintln!(
-            "{} did not become ready; log: {}",
-            contender.name(),
-            log.display()
-        );
-        watch_task.abort();
-        return None;
-    }
-    let init: Vec<Pod> = (0..w.init_pods)
-        .map(|i| pod(w.name, &ns, &format!("init-{i}"), false))
-        .collect();
-    let init_names: Vec<String> = init
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    if w.name == DRA_WORKLOAD {
-        dra_claims(admin, &ns, &init_names).await;
-    }
-    create_pods(&pods, init).await;
-    if !wait_all_bound(&bound, &init_names, Duration::from_secs(600)).await {
-        eprintln!(
-            "{}: init pods not all bound; log: {}",
-            contender.name(),
-            log.display()
-        );
-    }
+async fn measure(
+    cp: &ControlPlane,
+    admin: &Client,
+    w: &Workload,
+    contender: Contender,
+    ns: &str,
+    namespaces: &mut Vec<String>,
+    phases: &mut Phases,
+) -> Round {
+    setup::pod_groups(admin, ns, w, contender).await?;
+    let (tracker, _watch) = track(admin, ns);
+    let _provisioner = (w.kind == Kind::CsiPvs).then(|| {
+        Task(tokio::spawn(setup::provisioner(
+            admin.clone(),
+            ns.to_string(),
+        )))
+    });
+    let running = start_ready(cp, admin, w, contender, ns, &tracker).await?;
+    let log = || format!("log: {}", running.log.display());
+    phases.mark("start");
 
-    let (cpu_before, _) = proc_usage(pid);
-    let measured: Vec<Pod> = (0..w.measure_pods)
-        .map(|i| pod(w.name, &ns, &format!("measure-{i}"), true))
-        .collect();
-    let names: Vec<String> = measured
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    if w.name == DRA_WORKLOAD {
-        dra_claims(admin, &ns, &names).await;
+    // Init pods, in the run's namespace or spread over labelled namespaces of their own.
+    let init_namespaces = match w.init_namespaces() {
+        0 => vec![ns.to_string()],
+        n => setup::labelled_namespaces(admin, ns, n).await,
+    };
+    namespaces.extend(init_namespaces.iter().filter(|n| *n != ns).cloned());
+    setup::before_pods(admin, w, ns, Role::Init, w.init_pods).await;
+    let init = pods_of(w, Role::Init, ns, ns, w.init_pods);
+    for (k, target) in init_namespaces.iter().enumerate() {
+        let share: Vec<Pod> = init
+            .iter()
+            .skip(k)
+            .step_by(init_namespaces.len())
+            .cloned()
+            .map(|mut p| {
+                p.metadata.namespace = Some(target.clone());
+                p
+            })
+            .collect();
+        create_pods(&Api::namespaced(admin.clone(), target), share).await;
     }
+    wait_bound(&tracker, &names_of(Role::Init, w.init_pods))
+        .await
+        .map_err(|e| format!("init pods: {e}; {}", log()))?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    if w.gated_pods() > 0 {
+        create_pods(&pods, pods_of(w, Role::Gated, ns, ns, w.gated_pods())).await;
+        wait_gated(cp, &running, contender, w.gated_pods()).await?;
+    }
+    phases.mark("init");
+
+    let measured = pods_of(w, Role::Measured, ns, ns, w.measure_pods);
+    let names = names_of(Role::Measured, w.measure_pods);
+    setup::before_pods(admin, w, ns, Role::Measured, w.measure_pods).await;
+    let churn = Task(tokio::spawn(churn::run(admin.clone(), *w, ns.to_string())));
+    let before = contenders::usage(running.pid());
     let first_created = Instant::now();
     let created = create_pods(&pods, measured).await;
-    let all = wait_all_bound(&bound, &names, Duration::from_secs(900)).await;
-    let (cpu_after, peak_rss) = proc_usage(pid);
-    drop(process);
-    watch_task.abort();
-    let bound = bound.lock().clone();
+    let all_bound =
+        wait_bound_until(&tracker, &names, Some(measure_deadline(w, first_created))).await;
+    let after = contenders::usage(running.pid());
+    drop(churn);
+    let churn_stopped = Instant::now();
+    all_bound.map_err(|e| format!("measured pods: {e}; {}", log()))?;
+    phases.mark("measured");
+
+    let bound = tracker.bound.lock().clone();
     let mut latencies: Vec<f64> = names
         .iter()
         .filter_map(|n| Some(bound.get(n)?.duration_since(*created.get(n)?).as_secs_f64() * 1000.0))
@@ -459,237 +376,161 @@ async fn run_one(
         .duration_since(first_created)
         .as_secs_f64()
         .max(1e-6);
-    if !all {
-        eprintln!(
-            "{}: only {}/{} measured pods bound; log: {}",
-            contender.name(),
-            latencies.len(),
-            names.len(),
-            log.display()
-        );
+
+    let mut go_heap_mb = None;
+    if contender.schedules() {
+        let state = checks::RunState {
+            w,
+            run: ns,
+            pods: checks::run_pods(admin, ns).await?,
+            tracker: &tracker,
+        };
+        checks::check(admin, &state).await?;
+        phases.mark("checks");
+        tokio::time::sleep(footprint::IDLE.saturating_sub(churn_stopped.elapsed())).await;
+        let metrics = wait_scheduled(cp, &running, checks::expected_scheduled(w)).await?;
+        if contender == Contender::Upstream {
+            go_heap_mb = contenders::go_heap_mb(&metrics);
+        }
     }
-    // Free the nodes for the next contender.
-    let _ = pods
-        .delete_collection(
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-            &ListParams::default(),
-        )
-        .await;
-    wait_namespace_empty(&pods).await;
-    if w.name == DRA_WORKLOAD {
-        free_claims(admin, &ns).await;
-    }
-    Some(Figures {
+    let steady = contenders::usage(running.pid());
+    phases.mark("steady");
+    Ok(Figures {
         pods_per_second: latencies.len() as f64 / elapsed,
-        p50_ms: percentile(&latencies, 0.5),
-        p99_ms: percentile(&latencies, 0.99),
-        cpu_seconds: cpu_after - cpu_before,
-        peak_rss_mb: peak_rss,
+        p50_ms: report::percentile(&latencies, 0.5),
+        p99_ms: report::percentile(&latencies, 0.99),
+        cpu_seconds: after.cpu_seconds - before.cpu_seconds,
+        peak_rss_mb: steady.peak_rss_mb,
+        steady_rss_mb: steady.rss_mb,
+        steady_anon_mb: steady.anon_mb,
+        go_heap_mb,
     })
 }
 
-async fn wait_namespace_empty(pods: &Api<Pod>) {
-    for _ in 0..600 {
-        match pods.list(&ListParams::default().limit(1)).await {
-            Ok(list) if list.items.is_empty() => return,
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+/// Waits (up to 10 s) until the scheduler reports `expected` pods scheduled: the run's pods
+/// were bound by the contender under test. kube-scheduler counts a pod once its binding cycle
+/// returns, which can be after the bench saw the binding. Returns its /metrics text.
+async fn wait_scheduled(
+    cp: &ControlPlane,
+    running: &Running,
+    expected: usize,
+) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = contenders::metrics(cp, running).await?;
+        let scheduled = contenders::scheduled(&metrics);
+        if scheduled >= expected as f64 {
+            return Ok(metrics);
         }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "it reports {scheduled} pods scheduled, the run bound {expected}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-async fn create_nodes(admin: &Client, count: usize) {
-    let api: Api<Node> = Api::all(admin.clone());
-    let _ = api
-        .delete_collection(
-            &DeleteParams::default(),
-            &ListParams::default().labels("ksched.io/bench=true"),
-        )
-        .await;
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let n = node(&format!("bench-node-{i}"), i % 3 + 1);
-                let _ = api.create(&PostParams::default(), &n).await;
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
-}
-
-/// The claims of `pods` (`<pod>-gpu`), as kube-controller-manager's resourceclaim controller would
-/// create them from the pods' template (the bench runs no controller manager): one device of the
-/// bench class each. Not measured.
-async fn dra_claims(admin: &Client, ns: &str, pods: &[String]) {
-    let api: Api<ResourceClaim> = Api::namespaced(admin.clone(), ns);
-    futures::stream::iter(pods)
-        .map(|pod| {
-            let api = api.clone();
-            async move {
-                let claim: ResourceClaim = serde_json::from_value(json!({
-                    "metadata": {"name": format!("{pod}-gpu")},
-                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRA_CLASS}}]}}
-                }))
-                .expect("claim template");
-                let _ = api.create(&PostParams::default(), &claim).await;
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
-}
-
-/// Deletes the run's claims; nothing else removes the scheduler's finalizer here, so the bench
-/// does, and the devices are free for the next contender.
-async fn free_claims(admin: &Client, ns: &str) {
-    let api: Api<ResourceClaim> = Api::namespaced(admin.clone(), ns);
-    let claims = api
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    futures::stream::iter(claims)
-        .map(|c| {
-            let api = api.clone();
-            async move {
-                let name = c.metadata.name.unwrap_or_default();
-                let patch = json!({"metadata": {"finalizers": null}});
-                let _ = api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
-}
-
-/// The bench DeviceClass and one ResourceSlice per bench node with `DEVICES_PER_NODE` devices.
-async fn dra_devices(admin: &Client, nodes: usize) {
-    let classes: Api<DeviceClass> = Api::all(admin.clone());
-    let class: DeviceClass = serde_json::from_value(json!({
-        "metadata": {"name": DRA_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\"")}}]}
-    }))
-    .expect("class template");
-    let _ = classes.create(&PostParams::default(), &class).await;
-    let slices: Api<ResourceSlice> = Api::all(admin.clone());
-    let _ = slices
-        .delete_collection(
-            &DeleteParams::default(),
-            &ListParams::default().labels("ksched.io/bench=true"),
-        )
-        .await;
-    futures::stream::iter(0..nodes)
-        .map(|i| {
-            let slices = slices.clone();
-            async move {
-                let node = format!("bench-node-{i}");
-                let devices: Vec<Value> = (0..DEVICES_PER_NODE)
-                    .map(|d| json!({"name": format!("gpu-{d}"), "attributes": {"model": {"string": "bench"}}}))
-                    .collect();
-                let slice: ResourceSlice = serde_json::from_value(json!({
-                    "metadata": {"name": format!("{node}-{DRA_DRIVER}"), "labels": {"ksched.io/bench": "true"}},
-                    "spec": {"driver": DRA_DRIVER, "nodeName": node, "devices": devices,
-                             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}
-                }))
-                .expect("slice template");
-                let _ = slices.create(&PostParams::default(), &slice).await;
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
-}
-
-fn priority_classes(cp: &ControlPlane) {
-    let doc = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: bench-low}\nvalue: 1\n---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: bench-high}\nvalue: 10\n";
-    let (ok, _, err) = cp.kubectl_stdin(&["apply", "-f", "-"], doc);
-    assert!(ok, "priority classes: {err}");
-}
-
-/// The ceiling: binds every pending pod of the bench scheduler name to nodes round robin, with no
-/// scheduling logic.
-async fn null_binder(kubeconfig: &Path) {
-    let client = client(kubeconfig).await;
-    let nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels("ksched.io/bench=true"))
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter_map(|n| n.metadata.name)
-                .collect()
-        })
-        .unwrap_or_default();
-    if nodes.is_empty() {
-        eprintln!("null binder: no nodes");
-        return;
+/// Upstream's `barrier` before the measured pods of SchedulingGatedPods: the scheduler has seen
+/// every gated pod (`scheduler_pending_pods{queue="gated"}`, in both schedulers). The null
+/// binder only gets a second.
+async fn wait_gated(
+    cp: &ControlPlane,
+    running: &Running,
+    contender: Contender,
+    gated: usize,
+) -> Result<(), String> {
+    if !contender.schedules() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        return Ok(());
     }
-    let api: Api<Pod> = Api::all(client.clone());
-    let config = watcher::Config::default().fields(&format!(
-        "spec.schedulerName={SCHEDULER_NAME},spec.nodeName="
-    ));
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Pod>();
-    tokio::spawn(async move {
-        let mut stream = watcher::watcher(api, config).boxed();
-        while let Ok(Some(ev)) = stream.try_next().await {
-            if let Event::Apply(p) | Event::InitApply(p) = ev {
-                let _ = tx.send(p);
-            }
+    let deadline = Instant::now() + STALL;
+    loop {
+        let metrics = contenders::metrics(cp, running).await?;
+        let seen = contenders::sample(&metrics, "scheduler_pending_pods", &[("queue", "gated")])
+            .unwrap_or(0.0);
+        if seen >= gated as f64 {
+            return Ok(());
         }
-    });
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    tokio_stream_from(rx)
-        .for_each_concurrent(64, |p| {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let node = nodes[i % nodes.len()].clone();
-            let client = client.clone();
-            async move {
-                let ns = p.metadata.namespace.clone().unwrap_or_default();
-                let name = p.metadata.name.clone().unwrap_or_default();
-                let binding = Binding {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(ns.clone()),
-                        uid: p.metadata.uid.clone(),
-                        ..Default::default()
-                    },
-                    target: ObjectReference {
-                        kind: Some("Node".into()),
-                        name: Some(node),
-                        ..Default::default()
-                    },
-                };
-                let pods: Api<Pod> = Api::namespaced(client, &ns);
-                let _ = pods
-                    .create_subresource::<Binding, ApiStatus>(
-                        "binding",
-                        &name,
-                        &PostParams::default(),
-                        &binding,
-                    )
-                    .await;
-            }
-        })
-        .await;
+        if Instant::now() > deadline {
+            return Err(format!("{seen} of {gated} gated pods in the queue"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
-fn tokio_stream_from<T: Send + 'static>(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
-) -> impl futures::Stream<Item = T> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+/// One round of the footprint for `contender`.
+async fn footprint_one(
+    cp: &ControlPlane,
+    admin: &Client,
+    contender: Contender,
+    preset: Preset,
+    id: usize,
+) -> Result<Footprint, String> {
+    let w = footprint::workload(preset);
+    setup::nodes(admin, &w).await;
+    let ns = run_namespace(cp, admin, FOOTPRINT, id).await;
+    let (tracker, _watch) = track(admin, &ns);
+    let result = async {
+        let running = start_ready(cp, admin, &w, contender, &ns, &tracker).await?;
+        footprint::measure(cp, admin, &running, contender, preset, &ns, &tracker).await
+    }
+    .await;
+    setup::delete_pods(admin, &ns).await;
+    result
 }
 
-fn arg(args: &[String], name: &str) -> Option<String> {
+struct Options {
+    preset: Preset,
+    only: Option<Vec<String>>,
+    contenders: Vec<Contender>,
+    rounds: usize,
+}
+
+fn arg(args: &[String], name: &str, env: &str) -> Option<String> {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1).cloned())
+        .or_else(|| std::env::var(env).ok().filter(|v| !v.is_empty()))
+}
+
+fn options(args: &[String]) -> Result<Options, String> {
+    let preset = Preset::parse(&arg(args, "--preset", "BENCH_PRESET").unwrap_or("default".into()))?;
+    let only: Option<Vec<String>> = arg(args, "--workloads", "BENCH_WORKLOADS")
+        .map(|s| s.split(',').map(str::to_string).collect());
+    if let Some(only) = &only {
+        let known: Vec<&str> = workloads::Kind::ALL
+            .iter()
+            .map(|k| k.name())
+            .chain([FOOTPRINT])
+            .collect();
+        if let Some(bad) = only.iter().find(|n| !known.contains(&n.as_str())) {
+            return Err(format!(
+                "unknown workload {bad:?} in --workloads/BENCH_WORKLOADS: use {}",
+                known.join(", ")
+            ));
+        }
+    }
+    let contenders = match arg(args, "--contenders", "BENCH_CONTENDERS") {
+        Some(s) => s
+            .split(',')
+            .map(Contender::parse)
+            .collect::<Result<Vec<_>, _>>()?,
+        None => Contender::ALL.to_vec(),
+    };
+    let rounds =
+        match arg(args, "--rounds", "BENCH_ROUNDS") {
+            Some(r) => r.parse::<usize>().ok().filter(|r| *r > 0).ok_or_else(|| {
+                format!("--rounds/BENCH_ROUNDS {r:?}: a number of rounds, 1 or more")
+            })?,
+            None => 3,
+        };
+    Ok(Options {
+        preset,
+        only,
+        contenders,
+        rounds,
+    })
 }
 
 /// Ctrl-C or SIGTERM ends the bench through `exit`, whose exit hook stops the control plane and
@@ -712,6 +553,16 @@ fn exit_on_signal(runtime: &tokio::runtime::Runtime) {
     });
 }
 
+/// The order of the contenders in `round`: each round starts with the next one (the first run
+/// after the nodes are created meets a colder API server and etcd).
+fn order(contenders: &[Contender], round: usize) -> Vec<(usize, Contender)> {
+    let mut order: Vec<(usize, Contender)> = contenders.iter().copied().enumerate().collect();
+    order.rotate_left(round % contenders.len().max(1));
+    order
+}
+
+const METHOD: &str = "Memory: *peak RSS* is the contender's VmHWM over the run; *steady* RSS and anon RSS are VmRSS and RssAnon once the measured pods were bound, any churn had stopped and the contender had idled 2 s. Anon RSS (private anonymous resident memory: heap, arenas, stacks; not the binary's code) is the one figure measured the same way for both: ksched (glibc malloc) has no heap metric of its own, and glibc's `mallinfo2` can only be called inside the process, so its heap is bounded from above by anon RSS (which also holds freed memory malloc keeps). *Go heap* is upstream's `go_memstats_heap_inuse_bytes` from its /metrics at the same moment.\n\nBytes per node and per pod (`MemoryFootprint`): each contender starts on a cluster of one node and idles; it is sampled, then again once it has seen N more nodes (a pod pinned to a node created after them is bound), then again once it has bound P pods (`pod-default`); each sample after 2 s idle. Per node = difference / N, per pod = difference / P, medians of the rounds. Upstream's Go heap is sampled after a forced garbage collection (`/debug/pprof/heap?gc=1`), so it counts live objects only; anon RSS and RSS are what the processes hold.\n";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -719,109 +570,206 @@ fn main() {
         .build()
         .expect("runtime");
     if args.iter().any(|a| a == "--null-binder") {
-        let kubeconfig = PathBuf::from(arg(&args, "--kubeconfig").expect("--kubeconfig"));
-        runtime.block_on(null_binder(&kubeconfig));
+        let Some(kubeconfig) = arg(&args, "--kubeconfig", "KUBECONFIG") else {
+            eprintln!("--null-binder needs --kubeconfig");
+            std::process::exit(2);
+        };
+        runtime.block_on(contenders::null_binder(&PathBuf::from(kubeconfig)));
         return;
     }
-    let preset = arg(&args, "--preset")
-        .or_else(|| std::env::var("BENCH_PRESET").ok())
-        .unwrap_or_else(|| "default".into());
-    let only: Option<Vec<String>> = arg(&args, "--workloads")
-        .or_else(|| std::env::var("BENCH_WORKLOADS").ok())
-        .map(|s| s.split(',').map(str::to_string).collect());
-    let contenders: Vec<Contender> = arg(&args, "--contenders")
-        .or_else(|| std::env::var("BENCH_CONTENDERS").ok())
-        .map(|s| {
-            s.split(',')
-                .filter_map(|c| match c {
-                    "ksched" => Some(Contender::Ksched),
-                    "upstream" => Some(Contender::Upstream),
-                    "ceiling" => Some(Contender::Ceiling),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_else(|| vec![Contender::Ksched, Contender::Upstream, Contender::Ceiling]);
-    let rounds: usize = arg(&args, "--rounds")
-        .or_else(|| std::env::var("BENCH_ROUNDS").ok())
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3)
-        .max(1);
-
-    let cp = control_plane(Components::API_ONLY);
+    let opts = match options(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("scheduler_perf: {e}");
+            std::process::exit(2);
+        }
+    };
+    let selected = |name: &str| {
+        opts.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|n| n == name))
+    };
+    let started = Instant::now();
+    let cp = support::control_plane_with_apiserver_args(
+        Components::API_ONLY,
+        &[
+            // Upstream's own gang scheduling (the gang workloads) needs its alpha PodGroup API.
+            "--feature-gates=GenericWorkload=true",
+            "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+            // Removing a run's pods between contenders: one worker takes seconds.
+            "--delete-collection-workers=16",
+        ],
+    );
     exit_on_signal(&runtime);
-    priority_classes(cp);
+    let (rounds, preset) = (opts.rounds, opts.preset);
     let mut report = format!(
-        "Medians of {rounds} rounds (preset {preset}).\n\n| workload | nodes | pods | contender | pods/s | p50 ms | p99 ms | CPU s | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|\n"
+        "Medians of {rounds} rounds (preset {}); pods = measured pods.\n\n{}",
+        preset.name(),
+        report::TABLE_HEADER
     );
-    let mut every_round = String::from(
-        "| workload | round | contender | pods/s | p50 ms | p99 ms | CPU s | peak RSS MB |\n|---|---|---|---|---|---|---|---|\n",
-    );
+    let mut every_round = String::from(report::ROUNDS_HEADER);
     let mut lines = Vec::new();
     runtime.block_on(async {
         let admin = client(&cp.kubeconfig).await;
-        for (index, w) in workloads(&preset).iter().enumerate() {
-            if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == w.name)) {
+        setup::priority_classes(&admin).await;
+        setup::storage_class(&admin).await;
+        for (index, w) in workloads::workloads(preset).iter().enumerate() {
+            if !selected(w.name()) {
                 continue;
             }
-            create_nodes(&admin, w.nodes).await;
-            if w.name == DRA_WORKLOAD {
-                dra_devices(&admin, w.nodes).await;
-            }
-            let mut runs: HashMap<&str, Vec<Figures>> = HashMap::new();
+            setup::nodes(&admin, w).await;
+            let mut runs: HashMap<&str, Vec<Round>> = HashMap::new();
             for round in 0..rounds {
-                // Each round starts with the next contender: the first run after the nodes are created
-                // meets a colder API server and etcd.
-                let mut order: Vec<(usize, &Contender)> = contenders.iter().enumerate().collect();
-                order.rotate_left(round % contenders.len().max(1));
-                for (i, c) in order {
+                for (i, c) in order(&opts.contenders, round) {
+                    // One failed round fails the workload: the contender's later rounds would
+                    // only cost time.
+                    if runs
+                        .get(c.name())
+                        .is_some_and(|r| r.iter().any(|r| r.is_err()))
+                    {
+                        continue;
+                    }
                     eprintln!(
-                        "== {} / {} round {}/{rounds} ({} nodes, {} measured pods)",
-                        w.name, c.name(), round + 1, w.nodes, w.measure_pods
+                        "== {} / {} round {}/{rounds} ({} nodes, {} measured pods) at {:.0}s",
+                        w.name(),
+                        c.name(),
+                        round + 1,
+                        w.nodes,
+                        w.measure_pods,
+                        started.elapsed().as_secs_f64()
                     );
                     let id = (index * rounds + round) * 10 + i;
-                    if let Some(f) = run_one(cp, &admin, w, *c, id).await {
-                        let _ = writeln!(
-                            every_round,
-                            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
-                            w.name, round + 1, c.name(), f.pods_per_second, f.p50_ms, f.p99_ms, f.cpu_seconds, f.peak_rss_mb
-                        );
-                        runs.entry(c.name()).or_default().push(f);
+                    let r = run_one(cp, &admin, w, c, id).await;
+                    if let Err(e) = &r {
+                        eprintln!("{} FAILED {}: {e}", c.name(), w.name());
                     }
+                    every_round.push_str(&report::round_row(w, round, c, &r));
+                    runs.entry(c.name()).or_default().push(r);
                 }
             }
-            let figures: HashMap<&str, Figures> =
-                runs.iter().map(|(c, r)| (*c, Figures::median(r))).collect();
-            for c in &contenders {
-                if let Some(f) = figures.get(c.name()) {
-                    let _ = writeln!(
-                        report,
-                        "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
-                        w.name, w.nodes, w.measure_pods, c.name(), f.pods_per_second, f.p50_ms, f.p99_ms, f.cpu_seconds, f.peak_rss_mb
-                    );
-                }
+            let results: Vec<(Contender, Result<Figures, String>)> = opts
+                .contenders
+                .iter()
+                .map(|c| {
+                    (
+                        *c,
+                        report::summary(runs.get(c.name()).map_or(&[][..], |r| r)),
+                    )
+                })
+                .collect();
+            for (c, s) in &results {
+                report.push_str(&report::median_row(w, *c, s));
             }
-            let get = |c: &str| figures.get(c).cloned().unwrap_or_default();
-            let (k, u, c) = (get("ksched"), get("upstream"), get("ceiling"));
-            let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-            let line = format!(
-                "BENCH workload={} nodes={} pods={} ksched_pps={:.1} upstream_pps={:.1} ceiling_pps={:.1} ratio_upstream={:.2} ratio_ceiling={:.2} ksched_rss_mb={:.1} upstream_rss_mb={:.1} ksched_cpu_s={:.2} upstream_cpu_s={:.2}",
-                w.name, w.nodes, w.measure_pods, k.pods_per_second, u.pods_per_second, c.pods_per_second,
-                ratio(k.pods_per_second, u.pods_per_second), ratio(k.pods_per_second, c.pods_per_second),
-                k.peak_rss_mb, u.peak_rss_mb, k.cpu_seconds, u.cpu_seconds
-            );
+            let line = report::bench_line(w, &results);
+            println!("{line}");
+            lines.push(line);
+        }
+        if selected(FOOTPRINT) {
+            let line = footprints(cp, &admin, &opts, &mut report).await;
             println!("{line}");
             lines.push(line);
         }
     });
+    let wall = started.elapsed().as_secs_f64();
     report.push('\n');
     for l in &lines {
-        report.push_str(&format!("    {l}\n"));
+        let _ = writeln!(report, "    {l}");
     }
-    report.push_str("\nEvery round:\n\n");
-    report.push_str(&every_round);
+    let _ = write!(
+        report,
+        "\nWall time of the whole bench: {:.0} s ({:.1} min).\n\n{METHOD}\nEvery round:\n\n{every_round}",
+        wall,
+        wall / 60.0
+    );
     let dir = support::repo_root().join("target/bench");
     let _ = std::fs::create_dir_all(&dir);
     let _ = std::fs::write(dir.join("report.md"), &report);
     println!("\n{report}");
+}
+
+/// The footprint rounds of ksched and upstream; its table goes into `report`, its BENCH line is
+/// returned.
+async fn footprints(
+    cp: &ControlPlane,
+    admin: &Client,
+    opts: &Options,
+    report: &mut String,
+) -> String {
+    let (nodes, pods) = footprint::sizes(opts.preset);
+    let schedulers: Vec<Contender> = opts
+        .contenders
+        .iter()
+        .copied()
+        .filter(|c| c.schedules())
+        .collect();
+    let mut runs: HashMap<&str, Vec<Footprint>> = HashMap::new();
+    let mut failures: HashMap<&str, String> = HashMap::new();
+    for round in 0..opts.rounds {
+        for (i, c) in order(&schedulers, round) {
+            eprintln!(
+                "== {FOOTPRINT} / {} round {}/{} ({nodes} nodes, {pods} pods)",
+                c.name(),
+                round + 1,
+                opts.rounds
+            );
+            match footprint_one(cp, admin, c, opts.preset, 9000 + round * 10 + i).await {
+                Ok(f) => runs.entry(c.name()).or_default().push(f),
+                Err(e) => {
+                    eprintln!("{} FAILED {FOOTPRINT}: {e}", c.name());
+                    failures.entry(c.name()).or_insert(e);
+                }
+            }
+        }
+    }
+    let _ = write!(
+        report,
+        "\nMemory per node and per pod (bytes; {nodes} nodes, {pods} pods; medians of {} rounds):\n\n| contender | idle RSS MB on 1 node | anon RSS / node | anon RSS / pod | RSS / node | RSS / pod | Go heap / node | Go heap / pod |\n|---|---|---|---|---|---|---|---|\n",
+        opts.rounds
+    );
+    let mut line = format!("BENCH workload={FOOTPRINT} nodes={nodes} pods={pods}");
+    for c in &schedulers {
+        let name = c.name();
+        if let Some(e) = failures.get(name) {
+            let _ = writeln!(report, "| {name} | FAILED: {e} | | | | | | |");
+            let _ = write!(
+                line,
+                " {name}_bytes_per_node=FAILED {name}_bytes_per_pod=FAILED"
+            );
+            continue;
+        }
+        let r = runs.get(name).map_or(&[][..], |r| r);
+        let med = |f: fn(&Footprint) -> Option<f64>| {
+            let v: Vec<f64> = r.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| report::median_of(v))
+        };
+        let fmt = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+        let anon_node = med(|f| Some(f.anon_per_node));
+        let anon_pod = med(|f| Some(f.anon_per_pod));
+        let _ = writeln!(
+            report,
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            med(|f| Some(f.base_rss_mb)).map_or("-".into(), |v| format!("{v:.1}")),
+            fmt(anon_node),
+            fmt(anon_pod),
+            fmt(med(|f| Some(f.rss_per_node))),
+            fmt(med(|f| Some(f.rss_per_pod))),
+            fmt(med(|f| f.heap_per_node)),
+            fmt(med(|f| f.heap_per_pod)),
+        );
+        let _ = write!(
+            line,
+            " {name}_bytes_per_node={} {name}_bytes_per_pod={}",
+            fmt(anon_node),
+            fmt(anon_pod)
+        );
+        if *c == Contender::Upstream {
+            let _ = write!(
+                line,
+                " upstream_go_heap_bytes_per_node={} upstream_go_heap_bytes_per_pod={}",
+                fmt(med(|f| f.heap_per_node)),
+                fmt(med(|f| f.heap_per_pod))
+            );
+        }
+    }
+    line
 }

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -165,45 +165,19 @@ async fn the_endpoint_authenticates_and_authorizes_as_kube_schedulers() {
     .await;
 }
 
-/// kube-scheduler families ksched does not export, and why. "Phase 2" families need hooks
-/// inside the scheduling loop (issue 19, after issue 18 part 3 lands).
+/// kube-scheduler families ksched does not export, and why.
 const NOT_IN_KSCHED: &[(&str, &str)] = &[
     (
-        "scheduler_plugin_execution_duration_seconds",
-        "phase 2: loop hooks",
-    ),
-    (
-        "scheduler_scheduling_algorithm_duration_seconds",
-        "phase 2: loop hooks",
-    ),
-    (
-        "scheduler_pod_scheduling_sli_duration_seconds",
-        "phase 2: loop hooks",
-    ),
-    ("scheduler_pod_scheduling_attempts", "phase 2: loop hooks"),
-    ("scheduler_preemption_attempts", "phase 2: loop hooks"),
-    ("scheduler_preemption_victims", "phase 2: loop hooks"),
-    (
-        "scheduler_permit_wait_duration_seconds",
-        "phase 2: loop hooks",
-    ),
-    ("scheduler_plugin_evaluation", "phase 2: loop hooks"),
-    (
-        "scheduler_goroutines",
-        "phase 2: binding and preemption tasks in flight",
-    ),
-    ("scheduler_cache_size", "phase 2: cache counts"),
-    (
         "scheduler_pending_async_api_calls",
-        "phase 2: API call queue",
+        "SchedulerAsyncAPICalls (off by default in 1.36) is not implemented: ksched makes its API calls from the binding cycle and the failure handler",
     ),
     (
         "scheduler_async_api_call_execution",
-        "phase 2: API call queue",
+        "SchedulerAsyncAPICalls is not implemented (see above)",
     ),
     (
         "scheduler_async_api_call_execution_duration_seconds",
-        "phase 2: API call queue",
+        "SchedulerAsyncAPICalls is not implemented (see above)",
     ),
     (
         "scheduler_batch_attempts",
@@ -211,10 +185,6 @@ const NOT_IN_KSCHED: &[(&str, &str)] = &[
     ),
     (
         "scheduler_batch_cache_flushed",
-        "OpportunisticBatching is not implemented (README)",
-    ),
-    (
-        "scheduler_pod_scheduled_after_flush",
         "OpportunisticBatching is not implemented (README)",
     ),
     (
@@ -257,16 +227,54 @@ fn scheduler_families(exposition: &str) -> BTreeSet<String> {
     with_samples
 }
 
+/// The bucket bounds of each histogram family of an exposition (`+Inf` aside), as numbers: Go
+/// writes `1e-05` where Rust writes `0.00001`.
+fn bucket_bounds(exposition: &str) -> BTreeMap<String, BTreeSet<u64>> {
+    let mut bounds: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+        let Some((family, labels)) = line.split_once("_bucket{") else {
+            continue;
+        };
+        let Some(le) = labels
+            .split_once("le=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(le, _)| le)
+        else {
+            continue;
+        };
+        if let Ok(bound) = le.parse::<f64>()
+            && bound.is_finite()
+        {
+            bounds
+                .entry(family.to_string())
+                .or_default()
+                .insert(bound.to_bits());
+        }
+    }
+    bounds
+}
+
+/// The value of the sample `series` (name and labels, as ksched writes them) in `exposition`.
+fn sample_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// Upstream kube-scheduler and ksched each schedule a pod on the same control plane; each of
 /// upstream's `scheduler_*` families is in ksched's `/metrics`, or in [`NOT_IN_KSCHED`] (and an
-/// entry there that ksched does export fails the test, so the list stays true).
+/// entry there that ksched does export fails the test, so the list stays true), with upstream's
+/// buckets; and the pod ksched scheduled left samples for its profile at every extension point
+/// of its scheduling and binding cycles, and for each plugin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kube_scheduler_metric_family_is_exported_or_listed() {
     let cp = cp();
     let client = cp.client().await;
     let ns = cp.namespace(&client, "parity").await;
     let nodes = Nodes::new(cp, "parity");
+    // Two nodes, so that scoring runs (a single feasible node is taken without it).
     nodes.create("a", "4", &[]);
+    nodes.create("b", "4", &[]);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
     let upstream_config = cp.dir.join("parity-upstream.yaml");
@@ -337,20 +345,65 @@ async fn every_kube_scheduler_metric_family_is_exported_or_listed() {
         stale.is_empty(),
         "listed as not exported, but exported: {stale:?}"
     );
-    let not_yet = upstream_families
-        .iter()
-        .filter(|f| {
-            NOT_IN_KSCHED
-                .iter()
-                .any(|(n, why)| n == f && why.starts_with("phase 2"))
-        })
-        .count();
     eprintln!(
-        "metric families: upstream {} scheduler_* families, ksched exports {} of them; {} not yet (phase 2)",
+        "metric families: upstream {} scheduler_* families, ksched exports {} of them",
         upstream_families.len(),
         upstream_families.intersection(&our_families).count(),
-        not_yet
     );
+
+    // The same buckets, bound for bound, for every histogram both export.
+    let (upstream_buckets, our_buckets) = (bucket_bounds(&upstream_metrics), bucket_bounds(&ours));
+    let mut compared = 0;
+    for (family, bounds) in &upstream_buckets {
+        if let Some(our_bounds) = our_buckets.get(family) {
+            assert_eq!(
+                our_bounds, bounds,
+                "{family}: buckets differ from upstream's"
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 8, "too few histograms compared: {compared}");
+
+    // The scheduled pod's cycles, for the profile; every plugin at Filter was evaluated and, in
+    // the process's first cycle (always sampled), timed.
+    let profile = r#"profile="ksched-parity""#;
+    for point in [
+        "PreFilter",
+        "Filter",
+        "PreScore",
+        "Score",
+        "Reserve",
+        "Permit",
+        "PreBind",
+        "Bind",
+    ] {
+        let series = format!(
+            "scheduler_framework_extension_point_duration_seconds_count{{extension_point=\"{point}\",status=\"Success\",{profile}}}"
+        );
+        assert!(
+            sample_value(&ours, &series).is_some_and(|n| n >= 1.0),
+            "{series} missing:\n{ours}"
+        );
+    }
+    for plugin in ["NodeResourcesFit", "TaintToleration", "NodeAffinity"] {
+        let evaluated = format!(
+            "scheduler_plugin_evaluation_total{{plugin=\"{plugin}\",extension_point=\"Filter\",{profile}}}"
+        );
+        assert!(
+            sample_value(&ours, &evaluated).is_some_and(|n| n >= 1.0),
+            "{evaluated} missing:\n{ours}"
+        );
+        let timed = format!(
+            "scheduler_plugin_execution_duration_seconds_count{{plugin=\"{plugin}\",extension_point=\"Filter\",status=\"Success\"}}"
+        );
+        assert!(
+            sample_value(&ours, &timed).is_some_and(|n| n >= 1.0),
+            "{timed} missing:\n{ours}"
+        );
+    }
+    let sli = r#"scheduler_pod_scheduling_sli_duration_seconds_count{attempts="1"}"#;
+    assert_eq!(sample_value(&ours, sli), Some(1.0), "{sli}:\n{ours}");
 }
 
 /// Every flag `kube-scheduler --help` lists is one `ksched scheduler` accepts; and a command line

@@ -213,6 +213,7 @@ pub struct CycleState {
     skip_score_plugins: BTreeSet<Arc<str>>,
     skip_pre_bind_plugins: BTreeSet<Arc<str>>,
     num_all_nodes: usize,
+    record_plugin_metrics: bool,
 }
 
 impl fmt::Debug for CycleState {
@@ -225,6 +226,7 @@ impl fmt::Debug for CycleState {
             .field("skip_score_plugins", &self.skip_score_plugins)
             .field("skip_pre_bind_plugins", &self.skip_pre_bind_plugins)
             .field("num_all_nodes", &self.num_all_nodes)
+            .field("record_plugin_metrics", &self.record_plugin_metrics)
             .finish()
     }
 }
@@ -296,6 +298,15 @@ impl CycleState {
 
     pub fn set_num_all_nodes(&mut self, n: usize) {
         self.num_all_nodes = n;
+    }
+
+    /// Whether this cycle measures each plugin's duration (upstream samples 10 % of cycles).
+    pub fn record_plugin_metrics(&self) -> bool {
+        self.record_plugin_metrics
+    }
+
+    pub fn set_record_plugin_metrics(&mut self, record: bool) {
+        self.record_plugin_metrics = record;
     }
 }
 

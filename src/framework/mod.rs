@@ -14,6 +14,8 @@
 //! - [`background`]: the work plugins do outside the scheduling cycle (their
 //!   [`background::BackgroundTask`]s, the [`background::ApiDispatcher`]), which the scheduler
 //!   starts.
+//! - [`metrics`]: the handles of the metrics the runtime and plugins record (kube-scheduler's
+//!   per-extension-point, per-plugin and preemption families).
 //! - [`registry`]: plugin name -> factory(args, [`registry::Handle`]); implements the
 //!   configuration's `PluginCatalog`. It knows no plugin: the in-tree list is in [`plugins`].
 //! - [`args`]: strict args decoding (unknown fields are errors with their path), defaults,
@@ -27,7 +29,7 @@
 //! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
 //!
 //! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
-//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`, `api`, `background`,
+//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `api`, `background`,
 //! `registry`, `batch`, `runtime`, `schedule`, `plugins`. Plugins never name the runtime: preemption runs
 //! its profile's plugins through `FrameworkHandle`.
 //!
@@ -58,6 +60,7 @@ pub mod extender;
 mod integration_tests;
 pub mod interface;
 pub mod listers;
+pub mod metrics;
 #[cfg(test)]
 mod module_graph;
 pub mod plugins;

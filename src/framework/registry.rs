@@ -21,6 +21,7 @@ pub use super::api::{ApiError, ApiHandle, RecordedStatusPatch, RecordingApi};
 use super::background::{ApiDispatcher, BackgroundTasks};
 use super::interface::Plugin;
 use super::listers::{Informer, Listers};
+use super::metrics::FrameworkMetrics;
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
 use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
@@ -81,9 +82,11 @@ pub struct Handle {
     pub listers: Arc<Listers>,
     /// The configuration's extenders (DefaultPreemption asks them about its candidates).
     pub extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
+    /// Where the framework and its plugins record metrics; `None` records nothing.
+    pub metrics: Option<Arc<FrameworkMetrics>>,
     /// The metrics the enabled plugins declared; a plugin updates its own here, the scheduler
     /// exports them.
-    pub metrics: Arc<PluginMetrics>,
+    pub plugin_metrics: Arc<PluginMetrics>,
     /// The profile whose plugins hold this handle (upstream's `ProfileName()`; set by
     /// `Framework::new`).
     pub profile_name: Arc<str>,
@@ -113,7 +116,8 @@ impl Handle {
             nominator: None,
             listers: Arc::new(Listers::default()),
             extenders: Vec::new(),
-            metrics: Arc::new(PluginMetrics::default()),
+            metrics: None,
+            plugin_metrics: Arc::new(PluginMetrics::default()),
             profile_name: Arc::from(""),
             tasks,
             dispatcher,
@@ -134,7 +138,7 @@ pub type PluginFactory =
     Arc<dyn Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
 
 /// A metric family a plugin declares: the scheduler exports it (on `/metrics`, beside its own)
-/// when the plugin is enabled, and the plugin updates it through [`Handle::metrics`].
+/// when the plugin is enabled, and the plugin updates it through [`Handle::plugin_metrics`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetricDeclaration {
     /// The family's name (a counter's without `_total`, which the exposition adds).

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use serde_json::Value;
@@ -11,10 +11,16 @@ use serde_json::Value;
 use super::batch::{OpportunisticBatch, batchable_plugins};
 use super::events::{QueueingHintMap, unroll_wildcard_resource};
 use super::extender::EXTENDER_NAME;
+use prometheus_client::metrics::counter::Counter;
+
 use super::interface::{
     Code, CycleState, FrameworkHandle, MAX_NODE_SCORE, MAX_PERMIT_TIMEOUT, MIN_NODE_SCORE,
     NodeScore, NodeToStatus, Plugin, PostFilterResult, PreFilterExtensions, PreFilterResult,
     Status,
+};
+use super::metrics::{
+    ByStatus, ExtensionPointLabels, FrameworkMetrics, PluginEvaluationLabels, PluginLabels, Point,
+    Running, Sampler,
 };
 use super::registry::{Handle, Registry, RegistryEntry};
 use super::types::{AssignedPod, NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
@@ -89,6 +95,148 @@ pub enum FrameworkError {
 struct Entry {
     name: Arc<str>,
     plugin: Arc<dyn Plugin>,
+    /// Set when the framework records metrics.
+    metrics: Option<Arc<PluginMetrics>>,
+}
+
+impl Entry {
+    /// Times one call at `point` when the cycle is `sampled` (and metrics are recorded).
+    fn timer(&self, point: Point, sampled: bool) -> Timer<'_> {
+        Timer(
+            sampled
+                .then(|| self.metrics.as_ref()?.durations_at(point))
+                .flatten()
+                .map(|d| (d, Instant::now())),
+        )
+    }
+
+    /// For the per-node loops: records the call that ends now, begun at `since` (the previous
+    /// call's end), and returns now, so each call costs one clock read. `None` (a cycle not
+    /// sampled) stays `None`.
+    fn lap(&self, point: Point, code: Code, since: Option<Instant>) -> Option<Instant> {
+        let since = since?;
+        let now = Instant::now();
+        if let Some(d) = self.metrics.as_ref().and_then(|m| m.durations_at(point)) {
+            d.observe(code, (now - since).as_secs_f64());
+        }
+        Some(now)
+    }
+
+    /// Counts one evaluation (PreFilter, Filter, PreScore and Score plugins, as upstream).
+    fn evaluated(&self) {
+        if let Some(c) = self.metrics.as_ref().and_then(|m| m.evaluations.as_ref()) {
+            c.inc();
+        }
+    }
+}
+
+/// A plugin's metric handles at one extension point (upstream's instrumented plugins), created
+/// with the framework so that per-node calls build no label set.
+struct PluginMetrics {
+    /// `scheduler_plugin_evaluation_total` (PreFilter, Filter, PreScore, Score only).
+    evaluations: Option<Counter>,
+    /// `scheduler_plugin_execution_duration_seconds` at the point and at its extensions
+    /// (PreFilter's AddPod and RemovePod, Score's NormalizeScore, Reserve's Unreserve,
+    /// PreBind's PreBindPreFlight).
+    durations: Vec<(Point, ByStatus<PluginLabels>)>,
+}
+
+impl PluginMetrics {
+    fn new(m: &FrameworkMetrics, profile: &str, plugin: &str, ep: ExtensionPoint) -> Self {
+        let (points, evaluated): (&[Point], bool) = match ep {
+            ExtensionPoint::PreEnqueue => (&[Point::PreEnqueue], false),
+            ExtensionPoint::QueueSort => (&[], false),
+            ExtensionPoint::PreFilter => (
+                &[
+                    Point::PreFilter,
+                    Point::PreFilterExtensionAddPod,
+                    Point::PreFilterExtensionRemovePod,
+                ],
+                true,
+            ),
+            ExtensionPoint::Filter => (&[Point::Filter], true),
+            ExtensionPoint::PostFilter => (&[Point::PostFilter], false),
+            ExtensionPoint::PreScore => (&[Point::PreScore], true),
+            ExtensionPoint::Score => (&[Point::Score, Point::ScoreExtensionNormalize], true),
+            ExtensionPoint::Reserve => (&[Point::Reserve, Point::Unreserve], false),
+            ExtensionPoint::Permit => (&[Point::Permit], false),
+            ExtensionPoint::PreBind => (&[Point::PreBind, Point::PreBindPreFlight], false),
+            ExtensionPoint::Bind => (&[Point::Bind], false),
+            ExtensionPoint::PostBind => (&[Point::PostBind], false),
+        };
+        let evaluations = evaluated.then(|| {
+            m.plugin_evaluation
+                .get_or_create_owned(&PluginEvaluationLabels {
+                    plugin: plugin.into(),
+                    extension_point: points[0].as_str().into(),
+                    profile: profile.into(),
+                })
+        });
+        let durations = points
+            .iter()
+            .map(|p| {
+                let labels = PluginLabels {
+                    plugin: plugin.into(),
+                    extension_point: p.as_str().into(),
+                    status: String::new(),
+                };
+                (*p, ByStatus::new(&m.plugin_execution_duration, labels))
+            })
+            .collect();
+        PluginMetrics {
+            evaluations,
+            durations,
+        }
+    }
+
+    fn durations_at(&self, point: Point) -> Option<&ByStatus<PluginLabels>> {
+        self.durations
+            .iter()
+            .find(|(p, _)| *p == point)
+            .map(|(_, d)| d)
+    }
+}
+
+/// A plugin call being timed (nothing in cycles that are not sampled).
+struct Timer<'a>(Option<(&'a ByStatus<PluginLabels>, Instant)>);
+
+impl Timer<'_> {
+    fn stop(self, code: Code) {
+        if let Some((d, since)) = self.0 {
+            d.observe_since(code, since);
+        }
+    }
+}
+
+/// The framework's own metric handles: the process's families, and the extension points' series
+/// of this profile.
+struct Instruments {
+    shared: Arc<FrameworkMetrics>,
+    /// `scheduler_framework_extension_point_duration_seconds`, by [`Point`].
+    points: Vec<ByStatus<ExtensionPointLabels>>,
+    /// Which PreEnqueue runs time their plugins (upstream samples them apart from cycles).
+    pre_enqueue: Sampler,
+}
+
+impl Instruments {
+    fn new(shared: &Arc<FrameworkMetrics>, profile: &str) -> Self {
+        let points = Point::ALL
+            .iter()
+            .map(|p| {
+                let labels = ExtensionPointLabels {
+                    extension_point: p.as_str().into(),
+                    status: String::new(),
+                    profile: profile.into(),
+                };
+                ByStatus::new(&shared.extension_point_duration, labels)
+            })
+            .collect();
+        Instruments {
+            shared: shared.clone(),
+            points,
+            pre_enqueue: Sampler::default(),
+        }
+    }
 }
 
 /// Every node's weighted score from every Score plugin, and the totals; one flat table (no
@@ -165,6 +313,7 @@ pub struct Framework {
     signers: Option<Vec<Arc<dyn Plugin>>>,
     batch: parking_lot::Mutex<OpportunisticBatch>,
     queueing_hints: Arc<QueueingHintMap>,
+    instruments: Option<Instruments>,
 }
 
 impl std::fmt::Debug for Framework {
@@ -285,9 +434,14 @@ impl Framework {
                     }
                     score_weights.push(w);
                 }
+                let metrics = handle
+                    .metrics
+                    .as_ref()
+                    .map(|m| Arc::new(PluginMetrics::new(m, &profile, name, ep)));
                 list.push(Entry {
                     name: Arc::from(name.as_str()),
                     plugin,
+                    metrics,
                 });
             }
             points.insert(ep, list);
@@ -324,6 +478,10 @@ impl Framework {
         }
         let signers = signers(&profile, &points, &handle);
         let queueing_hints = Arc::new(queueing_hint_map(&instances, &points, &handle));
+        let instruments = handle
+            .metrics
+            .as_ref()
+            .map(|m| Instruments::new(m, &profile));
         Ok(Framework {
             profile_name: profile,
             handle,
@@ -334,6 +492,7 @@ impl Framework {
             signers,
             batch: parking_lot::Mutex::new(OpportunisticBatch::default()),
             queueing_hints,
+            instruments,
         })
     }
 
@@ -384,6 +543,48 @@ impl Framework {
         self.points.get(&ep).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// The metric handles this framework records into, if any.
+    pub fn metrics(&self) -> Option<&Arc<FrameworkMetrics>> {
+        self.instruments.as_ref().map(|i| &i.shared)
+    }
+
+    /// The start of an extension point's run, when metrics are recorded.
+    pub fn point_clock(&self) -> Option<Instant> {
+        self.instruments.as_ref().map(|_| Instant::now())
+    }
+
+    /// Records an extension point's run started at `since` (from [`Framework::point_clock`]).
+    pub fn observe_point(&self, point: Point, code: Code, since: Option<Instant>) {
+        if let (Some(i), Some(since)) = (&self.instruments, since) {
+            i.points[point as usize].observe_since(code, since);
+        }
+    }
+
+    /// Runs `body` (the plugins of one extension point) and records its duration with the code
+    /// `code` reads from its result.
+    fn at_point<R>(
+        &self,
+        point: Point,
+        body: impl FnOnce() -> R,
+        code: impl FnOnce(&R) -> Code,
+    ) -> R {
+        let since = self.point_clock();
+        let r = body();
+        self.observe_point(point, code(&r), since);
+        r
+    }
+
+    /// The start of a per-node loop's first plugin call, in sampled cycles of an instrumented
+    /// framework (see `Entry::lap`).
+    fn plugin_clock(&self, state: &CycleState) -> Option<Instant> {
+        (state.record_plugin_metrics() && self.instruments.is_some()).then(Instant::now)
+    }
+
+    /// `scheduler_goroutines{operation}` counts `workers` until the guard drops.
+    pub fn running(&self, operation: &str, workers: usize) -> Option<Running> {
+        self.metrics().map(|m| m.running(operation, workers))
+    }
+
     pub fn has_filter_plugins(&self) -> bool {
         !self.at(ExtensionPoint::Filter).is_empty()
     }
@@ -424,16 +625,33 @@ impl Framework {
 
     /// PreEnqueue: the first non-success keeps the pod out of the active queue.
     pub fn run_pre_enqueue_plugins(&self, pod: &PodInfo) -> Status {
-        for e in self.at(ExtensionPoint::PreEnqueue) {
-            let Some(p) = e.plugin.as_pre_enqueue() else {
-                continue;
-            };
-            let s = p.pre_enqueue(pod);
-            if !s.is_success() {
-                return rejection_or_error("PreEnqueue", &e.name, s).with_plugin(e.name.clone());
-            }
+        let entries = self.at(ExtensionPoint::PreEnqueue);
+        if entries.is_empty() {
+            return Status::success();
         }
-        Status::success()
+        let sampled = self
+            .instruments
+            .as_ref()
+            .is_some_and(|i| i.pre_enqueue.sample());
+        self.at_point(
+            Point::PreEnqueue,
+            || {
+                for e in entries {
+                    let Some(p) = e.plugin.as_pre_enqueue() else {
+                        continue;
+                    };
+                    let timer = e.timer(Point::PreEnqueue, sampled);
+                    let s = p.pre_enqueue(pod);
+                    timer.stop(s.code());
+                    if !s.is_success() {
+                        return rejection_or_error("PreEnqueue", &e.name, s)
+                            .with_plugin(e.name.clone());
+                    }
+                }
+                Status::success()
+            },
+            Status::code,
+        )
     }
 
     /// QueueSort: whether `a` goes before `b`.
@@ -461,6 +679,20 @@ impl Framework {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Option<PreFilterResult>, Status, BTreeSet<String>) {
+        self.at_point(
+            Point::PreFilter,
+            || self.pre_filter_each(state, pod, snapshot),
+            |r| r.1.code(),
+        )
+    }
+
+    fn pre_filter_each(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status, BTreeSet<String>) {
+        let sampled = state.record_plugin_metrics();
         let mut skip: BTreeSet<Arc<str>> = BTreeSet::new();
         let mut result: Option<PreFilterResult> = None;
         let mut plugins_with_nodes: BTreeSet<String> = BTreeSet::new();
@@ -469,11 +701,14 @@ impl Framework {
             let Some(p) = e.plugin.as_pre_filter() else {
                 continue;
             };
+            let timer = e.timer(Point::PreFilter, sampled);
             let (r, s) = p.pre_filter(state, pod, snapshot);
+            timer.stop(s.code());
             if s.is_skip() {
                 skip.insert(e.name.clone());
                 continue;
             }
+            e.evaluated();
             if !s.is_success() {
                 let s = s.with_plugin(e.name.clone());
                 match s.code() {
@@ -528,9 +763,10 @@ impl Framework {
     fn run_pre_filter_extension(
         &self,
         state: &mut CycleState,
-        what: &str,
+        point: Point,
         call: impl Fn(&dyn PreFilterExtensions, &mut CycleState) -> Status,
     ) -> Status {
+        let sampled = state.record_plugin_metrics();
         for e in self.at(ExtensionPoint::PreFilter) {
             if state.skip_filter_plugins().contains(&e.name) {
                 continue;
@@ -542,8 +778,14 @@ impl Framework {
             else {
                 continue;
             };
+            let timer = e.timer(point, sampled);
             let s = call(ext, state);
+            timer.stop(s.code());
             if !s.is_success() {
+                let what = match point {
+                    Point::PreFilterExtensionAddPod => "AddPod",
+                    _ => "RemovePod",
+                };
                 return Status::error(format!(
                     "running {what} on PreFilter plugin {:?}: {}",
                     e.name,
@@ -557,6 +799,7 @@ impl Framework {
     /// Filter on one node: plugins in order, stopping at the first non-success (which carries the
     /// plugin's name). Plugins skipped at PreFilter do not run.
     pub fn run_filter_plugins(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let mut clock = self.plugin_clock(state);
         let skip = state.skip_filter_plugins();
         for e in self.at(ExtensionPoint::Filter) {
             if !skip.is_empty() && skip.contains(&e.name) {
@@ -565,7 +808,9 @@ impl Framework {
             let Some(p) = e.plugin.as_filter() else {
                 continue;
             };
+            e.evaluated();
             let s = p.filter(state, pod, node);
+            clock = e.lap(Point::Filter, s.code(), clock);
             if !s.is_success() {
                 if !s.is_rejected() {
                     let msg = format!("running {:?} filter plugin: {}", e.name, s.message());
@@ -586,6 +831,21 @@ impl Framework {
         snapshot: &Snapshot,
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
+        self.at_point(
+            Point::PostFilter,
+            || self.post_filter_each(state, pod, snapshot, filtered),
+            |r| r.1.code(),
+        )
+    }
+
+    fn post_filter_each(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        let sampled = state.record_plugin_metrics();
         let mut result = None;
         let mut reasons = Vec::new();
         let mut rejector: Option<Arc<str>> = None;
@@ -593,7 +853,9 @@ impl Framework {
             let Some(p) = e.plugin.as_post_filter() else {
                 continue;
             };
+            let timer = e.timer(Point::PostFilter, sampled);
             let (r, s) = p.post_filter_with_framework(self, state, pod, snapshot, filtered);
+            timer.stop(s.code());
             if s.is_success() {
                 return (r, s);
             }
@@ -628,16 +890,34 @@ impl Framework {
         snapshot: &Snapshot,
         nodes: &[Arc<NodeInfo>],
     ) -> Status {
+        self.at_point(
+            Point::PreScore,
+            || self.pre_score_each(state, pod, snapshot, nodes),
+            Status::code,
+        )
+    }
+
+    fn pre_score_each(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Status {
+        let sampled = state.record_plugin_metrics();
         let mut skip = BTreeSet::new();
         for e in self.at(ExtensionPoint::PreScore) {
             let Some(p) = e.plugin.as_pre_score() else {
                 continue;
             };
+            let timer = e.timer(Point::PreScore, sampled);
             let s = p.pre_score(state, pod, snapshot, nodes);
+            timer.stop(s.code());
             if s.is_skip() {
                 skip.insert(e.name.clone());
                 continue;
             }
+            e.evaluated();
             if !s.is_success() {
                 state.set_skip_score_plugins(skip);
                 return Status::error(format!(
@@ -671,6 +951,21 @@ impl Framework {
         nodes: &[Arc<NodeInfo>],
         recorded: Option<&mut dyn RawScores>,
     ) -> Result<NodeScores, Status> {
+        self.at_point(
+            Point::Score,
+            || self.score_each(state, pod, nodes, recorded),
+            |r| r.as_ref().map_or_else(Status::code, |_| Code::Success),
+        )
+    }
+
+    fn score_each(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        recorded: Option<&mut dyn RawScores>,
+    ) -> Result<NodeScores, Status> {
+        let sampled = state.record_plugin_metrics();
         let skip = state.skip_score_plugins();
         let plugins: Vec<(usize, &Entry)> = self
             .at(ExtensionPoint::Score)
@@ -685,11 +980,16 @@ impl Framework {
         // raw[node * k + plugin]
         let mut raw = vec![0i64; nodes.len() * k];
         let score_row = |node: &NodeInfo, row: &mut [i64]| -> Result<(), Status> {
+            let mut clock = self.plugin_clock(state);
             for ((_, e), slot) in plugins.iter().zip(row.iter_mut()) {
                 let Some(p) = e.plugin.as_score() else {
                     continue;
                 };
-                *slot = p.score(state, pod, node).map_err(|s| {
+                e.evaluated();
+                let score = p.score(state, pod, node);
+                let code = score.as_ref().map_or_else(Status::code, |_| Code::Success);
+                clock = e.lap(Point::Score, code, clock);
+                *slot = score.map_err(|s| {
                     Status::error(format!(
                         "running Score plugins: plugin {:?} failed with: {}",
                         e.name,
@@ -699,15 +999,21 @@ impl Framework {
             }
             Ok(())
         };
+        let parallel = |n: usize| {
+            (n >= PARALLEL_THRESHOLD)
+                .then(|| self.running("Score", rayon::current_num_threads().min(n)))
+        };
         match recorded {
-            None if nodes.len() >= PARALLEL_THRESHOLD => nodes
-                .par_iter()
-                .zip(raw.par_chunks_mut(k))
-                .try_for_each(|(n, row)| score_row(n, row))?,
-            None => nodes
-                .iter()
-                .zip(raw.chunks_mut(k))
-                .try_for_each(|(n, row)| score_row(n, row))?,
+            None => match parallel(nodes.len()) {
+                Some(_running) => nodes
+                    .par_iter()
+                    .zip(raw.par_chunks_mut(k))
+                    .try_for_each(|(n, row)| score_row(n, row))?,
+                None => nodes
+                    .iter()
+                    .zip(raw.chunks_mut(k))
+                    .try_for_each(|(n, row)| score_row(n, row))?,
+            },
             Some(recorded) => {
                 let mut missing = Vec::new();
                 for (i, row) in raw.chunks_mut(k).enumerate() {
@@ -717,16 +1023,15 @@ impl Framework {
                     }
                 }
                 let mut computed = vec![0i64; missing.len() * k];
-                if missing.len() >= PARALLEL_THRESHOLD {
-                    missing
+                match parallel(missing.len()) {
+                    Some(_running) => missing
                         .par_iter()
                         .zip(computed.par_chunks_mut(k))
-                        .try_for_each(|(&i, row)| score_row(&nodes[i], row))?;
-                } else {
-                    missing
+                        .try_for_each(|(&i, row)| score_row(&nodes[i], row))?,
+                    None => missing
                         .iter()
                         .zip(computed.chunks_mut(k))
-                        .try_for_each(|(&i, row)| score_row(&nodes[i], row))?;
+                        .try_for_each(|(&i, row)| score_row(&nodes[i], row))?,
                 }
                 for (&i, row) in missing.iter().zip(computed.chunks(k)) {
                     raw[i * k..(i + 1) * k].copy_from_slice(row);
@@ -749,7 +1054,9 @@ impl Framework {
                     score: raw[ni * k + pi],
                 })
                 .collect();
+            let timer = e.timer(Point::ScoreExtensionNormalize, sampled);
             let s = p.normalize_score(state, pod, &mut list);
+            timer.stop(s.code());
             if !s.is_success() {
                 return Err(Status::error(format!(
                     "running Normalize on Score plugins: plugin {:?} failed with: {}",
@@ -792,16 +1099,26 @@ impl Framework {
         pod: &PodInfo,
         node_name: &str,
     ) -> Status {
-        for e in self.at(ExtensionPoint::Reserve) {
-            let Some(p) = e.plugin.as_reserve() else {
-                continue;
-            };
-            let s = p.reserve(state, pod, node_name);
-            if !s.is_success() {
-                return rejection_or_error("Reserve", &e.name, s).with_plugin(e.name.clone());
-            }
-        }
-        Status::success()
+        let sampled = state.record_plugin_metrics();
+        self.at_point(
+            Point::Reserve,
+            || {
+                for e in self.at(ExtensionPoint::Reserve) {
+                    let Some(p) = e.plugin.as_reserve() else {
+                        continue;
+                    };
+                    let timer = e.timer(Point::Reserve, sampled);
+                    let s = p.reserve(state, pod, node_name);
+                    timer.stop(s.code());
+                    if !s.is_success() {
+                        return rejection_or_error("Reserve", &e.name, s)
+                            .with_plugin(e.name.clone());
+                    }
+                }
+                Status::success()
+            },
+            Status::code,
+        )
     }
 
     /// Unreserve in reverse order.
@@ -811,11 +1128,16 @@ impl Framework {
         pod: &PodInfo,
         node_name: &str,
     ) {
+        let sampled = state.record_plugin_metrics();
+        let since = self.point_clock();
         for e in self.at(ExtensionPoint::Reserve).iter().rev() {
             if let Some(p) = e.plugin.as_reserve() {
+                let timer = e.timer(Point::Unreserve, sampled);
                 p.unreserve(state, pod, node_name);
+                timer.stop(Code::Success);
             }
         }
+        self.observe_point(Point::Unreserve, Code::Success, since);
     }
 
     /// Permit: a rejection stops at once; `Wait` from any plugin registers the pod as waiting (each
@@ -826,12 +1148,23 @@ impl Framework {
         pod: &Arc<PodInfo>,
         node_name: &str,
     ) -> Status {
+        self.at_point(
+            Point::Permit,
+            || self.permit_each(state, pod, node_name),
+            Status::code,
+        )
+    }
+
+    fn permit_each(&self, state: &mut CycleState, pod: &Arc<PodInfo>, node_name: &str) -> Status {
+        let sampled = state.record_plugin_metrics();
         let mut waits: HashMap<String, Duration> = HashMap::new();
         for e in self.at(ExtensionPoint::Permit) {
             let Some(p) = e.plugin.as_permit() else {
                 continue;
             };
+            let timer = e.timer(Point::Permit, sampled);
             let (s, timeout) = p.permit(state, pod, node_name);
+            timer.stop(s.code());
             if s.is_success() {
                 continue;
             }
@@ -867,7 +1200,15 @@ impl Framework {
         let Some(wp) = self.handle.waiting_pods.get(pod.uid()) else {
             return Status::success();
         };
+        let since = Instant::now();
         let s = wp.wait().await;
+        if let Some(m) = self.metrics() {
+            m.permit_wait_duration
+                .get_or_create(&super::metrics::ResultLabels {
+                    result: s.code().as_str().into(),
+                })
+                .observe(since.elapsed().as_secs_f64());
+        }
         self.handle.waiting_pods.remove(pod.uid());
         if s.is_success() || s.is_rejected() {
             return s;
@@ -888,13 +1229,29 @@ impl Framework {
         pod: &PodInfo,
         node_name: &str,
     ) -> Status {
+        self.at_point(
+            Point::PreBindPreFlight,
+            || self.pre_bind_pre_flight_each(state, pod, node_name),
+            Status::code,
+        )
+    }
+
+    fn pre_bind_pre_flight_each(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node_name: &str,
+    ) -> Status {
+        let sampled = state.record_plugin_metrics();
         let mut skip = BTreeSet::new();
         let mut out = Status::skip();
         for e in self.at(ExtensionPoint::PreBind) {
             let Some(p) = e.plugin.as_pre_bind() else {
                 continue;
             };
+            let timer = e.timer(Point::PreBindPreFlight, sampled);
             let s = p.pre_bind_pre_flight(state, pod, node_name);
+            timer.stop(s.code());
             match s.code() {
                 Code::Success => out = Status::success(),
                 Code::Skip => {
@@ -927,6 +1284,14 @@ impl Framework {
         pod: &PodInfo,
         node_name: &str,
     ) -> Status {
+        let since = self.point_clock();
+        let s = self.pre_bind_each(state, pod, node_name).await;
+        self.observe_point(Point::PreBind, s.code(), since);
+        s
+    }
+
+    async fn pre_bind_each(&self, state: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
+        let sampled = state.record_plugin_metrics();
         for e in self.at(ExtensionPoint::PreBind) {
             let Some(p) = e.plugin.as_pre_bind() else {
                 continue;
@@ -934,7 +1299,9 @@ impl Framework {
             if state.skip_pre_bind_plugins().contains(&e.name) {
                 continue;
             }
+            let timer = e.timer(Point::PreBind, sampled);
             let s = p.pre_bind(state, pod, node_name).await;
+            timer.stop(s.code());
             if !s.is_success() {
                 return rejection_or_error("PreBind", &e.name, s);
             }
@@ -949,12 +1316,22 @@ impl Framework {
         pod: &PodInfo,
         node_name: &str,
     ) -> Status {
+        let since = self.point_clock();
+        let s = self.bind_each(state, pod, node_name).await;
+        self.observe_point(Point::Bind, s.code(), since);
+        s
+    }
+
+    async fn bind_each(&self, state: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
+        let sampled = state.record_plugin_metrics();
         let mut last = Status::skip();
         for e in self.at(ExtensionPoint::Bind) {
             let Some(p) = e.plugin.as_bind() else {
                 continue;
             };
+            let timer = e.timer(Point::Bind, sampled);
             let s = p.bind(state, pod, node_name).await;
+            timer.stop(s.code());
             if s.is_skip() {
                 last = s;
                 continue;
@@ -969,11 +1346,16 @@ impl Framework {
 
     /// PostBind (informational).
     pub async fn run_post_bind_plugins(&self, state: &CycleState, pod: &PodInfo, node_name: &str) {
+        let sampled = state.record_plugin_metrics();
+        let since = self.point_clock();
         for e in self.at(ExtensionPoint::PostBind) {
             if let Some(p) = e.plugin.as_post_bind() {
+                let timer = e.timer(Point::PostBind, sampled);
                 p.post_bind(state, pod, node_name).await;
+                timer.stop(Code::Success);
             }
         }
+        self.observe_point(Point::PostBind, Code::Success, since);
     }
 }
 
@@ -986,7 +1368,7 @@ impl FrameworkHandle for Framework {
         pod_to_add: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
-        self.run_pre_filter_extension(state, "AddPod", |ext, state| {
+        self.run_pre_filter_extension(state, Point::PreFilterExtensionAddPod, |ext, state| {
             ext.add_pod(state, pod_to_schedule, pod_to_add, node)
         })
     }
@@ -999,7 +1381,7 @@ impl FrameworkHandle for Framework {
         pod_to_remove: &AssignedPod,
         node: &NodeInfo,
     ) -> Status {
-        self.run_pre_filter_extension(state, "RemovePod", |ext, state| {
+        self.run_pre_filter_extension(state, Point::PreFilterExtensionRemovePod, |ext, state| {
             ext.remove_pod(state, pod_to_schedule, pod_to_remove, node)
         })
     }
@@ -1137,7 +1519,7 @@ fn instantiate(
             })?,
     };
     // The plugin's metrics exist before its factory asks the handle for them.
-    handle.metrics.declare(&reg.metrics);
+    handle.plugin_metrics.declare(&reg.metrics);
     (reg.factory)(&args, handle).map_err(|message| FrameworkError::Factory {
         profile: profile.into(),
         plugin: name.into(),
@@ -1624,5 +2006,198 @@ mod tests {
         let lo = QueuedPodInfo::new(PodBuilder::new("b").priority(1).arc_info(), now);
         assert!(fwk.queue_sort_less(&hi, &lo));
         assert_eq!(fwk.queue_sort_plugin_name(), Some("PrioritySort"));
+    }
+
+    /// A framework over fakes A (rejects n1 at Filter) and B, recording into `metrics`.
+    fn instrumented(metrics: &Arc<FrameworkMetrics>) -> Framework {
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.filter
+            .insert("n1".into(), (Code::Unschedulable, "A says no".into()));
+        a.pre_score = Some(Code::Skip);
+        let mut b = Fake::new("B", &l);
+        b.normalize_factor = Some(1);
+        let (reg, _) = registry_with(vec![a, b]);
+        let (mut h, _) = handle();
+        h.metrics = Some(metrics.clone());
+        let spec = profile(&[
+            (PreFilter, &["A"]),
+            (Filter, &["A", "B"]),
+            (PreScore, &["A", "B"]),
+            (Score, &["B"]),
+        ]);
+        Framework::new(&spec, &reg, h).expect("framework")
+    }
+
+    /// The value of the sample `line` (name and labels) of `text`.
+    fn sample(text: &str, line: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn exposition(m: &FrameworkMetrics) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("ep", "", m.extension_point_duration.clone());
+        registry.register("plugin", "", m.plugin_execution_duration.clone());
+        registry.register("eval", "", m.plugin_evaluation.clone());
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).expect("encode");
+        out
+    }
+
+    #[test]
+    fn extension_points_and_evaluations_are_recorded_every_cycle_plugins_in_sampled_ones() {
+        let metrics = Arc::new(FrameworkMetrics::default());
+        let fwk = instrumented(&metrics);
+        let pod = PodBuilder::new("p").info();
+        let snap = snapshot_of(&["n1", "n2"]);
+        let cycle = |sampled: bool| {
+            let mut state = CycleState::new();
+            state.set_record_plugin_metrics(sampled);
+            let (_, s, _) = fwk.run_pre_filter_plugins(&mut state, &pod, &snap);
+            assert!(s.is_success());
+            for node in snap.nodes() {
+                fwk.run_filter_plugins(&state, &pod, node);
+            }
+            let nodes = &snap.nodes()[1..];
+            assert!(
+                fwk.run_pre_score_plugins(&mut state, &pod, &snap, nodes)
+                    .is_success()
+            );
+            fwk.run_score_plugins(&state, &pod, nodes).expect("scores");
+        };
+        cycle(false);
+        let text = exposition(&metrics);
+        assert_eq!(
+            sample(
+                &text,
+                r#"ep_count{extension_point="PreFilter",status="Success",profile="test"}"#
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"ep_count{extension_point="Score",status="Success",profile="test"}"#
+            ),
+            Some(1.0)
+        );
+        // Filter's extension point is timed over all nodes by the algorithm, not per node here.
+        assert!(
+            !text.contains(r#"extension_point="Filter",status"#),
+            "{text}"
+        );
+        // A ran on both nodes, B only where A let the pod through; A skipped PreScore.
+        for (line, n) in [
+            (
+                r#"eval_total{plugin="A",extension_point="PreFilter",profile="test"}"#,
+                1.0,
+            ),
+            (
+                r#"eval_total{plugin="A",extension_point="Filter",profile="test"}"#,
+                2.0,
+            ),
+            (
+                r#"eval_total{plugin="B",extension_point="Filter",profile="test"}"#,
+                1.0,
+            ),
+            (
+                r#"eval_total{plugin="A",extension_point="PreScore",profile="test"}"#,
+                0.0,
+            ),
+            (
+                r#"eval_total{plugin="B",extension_point="PreScore",profile="test"}"#,
+                1.0,
+            ),
+            (
+                r#"eval_total{plugin="B",extension_point="Score",profile="test"}"#,
+                1.0,
+            ),
+        ] {
+            assert_eq!(sample(&text, line), Some(n), "{line}:\n{text}");
+        }
+        // Not sampled: no plugin was timed.
+        assert!(!text.contains("plugin_count"), "{text}");
+
+        cycle(true);
+        let text = exposition(&metrics);
+        for (line, n) in [
+            (
+                r#"plugin_count{plugin="A",extension_point="Filter",status="Unschedulable"}"#,
+                1.0,
+            ),
+            (
+                r#"plugin_count{plugin="A",extension_point="Filter",status="Success"}"#,
+                1.0,
+            ),
+            (
+                r#"plugin_count{plugin="B",extension_point="Filter",status="Success"}"#,
+                1.0,
+            ),
+            (
+                r#"plugin_count{plugin="A",extension_point="PreScore",status="Skip"}"#,
+                1.0,
+            ),
+            (
+                r#"plugin_count{plugin="B",extension_point="Score",status="Success"}"#,
+                1.0,
+            ),
+            (
+                r#"plugin_count{plugin="B",extension_point="ScoreExtensionNormalize",status="Success"}"#,
+                1.0,
+            ),
+            (
+                r#"eval_total{plugin="A",extension_point="Filter",profile="test"}"#,
+                4.0,
+            ),
+        ] {
+            assert_eq!(sample(&text, line), Some(n), "{line}:\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn binding_points_and_permit_waits_are_recorded() {
+        let metrics = Arc::new(FrameworkMetrics::default());
+        let l = log();
+        let mut a = Fake::new("A", &l);
+        a.permit = Some((Code::Wait, Duration::from_secs(10)));
+        a.reserve = Some(Code::Success);
+        a.bind = Some(Code::Success);
+        let (reg, _) = registry_with(vec![a]);
+        let (mut h, _) = handle();
+        h.metrics = Some(metrics.clone());
+        let spec = profile(&[(Reserve, &["A"]), (Permit, &["A"]), (Bind, &["A"])]);
+        let fwk = Framework::new(&spec, &reg, h).expect("framework");
+        let pod = PodBuilder::new("p").arc_info();
+        let mut state = CycleState::new();
+        state.set_record_plugin_metrics(true);
+        assert!(
+            fwk.run_reserve_plugins_reserve(&mut state, &pod, "n1")
+                .is_success()
+        );
+        assert!(fwk.run_permit_plugins(&mut state, &pod, "n1").is_wait());
+        fwk.waiting_pods()
+            .get(pod.uid())
+            .expect("waiting")
+            .allow("A");
+        assert!(fwk.wait_on_permit(&pod).await.is_success());
+        assert!(fwk.run_bind_plugins(&state, &pod, "n1").await.is_success());
+        fwk.run_reserve_plugins_unreserve(&mut state, &pod, "n1");
+        let mut text = exposition(&metrics);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("wait", "", metrics.permit_wait_duration.clone());
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        for line in [
+            r#"ep_count{extension_point="Reserve",status="Success",profile="test"}"#,
+            r#"ep_count{extension_point="Permit",status="Wait",profile="test"}"#,
+            r#"ep_count{extension_point="Bind",status="Success",profile="test"}"#,
+            r#"ep_count{extension_point="Unreserve",status="Success",profile="test"}"#,
+            r#"plugin_count{plugin="A",extension_point="Permit",status="Wait"}"#,
+            r#"plugin_count{plugin="A",extension_point="Unreserve",status="Success"}"#,
+            r#"wait_count{result="Success"}"#,
+        ] {
+            assert_eq!(sample(&text, line), Some(1.0), "{line}:\n{text}");
+        }
     }
 }

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use super::batch::{BatchCycle, World};
 use super::extender::{EXTENDER_NAME, Extender, extender_scores, find_nodes_that_pass_extenders};
 use super::interface::{Code, CycleState, FrameworkHandle, NodeToStatus, Status};
+use super::metrics::Point;
 use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD, RawScores};
 use super::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -425,7 +426,30 @@ impl Algorithm {
             let feasible = positions.iter().map(|&p| nodes[p].clone()).collect();
             return Ok((feasible, positions));
         }
-        let mut batch = batch.filter(|b| b.is_active());
+        // The Filter extension point is timed here, over every node, as upstream does.
+        let since = fwk.point_clock();
+        let batch = batch.filter(|b| b.is_active());
+        let feasible = self.filter_nodes(fwk, state, pod, diagnosis, nodes, start, to_find, batch);
+        let code = feasible.as_ref().map_or(Code::Error, |_| Code::Success);
+        fwk.observe_point(Point::Filter, code, since);
+        feasible
+    }
+
+    /// Runs the Filter plugins on `nodes` from `start` on, in parallel chunks, until `to_find`
+    /// nodes fit; with a batch, a node's recorded status is taken instead.
+    #[allow(clippy::too_many_arguments)]
+    fn filter_nodes(
+        &self,
+        fwk: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        diagnosis: &mut Diagnosis,
+        nodes: &[Arc<NodeInfo>],
+        start: usize,
+        to_find: usize,
+        mut batch: Option<&mut BatchCycle<'_>>,
+    ) -> Result<FeasibleNodes, ScheduleError> {
+        let n = nodes.len();
         let mut feasible: Vec<Arc<NodeInfo>> = Vec::with_capacity(to_find.min(n));
         let mut positions: Vec<usize> = Vec::with_capacity(to_find.min(n));
         let mut next = 0usize;
@@ -442,11 +466,8 @@ impl Algorithm {
                 fwk.run_filter_plugins_with_nominated_pods(state, pod, node)
             };
             let statuses: Vec<Status> = match batch.as_deref_mut() {
-                Some(b) => filter_reusing(b, nodes, start, next..end, check),
-                None if end - next >= PARALLEL_THRESHOLD => {
-                    (next..end).into_par_iter().map(check).collect()
-                }
-                None => (next..end).map(check).collect(),
+                Some(b) => filter_reusing(fwk, b, nodes, start, next..end, check),
+                None => check_nodes(fwk, next..end, check),
             };
             for (offset, s) in statuses.into_iter().enumerate() {
                 let pos = (start + next + offset) % n;
@@ -470,10 +491,27 @@ impl Algorithm {
     }
 }
 
+/// `check` of each of `offsets`, in order: in parallel when there are many.
+fn check_nodes(
+    fwk: &Framework,
+    offsets: impl ExactSizeIterator<Item = usize>,
+    check: impl Fn(usize) -> Status + Sync,
+) -> Vec<Status> {
+    let count = offsets.len();
+    if count >= PARALLEL_THRESHOLD {
+        let _running = fwk.running("Filter", rayon::current_num_threads().min(count));
+        let offsets: Vec<usize> = offsets.collect();
+        offsets.into_par_iter().map(&check).collect()
+    } else {
+        offsets.map(check).collect()
+    }
+}
+
 /// The Filter statuses of the nodes at `range` (offsets from `start` in `nodes`): those the batch
 /// recorded, and the plugins' for the others (in parallel when there are many), which are
 /// recorded in turn. Errors are not recorded: the cycle ends on them.
 fn filter_reusing(
+    fwk: &Framework,
     batch: &mut BatchCycle<'_>,
     nodes: &[Arc<NodeInfo>],
     start: usize,
@@ -490,11 +528,7 @@ fn filter_reusing(
         })
         .collect();
     let missing: Vec<usize> = range.filter(|i| statuses[i - first].is_none()).collect();
-    let computed: Vec<Status> = if missing.len() >= PARALLEL_THRESHOLD {
-        missing.par_iter().map(|&i| check(i)).collect()
-    } else {
-        missing.iter().map(|&i| check(i)).collect()
-    };
+    let computed = check_nodes(fwk, missing.iter().copied(), check);
     for (i, s) in missing.into_iter().zip(computed) {
         let pos = (start + i) % n;
         if s.code() != Code::Error {

@@ -65,7 +65,19 @@ struct Inner {
     node_added: HashMap<String, u64>,
     next_added: u64,
     pods: HashMap<String, PodEntry>,
+    /// How many of `pods` are assumed.
+    assumed: usize,
     images: ImageStates,
+}
+
+/// What the cache holds (upstream's `scheduler_cache_size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSizes {
+    /// Nodes, including those only known from the pods bound to them.
+    pub nodes: usize,
+    /// Pods, assumed ones included.
+    pub pods: usize,
+    pub assumed_pods: usize,
 }
 
 pub struct Cache {
@@ -126,12 +138,12 @@ impl Cache {
         let key = info.key();
         let node = node.to_string();
         let mut inner = self.inner.lock();
-        let old = inner.pods.remove(&key);
+        let old = inner.take_pod(&key);
         if let Some(old) = &old {
             inner.remove_from_node(&old.node, &old.info);
         }
         inner.node_mut(&node).add_pod(info.clone());
-        inner.pods.insert(
+        inner.insert_pod(
             key,
             PodEntry {
                 info,
@@ -146,7 +158,7 @@ impl Cache {
     /// A pod deleted, or finished (Succeeded/Failed): its resources are free. Returns it.
     pub fn remove_pod(&self, key: &str) -> Option<CachedPod> {
         let mut inner = self.inner.lock();
-        let old = inner.pods.remove(key)?;
+        let old = inner.take_pod(key)?;
         inner.remove_from_node(&old.node, &old.info);
         Some(old.into_cached())
     }
@@ -161,7 +173,7 @@ impl Cache {
         let node = pod.node_name().to_string();
         let info = Arc::new(AssignedPod::from_pod_info(pod));
         inner.node_mut(&node).add_pod(info.clone());
-        inner.pods.insert(
+        inner.insert_pod(
             key,
             PodEntry {
                 info,
@@ -190,7 +202,7 @@ impl Cache {
             Some(entry) if entry.assumed => {}
             _ => return Err(CacheError::NotAssumed(key.to_string())),
         }
-        if let Some(old) = inner.pods.remove(key) {
+        if let Some(old) = inner.take_pod(key) {
             inner.remove_from_node(&old.node, &old.info);
         }
         Ok(())
@@ -213,7 +225,7 @@ impl Cache {
         let mut removed = Vec::with_capacity(expired.len());
         for key in &expired {
             warn!(pod = %key, "assumed pod expired: its binding was never confirmed");
-            if let Some(old) = inner.pods.remove(key) {
+            if let Some(old) = inner.take_pod(key) {
                 inner.remove_from_node(&old.node, &old.info);
                 removed.push(old.into_cached());
             }
@@ -257,9 +269,31 @@ impl Cache {
     pub fn pod_count(&self) -> usize {
         self.inner.lock().pods.len()
     }
+
+    pub fn sizes(&self) -> CacheSizes {
+        let inner = self.inner.lock();
+        CacheSizes {
+            nodes: inner.nodes.len(),
+            pods: inner.pods.len(),
+            assumed_pods: inner.assumed,
+        }
+    }
 }
 
 impl Inner {
+    fn insert_pod(&mut self, key: String, entry: PodEntry) {
+        self.assumed += usize::from(entry.assumed);
+        if let Some(old) = self.pods.insert(key, entry) {
+            self.assumed -= usize::from(old.assumed);
+        }
+    }
+
+    fn take_pod(&mut self, key: &str) -> Option<PodEntry> {
+        let old = self.pods.remove(key)?;
+        self.assumed -= usize::from(old.assumed);
+        Some(old)
+    }
+
     /// The node's NodeInfo for writing (copied first if a snapshot still holds it), marked dirty.
     fn node_mut(&mut self, name: &str) -> &mut NodeInfo {
         self.dirty.insert(name.to_string());
@@ -381,6 +415,23 @@ mod tests {
             ),
         );
         assert!(!cache.is_assumed("default/b"), "the informer confirmed b");
+        let sizes = |nodes, pods, assumed_pods| CacheSizes {
+            nodes,
+            pods,
+            assumed_pods,
+        };
+        assert_eq!(cache.sizes(), sizes(1, 1, 0));
+        cache
+            .assume_pod(&assumed("c", "n1", "1"))
+            .expect("assume c");
+        // A pod on a node the cache has not seen yet makes a placeholder node, as upstream.
+        cache.add_or_update_pod(
+            "n9",
+            Arc::new(AssignedPod::new(PodBuilder::new("d").node("n9").build())),
+        );
+        assert_eq!(cache.sizes(), sizes(2, 3, 1));
+        cache.remove_pod("default/c");
+        assert_eq!(cache.sizes(), sizes(2, 2, 0));
         assert_eq!(
             cache.forget_pod("default/b"),
             Err(CacheError::NotAssumed("default/b".into()))

@@ -3,12 +3,11 @@
 //! process's (`process_*`, as client_golang's process collector), the API clients' (client-go's
 //! `rest_client_*`, recorded by `scheduler::client`) and leader election's.
 //!
-//! Families marked "phase 2" are defined with upstream's names, labels and buckets but not recorded
-//! yet: they need hooks inside the scheduling loop (`framework/runtime.rs`, `scheduler/run.rs`,
-//! `scheduler/queue.rs`); until then they expose no samples. Upstream's unlabelled phase-2
-//! families (`scheduler_scheduling_algorithm_duration_seconds`, `scheduler_preemption_attempts_total`,
-//! `scheduler_preemption_victims`, `scheduler_pod_scheduling_attempts`) would show zero samples, as
-//! if recorded: phase 2 registers them with the calls that record them.
+//! Where they are recorded follows upstream: the scheduling loop's in `scheduler/run.rs`
+//! (`schedule_one.go`), the cache's size by its housekeeping, the framework's (per extension
+//! point, per plugin, Permit waits, preemption) by `framework/runtime.rs` and the plugins, into
+//! the handles of [`FrameworkMetrics`], registered here. Families marked "queue" are defined but
+//! recorded by the queue (issue 18 part 1): until then they expose no samples.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -21,9 +20,15 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+pub use crate::framework::metrics::{
+    ExtensionPointLabels, FrameworkMetrics, Histograms, PluginLabels, ResultLabels,
+};
+use crate::framework::metrics::{
+    go_exponential_buckets, latency_histogram, long_histogram, plugin_histogram,
+};
 use crate::framework::plugins::network_traffic::refresher::Telemetry as NetworkTrafficTelemetry;
 use crate::framework::registry::{PluginMetric, PluginMetrics};
 use crate::serving::register;
@@ -39,20 +44,6 @@ pub struct AttemptLabels {
 pub struct QueueLabels {
     /// `active`, `backoff`, `unschedulable` or `gated`.
     pub queue: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ExtensionPointLabels {
-    pub extension_point: String,
-    pub status: String,
-    pub profile: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabels {
-    pub plugin: String,
-    pub extension_point: String,
-    pub status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,8 +63,9 @@ pub struct SliLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: String,
+pub struct CacheLabels {
+    /// `nodes`, `pods` or `assumed_pods`.
+    pub r#type: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -81,48 +73,29 @@ pub struct LeaderLabels {
     pub name: String,
 }
 
-type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn latency_histogram() -> Histogram {
-    // upstream: exponential buckets from 1ms, factor 2, 15 buckets.
-    Histogram::new(exponential_buckets(0.001, 2.0, 15))
-}
-
-fn extension_point_histogram() -> Histogram {
-    // upstream: exponential buckets from 0.1ms, factor 2, 12 buckets.
-    Histogram::new(exponential_buckets(0.0001, 2.0, 12))
-}
-
-fn plugin_histogram() -> Histogram {
-    // upstream: exponential buckets from 0.01ms, factor 1.5, 20 buckets.
-    Histogram::new(exponential_buckets(0.00001, 1.5, 20))
-}
-
-fn sli_histogram() -> Histogram {
-    // upstream: exponential buckets from 10ms, factor 2, 20 buckets.
-    Histogram::new(exponential_buckets(0.01, 2.0, 20))
-}
-
 /// Every metric the scheduler exports.
 pub struct Metrics {
     pub registry: Registry,
     pub schedule_attempts: Family<AttemptLabels, Counter>,
     pub scheduling_attempt_duration: Histograms<AttemptLabels>,
-    pub extension_point_duration: Histograms<ExtensionPointLabels>,
+    pub scheduling_algorithm_duration: Histogram,
     pub leader_election_master_status: Family<LeaderLabels, Gauge>,
     /// Failed Prometheus queries of NetworkTraffic's refresher, per profile (scheduling goes on;
     /// nodes score the same once the data is stale).
     pub network_traffic_query_errors: Family<ProfileLabels, Counter>,
     /// Age of the data NetworkTraffic scores with, per profile (+Inf before the first answer).
     pub network_traffic_data_age: Family<ProfileLabels, Gauge<f64, AtomicU64>>,
-    /// Phase 2: per plugin, sampled as upstream (`percentageOfNodesToScore`-independent 10 %).
-    pub plugin_execution_duration: Histograms<PluginLabels>,
-    /// Phase 2: end to end, from a pod's first entry into the queue to its binding.
+    /// What the framework and its plugins record.
+    pub framework: Arc<FrameworkMetrics>,
+    /// End to end, from a pod's first attempt to its binding, by the attempts it took.
     pub pod_scheduling_sli_duration: Histograms<SliLabels>,
-    pub permit_wait_duration: Histograms<ResultLabels>,
+    pub pod_scheduling_attempts: Histogram,
+    /// Pods bound after a flush from the unschedulable pool (a hint may be missing an event).
+    pub pod_scheduled_after_flush: Counter,
+    pub cache_size: Family<CacheLabels, Gauge>,
     /// The scheduling queue's families (recorded by `scheduler::queue` and the informers).
     pub queue: QueueMetrics,
-    /// The families the enabled plugins declared (`Handle::metrics`), once the scheduler runs.
+    /// The families the enabled plugins declared (`Handle::plugin_metrics`), once the scheduler runs.
     plugins: PluginMetricsSlot,
 }
 
@@ -141,7 +114,7 @@ pub struct HintLabels {
 
 fn event_handling_histogram() -> Histogram {
     // upstream: exponential buckets from 0.1ms, factor 2, 12 buckets.
-    Histogram::new(exponential_buckets(0.0001, 2.0, 12))
+    Histogram::new(go_exponential_buckets(0.0001, 2.0, 12))
 }
 
 /// The scheduling queue's metrics, under upstream's names, labels and buckets.
@@ -264,6 +237,8 @@ impl Metrics {
     pub fn scheduler_only() -> Self {
         let mut registry = Registry::default();
         let r = &mut registry;
+        let framework = Arc::new(FrameworkMetrics::default());
+        register_framework_metrics(r, &framework);
         Self {
             // prometheus-client appends `_total` to counters.
             schedule_attempts: register(
@@ -278,11 +253,11 @@ impl Metrics {
                 "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
                 Family::new_with_constructor(latency_histogram),
             ),
-            extension_point_duration: register(
+            scheduling_algorithm_duration: register(
                 r,
-                "scheduler_framework_extension_point_duration_seconds",
-                "Latency for running all plugins of a specific extension point.",
-                Family::new_with_constructor(extension_point_histogram),
+                "scheduler_scheduling_algorithm_duration_seconds",
+                "Scheduling algorithm latency in seconds",
+                latency_histogram(),
             ),
             leader_election_master_status: register(
                 r,
@@ -302,23 +277,29 @@ impl Metrics {
                 "Age of the measurements the NetworkTraffic plugin scores with (+Inf before the first answer); older than three refresh periods, every node scores the same",
                 Family::default(),
             ),
-            plugin_execution_duration: register(
-                r,
-                "scheduler_plugin_execution_duration_seconds",
-                "Duration for running a plugin at a specific extension point.",
-                Family::new_with_constructor(plugin_histogram),
-            ),
             pod_scheduling_sli_duration: register(
                 r,
                 "scheduler_pod_scheduling_sli_duration_seconds",
                 "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts.",
-                Family::new_with_constructor(sli_histogram),
+                Family::new_with_constructor(long_histogram),
             ),
-            permit_wait_duration: register(
+            pod_scheduling_attempts: register(
                 r,
-                "scheduler_permit_wait_duration_seconds",
-                "Duration of waiting on permit.",
-                Family::new_with_constructor(latency_histogram),
+                "scheduler_pod_scheduling_attempts",
+                "Number of attempts to successfully schedule a pod.",
+                Histogram::new(go_exponential_buckets(1.0, 2.0, 5)),
+            ),
+            pod_scheduled_after_flush: register(
+                r,
+                "scheduler_pod_scheduled_after_flush",
+                "Number of pods that were successfully scheduled after being flushed from unschedulablePods due to timeout. This metric helps detect potential queueing hint misconfigurations or event handling issues.",
+                Counter::default(),
+            ),
+            cache_size: register(
+                r,
+                "scheduler_cache_size",
+                "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+                Family::default(),
             ),
             queue: {
                 let queue = QueueMetrics::default();
@@ -330,6 +311,7 @@ impl Metrics {
                 r.register_collector(Box::new(slot.clone()));
                 slot
             },
+            framework,
             registry,
         }
     }
@@ -361,6 +343,55 @@ impl Metrics {
     pub fn encode(&self) -> String {
         crate::serving::encode(&self.registry)
     }
+}
+
+/// Registers what the framework records under upstream's names.
+fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
+    r.register(
+        "scheduler_framework_extension_point_duration_seconds",
+        "Latency for running all plugins of a specific extension point.",
+        m.extension_point_duration.clone(),
+    );
+    r.register(
+        "scheduler_plugin_execution_duration_seconds",
+        "Duration for running a plugin at a specific extension point.",
+        m.plugin_execution_duration.clone(),
+    );
+    r.register(
+        "scheduler_plugin_evaluation",
+        "Number of attempts to schedule pods by each plugin and the extension point (available only in PreFilter, Filter, PreScore, and Score).",
+        m.plugin_evaluation.clone(),
+    );
+    r.register(
+        "scheduler_permit_wait_duration_seconds",
+        "Duration of waiting on permit.",
+        m.permit_wait_duration.clone(),
+    );
+    r.register(
+        "scheduler_goroutines",
+        "Number of running goroutines split by the work they do such as binding.",
+        m.goroutines.clone(),
+    );
+    r.register(
+        "scheduler_preemption_attempts",
+        "Total preemption attempts in the cluster till now",
+        m.preemption_attempts.clone(),
+    );
+    r.register(
+        "scheduler_preemption_victims",
+        "Number of selected preemption victims",
+        m.preemption_victims.clone(),
+    );
+    r.register(
+        "scheduler_preemption_goroutines_duration_seconds",
+        "Duration in seconds for running goroutines for the preemption.",
+        m.preemption_goroutines_duration.clone(),
+    );
+    r.register(
+        "scheduler_preemption_goroutines_execution",
+        "Number of preemption goroutines executed.",
+        m.preemption_goroutines_execution.clone(),
+    );
 }
 
 /// Registers the process's metrics (`process_*`) and the API clients' (`rest_client_*`) in
@@ -733,9 +764,17 @@ mod tests {
             status: "Success".into(),
             profile: "p".into(),
         };
-        m.extension_point_duration
+        m.framework
+            .extension_point_duration
             .get_or_create(&ep)
             .observe(0.0001);
+        m.framework.preemption_attempts.inc();
+        m.pod_scheduling_attempts.observe(2.0);
+        m.cache_size
+            .get_or_create(&CacheLabels {
+                r#type: "nodes".into(),
+            })
+            .set(3);
         let text = m.encode();
         for line in [
             r#"scheduler_schedule_attempts_total{result="scheduled",profile="p"} 1"#,
@@ -743,6 +782,12 @@ mod tests {
             r#"scheduler_pending_pods{queue="active"} 2"#,
             r#"leader_election_master_status{name="ksched-p"} 1"#,
             r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Bind",status="Success",profile="p"} 1"#,
+            r#"scheduler_preemption_attempts_total 1"#,
+            r#"scheduler_pod_scheduling_attempts_bucket{le="2.0"} 1"#,
+            r#"scheduler_cache_size{type="nodes"} 3"#,
+            // Unlabelled families are there from the start, as upstream's.
+            r#"scheduler_scheduling_algorithm_duration_seconds_count 0"#,
+            r#"scheduler_preemption_victims_count 0"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

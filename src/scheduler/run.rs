@@ -23,7 +23,7 @@ use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
 use super::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership,
 };
-use super::metrics::{AttemptLabels, ExtensionPointLabels, LeaderLabels, Metrics};
+use super::metrics::{AttemptLabels, CacheLabels, LeaderLabels, Metrics, SliLabels};
 use super::queue::{Nominator, SchedulingQueue};
 use crate::config::{Config, EffectiveProfile, PluginAvailability, PluginCatalog};
 use crate::framework::background::TaskContext;
@@ -31,6 +31,7 @@ use crate::framework::events::EVENT_ASSIGNED_POD_DELETE;
 use crate::framework::extender::Extender;
 use crate::framework::interface::{Code, CycleState, NominatingMode, Status};
 use crate::framework::listers::Informer;
+use crate::framework::metrics::OPERATION_BINDING;
 use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
 use crate::framework::schedule::{Algorithm, FitError, ScheduleError};
@@ -201,9 +202,10 @@ pub async fn run(
     let extenders = super::extender::build_extenders(&config.extenders)?;
     let mut handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
     handle.extenders = extenders.clone();
+    handle.metrics = Some(metrics.framework.clone());
     let (frameworks, informers) = build_frameworks(config, &options.registry, &handle)?;
     // The families the enabled plugins declared (their factories took them from the handle).
-    metrics.set_plugin_metrics(handle.metrics.clone());
+    metrics.set_plugin_metrics(handle.plugin_metrics.clone());
     let reporters: HashMap<String, PodReporter> = frameworks
         .keys()
         .map(|name| {
@@ -463,7 +465,8 @@ impl Scheduler {
         }
     }
 
-    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, NetworkTraffic's data age.
+    /// Every second: backoff and unschedulable flushes, assumed-pod expiry, the cache-size gauge,
+    /// NetworkTraffic's data age.
     async fn housekeeping(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -477,6 +480,19 @@ impl Scheduler {
                     Some(old),
                     None,
                 );
+            }
+            let sizes = self.cache.sizes();
+            for (kind, n) in [
+                ("nodes", sizes.nodes),
+                ("pods", sizes.pods),
+                ("assumed_pods", sizes.assumed_pods),
+            ] {
+                self.metrics
+                    .cache_size
+                    .get_or_create(&CacheLabels {
+                        r#type: kind.into(),
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
             self.metrics
                 .observe_network_traffic(&self.handle.listers.plugin_state.get_or_default());
@@ -512,32 +528,22 @@ impl Scheduler {
     /// Picks a node, assumes the pod there, reserves, permits (upstream's `schedulingCycle`). On
     /// failure what was reserved is undone; the caller reports the failure.
     fn scheduling_cycle(&self, attempt: &mut Attempt) -> Result<Reserved, Failure> {
-        let fwk = &attempt.fwk;
         let pod = attempt.qpi.pod_info.clone();
-        let profile = fwk.profile_name();
         self.handle
             .snapshot
             .update(|s| self.cache.update_snapshot(s));
         let snapshot = self.handle.snapshot.load();
         let mut state = CycleState::new();
-        let result = cpu_bound(|| {
-            self.algorithm
-                .lock()
-                .schedule_pod(fwk, &mut state, &pod, &snapshot)
-        });
-        let host = match result {
-            Ok(r) => r.suggested_host,
-            Err(ScheduleError::Fit(fit)) => {
-                return Err(self.post_filter(fwk, &state, &pod, &snapshot, fit));
-            }
-            Err(ScheduleError::NoNodesAvailable) => {
-                return Err(Failure::unschedulable(
-                    "no nodes available to schedule pods".into(),
-                ));
-            }
-            Err(ScheduleError::Internal(status)) => return Err(Failure::error(status.message())),
-        };
+        // Each plugin's duration is measured in a share of the cycles only, as upstream.
+        state.set_record_plugin_metrics(self.metrics.framework.sampler.sample());
+        let host = self.scheduling_algorithm(attempt, &mut state, &snapshot);
+        // From the start of the attempt, snapshot update and PostFilter included, as upstream.
+        self.metrics
+            .scheduling_algorithm_duration
+            .observe(attempt.started.elapsed().as_secs_f64());
+        let host = host?;
         drop(snapshot);
+        let fwk = &attempt.fwk;
 
         // Assume: the cache counts the pod on `host` from now on, so the next cycle sees it.
         let assumed = Arc::new(PodInfo::new(Arc::new(with_node_name(&pod.pod, &host))));
@@ -546,16 +552,12 @@ impl Scheduler {
         if let Err(err) = self.cache.assume_pod(&assumed) {
             return Err(Failure::error(err.to_string()));
         }
-        let t = Instant::now();
         let status = fwk.run_reserve_plugins_reserve(&mut state, &assumed, &host);
-        self.observe_extension_point(profile, "Reserve", &status, t);
         if !status.is_success() {
             self.undo_reservation(fwk, &mut state, &assumed, &host);
             return Err(Failure::from_status(&status));
         }
-        let t = Instant::now();
         let status = fwk.run_permit_plugins(&mut state, &assumed, &host);
-        self.observe_extension_point(profile, "Permit", &status, t);
         if !status.is_success() && !status.is_wait() {
             self.undo_reservation(fwk, &mut state, &assumed, &host);
             return Err(Failure::from_status(&status));
@@ -565,6 +567,31 @@ impl Scheduler {
             assumed,
             host,
         })
+    }
+
+    /// Filter and Score over the snapshot, and PostFilter when no node fits (upstream's
+    /// `schedulingAlgorithm`): the chosen node, or why there is none.
+    fn scheduling_algorithm(
+        &self,
+        attempt: &Attempt,
+        state: &mut CycleState,
+        snapshot: &Snapshot,
+    ) -> Result<String, Failure> {
+        let fwk = &attempt.fwk;
+        let pod = attempt.qpi.pod_info.clone();
+        let result = cpu_bound(|| {
+            self.algorithm
+                .lock()
+                .schedule_pod(fwk, state, &pod, snapshot)
+        });
+        match result {
+            Ok(r) => Ok(r.suggested_host),
+            Err(ScheduleError::Fit(fit)) => Err(self.post_filter(fwk, state, &pod, snapshot, fit)),
+            Err(ScheduleError::NoNodesAvailable) => Err(Failure::unschedulable(
+                "no nodes available to schedule pods".into(),
+            )),
+            Err(ScheduleError::Internal(status)) => Err(Failure::error(status.message())),
+        }
     }
 
     /// No node fits: PostFilter (preemption) may nominate the pod to a node; the failure carries
@@ -579,12 +606,10 @@ impl Scheduler {
     ) -> Failure {
         let mut nominated = None;
         if fwk.has_post_filter_plugins() {
-            let t = Instant::now();
             // The dry run is CPU work, and preempting extenders are called synchronously.
             let (res, status) = cpu_bound(|| {
                 fwk.run_post_filter_plugins(state, pod, snapshot, &fit.diagnosis.node_to_status)
             });
-            self.observe_extension_point(fwk.profile_name(), "PostFilter", &status, t);
             if !status.message().is_empty() {
                 fit.set_post_filter_message(status.message());
             }
@@ -619,6 +644,7 @@ impl Scheduler {
         let fwk = attempt.fwk.clone();
         let profile = fwk.profile_name();
         let key = assumed.key();
+        let _running = self.metrics.framework.running(OPERATION_BINDING, 1);
         if !self.leadership.is_leader() {
             // Stepping down: this binding cycle never starts; the next leader schedules the pod.
             self.undo_reservation(&fwk, &mut state, &assumed, &host);
@@ -640,17 +666,13 @@ impl Scheduler {
             pre_flight
         };
         if status.is_success() {
-            let t = Instant::now();
             status = fwk.run_pre_bind_plugins(&state, &assumed, &host).await;
-            self.observe_extension_point(profile, "PreBind", &status, t);
         }
         if status.is_success() {
-            let t = Instant::now();
             status = match self.extender_binder(&assumed) {
                 Some(extender) => bind_through(extender, &assumed, &host).await,
                 None => fwk.run_bind_plugins(&state, &assumed, &host).await,
             };
-            self.observe_extension_point(profile, "Bind", &status, t);
         }
         if !status.is_success() {
             self.undo_reservation(&fwk, &mut state, &assumed, &host);
@@ -670,6 +692,7 @@ impl Scheduler {
         self.cache.finish_binding(&key);
         self.queue.done(&key);
         self.record_attempt(profile, "scheduled", attempt.started);
+        self.record_scheduled(&attempt.qpi);
         if let Some(reporter) = self.reporters.get(profile) {
             reporter.scheduled(&assumed.pod, &host);
         }
@@ -735,15 +758,22 @@ impl Scheduler {
             .cloned()
     }
 
-    fn observe_extension_point(&self, profile: &str, point: &str, status: &Status, since: Instant) {
+    /// A bound pod's attempts, and its time from the first attempt (upstream's SLI).
+    fn record_scheduled(&self, qpi: &QueuedPodInfo) {
         self.metrics
-            .extension_point_duration
-            .get_or_create(&ExtensionPointLabels {
-                extension_point: point.into(),
-                status: status.code().as_str().into(),
-                profile: profile.into(),
-            })
-            .observe(since.elapsed().as_secs_f64());
+            .pod_scheduling_attempts
+            .observe(f64::from(qpi.attempts));
+        if let Some(first) = qpi.initial_attempt_timestamp {
+            self.metrics
+                .pod_scheduling_sli_duration
+                .get_or_create(&SliLabels {
+                    attempts: attempts_label(qpi.attempts),
+                })
+                .observe(first.elapsed().as_secs_f64());
+        }
+        if qpi.was_flushed_from_unschedulable {
+            self.metrics.pod_scheduled_after_flush.inc();
+        }
     }
 
     fn record_attempt(&self, profile: &str, result: &str, started: Instant) {
@@ -756,6 +786,15 @@ impl Scheduler {
             .scheduling_attempt_duration
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// The `attempts` label of the SLI: the count, capped at `15+` (upstream's `getAttemptsLabel`).
+fn attempts_label(attempts: u32) -> String {
+    if attempts >= 15 {
+        "15+".into()
+    } else {
+        attempts.to_string()
     }
 }
 

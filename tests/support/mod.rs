@@ -73,8 +73,18 @@ static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
 /// The test binary's control plane, started on first use with `components`.
 pub fn control_plane(components: Components) -> &'static ControlPlane {
+    control_plane_with_apiserver_args(components, &[])
+}
+
+/// [`control_plane`], with `apiserver_args` added to kube-apiserver's command line (alpha APIs
+/// and their feature gates, for the bench).
+pub fn control_plane_with_apiserver_args(
+    components: Components,
+    apiserver_args: &'static [&'static str],
+) -> &'static ControlPlane {
     let cp = CONTROL_PLANE.get_or_init(|| {
-        match ProcessGroup::start_on_keeper_thread(move |procs| start(components, procs)) {
+        let start = move |procs: &mut ProcessGroup| start(components, apiserver_args, procs);
+        match ProcessGroup::start_on_keeper_thread(start) {
             Ok(cp) => cp,
             Err(err) => panic!("starting the test control plane failed: {err}"),
         }
@@ -222,7 +232,11 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlane, String> {
+fn start(
+    components: Components,
+    apiserver_args: &[&str],
+    procs: &mut ProcessGroup,
+) -> Result<ControlPlane, String> {
     let bin_dir = testenv_bin_dir();
     for name in ["etcd", "kube-apiserver", "kubectl"] {
         if !bin_dir.join(name).exists() {
@@ -256,9 +270,11 @@ fn start(components: Components, procs: &mut ProcessGroup) -> Result<ControlPlan
 
     let api_port = free_port();
     let server = format!("https://127.0.0.1:{api_port}");
+    let mut apiserver = Command::new(bin_dir.join("kube-apiserver"));
+    apiserver.args(apiserver_args);
     procs.spawn(
         "kube-apiserver",
-        Command::new(bin_dir.join("kube-apiserver")).args([
+        apiserver.args([
             &format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",

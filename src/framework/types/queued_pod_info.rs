@@ -23,6 +23,9 @@ pub struct QueuedPodInfo {
     /// The PreEnqueue plugin keeping the pod out of the active queue, if any; only the events it
     /// registered move the pod.
     pub gating_plugin: Option<String>,
+    /// Whether the pod last left the unschedulable pool because it sat there longer than the
+    /// maximum (`scheduler_pod_scheduled_after_flush_total` counts those that then bind).
+    pub was_flushed_from_unschedulable: bool,
 }
 
 impl QueuedPodInfo {
@@ -34,6 +37,7 @@ impl QueuedPodInfo {
             initial_attempt_timestamp: None,
             unschedulable_plugins: BTreeSet::new(),
             pending_plugins: BTreeSet::new(),
+            was_flushed_from_unschedulable: false,
             gating_plugin: None,
         }
     }

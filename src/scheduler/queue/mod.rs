@@ -471,6 +471,8 @@ impl SchedulingQueue {
             return;
         }
         qpi.timestamp = Instant::now();
+        // Back after an attempt: a flush before it no longer explains what happens next.
+        qpi.was_flushed_from_unschedulable = false;
         self.count_rejectors(&qpi, 1);
         let strategy = self.strategy_for_in_flight_pod(&inner, &key, &qpi);
         self.finish_in_flight(&mut inner, &key);
@@ -676,7 +678,8 @@ impl SchedulingQueue {
             .collect();
         let timeout = EVENT_UNSCHEDULABLE_TIMEOUT.label();
         for key in stale {
-            if let Some(qpi) = inner.pool.remove(&key) {
+            if let Some(mut qpi) = inner.pool.remove(&key) {
+                qpi.was_flushed_from_unschedulable = true;
                 let strategy =
                     self.is_pod_worth_requeuing(&qpi, &EVENT_UNSCHEDULABLE_TIMEOUT, None, None);
                 woke |= self

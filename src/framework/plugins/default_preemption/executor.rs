@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::PodCondition;
@@ -15,6 +16,8 @@ use parking_lot::Mutex;
 use tracing::{debug, error, info};
 
 use crate::framework::interface::{NominatingInfo, NominatingMode};
+use crate::framework::metrics::FrameworkMetrics;
+use crate::framework::plugins::names::DEFAULT_PREEMPTION;
 use crate::framework::registry::{ApiError, ApiHandle, Handle, PodNominator};
 use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, PodInfo, PodView};
@@ -44,6 +47,9 @@ struct Preemption {
     nominator: Option<Arc<dyn PodNominator>>,
     waiting: Arc<WaitingPods>,
     preempting: Arc<Mutex<HashSet<String>>>,
+    /// `scheduler_preemption_goroutines_*` and the victims' count; `None` records nothing.
+    metrics: Option<Arc<FrameworkMetrics>>,
+    started: Instant,
 }
 
 impl Executor {
@@ -64,6 +70,7 @@ impl Executor {
     /// `prepareCandidateAsync`); returns at once. Victims already terminating are left alone;
     /// when none is left there is nothing to wait for.
     pub fn actuate(&self, pod: &PodInfo, node: &str, victims: &[Arc<AssignedPod>]) {
+        let selected = victims.len();
         let victims: Vec<Arc<AssignedPod>> = victims
             .iter()
             .filter(|v| {
@@ -79,6 +86,10 @@ impl Executor {
         if victims.is_empty() {
             return;
         }
+        let metrics = self.handle.metrics.clone();
+        if let Some(m) = &metrics {
+            m.preemption_victims.observe(selected as f64);
+        }
         let preemption = Preemption {
             preemptor: pod.key(),
             uid: pod.uid().to_string(),
@@ -92,6 +103,8 @@ impl Executor {
             nominator: self.handle.nominator.clone(),
             waiting: self.handle.waiting_pods.clone(),
             preempting: self.preempting.clone(),
+            metrics,
+            started: Instant::now(),
         };
         self.preempting.lock().insert(preemption.uid.clone());
         self.handle
@@ -108,6 +121,11 @@ impl Preemption {
         info!(preemptor = %self.preemptor, node = %self.node, victims = self.victims.len(),
             "start the preemption asynchronously");
         let mut failed = self.clear_lower_nominations(&api).await;
+        // The evictions run concurrently (upstream: DefaultPreemption's parallel workers).
+        let running = self
+            .metrics
+            .as_ref()
+            .map(|m| m.running(DEFAULT_PREEMPTION, self.victims.len()));
         if let Some((last, others)) = self.victims.split_last() {
             let errors: Vec<ApiError> = join_all(others.iter().map(|v| self.evict(&api, v)))
                 .await
@@ -123,7 +141,11 @@ impl Preemption {
                 failed = true;
             }
         }
+        drop(running);
         self.preempting.lock().remove(&self.uid);
+        if let Some(m) = &self.metrics {
+            m.preemption_finished(!failed, self.started);
+        }
         let result = if failed { "error" } else { "success" };
         info!(preemptor = %self.preemptor, node = %self.node, result,
             "async preemption finished completely");

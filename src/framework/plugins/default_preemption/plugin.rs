@@ -19,6 +19,7 @@ use crate::framework::interface::{
     PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
 use crate::framework::listers::Informer;
+use crate::framework::metrics::FrameworkMetrics;
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::{Handle, PluginRegistration, policy_rule};
@@ -46,6 +47,7 @@ pub struct DefaultPreemption {
     min_candidate_nodes_absolute: i32,
     offset: OffsetFn,
     pub(super) evaluator: Evaluator,
+    metrics: Option<Arc<FrameworkMetrics>>,
 }
 
 impl DefaultPreemption {
@@ -54,6 +56,7 @@ impl DefaultPreemption {
             min_candidate_nodes_percentage: args.min_candidate_nodes_percentage.unwrap_or(10),
             min_candidate_nodes_absolute: args.min_candidate_nodes_absolute.unwrap_or(100),
             offset: Box::new(|n| if n == 0 { 0 } else { fastrand::usize(..n) }),
+            metrics: handle.metrics.clone(),
             evaluator: Evaluator::new(handle),
         }
     }
@@ -292,6 +295,9 @@ impl PostFilterPlugin for DefaultPreemption {
         snapshot: &Snapshot,
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
+        if let Some(m) = &self.metrics {
+            m.preemption_attempts.inc();
+        }
         let (result, status) = self
             .evaluator
             .preempt(self, fwk, state, pod, snapshot, filtered);

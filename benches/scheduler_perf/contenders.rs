@@ -1,0 +1,312 @@
+//! The three contenders (ksched, upstream kube-scheduler, the null binder), each a process of its
+//! own with the same client QPS/burst; their CPU time and memory from /proc, their metrics over
+//! HTTPS.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status as ApiStatus};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+
+use super::support::{self, ControlPlane};
+use super::workloads::{Kind, NODE_LABEL, SCHEDULER_NAME};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contender {
+    Ksched,
+    Upstream,
+    /// The null binder: binds every pending pod round robin, no scheduling logic: what the API
+    /// server allows.
+    Ceiling,
+}
+
+impl Contender {
+    pub const ALL: [Contender; 3] = [Contender::Ksched, Contender::Upstream, Contender::Ceiling];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Ksched => "ksched",
+            Contender::Upstream => "upstream",
+            Contender::Ceiling => "ceiling",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Contender, String> {
+        Contender::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown contender {s:?}: use ksched, upstream or ceiling"))
+    }
+
+    /// Whether it is a scheduler (serves /metrics, honours constraints).
+    pub fn schedules(self) -> bool {
+        self != Contender::Ceiling
+    }
+}
+
+/// A running contender; killed when dropped.
+pub struct Running {
+    child: Child,
+    /// The HTTPS port of /metrics (schedulers only).
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The contender's KubeSchedulerConfiguration: one profile, the bench's scheduler name, QPS
+/// 5000/burst 5000, no leader election. The gang workloads give ksched seed 002's Coscheduling
+/// plugins (the same extension points and args, as v1); upstream gets its own gang scheduling
+/// through feature gates (see `start`).
+fn config(cp: &ControlPlane, contender: Contender, kind: Kind) -> String {
+    let mut config = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {SCHEDULER_NAME}\n",
+        cp.kubeconfig.display()
+    );
+    if contender == Contender::Ksched && kind.gang_size().is_some() {
+        config.push_str(
+            "  plugins:
+    queueSort:
+      enabled: [{name: Coscheduling}]
+      disabled: [{name: \"*\"}]
+    preFilter: {enabled: [{name: Coscheduling}]}
+    postFilter: {enabled: [{name: Coscheduling}]}
+    permit: {enabled: [{name: Coscheduling}]}
+    reserve: {enabled: [{name: Coscheduling}]}
+  pluginConfig:
+  - name: Coscheduling
+    args: {permitWaitingTimeSeconds: 10, deniedPGExpirationTimeSeconds: 3}
+",
+        );
+    }
+    config
+}
+
+/// Upstream's feature gates for its gang scheduling (alpha in 1.35 and 1.36).
+pub const UPSTREAM_GANG_GATES: &str = "GenericWorkload=true,GangScheduling=true";
+
+/// Starts `contender` for a run of workload `kind`, its output to `log`. Must be called on the
+/// main thread: the contender is killed when the thread that started it exits
+/// (PR_SET_PDEATHSIG), and the main thread lives as long as the bench.
+pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) -> Running {
+    let out = std::fs::File::create(log).expect("contender log");
+    let err = out.try_clone().expect("contender log");
+    let port = support::free_port();
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let config_path = cp.dir.join(format!("bench-{}.yaml", contender.name()));
+    std::fs::write(&config_path, config(cp, contender, kind)).expect("write bench config");
+    // Both schedulers serve with the API server's certificate, so the bench reads their
+    // /metrics verifying it against the test CA.
+    let tls = [
+        format!("--tls-cert-file={}", cp.dir.join("apiserver.crt").display()),
+        format!(
+            "--tls-private-key-file={}",
+            cp.dir.join("apiserver.key").display()
+        ),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+    ];
+    let mut cmd = match contender {
+        Contender::Ksched => {
+            let mut c = Command::new(support::scheduler::ksched_bin());
+            c.args(["scheduler", "--config", support::path_str(&config_path)])
+                .args(["--kubeconfig", &kubeconfig])
+                .args(&tls);
+            c
+        }
+        Contender::Upstream => {
+            let mut c = Command::new(cp.bin_dir.join("kube-scheduler"));
+            c.arg(format!("--config={}", config_path.display()))
+                .arg(format!("--authentication-kubeconfig={kubeconfig}"))
+                .arg(format!("--authorization-kubeconfig={kubeconfig}"))
+                // /metrics without a token, as ksched serves it; /debug/pprof/heap?gc=1 runs
+                // a garbage collection before the footprint's samples.
+                .arg("--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/debug/pprof/heap")
+                .arg("--v=1")
+                .args(&tls);
+            if kind.gang_size().is_some() {
+                c.arg(format!("--feature-gates={UPSTREAM_GANG_GATES}"));
+            }
+            c
+        }
+        Contender::Ceiling => {
+            let mut c = Command::new(std::env::current_exe().expect("bench exe"));
+            c.args(["--null-binder", "--kubeconfig", &kubeconfig]);
+            c
+        }
+    };
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    support::process::killed_with_parent(&mut cmd);
+    Running {
+        child: cmd.spawn().expect("start contender"),
+        port,
+        log: log.to_path_buf(),
+    }
+}
+
+/// CPU seconds and memory of a process, from /proc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// utime + stime.
+    pub cpu_seconds: f64,
+    /// VmHWM: the largest resident set so far.
+    pub peak_rss_mb: f64,
+    /// VmRSS.
+    pub rss_mb: f64,
+    /// RssAnon: resident private anonymous memory (heap, stacks; not the binary's code).
+    pub anon_mb: f64,
+}
+
+pub fn usage(pid: u32) -> Usage {
+    let ticks = 100.0; // CLK_TCK on Linux
+    let cpu_seconds = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            let utime: f64 = after.get(11)?.parse().ok()?;
+            let stime: f64 = after.get(12)?.parse().ok()?;
+            Some((utime + stime) / ticks)
+        })
+        .unwrap_or(0.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mb = |field: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    Usage {
+        cpu_seconds,
+        peak_rss_mb: mb("VmHWM:"),
+        rss_mb: mb("VmRSS:"),
+        anon_mb: mb("RssAnon:"),
+    }
+}
+
+/// The scheduler's /metrics text.
+pub async fn metrics(cp: &ControlPlane, running: &Running) -> Result<String, String> {
+    match support::https::get(&cp.dir.join("ca.crt"), running.port, "/metrics").await {
+        Ok((200, body)) => Ok(body),
+        Ok((status, body)) => Err(format!("/metrics: HTTP {status}: {body:.200}")),
+        Err(e) => Err(format!("/metrics: {e}")),
+    }
+}
+
+/// The sum of the samples of metric `name` whose labels include `labels`, from Prometheus text.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = match line.rsplit_once(' ') {
+            Some(parts) => parts,
+            None => continue,
+        };
+        let (metric, series_labels) = match series.split_once('{') {
+            Some((m, rest)) => (m, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if metric != name
+            || !labels
+                .iter()
+                .all(|(k, v)| series_labels.contains(&format!("{k}=\"{v}\"")))
+        {
+            continue;
+        }
+        if let Ok(v) = value.parse::<f64>() {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}
+
+/// Pods this scheduler scheduled (`scheduler_schedule_attempts_total{result="scheduled"}`, the
+/// same metric in both schedulers).
+pub fn scheduled(text: &str) -> f64 {
+    sample(
+        text,
+        "scheduler_schedule_attempts_total",
+        &[("result", "scheduled"), ("profile", SCHEDULER_NAME)],
+    )
+    .unwrap_or(0.0)
+}
+
+/// Upstream's Go heap in use (`go_memstats_heap_inuse_bytes`), in MB.
+pub fn go_heap_mb(text: &str) -> Option<f64> {
+    sample(text, "go_memstats_heap_inuse_bytes", &[]).map(|b| b / 1_048_576.0)
+}
+
+/// The ceiling: binds every pending pod of the bench scheduler name to the bench nodes round
+/// robin, 64 bindings in flight. Runs as `--null-binder` in a process of its own.
+pub async fn null_binder(kubeconfig: &Path) {
+    let client = super::client(kubeconfig).await;
+    let nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{NODE_LABEL}=true")))
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default();
+    if nodes.is_empty() {
+        eprintln!("null binder: no nodes");
+        return;
+    }
+    let api: Api<Pod> = Api::all(client.clone());
+    let config = watcher::Config::default().fields(&format!(
+        "spec.schedulerName={SCHEDULER_NAME},spec.nodeName="
+    ));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    watcher::watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|p| async move { p.ok() })
+        .for_each_concurrent(64, |p| {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let node = nodes[i % nodes.len()].clone();
+            let client = client.clone();
+            async move {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let binding = Binding {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.clone()),
+                        uid: p.metadata.uid.clone(),
+                        ..Default::default()
+                    },
+                    target: ObjectReference {
+                        kind: Some("Node".into()),
+                        name: Some(node),
+                        ..Default::default()
+                    },
+                };
+                let pods: Api<Pod> = Api::namespaced(client, &ns);
+                let _ = pods
+                    .create_subresource::<Binding, ApiStatus>(
+                        "binding",
+                        &name,
+                        &PostParams::default(),
+                        &binding,
+                    )
+                    .await;
+            }
+        })
+        .await;
+}

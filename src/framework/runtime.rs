@@ -553,6 +553,13 @@ impl Framework {
         self.instruments.as_ref().map(|_| Instant::now())
     }
 
+    /// Records an extension point's run that took `took`.
+    pub fn observe_point_duration(&self, point: Point, code: Code, took: std::time::Duration) {
+        if let Some(i) = &self.instruments {
+            i.points[point as usize].observe(code, took.as_secs_f64());
+        }
+    }
+
     /// Records an extension point's run started at `since` (from [`Framework::point_clock`]).
     pub fn observe_point(&self, point: Point, code: Code, since: Option<Instant>) {
         if let (Some(i), Some(since)) = (&self.instruments, since) {

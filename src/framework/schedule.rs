@@ -233,6 +233,13 @@ impl Algorithm {
         let result = self.schedule(fwk, state, pod, snapshot, Some(&mut cycle));
         let errored = matches!(result, Err(ScheduleError::Internal(_)));
         cycle.finish(errored, World::now(snapshot, fwk.handle()));
+        if let Some(metrics) = fwk.metrics() {
+            let report = batch.take_report();
+            if let Some((took, code)) = report.sign {
+                fwk.observe_point_duration(Point::Sign, code, took);
+            }
+            report.record(metrics, fwk.profile_name());
+        }
         result
     }
 

@@ -38,6 +38,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::interface::{Code, Plugin, PodSignature, SignFragment, Status, signer_names};
+use super::metrics::{
+    BatchAttemptLabels, BatchFlushLabels, FrameworkMetrics, NodeHintLabels, ProfileLabels,
+};
 use super::registry::Handle;
 use super::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -103,6 +106,50 @@ pub struct BatchReport {
     pub flushed: Vec<FlushReason>,
     /// Recording the cycle's results (`scheduler_store_schedule_results_duration_seconds`).
     pub store: Option<Duration>,
+}
+
+impl BatchReport {
+    /// Records the report under upstream's names: `scheduler_batch_attempts_total`,
+    /// `scheduler_batch_cache_flushed_total`, `scheduler_get_node_hint_duration_seconds`,
+    /// `scheduler_store_schedule_results_duration_seconds` (the Sign extension point's duration
+    /// goes with the other extension points, through the framework).
+    pub fn record(&self, metrics: &FrameworkMetrics, profile: &str) {
+        if let Some(result) = self.attempt {
+            metrics
+                .batch_attempts
+                .get_or_create(&BatchAttemptLabels {
+                    profile: profile.into(),
+                    result: result.as_str().into(),
+                })
+                .inc();
+        }
+        for reason in &self.flushed {
+            metrics
+                .batch_cache_flushed
+                .get_or_create(&BatchFlushLabels {
+                    profile: profile.into(),
+                    reason: reason.as_str().into(),
+                })
+                .inc();
+        }
+        if let Some((hinted, took)) = self.hint {
+            metrics
+                .get_node_hint_duration
+                .get_or_create(&NodeHintLabels {
+                    hinted: if hinted { "hint" } else { "no_hint" }.into(),
+                    profile: profile.into(),
+                })
+                .observe(took.as_secs_f64());
+        }
+        if let Some(took) = self.store {
+            metrics
+                .store_schedule_results_duration
+                .get_or_create(&ProfileLabels {
+                    profile: profile.into(),
+                })
+                .observe(took.as_secs_f64());
+        }
+    }
 }
 
 /// Everything beyond a node itself that its Filter and Score results may depend on, as

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, Node, Pod, PodResourceClaim, Service, ServiceSpec, Volume,
+    EmptyDirVolumeSource, GCEPersistentDiskVolumeSource, Node, Pod, PodResourceClaim, Service,
+    ServiceSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -169,7 +170,8 @@ fn uniform_nodes(n: usize, cpu: &str) -> Vec<Node> {
 }
 
 /// A random cluster: sizes, zones, disks, taints, cordons, images, running pods with host ports;
-/// a bound claim whose volume lives in zone-1, and one not bound yet.
+/// a bound claim whose volume lives in zone-1, a bound ReadWriteOncePod claim, and one not bound
+/// yet.
 fn random_cluster(rng: &mut fastrand::Rng, n: usize) -> Cluster {
     let mut nodes = Vec::with_capacity(n);
     for i in 0..n {
@@ -227,6 +229,7 @@ fn random_cluster(rng: &mut fastrand::Rng, n: usize) -> Cluster {
             .bound("pv-data")
             .build(),
     );
+    apply_solo_claim(&listers);
     listers.persistent_volume_claims.apply(
         PvcBuilder::new("scratch")
             .class("standard")
@@ -239,6 +242,25 @@ fn random_cluster(rng: &mut fastrand::Rng, n: usize) -> Cluster {
         pods,
         listers: Arc::new(listers),
     }
+}
+
+/// The bound ReadWriteOncePod claim `solo`.
+fn apply_solo_claim(listers: &Listers) {
+    listers.persistent_volumes.apply(
+        PvBuilder::new("pv-solo")
+            .capacity("1Gi")
+            .access_modes(&["ReadWriteOncePod"])
+            .claim_ref("default", "solo", "solo-uid")
+            .phase("Bound")
+            .build(),
+    );
+    listers.persistent_volume_claims.apply(
+        PvcBuilder::new("solo")
+            .access_modes(&["ReadWriteOncePod"])
+            .request("1Gi")
+            .bound("pv-solo")
+            .build(),
+    );
 }
 
 /// What the pods of one workload share.
@@ -276,7 +298,14 @@ impl Template {
             host_port: rng.usize(..6) == 0,
             image: rng.bool(),
             empty_dir: rng.usize(..4) == 0,
-            claim: [None, None, None, Some("data"), Some("scratch")][rng.usize(..5)],
+            claim: [
+                None,
+                None,
+                None,
+                Some("data"),
+                Some("scratch"),
+                Some("solo"),
+            ][rng.usize(..6)],
             priority: [0, 0, 10][rng.usize(..3)],
         }
     }
@@ -527,6 +556,33 @@ fn pods_with_claims_not_yet_bound_or_dra_claims_do_not_batch() {
         }),
     );
     assert_eq!(batched, 5, "{outcomes:?}");
+}
+
+#[test]
+fn pods_sharing_a_read_write_once_pod_claim_do_not_batch() {
+    // Once the first pod holds the claim, the next fits nowhere: VolumeRestrictions' Filter reads
+    // what PreFilter counted over the whole cluster.
+    let cluster = Cluster::of(uniform_nodes(6, "8"));
+    apply_solo_claim(&cluster.listers);
+    // A read-only disk too, so VolumeRestrictions runs for every pod.
+    let disk = Volume {
+        name: "disk".into(),
+        gce_persistent_disk: Some(GCEPersistentDiskVolumeSource {
+            pd_name: "shared".into(),
+            read_only: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pods = copies(4, |n| {
+        PodBuilder::new(n)
+            .container(&[("cpu", "1")])
+            .pvc("solo")
+            .volume(disk.clone())
+    });
+    let (outcomes, batched) = same_decisions(DEFAULT, &cluster, &pods);
+    assert_eq!(batched, 0);
+    assert!(outcomes[1].starts_with("unschedulable"), "{outcomes:?}");
 }
 
 #[test]

@@ -213,7 +213,14 @@ impl_plugin!(
 );
 
 impl SignPlugin for VolumeRestrictions {
+    /// The pod's volumes; a pod with a ReadWriteOncePod claim is not signable: whether another
+    /// pod uses the claim (the previous one, say) decides its Filter on every node.
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        if !self.read_write_once_pod_pvcs(pod)?.is_empty() {
+            return Err(Status::unschedulable(
+                "pods with ReadWriteOncePod claims are not signable",
+            ));
+        }
         sign_volumes(pod, |name| {
             self.listers
                 .persistent_volume_claims

@@ -48,6 +48,15 @@ const PACKING: &str = r#"- schedulerName: default-scheduler
 "#;
 
 fn framework(profile_yaml: &str, listers: &Arc<Listers>) -> Framework {
+    framework_with(profile_yaml, listers, None)
+}
+
+/// [`framework`], with the queue's nominator.
+fn framework_with(
+    profile_yaml: &str,
+    listers: &Arc<Listers>,
+    nominator: Option<Arc<dyn crate::framework::registry::PodNominator>>,
+) -> Framework {
     let registry = Registry::in_tree();
     let doc = format!(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n{profile_yaml}"
@@ -58,6 +67,7 @@ fn framework(profile_yaml: &str, listers: &Arc<Listers>) -> Framework {
     };
     let (mut h, _) = handle();
     h.listers = listers.clone();
+    h.nominator = nominator;
     Framework::new(&ProfileSpec::from(&loaded.config.profiles[0]), &registry, h).expect("framework")
 }
 
@@ -583,6 +593,35 @@ fn pods_sharing_a_read_write_once_pod_claim_do_not_batch() {
     let (outcomes, batched) = same_decisions(DEFAULT, &cluster, &pods);
     assert_eq!(batched, 0);
     assert!(outcomes[1].starts_with("unschedulable"), "{outcomes:?}");
+}
+
+#[test]
+fn no_pod_batches_while_some_pod_is_nominated() {
+    // A nominated pod counts on its node in every other pod's Filter (by priority).
+    let cluster = Cluster::of(uniform_nodes(8, "4"));
+    let nominator = Arc::new(crate::scheduler::queue::Nominator::new());
+    let mut on = Sim::new(DEFAULT, &cluster, true);
+    let mut off = Sim::new(DEFAULT, &cluster, false);
+    for sim in [&mut on, &mut off] {
+        sim.fwk = framework_with(DEFAULT, &cluster.listers, Some(nominator.clone()));
+    }
+    let preemptor = PodBuilder::new("preemptor")
+        .container(&[("cpu", "3")])
+        .info();
+    nominator.add_nominated_pod(Arc::new(preemptor), "n003");
+    let pods = copies(6, |n| PodBuilder::new(n).container(&[("cpu", "2")]));
+    for pod in &pods {
+        assert_eq!(on.schedule(pod), off.schedule(pod));
+    }
+    assert_eq!(on.batched(), 0);
+    // The nomination dropped: the pods after the next batch again.
+    nominator.delete("default/preemptor");
+    for pod in copies(4, |n| {
+        PodBuilder::new(&format!("late-{n}")).container(&[("cpu", "1")])
+    }) {
+        assert_eq!(on.schedule(&pod), off.schedule(&pod));
+    }
+    assert_eq!(on.batched(), 3);
 }
 
 #[test]

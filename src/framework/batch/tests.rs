@@ -404,13 +404,9 @@ fn random_streams_get_the_same_nodes_and_messages() {
 fn one_pod_per_node_batches_every_pod_after_the_first() {
     // Upstream's case: each pod fills its node, so the next takes the runner-up.
     let cluster = Cluster::of(uniform_nodes(30, "4"));
-    let pods: Vec<Pod> = (0..34)
-        .map(|i| {
-            PodBuilder::new(&format!("p{i}"))
-                .container(&[("cpu", "3"), ("memory", "1Gi")])
-                .build()
-        })
-        .collect();
+    let pods = copies(34, |n| {
+        PodBuilder::new(n).container(&[("cpu", "3"), ("memory", "1Gi")])
+    });
     let (outcomes, batched) = same_decisions(DEFAULT, &cluster, &pods);
     // The pods that fit nowhere reuse every node's status too.
     assert_eq!(batched, 33);
@@ -430,13 +426,9 @@ fn pods_sharing_nodes_batch_too() {
     // Upstream drops its batch when the node just used still fits the next pod (node_not_full);
     // ksched rescores that node.
     let cluster = Cluster::of(uniform_nodes(12, "8"));
-    let pods: Vec<Pod> = (0..60)
-        .map(|i| {
-            PodBuilder::new(&format!("p{i}"))
-                .container(&[("cpu", "500m"), ("memory", "256Mi")])
-                .build()
-        })
-        .collect();
+    let pods = copies(60, |n| {
+        PodBuilder::new(n).container(&[("cpu", "500m"), ("memory", "256Mi")])
+    });
     let (_, batched) = same_decisions(DEFAULT, &cluster, &pods);
     assert_eq!(batched, 59);
 }
@@ -445,13 +437,9 @@ fn pods_sharing_nodes_batch_too() {
 fn sampled_searches_reuse_what_earlier_pods_saw() {
     // 300 nodes at 20%: every pod searches the next 100 feasible nodes.
     let cluster = Cluster::of(uniform_nodes(300, "8"));
-    let pods: Vec<Pod> = (0..40)
-        .map(|i| {
-            PodBuilder::new(&format!("p{i}"))
-                .container(&[("cpu", "1"), ("memory", "1Gi")])
-                .build()
-        })
-        .collect();
+    let pods = copies(40, |n| {
+        PodBuilder::new(n).container(&[("cpu", "1"), ("memory", "1Gi")])
+    });
     let (_, batched) = same_decisions(SAMPLED, &cluster, &pods);
     // The second and third pods search nodes no pod has seen yet; every later one comes round to
     // nodes seen before.

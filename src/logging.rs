@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -17,7 +18,7 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
-use tracing_subscriber::fmt::writer::MakeWriterExt;
+use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The first repeat of a message is written this long after it, at the earliest.
@@ -46,6 +47,38 @@ pub struct LogOptions {
     pub split_stream: bool,
 }
 
+/// The `tracing` filter of klog's `-v` level: 0-1 info (the watch machinery's chatter at warn),
+/// 2-3 info, 4-5 ksched's debug, 6 and more trace.
+pub fn verbosity_filter(verbosity: u32) -> &'static str {
+    match verbosity {
+        0..=1 => "info,kube_runtime=warn",
+        2..=3 => "info",
+        4..=5 => "ksched=debug,info",
+        _ => "ksched=trace,debug",
+    }
+}
+
+/// Replaces the installed logger's filter (`/debug/flags/v`); unset until [`init`] installs one.
+type SetFilter = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
+
+/// kube-scheduler's `PUT /debug/flags/v` (component-base's `GlogSetter`): sets the verbosity of a
+/// running process to `value` (a number), with its answer, or why not.
+pub fn set_verbosity(value: &str) -> Result<String, String> {
+    let v: u32 = value
+        .trim()
+        .parse()
+        .map_err(|e| format!("strconv.ParseUint: parsing {value:?}: {e}"))?;
+    let set = SET_FILTER
+        .get()
+        .ok_or("this process's logger was not installed by ksched: its verbosity cannot be set")?;
+    set(verbosity_filter(v))?;
+    Ok(format!(
+        "successfully set klog.logging.verbosity to {}",
+        value.trim()
+    ))
+}
+
 /// Installs the process's logger (a no-op when one is installed already, e.g. by an out-of-tree
 /// binary's `main`).
 pub fn init(opts: &LogOptions) {
@@ -55,21 +88,29 @@ pub fn init(opts: &LogOptions) {
         && opts.format == LogFormat::Text
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let format = Formatter::new(opts.format, RepeatLimiter::default());
+    let writer = if opts.split_stream {
+        BoxMakeWriter::new(
+            std::io::stderr
+                .with_max_level(Level::ERROR)
+                .or_else(std::io::stdout),
+        )
+    } else {
+        BoxMakeWriter::new(std::io::stderr)
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .event_format(format);
-    let _ = if opts.split_stream {
-        builder
-            .with_writer(
-                std::io::stderr
-                    .with_max_level(Level::ERROR)
-                    .or_else(std::io::stdout),
-            )
-            .try_init()
-    } else {
-        builder.with_writer(std::io::stderr).try_init()
-    };
+        .event_format(format)
+        .with_writer(writer)
+        .with_filter_reloading();
+    let reload = builder.reload_handle();
+    if builder.try_init().is_ok() {
+        let _ = SET_FILTER.set(Box::new(move |directives: &str| {
+            reload
+                .reload(tracing_subscriber::EnvFilter::new(directives))
+                .map_err(|e| e.to_string())
+        }));
+    }
 }
 
 /// What to do with one message.

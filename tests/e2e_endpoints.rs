@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::fixtures::pause_pod;
-use support::https::{As, get_as, get_bytes};
+use support::https::{As, get_as, get_bytes, request};
 use support::nodes::Nodes;
 use support::process::LoggedChild;
 use support::scheduler::{SchedulerProcess, config, ksched_bin, kube_scheduler_command};
@@ -163,6 +163,58 @@ async fn the_endpoint_authenticates_and_authorizes_as_kube_schedulers() {
         logs,
     )
     .await;
+
+    // `PUT /debug/flags/v` changes the running scheduler's verbosity (profiling on, as upstream).
+    let put_v = async |level: &str, who: As<'_>| {
+        let (status, body) = request(&ca, port, "PUT", "/debug/flags/v", level, who)
+            .await
+            .expect("PUT /debug/flags/v");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    assert_eq!(put_v("0", As::Token(&reader)).await.0, 403);
+    let (status, body) = put_v("x", admin).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = get_as(&ca, port, "/debug/flags/v", admin)
+        .await
+        .expect("GET");
+    assert_eq!(status, 406);
+    // With no node, every pod is unschedulable: at -v=4 that is logged, at 0 it is not.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let unscheduled = async |name: &str| {
+        create(
+            &pods,
+            &pause_pod(name, "ksched-authz", "100m", &[], json!({})),
+        )
+        .await;
+        poll(
+            &format!("{name} marked unschedulable"),
+            Duration::from_secs(60),
+            logs,
+            async || {
+                let p = pods.get(name).await.ok()?;
+                support::wait::unschedulable_message(&p)
+            },
+        )
+        .await;
+    };
+    assert_eq!(
+        put_v("0", admin).await,
+        (
+            200,
+            "successfully set klog.logging.verbosity to 0".to_string()
+        )
+    );
+    unscheduled("quiet").await;
+    assert_eq!(put_v("4", admin).await.0, 200);
+    unscheduled("verbose").await;
+    let log = logs();
+    let waiting = |pod: &str| {
+        let pod = format!("{ns}/{pod}");
+        log.lines()
+            .any(|l| l.contains("unable to schedule pod; waiting") && l.contains(&pod))
+    };
+    assert!(!waiting("quiet"), "logged at -v=0:\n{log}");
+    assert!(waiting("verbose"), "not logged at -v=4:\n{log}");
 }
 
 /// kube-scheduler families ksched does not export, or exports only after events this test does
@@ -375,7 +427,8 @@ async fn every_kube_scheduler_metric_family_is_exported_or_listed() {
             "{series} missing:\n{ours}"
         );
     }
-    for plugin in ["NodeResourcesFit", "TaintToleration", "NodeAffinity"] {
+    // Plugins with no PreFilter, or one that does not skip a plain pod (NodeAffinity skips it).
+    for plugin in ["NodeResourcesFit", "TaintToleration", "NodeUnschedulable"] {
         let evaluated = format!(
             "scheduler_plugin_evaluation_total{{plugin=\"{plugin}\",extension_point=\"Filter\",{profile}}}"
         );

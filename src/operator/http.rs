@@ -100,9 +100,9 @@ pub async fn serve_secure(
     let handler: serving::Handler = Arc::new(move |req: Request<Incoming>| {
         let health = health.clone();
         Box::pin(async move {
-            let path = req.uri().path().to_string();
-            if profiling && path.starts_with("/debug/pprof") {
-                return crate::scheduler::http::profiling(&path, req.uri().query()).await;
+            let path = req.uri().path();
+            if profiling && (path.starts_with("/debug/pprof") || path.starts_with("/debug/flags")) {
+                return crate::scheduler::http::debugging(req).await;
             }
             route(&health, &req)
         })

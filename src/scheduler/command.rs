@@ -214,12 +214,7 @@ impl LogsArgs {
 
 /// Log filter for a kube-scheduler style verbosity.
 pub fn log_filter(verbosity: u8) -> &'static str {
-    match verbosity {
-        0..=1 => "info,kube_runtime=warn",
-        2..=3 => "info",
-        4..=5 => "ksched=debug,info",
-        _ => "ksched=trace,debug",
-    }
+    crate::logging::verbosity_filter(u32::from(verbosity))
 }
 
 impl SchedulerArgs {

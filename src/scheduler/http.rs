@@ -175,14 +175,59 @@ impl Routes {
                 &self.disabled_metrics,
             )),
             "/configz" => serving::typed(&self.state.configz, "application/json"),
-            _ if self.state.profiling => profiling(path, query).await,
+            _ if self.state.profiling => debugging(req).await,
             _ => serving::not_found(),
         }
     }
 }
 
+/// What kube-scheduler serves when profiling is on: `/debug/pprof/...`, and `/debug/flags/v`
+/// to change the log verbosity of the running process.
+pub async fn debugging(req: Request<Incoming>) -> Response<Full<Bytes>> {
+    match req.uri().path() {
+        "/debug/flags" | "/debug/flags/" => serving::text(
+            StatusCode::OK,
+            "/debug/flags/\n\nv: the log verbosity (-v); PUT a number to change it.\n",
+        ),
+        "/debug/flags/v" => set_verbosity(req).await,
+        path => {
+            let path = path.to_string();
+            profiling(&path, req.uri().query()).await
+        }
+    }
+}
+
+/// `PUT /debug/flags/v` with the new level as the body (component-base's
+/// `StringFlagPutHandler`): 200 and what was set, 400 for a bad level, 406 for another method.
+async fn set_verbosity(req: Request<Incoming>) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    if req.method() != hyper::Method::PUT {
+        return serving::text(StatusCode::NOT_ACCEPTABLE, "unsupported http method");
+    }
+    // A level is a few digits; a larger body is not one.
+    let body = match http_body_util::Limited::new(req.into_body(), 64)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return serving::text(
+                StatusCode::BAD_REQUEST,
+                &format!("error reading request body: {e}"),
+            );
+        }
+    };
+    match crate::logging::set_verbosity(&String::from_utf8_lossy(&body)) {
+        Ok(answer) => {
+            tracing::info!(verbosity = %String::from_utf8_lossy(&body).trim(), "log verbosity set through /debug/flags/v");
+            serving::text(StatusCode::OK, &answer)
+        }
+        Err(e) => serving::text(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
 /// `/debug/pprof/...` (profiling on).
-pub async fn profiling(path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+async fn profiling(path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
     match path {
         "/debug/pprof" | "/debug/pprof/" => serving::text(
             StatusCode::OK,

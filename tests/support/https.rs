@@ -41,6 +41,19 @@ pub async fn get_bytes(
     path: &str,
     who: As<'_>,
 ) -> Result<(u16, Vec<u8>), String> {
+    request(ca_file, port, "GET", path, "", who).await
+}
+
+/// Sends `method path` with `body` to `https://127.0.0.1:<port>` as `who`; returns (status code,
+/// body).
+pub async fn request(
+    ca_file: &Path,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    who: As<'_>,
+) -> Result<(u16, Vec<u8>), String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| e.to_string())? {
         roots
@@ -78,8 +91,14 @@ pub async fn get_bytes(
         As::Token(token) => format!("Authorization: Bearer {token}\r\n"),
         _ => String::new(),
     };
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
+    let length = if body.is_empty() {
+        String::new()
+    } else {
+        format!("Content-Length: {}\r\n", body.len())
+    };
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}{length}Connection: close\r\n\r\n{body}"
+    );
     tls.write_all(request.as_bytes())
         .await
         .map_err(|e| e.to_string())?;

@@ -14,7 +14,7 @@
 //!   priority. A plugin that does not sign (an out-of-tree plugin that says nothing, Coscheduling,
 //!   NetworkTraffic) turns batching off for its profile, as do extenders; a plugin that cannot
 //!   sign a pod (InterPodAffinity or PodTopologySpread constraints, DRA claims, unbound volume
-//!   claims) makes that pod's cycle run in full.
+//!   claims, ReadWriteOncePod claims) makes that pod's cycle run in full.
 //! - The batch remembers, per node, the Filter status and the raw (not yet normalized) scores it
 //!   computed for the signature, with the node's generation. A later cycle of the same signature
 //!   reuses them for every node that has not changed since, and runs the plugins on the nodes that
@@ -29,6 +29,10 @@
 //!
 //! Where upstream drops its batch because the node just used still fits the next pod
 //! (`node_not_full`), ksched rescores that node and goes on: pods that share nodes batch too.
+//! Metrics use upstream's names and labels; of the flush reasons, upstream's `node_missing`,
+//! `node_not_full`, `empty_list` and `expired` never occur, `cluster_changed` is ksched's own, and
+//! a flush is counted only when there was a batch to drop (upstream also counts
+//! `pod_not_batchable` for an unsignable pod when it had none).
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,13 @@
 //! One scheduling cycle of the default profile over an in-memory snapshot of 5000 nodes (each with a
 //! few pods), for regressions: `cargo bench --bench schedule_cycle`. The same cycle recording
 //! kube-scheduler's metrics as `ksched scheduler` does (each plugin timed in one cycle of ten),
-//! and with every cycle's plugins timed, shows what the metrics cost.
+//! and with every cycle's plugins timed, shows what the metrics cost. These schedule the same pod
+//! over the same snapshot each time, so they run with opportunistic batching off (it would reuse
+//! every result): they measure a full cycle.
+//!
+//! Then opportunistic batching: a stream of identical pods, each assumed on its node before the
+//! next as the scheduler's cache does, with batching off and on (the ratio is what batching saves
+//! per pod; both include the assume).
 
 use std::sync::Arc;
 
@@ -12,7 +18,7 @@ use ksched::framework::metrics::FrameworkMetrics;
 use ksched::framework::registry::{Handle, RecordingApi, Registry};
 use ksched::framework::runtime::{Framework, ProfileSpec};
 use ksched::framework::schedule::Algorithm;
-use ksched::framework::types::{PodInfo, Snapshot};
+use ksched::framework::types::{AssignedPod, NodeChange, NodeInfo, PodInfo, Snapshot};
 use serde_json::json;
 
 const NODES: usize = 5000;
@@ -60,7 +66,7 @@ fn bench_cycle(c: &mut Criterion) {
         .collect();
     let snapshot = Snapshot::from_objects(&nodes, &pods);
     let incoming = PodInfo::new(pod("incoming", None));
-    let mut algorithm = Algorithm::new(0);
+    let mut algorithm = Algorithm::new(0).with_opportunistic_batching(false);
     let metrics = Arc::new(FrameworkMetrics::default());
     // (name, metrics recorded, which cycles time each plugin)
     let variants: [(&str, bool, Sampling); 3] = [
@@ -88,6 +94,45 @@ fn bench_cycle(c: &mut Criterion) {
             })
         });
     }
+
+    let template = pod("stream", None);
+    for (name, batching) in [
+        (
+            "schedule_pod default profile 5000 nodes, identical pods, batching off",
+            false,
+        ),
+        (
+            "schedule_pod default profile 5000 nodes, identical pods, batching on",
+            true,
+        ),
+    ] {
+        let fwk = framework(None);
+        let mut algorithm = Algorithm::new(0).with_opportunistic_batching(batching);
+        let mut snapshot = Snapshot::from_objects(&nodes, &pods);
+        let mut n = 0u64;
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                n += 1;
+                let mut p = Pod::clone(&template);
+                p.metadata.name = Some(format!("stream-{n}"));
+                p.metadata.uid = p.metadata.name.clone();
+                let info = PodInfo::new(Arc::new(p.clone()));
+                let host = algorithm
+                    .schedule_pod(&fwk, &mut CycleState::new(), &info, &snapshot)
+                    .expect("fits")
+                    .suggested_host;
+                assume(&mut snapshot, p, &host);
+            })
+        });
+    }
+}
+
+/// `pod` bound to `node` in `snapshot`, as the scheduler's cache assumes it.
+fn assume(snapshot: &mut Snapshot, mut pod: Pod, node: &str) {
+    let mut info = NodeInfo::clone(snapshot.get(node).expect("chosen node"));
+    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+    info.add_pod(Arc::new(AssignedPod::new(pod)));
+    snapshot.update_from([NodeChange::Upsert(Arc::new(info))]);
 }
 
 /// Whether a cycle times each plugin.

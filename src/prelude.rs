@@ -31,7 +31,7 @@ pub use crate::framework::interface::{
     MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PermitPlugin, Plugin, PostBindPlugin,
     PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterExtensions,
     PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin, ScorePlugin,
-    Status,
+    SignFragment, SignPlugin, Status, signer_names,
 };
 pub use crate::framework::listers::{Informer, Listers};
 pub use crate::framework::registry::{

@@ -233,23 +233,14 @@ const NOT_IN_KSCHED: &[(&str, &str)] = &[
         "scheduler_async_api_call_execution_duration_seconds",
         "SchedulerAsyncAPICalls is not implemented (see above)",
     ),
-    (
-        "scheduler_batch_attempts",
-        "OpportunisticBatching is not implemented (README)",
-    ),
-    (
-        "scheduler_batch_cache_flushed",
-        "OpportunisticBatching is not implemented (README)",
-    ),
-    (
-        "scheduler_get_node_hint_duration_seconds",
-        "OpportunisticBatching is not implemented (README)",
-    ),
-    (
-        "scheduler_store_schedule_results_duration_seconds",
-        "OpportunisticBatching is not implemented (README)",
-    ),
 ];
+
+/// Families ksched exports once something happens that this test may or may not cause, and why
+/// (neither missing nor stale when absent).
+const EXPORTED_ON_EVENT: &[(&str, &str)] = &[(
+    "scheduler_batch_cache_flushed",
+    "ksched counts a batch dropped when one existed (here: when some store, such as another test's namespace, changed during the one cycle); upstream counts pod_not_batchable for every pod its default spread constraints leave unsigned",
+)];
 
 /// The `scheduler_*` families with at least one sample in an exposition (text 0.0.4 or
 /// OpenMetrics), counters without their `_total`.
@@ -317,7 +308,8 @@ fn sample_value(exposition: &str, series: &str) -> Option<f64> {
 
 /// Upstream kube-scheduler and ksched each schedule a pod on the same control plane; each of
 /// upstream's `scheduler_*` families is in ksched's `/metrics`, or in [`NOT_IN_KSCHED`] (and an
-/// entry there that ksched does export fails the test, so the list stays true), with upstream's
+/// entry there that ksched does export fails the test, so the list stays true) or
+/// [`EXPORTED_ON_EVENT`], with upstream's
 /// buckets; and the pod ksched scheduled left samples for its profile at every extension point
 /// of its scheduling and binding cycles, and for each plugin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,7 +376,13 @@ async fn every_kube_scheduler_metric_family_is_exported_or_listed() {
     );
     let missing: Vec<&String> = upstream_families
         .iter()
-        .filter(|f| !our_families.contains(*f) && !NOT_IN_KSCHED.iter().any(|(n, _)| n == f))
+        .filter(|f| {
+            !our_families.contains(*f)
+                && !NOT_IN_KSCHED
+                    .iter()
+                    .chain(EXPORTED_ON_EVENT)
+                    .any(|(n, _)| n == f)
+        })
         .collect();
     assert!(
         missing.is_empty(),

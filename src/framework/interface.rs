@@ -480,6 +480,11 @@ pub trait Plugin: Send + Sync + 'static {
     fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
         None
     }
+    /// How the plugin signs a pod for opportunistic batching; `None`: it cannot, and a profile
+    /// with it at PreFilter, Filter, PreScore or Score never batches.
+    fn as_sign(&self) -> Option<&dyn SignPlugin> {
+        None
+    }
     /// The cluster events that may make the pods this plugin rejected schedulable. A plugin that
     /// rejects pods (PreEnqueue, PreFilter, Filter, Reserve, Permit) and returns `None` is
     /// requeued by every event (upstream's default for plugins without `EnqueueExtensions`).
@@ -592,6 +597,94 @@ pub trait FrameworkHandle: Send + Sync {
         pod: &PodInfo,
         node: &NodeInfo,
     ) -> Status;
+}
+
+/// A pod's scheduling signature (upstream's `PodSignature`, KEP-5598): pods with the same
+/// signature get the same Filter status and the same raw Score from every plugin on every node in
+/// the same state, and placing one of them changes no other node's results for the next. Opaque
+/// bytes, only compared; the runtime builds it from the plugins' [`SignFragment`]s.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PodSignature(Box<[u8]>);
+
+impl PodSignature {
+    /// The signature of these fragments: each key once (plugins reading the same part of the pod
+    /// give the same key and value), in key order.
+    pub fn from_fragments(fragments: impl IntoIterator<Item = SignFragment>) -> PodSignature {
+        let by_key: std::collections::BTreeMap<&'static str, Vec<u8>> =
+            fragments.into_iter().map(|f| (f.key, f.value)).collect();
+        let mut bytes = Vec::with_capacity(by_key.values().map(|v| v.len() + 48).sum());
+        for (key, value) in by_key {
+            bytes.extend_from_slice(key.as_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(&(value.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(&value);
+        }
+        PodSignature(bytes.into_boxed_slice())
+    }
+}
+
+impl fmt::Debug for PodSignature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PodSignature({} bytes)", self.0.len())
+    }
+}
+
+/// One part of a pod's signature: a key naming what it covers (upstream's signer names, in
+/// [`signer_names`]) and that part of the pod in canonical bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignFragment {
+    pub key: &'static str,
+    pub value: Vec<u8>,
+}
+
+impl SignFragment {
+    pub fn new(key: &'static str, value: impl Into<Vec<u8>>) -> SignFragment {
+        SignFragment {
+            key,
+            value: value.into(),
+        }
+    }
+
+    /// `value` as JSON (maps serialize in key order, so equal values give equal bytes).
+    pub fn json(key: &'static str, value: &impl serde::Serialize) -> Result<SignFragment, Status> {
+        serde_json::to_vec(value)
+            .map(|value| SignFragment { key, value })
+            .map_err(|e| Status::error(format!("signing {key}: {e}")))
+    }
+}
+
+/// Upstream's signer names (`k8s.io/kube-scheduler/framework/signers.go`), and ksched's own
+/// where its signature covers more than upstream's.
+pub mod signer_names {
+    pub const DYNAMIC_RESOURCES: &str = "v1.Pod.Spec.DynamicResources";
+    pub const IMAGE_NAMES: &str = "v1.Pod.Spec.CanonicalImageNames()";
+    pub const LABELS: &str = "v1.Pod.Labels";
+    pub const NODE_NAME: &str = "v1.Pod.Spec.NodeName";
+    pub const NODE_AFFINITY: &str = "v1.Pod.Spec.Affinity.NodeAffinity";
+    pub const NODE_SELECTOR: &str = "v1.Pod.Spec.Affinity.NodeSelector";
+    pub const HOST_PORTS: &str = "v1.Pod.Spec.HostPorts()";
+    pub const RESOURCES: &str = "v1.Pod.Spec.ContainerRequestsAndOverheads()";
+    pub const SCHEDULER_NAME: &str = "v1.Pod.Spec.SchedulerName";
+    pub const TOLERATIONS: &str = "v1.Pod.Spec.Tolerations";
+    pub const VOLUMES: &str = "v1.Pod.Spec.Volumes.NonSyntheticSources()";
+    pub const FEATURES: &str = "v1.Pod.Spec.RequiredFeatures()";
+    /// ksched: claims and names in volumes resolve in the pod's namespace, as do affinity terms.
+    pub const NAMESPACE: &str = "v1.Pod.Namespace";
+    /// ksched: nominated pods count on a node for pods of lower or equal priority only.
+    pub const PRIORITY: &str = "v1.Pod.Spec.Priority";
+    /// ksched: the scoring requests (containers requesting nothing count 100m CPU / 200Mi).
+    pub const NON_ZERO_REQUESTS: &str = "v1.Pod.Spec.NonZeroRequests()";
+    /// ksched: the PersistentVolume each of the pod's claims is bound to.
+    pub const CLAIM_BINDINGS: &str = "v1.Pod.Spec.Volumes.ClaimBindings()";
+}
+
+/// Implemented by plugins that filter or score, so identical pods can share their work
+/// (upstream's `SignPlugin`). The fragments must cover everything of the pod the plugin's
+/// PreFilter, Filter, PreScore and Score read. An `Err` makes the pod unsignable (its cycle runs in
+/// full): for pods whose results on one node depend on where other pods go (inter-pod affinity,
+/// topology spread) or on state the scheduler changes for them (unbound volume claims).
+pub trait SignPlugin: Plugin {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status>;
 }
 
 /// Called before a pod enters the active queue; a non-success status keeps it out

@@ -98,6 +98,14 @@ impl Changes {
     }
 }
 
+impl<K> ObjectStore<K> {
+    /// The number of writes to the store so far (opportunistic batching reuses results only while
+    /// the stores they read are unchanged).
+    pub fn generation(&self) -> u64 {
+        *self.changes.0.borrow()
+    }
+}
+
 /// Objects of one kind by `namespace/name` (or `name` when cluster-scoped).
 pub struct ObjectStore<K> {
     items: RwLock<HashMap<String, Arc<K>>>,
@@ -373,6 +381,30 @@ pub struct Listers {
     /// What plugins share across the profiles of one scheduler (DynamicResources' claim tracker,
     /// as upstream's one `SharedDRAManager` per scheduler).
     pub plugin_state: PluginState,
+}
+
+impl Listers {
+    /// Changes whenever a store that Filter or Score results on a node may depend on changes
+    /// (volumes, storage, namespaces, DRA objects): the sum of their write counts. Not the stores
+    /// only PreFilter-time decisions read, which run afresh every cycle: a pod's Services and
+    /// controllers (PodTopologySpread's default constraints, which make a pod unsignable),
+    /// disruption budgets (preemption), PodGroups (Coscheduling, which does not sign).
+    pub fn generation(&self) -> u64 {
+        [
+            self.persistent_volumes.generation(),
+            self.persistent_volume_claims.generation(),
+            self.storage_classes.generation(),
+            self.csi_nodes.generation(),
+            self.csi_drivers.generation(),
+            self.csi_storage_capacities.generation(),
+            self.namespaces.generation(),
+            self.resource_claims.generation(),
+            self.resource_slices.generation(),
+            self.device_classes.generation(),
+        ]
+        .into_iter()
+        .fold(0, u64::wrapping_add)
+    }
 }
 
 /// State a plugin shares across every profile of one scheduler: one value per type, created on

@@ -20,6 +20,8 @@
 //!   configuration's `PluginCatalog`. It knows no plugin: the in-tree list is in [`plugins`].
 //! - [`args`]: strict args decoding (unknown fields are errors with their path), defaults,
 //!   validation.
+//! - [`batch`]: opportunistic batching: pods with the same signature share Filter and Score work
+//!   with decisions identical to scheduling each in full.
 //! - [`runtime`]: [`runtime::Framework`] — one profile's plugins run per extension point with
 //!   upstream's semantics.
 //! - [`schedule`]: the pure find-nodes-that-fit / prioritize / select-host pipeline and
@@ -28,7 +30,7 @@
 //!
 //! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
 //! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `api`, `background`,
-//! `registry`, `runtime`, `schedule`, `plugins`. Plugins never name the runtime: preemption runs
+//! `registry`, `batch`, `runtime`, `schedule`, `plugins`. Plugins never name the runtime: preemption runs
 //! its profile's plugins through `FrameworkHandle`.
 //!
 //! A typical scheduling cycle, as `scheduler/` drives it:
@@ -49,6 +51,7 @@
 pub(crate) mod api;
 pub mod args;
 pub mod background;
+pub mod batch;
 #[cfg(test)]
 mod cycle_io;
 pub(crate) mod events;

@@ -32,6 +32,13 @@ use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalo
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
 pub trait PodNominator: Send + Sync {
     fn nominated_pods_for_node(&self, node_name: &str) -> Vec<Arc<PodInfo>>;
+
+    /// While no pod is nominated anywhere: a number that changes with every nomination made or
+    /// dropped. `None` while some pod is nominated, or when the nominator cannot tell (then
+    /// opportunistic batching stays off: nominated pods count on their node in Filter).
+    fn batching_generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The latest snapshot, shared between the scheduler (which publishes it each cycle) and plugins

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 use serde_json::Value;
 
+use super::batch::{OpportunisticBatch, batchable_plugins};
 use super::events::{QueueingHintMap, unroll_wildcard_resource};
 use super::extender::EXTENDER_NAME;
 use prometheus_client::metrics::counter::Counter;
@@ -308,6 +309,9 @@ pub struct Framework {
     instances: BTreeMap<String, Arc<dyn Plugin>>,
     points: HashMap<ExtensionPoint, Vec<Entry>>,
     score_weights: Vec<i64>,
+    /// The plugins that sign pods for opportunistic batching; `None`: the profile never batches.
+    signers: Option<Vec<Arc<dyn Plugin>>>,
+    batch: parking_lot::Mutex<OpportunisticBatch>,
     queueing_hints: Arc<QueueingHintMap>,
     instruments: Option<Instruments>,
 }
@@ -472,6 +476,7 @@ impl Framework {
                 message: "total score of Score plugins could overflow".into(),
             });
         }
+        let signers = signers(&profile, &points, &handle);
         let queueing_hints = Arc::new(queueing_hint_map(&instances, &points, &handle));
         let instruments = handle
             .metrics
@@ -484,9 +489,27 @@ impl Framework {
             instances,
             points,
             score_weights,
+            signers,
+            batch: parking_lot::Mutex::new(OpportunisticBatch::default()),
             queueing_hints,
             instruments,
         })
+    }
+
+    /// The plugins that sign this profile's pods; `None` when it does not batch (upstream's
+    /// `enableSignatures`).
+    pub fn signers(&self) -> Option<&[Arc<dyn Plugin>]> {
+        self.signers.as_deref()
+    }
+
+    /// The profile's opportunistic batch (the scheduling cycle locks it; cycles are one at a time).
+    pub fn batch(&self) -> &parking_lot::Mutex<OpportunisticBatch> {
+        &self.batch
+    }
+
+    /// The number of Score plugins.
+    pub fn num_score_plugins(&self) -> usize {
+        self.at(ExtensionPoint::Score).len()
     }
 
     /// The events that may make the pods this profile's plugins rejected schedulable, with the
@@ -528,6 +551,13 @@ impl Framework {
     /// The start of an extension point's run, when metrics are recorded.
     pub fn point_clock(&self) -> Option<Instant> {
         self.instruments.as_ref().map(|_| Instant::now())
+    }
+
+    /// Records an extension point's run that took `took`.
+    pub fn observe_point_duration(&self, point: Point, code: Code, took: std::time::Duration) {
+        if let Some(i) = &self.instruments {
+            i.points[point as usize].observe(code, took.as_secs_f64());
+        }
     }
 
     /// Records an extension point's run started at `since` (from [`Framework::point_clock`]).
@@ -916,9 +946,21 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<NodeScores, Status> {
+        self.run_score_plugins_reusing(state, pod, nodes, None)
+    }
+
+    /// [`Framework::run_score_plugins`], taking the raw scores `recorded` has for a node instead of
+    /// running the plugins on it, and giving it those it computes (opportunistic batching).
+    pub fn run_score_plugins_reusing(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        recorded: Option<&mut dyn RawScores>,
+    ) -> Result<NodeScores, Status> {
         self.at_point(
             Point::Score,
-            || self.score_each(state, pod, nodes),
+            || self.score_each(state, pod, nodes, recorded),
             |r| r.as_ref().map_or_else(Status::code, |_| Code::Success),
         )
     }
@@ -928,6 +970,7 @@ impl Framework {
         state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
+        recorded: Option<&mut dyn RawScores>,
     ) -> Result<NodeScores, Status> {
         let sampled = state.record_plugin_metrics();
         let skip = state.skip_score_plugins();
@@ -943,7 +986,7 @@ impl Framework {
         }
         // raw[node * k + plugin]
         let mut raw = vec![0i64; nodes.len() * k];
-        let score_row = |(node, row): (&Arc<NodeInfo>, &mut [i64])| -> Result<(), Status> {
+        let score_row = |node: &NodeInfo, row: &mut [i64]| -> Result<(), Status> {
             let mut clock = self.plugin_clock(state);
             for ((_, e), slot) in plugins.iter().zip(row.iter_mut()) {
                 let Some(p) = e.plugin.as_score() else {
@@ -963,17 +1006,45 @@ impl Framework {
             }
             Ok(())
         };
-        if nodes.len() >= PARALLEL_THRESHOLD {
-            let _running = self.running("Score", rayon::current_num_threads().min(nodes.len()));
-            nodes
-                .par_iter()
-                .zip(raw.par_chunks_mut(k))
-                .try_for_each(score_row)?;
-        } else {
-            nodes
-                .iter()
-                .zip(raw.chunks_mut(k))
-                .try_for_each(score_row)?;
+        let parallel = |n: usize| {
+            (n >= PARALLEL_THRESHOLD)
+                .then(|| self.running("Score", rayon::current_num_threads().min(n)))
+        };
+        match recorded {
+            None => match parallel(nodes.len()) {
+                Some(_running) => nodes
+                    .par_iter()
+                    .zip(raw.par_chunks_mut(k))
+                    .try_for_each(|(n, row)| score_row(n, row))?,
+                None => nodes
+                    .iter()
+                    .zip(raw.chunks_mut(k))
+                    .try_for_each(|(n, row)| score_row(n, row))?,
+            },
+            Some(recorded) => {
+                let mut missing = Vec::new();
+                for (i, row) in raw.chunks_mut(k).enumerate() {
+                    match recorded.get(i, k) {
+                        Some(r) => row.copy_from_slice(r),
+                        None => missing.push(i),
+                    }
+                }
+                let mut computed = vec![0i64; missing.len() * k];
+                match parallel(missing.len()) {
+                    Some(_running) => missing
+                        .par_iter()
+                        .zip(computed.par_chunks_mut(k))
+                        .try_for_each(|(&i, row)| score_row(&nodes[i], row))?,
+                    None => missing
+                        .iter()
+                        .zip(computed.chunks_mut(k))
+                        .try_for_each(|(&i, row)| score_row(&nodes[i], row))?,
+                }
+                for (&i, row) in missing.iter().zip(computed.chunks(k)) {
+                    raw[i * k..(i + 1) * k].copy_from_slice(row);
+                    recorded.put(i, row);
+                }
+            }
         }
         for (pi, (_, e)) in plugins.iter().enumerate() {
             let Some(p) = e.plugin.as_score() else {
@@ -1358,6 +1429,50 @@ impl FrameworkHandle for Framework {
         }
         self.run_filter_plugins(state, pod, node)
     }
+}
+
+/// The plugins that sign `profile`'s pods: those at PreFilter, Filter, PreScore and Score, when
+/// every one of them can and there are no extenders (upstream's `computeBatchablePlugins`).
+fn signers(
+    profile: &str,
+    points: &HashMap<ExtensionPoint, Vec<Entry>>,
+    handle: &Handle,
+) -> Option<Vec<Arc<dyn Plugin>>> {
+    if !handle.extenders.is_empty() {
+        tracing::info!(
+            profile,
+            "Disabling signatures for profile because it has extenders configured."
+        );
+        return None;
+    }
+    let candidates = [
+        ExtensionPoint::PreFilter,
+        ExtensionPoint::Filter,
+        ExtensionPoint::PreScore,
+        ExtensionPoint::Score,
+    ]
+    .into_iter()
+    .flat_map(|ep| points.get(&ep).into_iter().flatten().map(|e| &e.plugin));
+    match batchable_plugins(candidates) {
+        Ok(signers) => Some(signers),
+        Err(plugins) => {
+            tracing::info!(
+                profile,
+                ?plugins,
+                "Disabling signatures for profile because plugins do not support it."
+            );
+            None
+        }
+    }
+}
+
+/// Raw (not yet normalized) scores kept for nodes across cycles, by the node's index in the list
+/// being scored: opportunistic batching's record of the Score plugins' per-node results.
+pub trait RawScores {
+    /// The `len` raw scores recorded for node `i`, if they are still valid.
+    fn get(&mut self, i: usize, len: usize) -> Option<&[i64]>;
+    /// Records node `i`'s raw scores.
+    fn put(&mut self, i: usize, row: &[i64]);
 }
 
 /// Below this many nodes, Filter/Score run on the calling thread (parallelism costs more).

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::batch::{BatchCycle, World};
 use super::extender::{EXTENDER_NAME, Extender, extender_scores, find_nodes_that_pass_extenders};
 use super::interface::{Code, CycleState, FrameworkHandle, NodeToStatus, Status};
 use super::metrics::Point;
-use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD};
+use super::runtime::{Framework, NodeScores, PARALLEL_THRESHOLD, RawScores};
 use super::types::{NodeInfo, PodInfo, Snapshot};
 
 /// Upstream's `minFeasibleNodesToFind`.
@@ -121,6 +122,9 @@ impl ScheduleError {
     }
 }
 
+/// The feasible nodes and their positions in the list searched.
+type FeasibleNodes = (Vec<Arc<NodeInfo>>, Vec<usize>);
+
 /// Where the pod goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleResult {
@@ -131,14 +135,25 @@ pub struct ScheduleResult {
 }
 
 /// The scheduler-wide state of the algorithm: the rotating start index (so every node gets its turn
-/// when only a percentage of nodes is searched) and the global `percentageOfNodesToScore`.
-#[derive(Debug, Clone, Default)]
+/// when only a percentage of nodes is searched), the global `percentageOfNodesToScore`, and the
+/// cycle count opportunistic batching goes by.
+#[derive(Debug, Clone)]
 pub struct Algorithm {
     next_start_node_index: usize,
     /// The configuration's top-level `percentageOfNodesToScore` (0: adaptive).
     pub percentage_of_nodes_to_score: i32,
     /// The configuration's extenders, consulted after the Filter and Score plugins.
     pub extenders: Vec<Arc<dyn Extender>>,
+    /// The `OpportunisticBatching` feature gate (on by default, as in upstream 1.36).
+    opportunistic_batching: bool,
+    /// Pods scheduled so far: a batch serves consecutive pods only.
+    cycle: u64,
+}
+
+impl Default for Algorithm {
+    fn default() -> Algorithm {
+        Algorithm::new(0)
+    }
 }
 
 impl Algorithm {
@@ -147,11 +162,19 @@ impl Algorithm {
             next_start_node_index: 0,
             percentage_of_nodes_to_score,
             extenders: Vec::new(),
+            opportunistic_batching: true,
+            cycle: 0,
         }
     }
 
     pub fn with_extenders(mut self, extenders: Vec<Arc<dyn Extender>>) -> Algorithm {
         self.extenders = extenders;
+        self
+    }
+
+    /// Turns opportunistic batching on or off (`--feature-gates OpportunisticBatching=...`).
+    pub fn with_opportunistic_batching(mut self, enabled: bool) -> Algorithm {
+        self.opportunistic_batching = enabled;
         self
     }
 
@@ -183,7 +206,9 @@ impl Algorithm {
     }
 
     /// Runs PreFilter, Filter (from the rotating start, in parallel, until enough nodes fit),
-    /// PreScore and Score, and selects the host as upstream does (see [`heap_top`]).
+    /// PreScore and Score, and selects the host as upstream does (see [`heap_top`]). With
+    /// opportunistic batching, per-node results of the previous pods of the same signature are
+    /// reused where that is exact (see [`super::batch`]); the decision is the same.
     pub fn schedule_pod(
         &mut self,
         fwk: &Framework,
@@ -191,11 +216,47 @@ impl Algorithm {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> Result<ScheduleResult, ScheduleError> {
+        self.cycle += 1;
+        let signers = fwk.signers();
+        if !self.opportunistic_batching || !self.extenders.is_empty() || signers.is_none() {
+            return self.schedule(fwk, state, pod, snapshot, None);
+        }
+        let mut batch = fwk.batch().lock();
+        let mut cycle = batch.begin(
+            pod,
+            signers,
+            self.cycle,
+            World::now(snapshot, fwk.handle()),
+            fwk.num_score_plugins(),
+            snapshot.num_nodes(),
+        );
+        let result = self.schedule(fwk, state, pod, snapshot, Some(&mut cycle));
+        let errored = matches!(result, Err(ScheduleError::Internal(_)));
+        cycle.finish(errored, World::now(snapshot, fwk.handle()));
+        if let Some(metrics) = fwk.metrics() {
+            let report = batch.take_report();
+            if let Some((took, code)) = report.sign {
+                fwk.observe_point_duration(Point::Sign, code, took);
+            }
+            report.record(metrics, fwk.profile_name());
+        }
+        result
+    }
+
+    fn schedule(
+        &mut self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        mut batch: Option<&mut BatchCycle<'_>>,
+    ) -> Result<ScheduleResult, ScheduleError> {
         if snapshot.num_nodes() == 0 {
             return Err(ScheduleError::NoNodesAvailable);
         }
         state.set_num_all_nodes(snapshot.num_nodes());
-        let (feasible, diagnosis) = self.find_nodes_that_fit_pod(fwk, state, pod, snapshot)?;
+        let ((feasible, positions), diagnosis) =
+            self.find_nodes_that_fit_pod(fwk, state, pod, snapshot, batch.as_deref_mut())?;
         if feasible.is_empty() {
             return Err(ScheduleError::Fit(Box::new(FitError {
                 pod: pod.key(),
@@ -211,7 +272,16 @@ impl Algorithm {
                 feasible_nodes: 1,
             });
         }
-        let scores = prioritize_nodes(fwk, &self.extenders, state, pod, snapshot, &feasible)?;
+        let recorded = batch.map(|b| (b, positions.as_slice()));
+        let scores = prioritize_nodes(
+            fwk,
+            &self.extenders,
+            state,
+            pod,
+            snapshot,
+            &feasible,
+            recorded,
+        )?;
         let host = select_host(&scores)
             .ok_or_else(|| ScheduleError::Internal(Status::error("empty priority list")))?;
         Ok(ScheduleResult {
@@ -221,14 +291,16 @@ impl Algorithm {
         })
     }
 
-    /// PreFilter then Filter; upstream's `findNodesThatFitPod`.
-    pub fn find_nodes_that_fit_pod(
+    /// PreFilter then Filter; upstream's `findNodesThatFitPod`. Returns the feasible nodes, their
+    /// positions in the list searched, and why the others were rejected.
+    fn find_nodes_that_fit_pod(
         &mut self,
         fwk: &Framework,
         state: &mut CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
-    ) -> Result<(Vec<Arc<NodeInfo>>, Diagnosis), ScheduleError> {
+        mut batch: Option<&mut BatchCycle<'_>>,
+    ) -> Result<(FeasibleNodes, Diagnosis), ScheduleError> {
         let mut diagnosis = Diagnosis::default();
         let all_nodes = snapshot.nodes();
         let (pre_res, s, unscheduled_plugins) = fwk.run_pre_filter_plugins(state, pod, snapshot);
@@ -240,7 +312,10 @@ impl Algorithm {
             diagnosis.pre_filter_msg = s.message();
             diagnosis.add_plugin_status(&s);
             diagnosis.node_to_status.set_absent_nodes_status(s);
-            return Ok((Vec::new(), diagnosis));
+            return Ok(((Vec::new(), Vec::new()), diagnosis));
+        }
+        if let Some(b) = batch.as_deref_mut() {
+            b.pre_filter_skipped(state.skip_filter_plugins());
         }
 
         // A nominated node (from an earlier preemption) is tried first.
@@ -248,13 +323,14 @@ impl Algorithm {
         if !nominated.is_empty()
             && let Some(node) = snapshot.get(nominated)
         {
-            let feasible = self.find_nodes_that_pass_filters(
+            let (feasible, _) = self.find_nodes_that_pass_filters(
                 fwk,
                 state,
                 pod,
                 &mut diagnosis,
                 std::slice::from_ref(node),
                 false,
+                None,
             )?;
             let feasible = find_nodes_that_pass_extenders(
                 &self.extenders,
@@ -263,7 +339,12 @@ impl Algorithm {
                 &mut diagnosis.node_to_status,
             );
             match feasible {
-                Ok(f) if !f.is_empty() => return Ok((f, diagnosis)),
+                Ok(f) if !f.is_empty() => {
+                    if let Some(b) = batch {
+                        b.pass();
+                    }
+                    return Ok(((f, vec![0]), diagnosis));
+                }
                 Ok(_) => {}
                 Err(s) => {
                     tracing::warn!(pod = %pod.key(), node = nominated, error = %s.message(),
@@ -276,6 +357,10 @@ impl Algorithm {
         let nodes: &[Arc<NodeInfo>] = match pre_res.as_ref().and_then(|r| r.node_names.as_ref()) {
             None => all_nodes,
             Some(names) => {
+                // Positions in a narrowed list are not the snapshot's: nothing to reuse.
+                if let Some(b) = batch.as_deref_mut() {
+                    b.pass();
+                }
                 restricted = names
                     .iter()
                     .filter_map(|n| snapshot.get(n).cloned())
@@ -291,12 +376,13 @@ impl Algorithm {
             }
         };
         let feasible =
-            self.find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, nodes, true);
+            self.find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, nodes, true, batch);
         // Always advance the start index, also on error, so every node gets searched in turn.
-        let processed = feasible.as_ref().map_or(0, Vec::len) + diagnosis.node_to_status.len();
+        let processed =
+            feasible.as_ref().map_or(0, |(f, _)| f.len()) + diagnosis.node_to_status.len();
         self.next_start_node_index =
             (self.next_start_node_index + processed) % all_nodes.len().max(1);
-        let feasible = feasible?;
+        let (feasible, positions) = feasible?;
         let before = feasible.len();
         let feasible = find_nodes_that_pass_extenders(
             &self.extenders,
@@ -311,12 +397,14 @@ impl Algorithm {
                 .unschedulable_plugins
                 .insert(EXTENDER_NAME.to_string());
         }
-        Ok((feasible, diagnosis))
+        Ok(((feasible, positions), diagnosis))
     }
 
     /// Filters `nodes` starting at the rotating index until enough feasible nodes are found.
     /// Nodes are checked in parallel, chunk by chunk, and results are consumed in rotation order,
-    /// so the outcome equals a sequential scan.
+    /// so the outcome equals a sequential scan. Returns the feasible nodes and their positions in
+    /// `nodes`. With a batch, a node's recorded status is taken instead of running the plugins.
+    #[allow(clippy::too_many_arguments)]
     fn find_nodes_that_pass_filters(
         &self,
         fwk: &Framework,
@@ -325,10 +413,11 @@ impl Algorithm {
         diagnosis: &mut Diagnosis,
         nodes: &[Arc<NodeInfo>],
         rotate: bool,
-    ) -> Result<Vec<Arc<NodeInfo>>, ScheduleError> {
+        batch: Option<&mut BatchCycle<'_>>,
+    ) -> Result<FeasibleNodes, ScheduleError> {
         let n = nodes.len();
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         let mut to_find = self.num_feasible_nodes_to_find(fwk.percentage_of_nodes_to_score(), n);
         if !self.extenders.iter().any(|e| e.is_filter()) && !self.has_scoring(fwk) {
@@ -340,20 +429,21 @@ impl Algorithm {
             0
         };
         if !fwk.has_filter_plugins() {
-            return Ok((0..to_find.min(n))
-                .map(|i| nodes[(start + i) % n].clone())
-                .collect());
+            let positions: Vec<usize> = (0..to_find.min(n)).map(|i| (start + i) % n).collect();
+            let feasible = positions.iter().map(|&p| nodes[p].clone()).collect();
+            return Ok((feasible, positions));
         }
         // The Filter extension point is timed here, over every node, as upstream does.
         let since = fwk.point_clock();
-        let feasible = self.filter_nodes(fwk, state, pod, diagnosis, nodes, start, to_find);
+        let batch = batch.filter(|b| b.is_active());
+        let feasible = self.filter_nodes(fwk, state, pod, diagnosis, nodes, start, to_find, batch);
         let code = feasible.as_ref().map_or(Code::Error, |_| Code::Success);
         fwk.observe_point(Point::Filter, code, since);
         feasible
     }
 
     /// Runs the Filter plugins on `nodes` from `start` on, in parallel chunks, until `to_find`
-    /// nodes fit.
+    /// nodes fit; with a batch, a node's recorded status is taken instead.
     #[allow(clippy::too_many_arguments)]
     fn filter_nodes(
         &self,
@@ -364,9 +454,11 @@ impl Algorithm {
         nodes: &[Arc<NodeInfo>],
         start: usize,
         to_find: usize,
-    ) -> Result<Vec<Arc<NodeInfo>>, ScheduleError> {
+        mut batch: Option<&mut BatchCycle<'_>>,
+    ) -> Result<FeasibleNodes, ScheduleError> {
         let n = nodes.len();
         let mut feasible: Vec<Arc<NodeInfo>> = Vec::with_capacity(to_find.min(n));
+        let mut positions: Vec<usize> = Vec::with_capacity(to_find.min(n));
         let mut next = 0usize;
         while next < n && feasible.len() < to_find {
             let remaining = to_find - feasible.len();
@@ -380,16 +472,16 @@ impl Algorithm {
                 let node = &nodes[(start + i) % n];
                 fwk.run_filter_plugins_with_nominated_pods(state, pod, node)
             };
-            let statuses: Vec<Status> = if end - next >= PARALLEL_THRESHOLD {
-                let _running = fwk.running("Filter", rayon::current_num_threads().min(end - next));
-                (next..end).into_par_iter().map(check).collect()
-            } else {
-                (next..end).map(check).collect()
+            let statuses: Vec<Status> = match batch.as_deref_mut() {
+                Some(b) => filter_reusing(fwk, b, nodes, start, next..end, check),
+                None => check_nodes(fwk, next..end, check),
             };
             for (offset, s) in statuses.into_iter().enumerate() {
-                let node = &nodes[(start + next + offset) % n];
+                let pos = (start + next + offset) % n;
+                let node = &nodes[pos];
                 if s.is_success() {
                     feasible.push(node.clone());
+                    positions.push(pos);
                     if feasible.len() >= to_find {
                         break;
                     }
@@ -402,12 +494,80 @@ impl Algorithm {
             }
             next = end;
         }
-        Ok(feasible)
+        Ok((feasible, positions))
+    }
+}
+
+/// `check` of each of `offsets`, in order: in parallel when there are many.
+fn check_nodes(
+    fwk: &Framework,
+    offsets: impl ExactSizeIterator<Item = usize>,
+    check: impl Fn(usize) -> Status + Sync,
+) -> Vec<Status> {
+    let count = offsets.len();
+    if count >= PARALLEL_THRESHOLD {
+        let _running = fwk.running("Filter", rayon::current_num_threads().min(count));
+        let offsets: Vec<usize> = offsets.collect();
+        offsets.into_par_iter().map(&check).collect()
+    } else {
+        offsets.map(check).collect()
+    }
+}
+
+/// The Filter statuses of the nodes at `range` (offsets from `start` in `nodes`): those the batch
+/// recorded, and the plugins' for the others (in parallel when there are many), which are
+/// recorded in turn. Errors are not recorded: the cycle ends on them.
+fn filter_reusing(
+    fwk: &Framework,
+    batch: &mut BatchCycle<'_>,
+    nodes: &[Arc<NodeInfo>],
+    start: usize,
+    range: std::ops::Range<usize>,
+    check: impl Fn(usize) -> Status + Sync,
+) -> Vec<Status> {
+    let n = nodes.len();
+    let first = range.start;
+    let mut statuses: Vec<Option<Status>> = range
+        .clone()
+        .map(|i| {
+            let pos = (start + i) % n;
+            batch.filter_status(pos, &nodes[pos])
+        })
+        .collect();
+    let missing: Vec<usize> = range.filter(|i| statuses[i - first].is_none()).collect();
+    let computed = check_nodes(fwk, missing.iter().copied(), check);
+    for (i, s) in missing.into_iter().zip(computed) {
+        let pos = (start + i) % n;
+        if s.code() != Code::Error {
+            batch.record_filter_status(pos, &nodes[pos], &s);
+        }
+        statuses[i - first] = Some(s);
+    }
+    statuses.into_iter().flatten().collect()
+}
+
+/// A batch's raw scores, for the feasible nodes by their index (see [`RawScores`]).
+struct RecordedScores<'a, 'b> {
+    batch: &'a mut BatchCycle<'b>,
+    positions: &'a [usize],
+    nodes: &'a [Arc<NodeInfo>],
+}
+
+impl RawScores for RecordedScores<'_, '_> {
+    fn get(&mut self, i: usize, len: usize) -> Option<&[i64]> {
+        self.batch
+            .raw_scores(self.positions[i], &self.nodes[i], len)
+    }
+
+    fn put(&mut self, i: usize, row: &[i64]) {
+        self.batch
+            .record_raw_scores(self.positions[i], &self.nodes[i], row);
     }
 }
 
 /// PreScore and Score over the feasible nodes, plus the extenders' scores (all score 1 without
-/// Score plugins and extenders).
+/// Score plugins and extenders). With a batch (and the nodes' snapshot positions), recorded raw
+/// scores are reused.
 pub fn prioritize_nodes(
     fwk: &Framework,
     extenders: &[Arc<dyn Extender>],
@@ -415,6 +575,7 @@ pub fn prioritize_nodes(
     pod: &PodInfo,
     snapshot: &Snapshot,
     nodes: &[Arc<NodeInfo>],
+    batch: Option<(&mut BatchCycle<'_>, &[usize])>,
 ) -> Result<NodeScores, ScheduleError> {
     if extenders.is_empty() && !fwk.has_score_plugins() {
         return Ok(NodeScores::uniform(nodes, 1));
@@ -423,8 +584,21 @@ pub fn prioritize_nodes(
     if !s.is_success() {
         return Err(ScheduleError::Internal(s));
     }
+    let mut recorded = batch.and_then(|(b, positions)| {
+        b.pre_score_skipped(state.skip_score_plugins());
+        b.is_active().then_some(RecordedScores {
+            batch: b,
+            positions,
+            nodes,
+        })
+    });
     let mut scores = fwk
-        .run_score_plugins(state, pod, nodes)
+        .run_score_plugins_reusing(
+            state,
+            pod,
+            nodes,
+            recorded.as_mut().map(|r| r as &mut dyn RawScores),
+        )
         .map_err(ScheduleError::Internal)?;
     if !extenders.is_empty() {
         scores.add_extender_scores(&extender_scores(extenders, pod, nodes));

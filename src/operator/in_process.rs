@@ -106,6 +106,7 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             identity: identity.clone(),
             configz: String::new(),
             pod_max_in_unschedulable_pods_duration: DEFAULT_MAX_IN_UNSCHEDULABLE,
+            opportunistic_batching: true,
         };
         let client = self.client.clone();
         let name = profile.to_string();

@@ -18,7 +18,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use super::features::FeatureGates;
+use super::features::{FeatureGates, OPPORTUNISTIC_BATCHING};
 use super::http::Endpoint;
 use super::leader_election::default_identity;
 use super::queue::DEFAULT_MAX_IN_UNSCHEDULABLE;
@@ -482,6 +482,7 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
                 .map_or(DEFAULT_MAX_IN_UNSCHEDULABLE, |d| {
                     d.to_std().unwrap_or(Duration::ZERO)
                 }),
+            opportunistic_batching: features.enabled(OPPORTUNISTIC_BATCHING),
         };
         match run(client, options, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,

@@ -3,12 +3,19 @@
 //! upstream's), and every gate given is either honoured or named in one warning.
 //!
 //! Honoured: `NodeDeclaredFeatures=false` (the plugin is left out of every profile: upstream's
-//! plugin does nothing with the gate off). The scheduling gates below are known with their 1.36
+//! plugin does nothing with the gate off) and `OpportunisticBatching` (on by default: pods with
+//! the same scheduling signature share Filter and Score work; off: every pod runs them in full). The scheduling gates below are known with their 1.36
 //! default; ksched implements each at that default, so setting one to its default is honoured
 //! trivially and setting it otherwise is warned about. Gates of other components are accepted
 //! with the same warning.
 
 use std::collections::BTreeMap;
+
+/// Pods with the same scheduling signature share Filter and Score work (`framework::batch`).
+pub(crate) const OPPORTUNISTIC_BATCHING: &str = "OpportunisticBatching";
+
+/// The gates ksched acts on either way.
+const HONOURED: &[&str] = &["NodeDeclaredFeatures", OPPORTUNISTIC_BATCHING];
 
 /// A gate ksched knows: its 1.36 default, and whether it is locked to it.
 struct Gate {
@@ -123,7 +130,7 @@ impl FeatureGates {
             .iter()
             .filter(
                 |(name, value)| match SCHEDULER_GATES.iter().find(|g| g.name == *name) {
-                    Some(_) if name.as_str() == "NodeDeclaredFeatures" => false,
+                    Some(_) if HONOURED.contains(&name.as_str()) => false,
                     Some(g) => **value != g.default,
                     None => true,
                 },
@@ -177,6 +184,14 @@ mod tests {
             parse("Foo=maybe"),
             Err(FeatureGateError::Syntax(_))
         ));
+    }
+
+    #[test]
+    fn opportunistic_batching_is_on_by_default_and_honoured_off() {
+        assert!(parse("").unwrap().enabled(OPPORTUNISTIC_BATCHING));
+        let off = parse("OpportunisticBatching=false").unwrap();
+        assert!(!off.enabled(OPPORTUNISTIC_BATCHING));
+        assert!(off.not_honoured().is_empty());
     }
 
     #[test]

@@ -333,6 +333,27 @@ fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
         m.goroutines.clone(),
     );
     r.register(
+        "scheduler_batch_attempts",
+        "Counts of results when we attempt to use batching.",
+        m.batch_attempts.clone(),
+    );
+    r.register(
+        "scheduler_batch_cache_flushed",
+        "Counts of cache flushes by reason.",
+        m.batch_cache_flushed.clone(),
+    );
+    r.register(
+        "scheduler_get_node_hint_duration_seconds",
+        "Latency for getting a node hint.",
+        m.get_node_hint_duration.clone(),
+    );
+    r.register(
+        "scheduler_store_schedule_results_duration_seconds",
+        // Upstream's help text, as it is.
+        "Latency for getting a no.",
+        m.store_schedule_results_duration.clone(),
+    );
+    r.register(
         "scheduler_preemption_attempts",
         "Total preemption attempts in the cluster till now",
         m.preemption_attempts.clone(),
@@ -765,6 +786,14 @@ mod tests {
             .get_or_create(&ep)
             .observe(0.0001);
         m.framework.preemption_attempts.inc();
+        crate::framework::batch::BatchReport {
+            hint: Some((true, Duration::from_micros(5))),
+            attempt: Some(crate::framework::batch::AttemptResult::HintUsed),
+            flushed: vec![crate::framework::batch::FlushReason::PodIncompatible],
+            store: Some(Duration::from_micros(5)),
+            ..Default::default()
+        }
+        .record(&m.framework, "p");
         m.pod_scheduling_attempts.observe(2.0);
         m.cache_size
             .get_or_create(&CacheLabels {
@@ -779,6 +808,10 @@ mod tests {
             r#"leader_election_master_status{name="ksched-p"} 1"#,
             r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Bind",status="Success",profile="p"} 1"#,
             r#"scheduler_preemption_attempts_total 1"#,
+            r#"scheduler_batch_attempts_total{profile="p",result="hint_used"} 1"#,
+            r#"scheduler_batch_cache_flushed_total{profile="p",reason="pod_incompatible"} 1"#,
+            r#"scheduler_get_node_hint_duration_seconds_count{hinted="hint",profile="p"} 1"#,
+            r#"scheduler_store_schedule_results_duration_seconds_count{profile="p"} 1"#,
             r#"scheduler_pod_scheduling_attempts_bucket{le="2.0"} 1"#,
             r#"scheduler_cache_size{type="nodes"} 3"#,
             // Unlabelled families are there from the start, as upstream's.

@@ -69,6 +69,9 @@ pub struct SchedulerOptions {
     /// How long a pod may wait in the unschedulable pool without an event that may help it
     /// (`--pod-max-in-unschedulable-pods-duration`).
     pub pod_max_in_unschedulable_pods_duration: Duration,
+    /// The `OpportunisticBatching` feature gate: pods of the same signature share Filter and Score
+    /// work (see `framework::batch`).
+    pub opportunistic_batching: bool,
 }
 
 /// Events still queued at SIGTERM are written within this; the lease release follows, all within
@@ -227,7 +230,9 @@ pub async fn run(
         reporters,
         handle,
         algorithm: Mutex::new(
-            Algorithm::new(config.percentage_of_nodes_to_score).with_extenders(extenders),
+            Algorithm::new(config.percentage_of_nodes_to_score)
+                .with_extenders(extenders)
+                .with_opportunistic_batching(options.opportunistic_batching),
         ),
         metrics: metrics.clone(),
         leadership: leadership.clone(),

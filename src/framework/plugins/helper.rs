@@ -64,6 +64,8 @@ macro_rules! impl_plugin {
     (@as PostBind) => { $crate::impl_plugin!(@fn as_post_bind PostBindPlugin); };
     // Not an extension point: the plugin declares the events that requeue the pods it rejected.
     (@as EnqueueExtensions) => { $crate::impl_plugin!(@fn as_enqueue_extensions EnqueueExtensions); };
+    // Not an extension point: the plugin signs pods for opportunistic batching.
+    (@as Sign) => { $crate::impl_plugin!(@fn as_sign SignPlugin); };
     (@fn $method:ident $trait:ident) => {
         fn $method(&self) -> Option<&dyn $crate::prelude::$trait> {
             Some(self)

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use super::names;
 use crate::framework::args::no_args;
-use crate::framework::interface::{CycleState, MAX_NODE_SCORE, ScorePlugin, Status};
+use crate::framework::interface::{
+    CycleState, MAX_NODE_SCORE, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
+};
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{ImageStateSummary, NodeInfo, PodInfo};
@@ -57,15 +59,31 @@ fn calculate_priority(sum_scores: i64, num_containers: usize) -> i64 {
     MAX_NODE_SCORE * (s - MIN_THRESHOLD) / (max_threshold - MIN_THRESHOLD)
 }
 
-impl_plugin!(ImageLocality, names::IMAGE_LOCALITY, [Score]);
+impl_plugin!(ImageLocality, names::IMAGE_LOCALITY, [Score], Sign);
+
+fn num_containers(pod: &PodInfo) -> usize {
+    pod.spec().map_or(0, |s| {
+        s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
+    })
+}
 
 impl ScorePlugin for ImageLocality {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let num_containers = pod.spec().map_or(0, |s| {
-            s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
-        });
         let sum = sum_image_scores(node, pod, state.num_all_nodes());
-        Ok(calculate_priority(sum, num_containers))
+        Ok(calculate_priority(sum, num_containers(pod)))
+    }
+}
+
+impl SignPlugin for ImageLocality {
+    /// Every container's normalized image, repeats included, and the number of containers: the
+    /// score sums per container (upstream signs the set of names only).
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        let mut images: Vec<String> = pod.images().map(normalized_image_name).collect();
+        images.sort();
+        Ok(vec![SignFragment::json(
+            signer_names::IMAGE_NAMES,
+            &(num_containers(pod), images),
+        )?])
     }
 }
 

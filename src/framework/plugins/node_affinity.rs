@@ -18,7 +18,7 @@ use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, invalid, not_supported, required, typed};
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, NodeScore, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+    PreFilterResult, PreScorePlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::registry::PluginRegistration;
@@ -274,8 +274,21 @@ impl_plugin!(
     NodeAffinity,
     names::NODE_AFFINITY,
     [PreFilter, Filter, PreScore, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for NodeAffinity {
+    /// The pod's node affinity and node selector, as written (the profile's `addedAffinity` is the
+    /// same for every pod).
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        let node_affinity = pod.affinity().and_then(|a| a.node_affinity.as_ref());
+        Ok(vec![
+            SignFragment::json(signer_names::NODE_AFFINITY, &node_affinity)?,
+            SignFragment::json(signer_names::NODE_SELECTOR, &pod.node_selector())?,
+        ])
+    }
+}
 
 impl PreFilterPlugin for NodeAffinity {
     fn pre_filter(

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Node;
 use super::names;
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, PreFilterPlugin,
-    PreFilterResult, Status,
+    PreFilterResult, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::plugins::helper::{
     impl_plugin, own_update, queue_if, registration_without_args,
@@ -47,7 +47,8 @@ impl_plugin!(
     NodeDeclaredFeatures,
     names::NODE_DECLARED_FEATURES,
     [PreFilter, Filter],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 impl EnqueueExtensions for NodeDeclaredFeatures {
@@ -95,6 +96,15 @@ fn is_schedulable_after_pod_update(
     let (before, _) = objects::<PodObject>(old, new)?;
     let before = before.and_then(PodObject::pod_info).map(required_features);
     Ok(queue_if(before != Some(required_features(updated))))
+}
+
+impl SignPlugin for NodeDeclaredFeatures {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![SignFragment::new(
+            signer_names::FEATURES,
+            required_features(pod).join(","),
+        )])
+    }
 }
 
 /// The node features `pod` needs to be scheduled (upstream's `InferForPodScheduling`).

@@ -2,7 +2,8 @@
 
 use super::names;
 use crate::framework::interface::{
-    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Status,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, SignFragment, SignPlugin,
+    Status, signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
@@ -13,7 +14,13 @@ pub(crate) const ERR_REASON: &str = "node(s) didn't match the requested node nam
 #[derive(Debug, Default)]
 pub(crate) struct NodeName;
 
-impl_plugin!(NodeName, names::NODE_NAME, [Filter], EnqueueExtensions);
+impl_plugin!(
+    NodeName,
+    names::NODE_NAME,
+    [Filter],
+    EnqueueExtensions,
+    Sign
+);
 
 impl EnqueueExtensions for NodeName {
     /// Only a new node can be the one the pod names (no hint: any new node is worth a retry).
@@ -22,6 +29,15 @@ impl EnqueueExtensions for NodeName {
             EventResource::Node,
             ActionType::ADD,
         ))]
+    }
+}
+
+impl SignPlugin for NodeName {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![SignFragment::new(
+            signer_names::NODE_NAME,
+            pod.node_name(),
+        )])
     }
 }
 

@@ -3,7 +3,7 @@
 use super::names;
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, PreFilterPlugin,
-    PreFilterResult, Status,
+    PreFilterResult, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, queue_if, registration_without_args};
 use crate::framework::registry::PluginRegistration;
@@ -21,7 +21,8 @@ impl_plugin!(
     NodePorts,
     names::NODE_PORTS,
     [PreFilter, Filter],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 impl EnqueueExtensions for NodePorts {
@@ -58,6 +59,19 @@ fn is_schedulable_after_pod_deleted(
     Ok(queue_if(
         pod.host_ports.iter().any(|p| in_use.check_conflict(p)),
     ))
+}
+
+impl SignPlugin for NodePorts {
+    /// The ports with their address and protocol (upstream's `HostPortsSigner` keeps the numbers
+    /// only, so 53/TCP and 53/UDP would look alike though they conflict differently).
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        let mut ports: Vec<&HostPort> = pod.host_ports.iter().collect();
+        ports.sort();
+        Ok(vec![SignFragment::new(
+            signer_names::HOST_PORTS,
+            format!("{ports:?}"),
+        )])
+    }
 }
 
 /// Whether all `wanted` ports are free on `node`.

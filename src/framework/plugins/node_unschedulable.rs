@@ -5,8 +5,10 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 
 use super::helper::tolerations_tolerate_taint;
 use super::names;
+use super::taint_toleration::sign_tolerations;
 use crate::framework::interface::{
-    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Status,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, SignFragment, SignPlugin,
+    Status,
 };
 use crate::framework::plugins::helper::{
     impl_plugin, own_update, queue_if, registration_without_args,
@@ -27,7 +29,8 @@ impl_plugin!(
     NodeUnschedulable,
     names::NODE_UNSCHEDULABLE,
     [Filter],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 fn is_unschedulable(node: &Node) -> bool {
@@ -46,6 +49,12 @@ fn tolerates_unschedulable(pod: &PodInfo) -> bool {
         time_added: None,
     };
     tolerations_tolerate_taint(pod.tolerations(), &taint)
+}
+
+impl SignPlugin for NodeUnschedulable {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![sign_tolerations(pod.tolerations())?])
+    }
 }
 
 impl FilterPlugin for NodeUnschedulable {

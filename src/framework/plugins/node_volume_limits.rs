@@ -15,13 +15,14 @@ use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterPlugin,
-    PreFilterResult, Status,
+    PreFilterResult, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, queue_if, volume_rules};
 use crate::framework::plugins::volume_binding::binder::{
     claim_class, claim_volume_name, ephemeral_claim_is_for_pod, pod_uses_claim, volume_claim_name,
 };
+use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{
     ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo, PodObject,
@@ -124,7 +125,8 @@ impl_plugin!(
     NodeVolumeLimits,
     names::NODE_VOLUME_LIMITS,
     [PreFilter, Filter],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 impl EnqueueExtensions for NodeVolumeLimits {
@@ -190,6 +192,16 @@ fn is_schedulable_after_csi_node_updated(
     Ok(queue_if(volume_limits(new).iter().any(
         |(driver, limit)| *limit > before.get(driver).copied().unwrap_or(0),
     )))
+}
+
+impl SignPlugin for NodeVolumeLimits {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        sign_volumes(pod, |name| {
+            self.listers
+                .persistent_volume_claims
+                .get(pod.namespace(), name)
+        })
+    }
 }
 
 impl PreFilterPlugin for NodeVolumeLimits {

@@ -12,7 +12,7 @@ use super::helper::{
 use super::names;
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, NodeScore, PreScorePlugin,
-    ScorePlugin, Status,
+    ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::plugins::helper::{impl_plugin, registration_without_args};
 use crate::framework::registry::PluginRegistration;
@@ -65,7 +65,8 @@ impl_plugin!(
     TaintToleration,
     names::TAINT_TOLERATION,
     [Filter, PreScore, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 impl EnqueueExtensions for TaintToleration {
@@ -121,6 +122,31 @@ pub(crate) fn is_schedulable_after_pod_toleration_change(
     new: Option<&EventObject>,
 ) -> Result<QueueingHint, HintError> {
     Ok(queue_if(own_update(pod, old, new)?.is_some()))
+}
+
+impl SignPlugin for TaintToleration {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![sign_tolerations(pod.tolerations())?])
+    }
+}
+
+/// The tolerations in a canonical order (upstream's `TolerationsSigner`, which orders by key and
+/// value only).
+pub(crate) fn sign_tolerations(tolerations: &[Toleration]) -> Result<SignFragment, Status> {
+    let mut sorted: Vec<&Toleration> = tolerations.iter().collect();
+    sorted.sort_by(|a, b| {
+        let key = |t: &Toleration| {
+            (
+                t.key.clone(),
+                t.operator.clone(),
+                t.value.clone(),
+                t.effect.clone(),
+                t.toleration_seconds,
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    SignFragment::json(signer_names::TOLERATIONS, &sorted)
 }
 
 impl FilterPlugin for TaintToleration {

@@ -11,12 +11,13 @@ use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterExtensions,
-    PreFilterPlugin, PreFilterResult, Status,
+    PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{
     impl_plugin, queue_if, update_pre_filter_state, volume_rules,
 };
+use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{
     ActionType, AssignedPod, ClusterEvent, EventObject, EventResource, HintError, NodeInfo,
@@ -207,8 +208,26 @@ impl_plugin!(
     VolumeRestrictions,
     names::VOLUME_RESTRICTIONS,
     [PreFilter, Filter],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for VolumeRestrictions {
+    /// The pod's volumes; a pod with a ReadWriteOncePod claim is not signable: whether another
+    /// pod uses the claim (the previous one, say) decides its Filter on every node.
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        if !self.read_write_once_pod_pvcs(pod)?.is_empty() {
+            return Err(Status::unschedulable(
+                "pods with ReadWriteOncePod claims are not signable",
+            ));
+        }
+        sign_volumes(pod, |name| {
+            self.listers
+                .persistent_volume_claims
+                .get(pod.namespace(), name)
+        })
+    }
+}
 
 impl PreFilterPlugin for VolumeRestrictions {
     fn pre_filter(

@@ -12,11 +12,12 @@ use super::names;
 use crate::framework::args::no_args;
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterPlugin,
-    PreFilterResult, Status,
+    PreFilterResult, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, queue_if, volume_rules};
 use crate::framework::plugins::volume_binding::binder::{claim_class, claim_volume_name};
+use crate::framework::plugins::volume_binding::sign_volumes;
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{
     ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo, PodView,
@@ -155,7 +156,8 @@ impl_plugin!(
     VolumeZone,
     names::VOLUME_ZONE,
     [PreFilter, Filter],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 impl EnqueueExtensions for VolumeZone {
@@ -231,6 +233,16 @@ fn is_schedulable_after_volume_change(
         (Some(o), Some(m)) => pv_topologies(o) != pv_topologies(m),
         (Some(_), None) => false,
     }))
+}
+
+impl SignPlugin for VolumeZone {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        sign_volumes(pod, |name| {
+            self.listers
+                .persistent_volume_claims
+                .get(pod.namespace(), name)
+        })
+    }
 }
 
 impl PreFilterPlugin for VolumeZone {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::assigned_pod::AssignedPod;
-use super::node_info::{ImageStates, NodeInfo};
+use super::node_info::{ImageStates, NodeInfo, next_generation};
 
 /// The zone key upstream's node tree groups nodes by (region and zone labels).
 fn zone_key(node: &NodeInfo) -> String {
@@ -56,6 +56,13 @@ pub struct Snapshot {
     have_pods_with_affinity: Vec<usize>,
     have_pods_with_required_anti_affinity: Vec<usize>,
     generation: u64,
+    /// Changes (to a new process-wide generation) when a node is added or removed or its node
+    /// object changes: what a node's labels, taints and images are may matter to other nodes'
+    /// results (topology domains, image spread).
+    nodes_generation: u64,
+    /// Changes when pods with affinity terms come, go or change anywhere: their terms reach the
+    /// nodes of their whole topology domain.
+    affinity_generation: u64,
 }
 
 impl Snapshot {
@@ -102,6 +109,8 @@ impl Snapshot {
     pub fn update_from(&mut self, changes: impl IntoIterator<Item = NodeChange>) {
         let mut order_dirty = false;
         let mut affinity_dirty = false;
+        let mut node_objects_changed = false;
+        let mut affinity_pods_changed = false;
         for change in changes {
             match change {
                 NodeChange::Upsert(info) => {
@@ -118,6 +127,8 @@ impl Snapshot {
                                 continue;
                             }
                             affinity_dirty |= affinity_flags(old) != affinity_flags(&info);
+                            node_objects_changed |= !same_node_object(old, &info);
+                            affinity_pods_changed |= !same_affinity_pods(old, &info);
                             if zone_key(old) != zone_key(&info) {
                                 let name = info.name_arc().clone();
                                 self.remove_from_zones(&name);
@@ -140,6 +151,13 @@ impl Snapshot {
                     order_dirty |= self.remove(&name, &mut affinity_dirty);
                 }
             }
+        }
+        // Nodes added or removed change the order; their affinity pods come or go with them.
+        if order_dirty || node_objects_changed {
+            self.nodes_generation = next_generation();
+        }
+        if order_dirty || affinity_pods_changed {
+            self.affinity_generation = next_generation();
         }
         if order_dirty {
             self.rebuild_order();
@@ -245,6 +263,36 @@ impl Snapshot {
     pub fn generation(&self) -> u64 {
         self.generation
     }
+
+    /// A value that changes whenever the set of nodes or any node object changes (see the field).
+    pub fn nodes_generation(&self) -> u64 {
+        self.nodes_generation
+    }
+
+    /// A value that changes whenever the pods with affinity terms change anywhere.
+    pub fn affinity_generation(&self) -> u64 {
+        self.affinity_generation
+    }
+}
+
+fn same_node_object(old: &NodeInfo, new: &NodeInfo) -> bool {
+    match (old.node_arc(), new.node_arc()) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// The same pods with affinity terms (by identity) on both versions of a node.
+fn same_affinity_pods(old: &NodeInfo, new: &NodeInfo) -> bool {
+    let same = |a: &[Arc<AssignedPod>], b: &[Arc<AssignedPod>]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+    };
+    same(&old.pods_with_affinity, &new.pods_with_affinity)
+        && same(
+            &old.pods_with_required_anti_affinity,
+            &new.pods_with_required_anti_affinity,
+        )
 }
 
 fn affinity_flags(n: &NodeInfo) -> (bool, bool) {

@@ -21,6 +21,8 @@ struct NominatorInner {
     by_node: HashMap<String, Vec<Arc<PodInfo>>>,
     /// pod key -> (node, the pod as last seen).
     node_of: HashMap<String, (String, Arc<PodInfo>)>,
+    /// Nominations made or dropped so far (for opportunistic batching).
+    changes: u64,
 }
 
 impl NominatorInner {
@@ -28,6 +30,7 @@ impl NominatorInner {
         let Some((node, _)) = self.node_of.remove(key) else {
             return;
         };
+        self.changes += 1;
         if let Some(list) = self.by_node.get_mut(&node) {
             list.retain(|p| p.key() != key);
             if list.is_empty() {
@@ -44,6 +47,7 @@ impl NominatorInner {
         }
         self.node_of.insert(key, (node.to_string(), pod.clone()));
         self.by_node.entry(node.to_string()).or_default().push(pod);
+        self.changes += 1;
     }
 }
 
@@ -93,5 +97,10 @@ impl PodNominator for Nominator {
             .get(node_name)
             .cloned()
             .unwrap_or_default()
+    }
+
+    fn batching_generation(&self) -> Option<u64> {
+        let inner = self.inner.read();
+        inner.by_node.is_empty().then_some(inner.changes)
     }
 }

@@ -22,7 +22,7 @@ use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PostFilterResult,
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
-    Status,
+    SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::Listers;
 use crate::framework::plugins::helper::{impl_plugin, node_selector_terms_match, normalize_to_max};
@@ -60,8 +60,32 @@ impl_plugin!(
     [
         PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind
     ],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for DynamicResources {
+    /// Pods with claims are not signable (as upstream: an allocation in Reserve changes what the
+    /// next pod finds on other nodes), nor pods requesting extended resources backed by DRA
+    /// (upstream's NodeResourcesFit refuses to sign those). Other pods: nothing to add.
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        let has_claims = pod
+            .spec()
+            .and_then(|s| s.resource_claims.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        if has_claims {
+            return Err(Status::unschedulable(
+                "pods with dra resource claims are not signable",
+            ));
+        }
+        if !self.dra_extended_resources(pod).is_empty() {
+            return Err(Status::unschedulable(
+                "signature disabled when dra extended resources are used in the cluster",
+            ));
+        }
+        Ok(Vec::new())
+    }
+}
 
 /// What PreFilter learned about the pod's claims; Filter, Reserve and PreBind add to it (upstream
 /// keeps a pointer in the cycle state the same way, so clones share it).

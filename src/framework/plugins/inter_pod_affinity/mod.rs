@@ -18,9 +18,11 @@ use serde::{Deserialize, Serialize};
 use super::names;
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, invalid};
+use crate::framework::interface::{SignFragment, SignPlugin, Status, signer_names};
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, namespace_rules, registration_with_listers};
 use crate::framework::registry::PluginRegistration;
+use crate::framework::types::PodInfo;
 
 /// Upstream's `InterPodAffinityArgs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,8 +73,32 @@ impl_plugin!(
     InterPodAffinity,
     names::INTER_POD_AFFINITY,
     [PreFilter, Filter, PreScore, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for InterPodAffinity {
+    /// A pod with affinity terms of its own is not signable: where the previous pod went changes
+    /// its results on other nodes. Otherwise existing pods' terms may select it by its labels
+    /// (unless the profile ignores their preferred terms), so they are part of its signature.
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        let affinity = pod.affinity();
+        let has_terms =
+            affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some());
+        if has_terms {
+            return Err(Status::unschedulable(
+                "pods with InterPodAffinity are not signable",
+            ));
+        }
+        if self.args.ignore_preferred_terms_of_existing_pods {
+            return Ok(Vec::new());
+        }
+        Ok(vec![SignFragment::json(
+            signer_names::LABELS,
+            &pod.labels(),
+        )?])
+    }
+}
 
 pub(crate) fn registration() -> PluginRegistration {
     registration_with_listers(

@@ -37,7 +37,8 @@ use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, forbidden, invalid};
 use crate::framework::interface::{
-    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, ScorePlugin, Status,
+    ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, ScorePlugin, SignFragment,
+    SignPlugin, Status, signer_names,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{
@@ -199,7 +200,8 @@ impl_plugin!(
     LeafNodeDistribution,
     names::LEAF_NODE_DISTRIBUTION,
     [Filter, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 impl EnqueueExtensions for LeafNodeDistribution {
@@ -218,6 +220,20 @@ impl EnqueueExtensions for LeafNodeDistribution {
         ]
     }
 }
+
+impl SignPlugin for LeafNodeDistribution {
+    /// Policies select pods by labels and namespace (in every signature); DaemonSet pods never go
+    /// to leaf nodes.
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![
+            SignFragment::json(signer_names::LABELS, &pod.labels())?,
+            SignFragment::new(SIGN_DAEMONSET, is_daemonset_pod(pod).to_string()),
+        ])
+    }
+}
+
+/// Whether the pod belongs to a DaemonSet, in its signature.
+const SIGN_DAEMONSET: &str = "v1.Pod.OwnerReferences.IsDaemonSet()";
 
 impl FilterPlugin for LeafNodeDistribution {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

@@ -23,7 +23,7 @@ use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, invalid, not_supported, required};
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, NodeScore, PreScorePlugin,
-    ScorePlugin, Status,
+    ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::normalize_to_max;
@@ -32,6 +32,7 @@ use crate::framework::plugins::names;
 use crate::framework::plugins::taint_toleration::{
     filter_tolerations, is_schedulable_after_node_change,
     is_schedulable_after_pod_toleration_change, pre_score_tolerations, score_tolerations,
+    sign_tolerations,
 };
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{
@@ -223,8 +224,20 @@ impl_plugin!(
     LeafNodeTaintToleration,
     names::LEAF_NODE_TAINT_TOLERATION,
     [Filter, PreScore, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for LeafNodeTaintToleration {
+    /// The pod's tolerations, and its labels (policies select pods by them; by namespace too,
+    /// which every signature holds).
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![
+            sign_tolerations(pod.tolerations())?,
+            SignFragment::json(signer_names::LABELS, &pod.labels())?,
+        ])
+    }
+}
 
 impl FilterPlugin for LeafNodeTaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

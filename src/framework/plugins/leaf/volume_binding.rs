@@ -35,7 +35,7 @@ use crate::config::error::join_path;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, typed};
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreBindPlugin,
-    PreFilterPlugin, PreFilterResult, ReservePlugin, Status,
+    PreFilterPlugin, PreFilterResult, ReservePlugin, SignFragment, SignPlugin, Status,
 };
 use crate::framework::listers::Listers;
 use crate::framework::plugins::helper::{
@@ -296,7 +296,8 @@ impl_plugin!(
     LeafNodeVolumeBinding,
     names::LEAF_NODE_VOLUME_BINDING,
     [PreFilter, Filter, Reserve, PreBind],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign
 );
 
 impl EnqueueExtensions for LeafNodeVolumeBinding {
@@ -322,6 +323,20 @@ fn is_schedulable_after_node_cluster_change(
     Ok(queue_if(
         old.and_then(node_cluster) != new.and_then(node_cluster),
     ))
+}
+
+impl SignPlugin for LeafNodeVolumeBinding {
+    /// Pods with claims are not signable (their claims are bound here or in a leaf cluster as
+    /// they are placed); others it skips.
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        if Self::claim_names(pod).is_empty() {
+            Ok(Vec::new())
+        } else {
+            Err(Status::unschedulable(
+                "pods with volume claims are not signable on leaf-aware profiles",
+            ))
+        }
+    }
 }
 
 impl PreFilterPlugin for LeafNodeVolumeBinding {

@@ -12,11 +12,12 @@ use smallvec::SmallVec;
 
 use super::{
     ResourceSpec, for_each_allocatable_and_requested, pod_resource_requests, set_default_resources,
+    sign_requests,
 };
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, duplicate, invalid, typed};
 use crate::framework::interface::{
-    CycleState, MAX_NODE_SCORE, PreScorePlugin, ScorePlugin, Status,
+    CycleState, MAX_NODE_SCORE, PreScorePlugin, ScorePlugin, SignFragment, SignPlugin, Status,
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
@@ -113,8 +114,15 @@ struct PreScoreState {
 impl_plugin!(
     BalancedAllocation,
     names::NODE_RESOURCES_BALANCED_ALLOCATION,
-    [PreScore, Score]
+    [PreScore, Score],
+    Sign
 );
+
+impl SignPlugin for BalancedAllocation {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![sign_requests(pod)])
+    }
+}
 
 impl PreScorePlugin for BalancedAllocation {
     fn pre_score(

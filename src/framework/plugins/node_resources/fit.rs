@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     ResourceSpec, for_each_allocatable_and_requested, pod_resource_requests, set_default_resources,
-    validate_resources,
+    sign_requests, sign_scoring_requests, validate_resources,
 };
 use crate::config::FieldError;
 use crate::framework::args::{
@@ -18,7 +18,7 @@ use crate::framework::args::{
 };
 use crate::framework::interface::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ScorePlugin, Status,
+    PreScorePlugin, ScorePlugin, SignFragment, SignPlugin, Status,
 };
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
@@ -378,8 +378,15 @@ impl_plugin!(
     Fit,
     names::NODE_RESOURCES_FIT,
     [PreFilter, Filter, PreScore, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for Fit {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        Ok(vec![sign_requests(pod), sign_scoring_requests(pod)])
+    }
+}
 
 impl PreFilterPlugin for Fit {
     fn pre_filter(

@@ -9,10 +9,26 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::FieldError;
 use crate::framework::args::invalid;
+use crate::framework::interface::{SignFragment, signer_names};
 use crate::framework::types::{
     NodeInfo, PodInfo, RESOURCE_CPU, RESOURCE_EPHEMERAL_STORAGE, RESOURCE_MEMORY,
     fit_scoring_requests, is_scalar_resource_name,
 };
+
+/// The pod's requests as Filter and BalancedAllocation read them (upstream signs the same
+/// `computePodResourceRequest`).
+pub(crate) fn sign_requests(pod: &PodInfo) -> SignFragment {
+    SignFragment::new(signer_names::RESOURCES, format!("{:?}", pod.requests))
+}
+
+/// The requests Fit scores with (containers requesting nothing count 100m CPU and 200Mi): two pods
+/// with equal requests may differ here, so ksched signs both.
+pub(crate) fn sign_scoring_requests(pod: &PodInfo) -> SignFragment {
+    SignFragment::new(
+        signer_names::NON_ZERO_REQUESTS,
+        format!("{:?}", fit_scoring_requests(&pod.pod)),
+    )
+}
 
 /// A resource and its weight in scoring (upstream's `ResourceSpec`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

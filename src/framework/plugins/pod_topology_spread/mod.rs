@@ -20,9 +20,11 @@ use serde::{Deserialize, Serialize};
 use super::names;
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, duplicate, forbidden, invalid, not_supported, required};
+use crate::framework::interface::{SignFragment, SignPlugin, Status};
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::registry::{PluginRegistration, policy_rule};
+use crate::framework::types::PodInfo;
 
 pub(crate) const SYSTEM_DEFAULTING: &str = "System";
 pub(crate) const LIST_DEFAULTING: &str = "List";
@@ -144,8 +146,37 @@ impl_plugin!(
     PodTopologySpread,
     names::POD_TOPOLOGY_SPREAD,
     [PreFilter, Filter, PreScore, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for PodTopologySpread {
+    /// A pod with constraints is not signable: each placement changes the skew other nodes see.
+    /// Upstream refuses every pod once default constraints are configured (the default profile's
+    /// system defaults); ksched looks closer: the defaults select the pods of the pod's Services
+    /// and controller, and a pod without any (a bare pod, a Job's) has no constraints, so the
+    /// plugin skips it and it may batch.
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        let has_own = pod
+            .spec()
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        if has_own {
+            return Err(Status::unschedulable(
+                "pods with topology constraints are not signable",
+            ));
+        }
+        for action in [common::DO_NOT_SCHEDULE, common::SCHEDULE_ANYWAY] {
+            let defaults = self.constraints(&pod.pod, action).map_err(Status::error)?;
+            if !defaults.is_empty() {
+                return Err(Status::unschedulable(
+                    "pods with default topology constraints are not signable",
+                ));
+            }
+        }
+        Ok(Vec::new())
+    }
+}
 
 pub(crate) fn registration() -> PluginRegistration {
     registration_with_listers(

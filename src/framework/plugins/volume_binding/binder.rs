@@ -461,6 +461,11 @@ impl VolumeBinder {
         &self.listers
     }
 
+    /// A claim as the scheduler sees it: the assumed version while its binding is in flight.
+    pub(crate) fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.get_pvc(namespace, name)
+    }
+
     fn get_pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.pvc_cache
             .get(&self.listers.persistent_volume_claims, namespace, name)

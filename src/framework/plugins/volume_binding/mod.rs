@@ -27,7 +27,7 @@ use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, invalid, typed};
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+    PreScorePlugin, ReservePlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::listers::Informer;
 use crate::framework::plugins::helper::{impl_plugin, volume_rules};
@@ -109,8 +109,59 @@ impl_plugin!(
     VolumeBinding,
     names::VOLUME_BINDING,
     [PreFilter, Filter, Reserve, PreBind, PreScore, Score],
-    EnqueueExtensions
+    EnqueueExtensions,
+    Sign,
 );
+
+impl SignPlugin for VolumeBinding {
+    fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
+        sign_volumes(pod, |name| self.binder.claim(pod.namespace(), name))
+    }
+}
+
+/// What the volume plugins put in a pod's signature: its volumes but ConfigMaps and Secrets (as
+/// upstream's `VolumesSigner`: they never matter to scheduling and differ per pod), and the
+/// PersistentVolume each claim is bound to (ksched: a generic ephemeral volume's claim is the
+/// pod's own, so equal sources say nothing of it). A claim that is missing or not bound yet makes
+/// the pod unsignable: binding it in Reserve changes what the next pod sees on every node.
+pub(crate) fn sign_volumes(
+    pod: &PodInfo,
+    claim: impl Fn(&str) -> Option<Arc<k8s_openapi::api::core::v1::PersistentVolumeClaim>>,
+) -> Result<Vec<SignFragment>, Status> {
+    let mut sources = Vec::new();
+    let mut bindings = Vec::new();
+    for vol in pod
+        .spec()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if vol.config_map.is_some() || vol.secret.is_some() {
+            continue;
+        }
+        let mut source = vol.clone();
+        source.name = String::new();
+        sources.push(serde_json::to_string(&source).map_err(|e| Status::error(e.to_string()))?);
+        let Some((name, _)) = binder::volume_claim_name(&pod.pod, vol) else {
+            continue;
+        };
+        let bound = claim(&name)
+            .filter(|pvc| binder::is_claim_fully_bound(pvc))
+            .map(|pvc| binder::claim_volume_name(&pvc).to_string());
+        let Some(volume) = bound else {
+            return Err(Status::unschedulable(
+                "pods with unbound volume claims are not signable",
+            ));
+        };
+        bindings.push((name, volume));
+    }
+    sources.sort();
+    bindings.sort();
+    Ok(vec![
+        SignFragment::json(signer_names::VOLUMES, &sources)?,
+        SignFragment::json(signer_names::CLAIM_BINDINGS, &bindings)?,
+    ])
+}
 
 impl PreFilterPlugin for VolumeBinding {
     fn pre_filter(

@@ -176,6 +176,28 @@ async fn install_and_use(
 ) -> (OperatorPods, String) {
     let install = path_str(&repo_root().join("manifests/install")).to_string();
     cp.kubectl_ok(&["apply", "--server-side", "-k", &install]);
+    // Every CRD served before anything is deleted again: a CRD deleted while the API server still
+    // sets up the storage of its previous incarnation (this test installs three times) once
+    // stayed past the minute, its cleanup retried with backoff.
+    cp.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/schedulerprofiles.ksched.io",
+        "crd/leafclusterpolicies.ksched.io",
+        "crd/podgroups.scheduling.x-k8s.io",
+    ]);
+    poll(
+        "PodGroups served",
+        Duration::from_secs(60),
+        String::new,
+        async || {
+            cp.kubectl_run(&["get", "podgroups.scheduling.x-k8s.io", "-A"])
+                .0
+                .then_some(())
+        },
+    )
+    .await;
     cp.kubectl_ok(&[
         "wait",
         "--for=condition=Available",

@@ -312,6 +312,7 @@ async fn pods_leave_the_pool_after_the_maximum_time() {
     let q = queue().with_max_in_unschedulable(Duration::from_millis(50));
     q.add(pod("p", 0));
     let qpi = rejected(&q, "NodeAffinity").await;
+    assert!(!qpi.was_flushed_from_unschedulable);
     q.add_unschedulable_if_not_present(qpi);
     q.flush();
     assert_eq!(q.counts().unschedulable, 1);
@@ -319,6 +320,9 @@ async fn pods_leave_the_pool_after_the_maximum_time() {
     q.flush();
     assert_eq!(q.counts().unschedulable, 0);
     assert_eq!(q.counts().active + q.counts().backoff, 1);
+    // Marked, so scheduler_pod_scheduled_after_flush_total counts it if it binds now.
+    let (_, qpi) = pop_name(&q).await;
+    assert!(qpi.was_flushed_from_unschedulable);
 }
 
 #[tokio::test]

@@ -203,18 +203,13 @@ impl LogsArgs {
     pub fn options(&self) -> LogOptions {
         LogOptions {
             format: self.logging_format,
-            default_filter: log_filter(self.verbosity).to_string(),
+            default_filter: crate::logging::verbosity_filter(u32::from(self.verbosity)).to_string(),
             split_stream: match self.logging_format {
                 LogFormat::Text => self.log_text_split_stream,
                 LogFormat::Json => self.log_json_split_stream,
             },
         }
     }
-}
-
-/// Log filter for a kube-scheduler style verbosity.
-pub fn log_filter(verbosity: u8) -> &'static str {
-    crate::logging::verbosity_filter(u32::from(verbosity))
 }
 
 impl SchedulerArgs {

@@ -60,21 +60,28 @@ impl<K: Resource + Clone> AssumeCache<K> {
     }
 
     fn overlay(&self, api: Arc<K>) -> Option<Arc<K>> {
-        let key = ObjectStore::<K>::key_of(&api);
-        match self.assumed.read().get(&key) {
-            Some(a) if resource_version(a.as_ref()) >= resource_version(api.as_ref()) => {
-                Some(a.clone())
-            }
-            _ => Some(api),
+        Some(Self::current(&self.assumed.read(), api))
+    }
+
+    /// The assumed object for `api` when it is not older, else `api`. Builds no key when nothing
+    /// is assumed: PreFilter lists every PV of a class for each pod.
+    fn current(assumed: &HashMap<String, Arc<K>>, api: Arc<K>) -> Arc<K> {
+        if assumed.is_empty() {
+            return api;
+        }
+        match assumed.get(&ObjectStore::<K>::key_of(&api)) {
+            Some(a) if resource_version(a.as_ref()) >= resource_version(api.as_ref()) => a.clone(),
+            _ => api,
         }
     }
 
     /// Every object with assumptions applied.
     pub(crate) fn list(&self, store: &ObjectStore<K>) -> Vec<Arc<K>> {
+        let assumed = self.assumed.read();
         store
             .list()
             .into_iter()
-            .filter_map(|o| self.overlay(o))
+            .map(|o| Self::current(&assumed, o))
             .collect()
     }
 

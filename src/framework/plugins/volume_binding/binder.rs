@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::framework::types::PodView;
 use k8s_openapi::api::core::v1::{
-    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Volume,
+    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeSpec, Pod, Volume,
 };
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::core::{Selector, SelectorExt};
@@ -113,7 +114,8 @@ pub(crate) struct PodVolumeClaims {
     pub bound_claims: Vec<Arc<PersistentVolumeClaim>>,
     pub unbound_claims_immediate: Vec<Arc<PersistentVolumeClaim>>,
     pub unbound_claims_delay_binding: Vec<Arc<PersistentVolumeClaim>>,
-    /// Storage class name -> the PVs of that class (assumptions applied).
+    /// Storage class name -> the PVs of that class (assumptions applied) a claim of the pod may
+    /// take: unbound ones and those bound to one of its claims.
     pub unbound_volumes_delay_binding: HashMap<String, Vec<Arc<PersistentVolume>>>,
 }
 
@@ -302,7 +304,10 @@ pub(crate) fn find_matching_volume(
     node: &Node,
     excluded: &HashSet<String>,
 ) -> Result<Option<Arc<PersistentVolume>>, BinderError> {
-    let claim_spec = pvc.spec.clone().unwrap_or_default();
+    // Called for every node a pod with an unbound claim meets, over every PV of the class:
+    // nothing here may copy a spec or parse a quantity before the cheap checks rejected the PV.
+    let no_claim_spec = PersistentVolumeClaimSpec::default();
+    let claim_spec = pvc.spec.as_ref().unwrap_or(&no_claim_spec);
     // VolumeAttributesClass is GA (on) in 1.36: claim and PV classes must be equal (below).
     let requested = claim_request(pvc).unwrap_or_default();
     let requested_class = claim_class(pvc);
@@ -316,14 +321,15 @@ pub(crate) fn find_matching_volume(
         None => None,
     };
     let node_labels = node.metadata.labels.as_ref();
+    let no_spec = PersistentVolumeSpec::default();
     let mut smallest: Option<(Arc<PersistentVolume>, quantity::Parsed)> = None;
     for pv in volumes {
-        let name = pv.metadata.name.as_deref().unwrap_or_default();
-        if excluded.contains(name) {
+        let spec = pv.spec.as_ref().unwrap_or(&no_spec);
+        if spec.claim_ref.is_some() && !is_volume_bound_to_claim(pv, pvc) {
             continue;
         }
-        let spec = pv.spec.clone().unwrap_or_default();
-        if spec.claim_ref.is_some() && !is_volume_bound_to_claim(pv, pvc) {
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        if excluded.contains(name) {
             continue;
         }
         let capacity = volume_capacity(pv);
@@ -361,7 +367,7 @@ pub(crate) fn find_matching_volume(
         if volume_class(pv) != requested_class || !affinity_ok {
             continue;
         }
-        let pv_modes = spec.access_modes.clone().unwrap_or_default();
+        let pv_modes = spec.access_modes.as_deref().unwrap_or_default();
         if !claim_spec
             .access_modes
             .iter()
@@ -527,11 +533,18 @@ impl VolumeBinder {
             if claims.unbound_volumes_delay_binding.contains_key(&class) {
                 continue;
             }
+            // A PV bound to a claim other than the pod's can match none of them on any node:
+            // leaving it out here spares Filter a scan of every bound PV on every node.
+            let pod_claims = &claims.unbound_claims_delay_binding;
             let pvs = self
                 .pv_cache
                 .list(&self.listers.persistent_volumes)
                 .into_iter()
                 .filter(|pv| volume_class(pv) == class)
+                .filter(|pv| {
+                    let bound = pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_some());
+                    !bound || pod_claims.iter().any(|c| is_volume_bound_to_claim(pv, c))
+                })
                 .collect();
             claims.unbound_volumes_delay_binding.insert(class, pvs);
         }

@@ -253,6 +253,9 @@ impl ReservePlugin for VolumeBinding {
             Err(s) => return s,
         };
         let mut by_node = st.pod_volumes_by_node.lock();
+        // Only the chosen node's entry is read from here on, and the cycle state lives through
+        // the binding cycle (PreBind waits for the claims): drop the other nodes' entries.
+        by_node.retain(|node, _| node == node_name);
         match by_node.get(node_name) {
             Some(volumes) => match self.binder.assume_pod_volumes(&pod.pod, node_name, volumes) {
                 Ok((all_bound, assumed)) => {
@@ -729,6 +732,48 @@ mod tests {
         let b = &by_node["n1"].static_bindings;
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].pv.metadata.name.as_deref(), Some("pv-local-n1-5g"));
+    }
+
+    #[test]
+    fn prefilter_keeps_only_pvs_a_claim_may_take_and_reserve_only_the_chosen_node() {
+        // A PV of the class bound to another claim can match no claim of the pod on any node:
+        // PreFilter leaves it out, and Filter picks the same PV as before.
+        let l = listers();
+        l.persistent_volumes.apply(
+            PvBuilder::new("pv-local-n1-3g-taken")
+                .class(NO_PROVISIONER)
+                .capacity("3Gi")
+                .node_affinity(term(&[(HOST, "In", &["n1"])], &[]))
+                .claim_ref("default", "someone-else", "someone-else")
+                .resource_version("1")
+                .build(),
+        );
+        let (pl, _, _) = plugin(l);
+        let p = pod(&["local-2g"]);
+        let (mut cs, _, statuses) = filter(&pl, &p);
+        assert!(statuses[0].is_success(), "{:?}", statuses[0]);
+        {
+            let st = state(&cs).expect("state");
+            let mut candidates: Vec<_> = st.claims.unbound_volumes_delay_binding[NO_PROVISIONER]
+                .iter()
+                .filter_map(|pv| pv.metadata.name.clone())
+                .collect();
+            candidates.sort();
+            assert_eq!(
+                candidates,
+                ["pv-local-n1-10g", "pv-local-n1-5g", "pv-local-n2-1g"]
+            );
+            let by_node = st.pod_volumes_by_node.lock();
+            assert_eq!(
+                by_node["n1"].static_bindings[0].pv.metadata.name.as_deref(),
+                Some("pv-local-n1-5g")
+            );
+        }
+        // After Reserve on n1 the state, which lives through the binding cycle, holds n1 alone.
+        assert!(pl.reserve(&mut cs, &p, "n1").is_success());
+        let st = state(&cs).expect("state");
+        let nodes: Vec<String> = st.pod_volumes_by_node.lock().keys().cloned().collect();
+        assert_eq!(nodes, ["n1"]);
     }
 
     #[test]

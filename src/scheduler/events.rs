@@ -45,13 +45,7 @@ pub(crate) struct PodReporter {
     client: Client,
     events: EventQueue,
     controller: Arc<str>,
-    /// The last status write in flight per pod UID: the pod's next write and its binding wait
-    /// for it.
-    writes: Arc<Mutex<HashMap<String, StatusWrite>>>,
 }
-
-/// A pod's status write in flight, which several may wait for.
-type StatusWrite = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
 
 /// The events of every profile of the process, written by one task (client-go's broadcaster does
 /// the same); the task ends when [`EventFlusher::flush`] is called or the last clone of the queue
@@ -204,7 +198,6 @@ impl PodReporter {
             client,
             events,
             controller: scheduler_name.into(),
-            writes: Arc::default(),
         }
     }
 
@@ -242,12 +235,7 @@ impl PodReporter {
     /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
     /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
     /// when preemption chose one. A pod that already shows all of it is not patched again.
-    ///
-    /// The status is written in the background, after the pod's earlier writes, so the scheduling
-    /// loop goes on to the next pod instead of waiting for the API server (upstream's
-    /// SchedulerAsyncAPICalls does the same); a binding waits for it with
-    /// [`PodReporter::writes_done`].
-    pub(crate) fn failed(
+    pub(crate) async fn failed(
         &self,
         pod: &Pod,
         reason: &str,
@@ -264,7 +252,8 @@ impl PodReporter {
         if let Some(status) =
             pod_scheduled_patch(pod, reason, message, nominated_node, Timestamp::now())
         {
-            self.write_status_in_background(pod, status, "the PodScheduled condition");
+            self.patch_status(pod, status, "the PodScheduled condition")
+                .await;
         }
     }
 
@@ -276,8 +265,7 @@ impl PodReporter {
             .as_ref()
             .and_then(|s| s.nominated_node_name.as_deref());
         if current != Some(node) {
-            patch_status(
-                &self.client,
+            self.patch_status(
                 pod,
                 json!({ "nominatedNodeName": node }),
                 "nominatedNodeName",
@@ -286,70 +274,24 @@ impl PodReporter {
         }
     }
 
-    /// Waits until the status writes of the pod with `uid` started so far are done: a pod is bound
-    /// only after them, so an older "Unschedulable" never lands on a bound pod.
-    pub(crate) async fn writes_done(&self, uid: &str) {
-        let write = self.writes.lock().get(uid).cloned();
-        if let Some(write) = write {
-            write.await;
-        }
-    }
-
-    /// Patches the pod's status on a task of its own, after the pod's write in flight if any.
-    fn write_status_in_background(&self, pod: &Pod, status: serde_json::Value, what: &'static str) {
-        let Some(uid) = pod.metadata.uid.clone() else {
+    async fn patch_status(&self, pod: &Pod, status: serde_json::Value, what: &str) {
+        let (Some(ns), Some(name)) = (
+            pod.metadata.namespace.as_deref(),
+            pod.metadata.name.as_deref(),
+        ) else {
             return;
         };
-        let target = Pod {
-            metadata: ObjectMeta {
-                namespace: pod.metadata.namespace.clone(),
-                name: pod.metadata.name.clone(),
-                ..ObjectMeta::default()
-            },
-            ..Pod::default()
-        };
-        let client = self.client.clone();
-        let mut writes = self.writes.lock();
-        let previous = writes.get(&uid).cloned();
-        let write: StatusWrite = async move {
-            if let Some(previous) = previous {
-                previous.await;
-            }
-            patch_status(&client, &target, status, what).await;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        if let Err(err) = pods
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({ "status": status })),
+            )
+            .await
+        {
+            warn!(pod = %format!("{ns}/{name}"), %err, "updating {what} failed");
         }
-        .boxed()
-        .shared();
-        writes.insert(uid.clone(), write.clone());
-        drop(writes);
-        let writes = self.writes.clone();
-        tokio::spawn(async move {
-            write.clone().await;
-            // Forgotten unless a newer write for the pod took its place.
-            let mut writes = writes.lock();
-            if writes.get(&uid).is_some_and(|w| w.ptr_eq(&write)) {
-                writes.remove(&uid);
-            }
-        });
-    }
-}
-
-async fn patch_status(client: &Client, pod: &Pod, status: serde_json::Value, what: &str) {
-    let (Some(ns), Some(name)) = (
-        pod.metadata.namespace.as_deref(),
-        pod.metadata.name.as_deref(),
-    ) else {
-        return;
-    };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    if let Err(err) = pods
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Strategic(json!({ "status": status })),
-        )
-        .await
-    {
-        warn!(pod = %format!("{ns}/{name}"), %err, "updating {what} failed");
     }
 }
 
@@ -601,66 +543,6 @@ mod tests {
             notes[EVENT_QUEUE - 1],
             format!("Successfully assigned ns/p to n{}", EVENT_QUEUE - 1)
         );
-    }
-
-    /// An API whose first call takes 30 ms and the others 1 ms, logging when each starts and
-    /// ends.
-    #[derive(Clone, Default)]
-    struct FirstCallSlow {
-        log: Arc<Mutex<Vec<String>>>,
-    }
-
-    impl tower::Service<http::Request<kube::client::Body>> for FirstCallSlow {
-        type Response = http::Response<kube::client::Body>;
-        type Error = std::convert::Infallible;
-        type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-        fn poll_ready(
-            &mut self,
-            _cx: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _req: http::Request<kube::client::Body>) -> Self::Future {
-            let log = self.log.clone();
-            Box::pin(async move {
-                let n = {
-                    let mut log = log.lock();
-                    let n = log.len() / 2;
-                    log.push(format!("start {n}"));
-                    n
-                };
-                let delay = if n == 0 { 30 } else { 1 };
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                log.lock().push(format!("end {n}"));
-                let body = json!({"metadata": {"name": "p"}}).to_string();
-                Ok(http::Response::new(kube::client::Body::from(
-                    body.into_bytes(),
-                )))
-            })
-        }
-    }
-
-    /// Failures write the pod's status in the background, one write after the other, and
-    /// `writes_done` (what a binding waits for) returns once they are all done.
-    #[tokio::test]
-    async fn a_pods_status_writes_run_in_order_and_a_binding_waits_for_them() {
-        let api = FirstCallSlow::default();
-        let (sender, _queued) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
-        let reporter =
-            PodReporter::new(Client::new(api.clone(), "default"), EventQueue(sender), "s");
-        let mut pod = failed_pod("m", "2026-11-21T12:00:00Z", None);
-        pod.metadata.uid = Some("uid-p".into());
-        reporter.failed(&pod, REASON_UNSCHEDULABLE, "first", None);
-        reporter.failed(&pod, REASON_UNSCHEDULABLE, "second", None);
-        // Neither call waited for the API.
-        assert!(api.log.lock().iter().all(|l| !l.starts_with("end")));
-        reporter.writes_done("uid-p").await;
-        assert_eq!(*api.log.lock(), ["start 0", "end 0", "start 1", "end 1"]);
-        // Done writes are forgotten.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(reporter.writes.lock().is_empty());
     }
 
     /// An events API that takes 5 ms per write and counts them.

@@ -523,7 +523,7 @@ impl Scheduler {
                 let scheduler = self.clone();
                 tokio::spawn(scheduler.binding_cycle(attempt, reserved));
             }
-            Err(failure) => self.handle_scheduling_failure(attempt, failure),
+            Err(failure) => self.handle_scheduling_failure(attempt, failure).await,
         }
     }
 
@@ -653,10 +653,6 @@ impl Scheduler {
             self.queue.done(&key);
             return;
         }
-        // An earlier attempt's "Unschedulable" must land before the pod is nominated or bound.
-        if let Some(reporter) = self.reporters.get(profile) {
-            reporter.writes_done(assumed.uid()).await;
-        }
         // NominatedNodeNameForExpectation: when PreBind will act or Permit waits, the pod's node
         // is published as its nominated node before it is bound (autoscalers and users see it
         // coming).
@@ -691,7 +687,8 @@ impl Scheduler {
                 None,
                 |p| p.uid() != uid,
             );
-            self.handle_scheduling_failure(attempt, Failure::from_status(&status));
+            self.handle_scheduling_failure(attempt, Failure::from_status(&status))
+                .await;
             return;
         }
         self.cache.finish_binding(&key);
@@ -706,9 +703,9 @@ impl Scheduler {
 
     /// Requeues a pod that did not get scheduled and tells the user why (event +
     /// PodScheduled=False): upstream's `handleSchedulingFailure`, the one place every failed
-    /// attempt ends. The status is written in the background; the binding cycle of a later attempt
-    /// waits for it, so it cannot overtake the binding.
-    fn handle_scheduling_failure(&self, attempt: Attempt, failure: Failure) {
+    /// attempt ends. The status is written before the caller goes on, so the next attempt (which
+    /// may bind the pod at once) cannot overtake it.
+    async fn handle_scheduling_failure(&self, attempt: Attempt, failure: Failure) {
         let Attempt {
             mut qpi,
             fwk,
@@ -736,7 +733,9 @@ impl Scheduler {
         } else {
             REASON_SCHEDULER_ERROR
         };
-        reporter.failed(&pod, reason, message, failure.nominated.as_deref());
+        reporter
+            .failed(&pod, reason, message, failure.nominated.as_deref())
+            .await;
     }
 
     /// Unreserve (in reverse order) and forget the assumed pod: the node is free again.

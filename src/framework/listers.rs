@@ -76,9 +76,10 @@ impl Informer {
             | Informer::Services
             | Informer::ReplicationControllers
             | Informer::ReplicaSets
-            | Informer::StatefulSets
-            // Pods: the pod informer's events already say what changed.
-            | Informer::PodGroupMembers => return None,
+            | Informer::StatefulSets => return None,
+            // A pending member once the index holds it (the pod informer's own events say the
+            // rest); see the scheduler's informers.
+            Informer::PodGroupMembers => EventResource::UnscheduledPod,
         })
     }
 }

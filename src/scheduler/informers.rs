@@ -356,8 +356,9 @@ fn images(n: &Node) -> Option<&Vec<k8s_openapi::api::core::v1::ContainerImage>> 
 
 /// Hands a change of a watched kind to the queue as the cluster event it is (none for kinds
 /// without events).
-fn store_event<K: Send + Sync + 'static>(
+fn store_event<K: Send + Sync + 'static, S: Store<K> + ?Sized>(
     queue: &SchedulingQueue,
+    store: &S,
     resource: Option<EventResource>,
     old: Option<Arc<K>>,
     new: Option<Arc<K>>,
@@ -374,8 +375,8 @@ fn store_event<K: Send + Sync + 'static>(
     let start = Instant::now();
     queue.move_all_to_active_or_backoff(
         &event,
-        old.map(EventObject::new),
-        new.map(EventObject::new),
+        old.map(|o| store.event_object(o)),
+        new.map(|n| store.event_object(n)),
     );
     queue.observe_event_handling(&event, start);
 }
@@ -389,6 +390,13 @@ trait Store<K>: Send + Sync {
     fn delete(&self, obj: K) -> Option<StoreChange<K>>;
     /// Replaces everything (after a re-list).
     fn replace(&self, objs: Vec<K>) -> Vec<StoreChange<K>>;
+    /// What the queue's hints get for a stored object.
+    fn event_object(&self, obj: Arc<K>) -> EventObject
+    where
+        K: Send + Sync + 'static,
+    {
+        EventObject::new(obj)
+    }
 }
 
 impl<K: kube::Resource + Send + Sync> Store<K> for ObjectStore<K> {
@@ -407,11 +415,20 @@ impl<K: kube::Resource + Send + Sync> Store<K> for ObjectStore<K> {
     }
 }
 
-/// Member pods: the pod informer's events already tell the queue what changed.
+/// Member pods. The pod informer tells the queue what changed, but this index is filled by a
+/// watch of its own and may catch up later: a gang member rejected because its siblings were
+/// not counted yet would then wait for an unrelated event. So a pending pod joining a group is an
+/// unscheduled pod added once more, when the index holds it.
 impl Store<Pod> for PodGroupMembers {
     fn apply(&self, pod: Pod) -> Option<StoreChange<Pod>> {
-        PodGroupMembers::apply(self, pod);
-        None
+        let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
+        let added = pending.then(|| Arc::new(pod.clone()));
+        let joined = PodGroupMembers::apply(self, pod);
+        added.filter(|_| joined).map(|pod| (None, Some(pod)))
+    }
+
+    fn event_object(&self, pod: Arc<Pod>) -> EventObject {
+        PodObject::Unscheduled(Arc::new(PodInfo::new(pod))).into_event_object()
     }
 
     fn delete(&self, pod: Pod) -> Option<StoreChange<Pod>> {
@@ -485,12 +502,12 @@ async fn watch_store_with<K, S>(
             Ok(Some(Event::Apply(mut obj))) => {
                 trim_metadata(&mut obj);
                 if let Some((old, new)) = store(&listers).apply(obj) {
-                    store_event(&queue, resource, old, new);
+                    store_event(&queue, store(&listers), resource, old, new);
                 }
             }
             Ok(Some(Event::Delete(obj))) => {
                 if let Some((old, new)) = store(&listers).delete(obj) {
-                    store_event(&queue, resource, old, new);
+                    store_event(&queue, store(&listers), resource, old, new);
                 }
             }
             Ok(Some(Event::Init)) => initial.clear(),
@@ -500,7 +517,7 @@ async fn watch_store_with<K, S>(
             }
             Ok(Some(Event::InitDone)) => {
                 for (old, new) in store(&listers).replace(std::mem::take(&mut initial)) {
-                    store_event(&queue, resource, old, new);
+                    store_event(&queue, store(&listers), resource, old, new);
                 }
                 let _ = synced.send(true);
             }
@@ -634,4 +651,39 @@ pub(crate) fn start_informers(
         tasks.push(task);
     }
     (tasks, synced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::PodBuilder;
+    use crate::framework::types::objects;
+
+    fn member(name: &str) -> PodBuilder {
+        PodBuilder::new(name)
+            .namespace("ns")
+            .label(POD_GROUP_LABEL, "g")
+    }
+
+    /// The members index raises an unscheduled-pod add for a pending pod the first time it holds
+    /// it, so a sibling rejected before the index caught up is requeued (Coscheduling's hint
+    /// matches the group); updates, bound members and pods outside a group raise nothing.
+    #[test]
+    fn a_pending_pod_joining_a_group_is_an_unscheduled_pod_added() {
+        let members = PodGroupMembers::default();
+        let (old, new) = Store::apply(&members, member("a").build()).expect("an event");
+        assert!(old.is_none());
+        let object = members.event_object(new.expect("the new member"));
+        let (_, added) = objects::<PodObject>(None, Some(&object)).expect("a PodObject");
+        assert!(matches!(added, Some(PodObject::Unscheduled(p)) if p.name() == "a"));
+        assert_eq!(
+            Informer::PodGroupMembers.event_resource(),
+            Some(EventResource::UnscheduledPod)
+        );
+
+        assert!(Store::apply(&members, member("a").build()).is_none());
+        assert!(Store::apply(&members, member("b").node("n1").build()).is_none());
+        assert!(Store::apply(&members, PodBuilder::new("c").namespace("ns").build()).is_none());
+        assert_eq!(members.members("ns", "g").len(), 2);
+    }
 }

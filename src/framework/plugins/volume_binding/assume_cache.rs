@@ -56,10 +56,6 @@ impl<K: Resource + Clone> AssumeCache<K> {
         name: &str,
     ) -> Option<Arc<K>> {
         let api = store.get(namespace, name)?;
-        self.overlay(api)
-    }
-
-    fn overlay(&self, api: Arc<K>) -> Option<Arc<K>> {
         Some(Self::current(&self.assumed.read(), api))
     }
 

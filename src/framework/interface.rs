@@ -208,8 +208,13 @@ impl fmt::Display for Status {
 /// copies it first when it is shared (copy-on-write), so clones never see each other's changes.
 #[derive(Clone, Default)]
 pub struct CycleState {
-    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    /// Read by several plugins on every node: a fast hash of the static keys, not SipHash.
+    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>, foldhash::fast::FixedState>,
     skip_filter_plugins: BTreeSet<Arc<str>>,
+    /// `skip_filter_plugins` as bits over the profile's Filter list (bit i: the i-th Filter plugin
+    /// is skipped), when the framework that set it could say; Filter runs on every node and
+    /// tests a bit instead of comparing names.
+    skip_filter_mask: Option<u64>,
     skip_score_plugins: BTreeSet<Arc<str>>,
     skip_pre_bind_plugins: BTreeSet<Arc<str>>,
     num_all_nodes: usize,
@@ -270,6 +275,22 @@ impl CycleState {
 
     pub fn set_skip_filter_plugins(&mut self, plugins: BTreeSet<Arc<str>>) {
         self.skip_filter_plugins = plugins;
+        self.skip_filter_mask = None;
+    }
+
+    /// [`CycleState::set_skip_filter_plugins`], with the same set as bits over the Filter list of
+    /// the framework that runs this cycle.
+    pub(crate) fn set_skip_filter_plugins_masked(
+        &mut self,
+        plugins: BTreeSet<Arc<str>>,
+        mask: Option<u64>,
+    ) {
+        self.skip_filter_plugins = plugins;
+        self.skip_filter_mask = mask;
+    }
+
+    pub(crate) fn skip_filter_mask(&self) -> Option<u64> {
+        self.skip_filter_mask
     }
 
     /// Plugins whose PreScore returned Skip: their Score does not run.

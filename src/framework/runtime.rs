@@ -301,13 +301,28 @@ impl NodeScores {
     }
 }
 
+/// A profile's plugin entries at each extension point, indexed by the point: the filter and score
+/// loops look their list up once per node, so no hashing.
+#[derive(Default)]
+struct EntriesByPoint([Vec<Entry>; ExtensionPoint::ALL.len()]);
+
+impl EntriesByPoint {
+    fn get(&self, ep: ExtensionPoint) -> &[Entry] {
+        &self.0[ep as usize]
+    }
+
+    fn set(&mut self, ep: ExtensionPoint, entries: Vec<Entry>) {
+        self.0[ep as usize] = entries;
+    }
+}
+
 /// The plugins of one profile, instantiated once each, per extension point.
 pub struct Framework {
     profile_name: String,
     handle: Handle,
     percentage_of_nodes_to_score: Option<i32>,
     instances: BTreeMap<String, Arc<dyn Plugin>>,
-    points: HashMap<ExtensionPoint, Vec<Entry>>,
+    points: EntriesByPoint,
     score_weights: Vec<i64>,
     /// The plugins that sign pods for opportunistic batching; `None`: the profile never batches.
     signers: Option<Vec<Arc<dyn Plugin>>>,
@@ -347,7 +362,7 @@ fn extends(p: &dyn Plugin, ep: ExtensionPoint) -> bool {
 /// for the extenders, which declare nothing (upstream's `fillEnqueueExtensions`).
 fn queueing_hint_map(
     instances: &BTreeMap<String, Arc<dyn Plugin>>,
-    points: &HashMap<ExtensionPoint, Vec<Entry>>,
+    points: &EntriesByPoint,
     handle: &Handle,
 ) -> QueueingHintMap {
     const REJECTING: [ExtensionPoint; 5] = [
@@ -359,7 +374,7 @@ fn queueing_hint_map(
     ];
     let rejecting: BTreeSet<&str> = REJECTING
         .iter()
-        .flat_map(|ep| points.get(ep).into_iter().flatten())
+        .flat_map(|ep| points.get(*ep))
         .map(|e| e.name.as_ref())
         .collect();
     let mut map = QueueingHintMap::default();
@@ -391,7 +406,7 @@ impl Framework {
         let profile = spec.scheduler_name.clone();
         handle.profile_name = Arc::from(profile.as_str());
         let mut instances: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
-        let mut points: HashMap<ExtensionPoint, Vec<Entry>> = HashMap::new();
+        let mut points = EntriesByPoint::default();
         let mut score_weights = Vec::new();
         for ep in ExtensionPoint::ALL {
             let enabled = spec.plugins.get(&ep).map(Vec::as_slice).unwrap_or(&[]);
@@ -444,9 +459,9 @@ impl Framework {
                     metrics,
                 });
             }
-            points.insert(ep, list);
+            points.set(ep, list);
         }
-        let n_sort = points.get(&ExtensionPoint::QueueSort).map_or(0, Vec::len);
+        let n_sort = points.get(ExtensionPoint::QueueSort).len();
         if n_sort == 0 {
             return Err(FrameworkError::Invalid {
                 profile,
@@ -459,7 +474,7 @@ impl Framework {
                 message: "only one queue sort plugin can be enabled".into(),
             });
         }
-        if points.get(&ExtensionPoint::Bind).is_none_or(Vec::is_empty) {
+        if points.get(ExtensionPoint::Bind).is_empty() {
             return Err(FrameworkError::Invalid {
                 profile,
                 message: "at least one bind plugin is needed".into(),
@@ -540,7 +555,7 @@ impl Framework {
     }
 
     fn at(&self, ep: ExtensionPoint) -> &[Entry] {
-        self.points.get(&ep).map(Vec::as_slice).unwrap_or(&[])
+        self.points.get(ep)
     }
 
     /// The metric handles this framework records into, if any.
@@ -720,7 +735,7 @@ impl Framework {
                 let s = s.with_plugin(e.name.clone());
                 match s.code() {
                     Code::UnschedulableAndUnresolvable => {
-                        state.set_skip_filter_plugins(skip);
+                        self.set_skip_filter_plugins(state, skip);
                         return (None, s, BTreeSet::new());
                     }
                     Code::Unschedulable => {
@@ -728,7 +743,7 @@ impl Framework {
                         continue;
                     }
                     _ => {
-                        state.set_skip_filter_plugins(skip);
+                        self.set_skip_filter_plugins(state, skip);
                         let msg = format!("running PreFilter plugin {:?}: {}", e.name, s.message());
                         return (
                             None,
@@ -756,13 +771,26 @@ impl Framework {
                         list.join(" ")
                     )
                 };
-                state.set_skip_filter_plugins(skip);
+                self.set_skip_filter_plugins(state, skip);
                 return (Some(merged), Status::unresolvable(msg), plugins_with_nodes);
             }
             result = Some(merged);
         }
-        state.set_skip_filter_plugins(skip);
+        self.set_skip_filter_plugins(state, skip);
         (result, return_status, plugins_with_nodes)
+    }
+
+    /// Records the plugins whose PreFilter skipped, with their bits over the Filter list.
+    fn set_skip_filter_plugins(&self, state: &mut CycleState, skip: BTreeSet<Arc<str>>) {
+        let filters = self.at(ExtensionPoint::Filter);
+        let mask = (filters.len() <= 64).then(|| {
+            filters
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| skip.contains(&e.name))
+                .fold(0u64, |m, (i, _)| m | 1 << i)
+        });
+        state.set_skip_filter_plugins_masked(skip, mask);
     }
 
     /// Runs `call` on the PreFilter extensions of the plugins not skipped, stopping at the first
@@ -808,8 +836,13 @@ impl Framework {
     pub fn run_filter_plugins(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let mut clock = self.plugin_clock(state);
         let skip = state.skip_filter_plugins();
-        for e in self.at(ExtensionPoint::Filter) {
-            if !skip.is_empty() && skip.contains(&e.name) {
+        let mask = state.skip_filter_mask();
+        for (i, e) in self.at(ExtensionPoint::Filter).iter().enumerate() {
+            let skipped = match mask {
+                Some(m) => m & (1 << i) != 0,
+                None => !skip.is_empty() && skip.contains(&e.name),
+            };
+            if skipped {
                 continue;
             }
             let Some(p) = e.plugin.as_filter() else {
@@ -1435,7 +1468,7 @@ impl FrameworkHandle for Framework {
 /// every one of them can and there are no extenders (upstream's `computeBatchablePlugins`).
 fn signers(
     profile: &str,
-    points: &HashMap<ExtensionPoint, Vec<Entry>>,
+    points: &EntriesByPoint,
     handle: &Handle,
 ) -> Option<Vec<Arc<dyn Plugin>>> {
     if !handle.extenders.is_empty() {
@@ -1452,7 +1485,7 @@ fn signers(
         ExtensionPoint::Score,
     ]
     .into_iter()
-    .flat_map(|ep| points.get(&ep).into_iter().flatten().map(|e| &e.plugin));
+    .flat_map(|ep| points.get(ep).iter().map(|e| &e.plugin));
     match batchable_plugins(candidates) {
         Ok(signers) => Some(signers),
         Err(plugins) => {
@@ -1798,6 +1831,45 @@ mod tests {
         state.set_skip_filter_plugins([Arc::from("A")].into());
         let s = fwk.run_filter_plugins(&state, &pod, &n1);
         assert_eq!(s.plugin(), Some("B"));
+    }
+
+    #[test]
+    fn filter_skips_what_pre_filter_skipped_by_position_in_the_filter_list() {
+        let l = log();
+        // Filter runs A, B, C, in that order; PreFilter lists them otherwise and B skips. Each
+        // rejects the node named after it.
+        let fakes = ["A", "B", "C"].map(|name| {
+            let mut f = Fake::new(name, &l);
+            let pre_filter = if name == "B" {
+                Code::Skip
+            } else {
+                Code::Success
+            };
+            f.pre_filter = Some((None, pre_filter));
+            f.filter.insert(
+                format!("n{name}"),
+                (Code::Unschedulable, format!("{name} says no")),
+            );
+            f
+        });
+        let fwk = fwk_with(
+            fakes.into(),
+            &[(PreFilter, &["C", "B", "A"]), (Filter, &["A", "B", "C"])],
+        );
+        let pod = PodBuilder::new("p").info();
+        let mut state = CycleState::new();
+        let (_, s, _) = fwk.run_pre_filter_plugins(&mut state, &pod, &snapshot_of(&[]));
+        assert!(s.is_success());
+        assert_eq!(state.skip_filter_mask(), Some(0b010));
+        let rejected_by = |state: &CycleState, node: &str| {
+            let s = fwk.run_filter_plugins(state, &pod, &NodeBuilder::new(node).info(vec![]));
+            s.plugin().map(str::to_string)
+        };
+        for state in [state.clone(), state] {
+            assert_eq!(rejected_by(&state, "nA").as_deref(), Some("A"));
+            assert_eq!(rejected_by(&state, "nB"), None);
+            assert_eq!(rejected_by(&state, "nC").as_deref(), Some("C"));
+        }
     }
 
     #[test]

@@ -109,6 +109,15 @@ struct State {
     extended: Vec<String>,
 }
 
+impl State {
+    /// A copy of the pod's claims, or `None` when it has none (Filter and Score ask on every
+    /// node, and most pods have none: no copy then).
+    fn claims(&self) -> Option<Vec<Arc<ResourceClaim>>> {
+        let claims = self.claims.lock();
+        (!claims.is_empty()).then(|| claims.clone())
+    }
+}
+
 type SharedState = Arc<State>;
 
 fn state(cs: &CycleState) -> Option<&SharedState> {
@@ -429,10 +438,9 @@ impl FilterPlugin for DynamicResources {
                 st.extended.join(", ")
             ));
         }
-        let claims = st.claims.lock().clone();
-        if claims.is_empty() {
+        let Some(claims) = st.claims() else {
             return Status::success();
-        }
+        };
         let unavailable: Vec<usize> = st
             .available_on_nodes
             .iter()
@@ -492,10 +500,9 @@ impl PostFilterPlugin for DynamicResources {
         let Some(st) = state(cs) else {
             return (None, Status::error("not found"));
         };
-        let claims = st.claims.lock().clone();
-        if claims.is_empty() {
+        let Some(claims) = st.claims() else {
             return (None, Status::unschedulable(NO_NEW_CLAIMS_TO_DEALLOCATE));
-        }
+        };
         // Upstream picks one unavailable claim at random; the first is as good.
         let unavailable: Vec<usize> = st.unavailable.lock().iter().copied().collect();
         for i in unavailable {
@@ -532,10 +539,9 @@ impl ScorePlugin for DynamicResources {
         let Some(st) = state(cs) else {
             return Ok(0);
         };
-        let claims = st.claims.lock().clone();
-        if claims.is_empty() {
+        let Some(claims) = st.claims() else {
             return Ok(0);
-        }
+        };
         let node_allocations = st.node_allocations.lock();
         let Some(allocations) = node_allocations.get(node.name()) else {
             return Ok(0);

@@ -1,6 +1,7 @@
 //! ImageLocality: prefers nodes that already have the pod's container images, weighting each image
 //! by its size and by how widely it is spread (so one node holding a common image does not win).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::names;
@@ -21,14 +22,15 @@ pub(crate) const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 #[derive(Debug, Default)]
 pub(crate) struct ImageLocality;
 
-/// `nginx` -> `nginx:latest`; names with a tag or digest are kept.
-pub(crate) fn normalized_image_name(name: &str) -> String {
+/// `nginx` -> `nginx:latest`; names with a tag or digest are kept (borrowed: Score asks on every
+/// node).
+pub(crate) fn normalized_image_name(name: &str) -> Cow<'_, str> {
     let colon = name.rfind(':').map_or(-1, |i| i as i64);
     let slash = name.rfind('/').map_or(-1, |i| i as i64);
     if colon <= slash {
-        format!("{name}:latest")
+        Cow::Owned(format!("{name}:latest"))
     } else {
-        name.to_string()
+        Cow::Borrowed(name)
     }
 }
 
@@ -41,8 +43,11 @@ fn scaled_image_score(state: &ImageStateSummary, total_num_nodes: usize) -> i64 
 }
 
 fn sum_image_scores(node: &NodeInfo, pod: &PodInfo, total_num_nodes: usize) -> i64 {
+    if node.image_states.is_empty() {
+        return 0;
+    }
     pod.images()
-        .filter_map(|img| node.image_states.get(&normalized_image_name(img)))
+        .filter_map(|img| node.image_states.get(normalized_image_name(img).as_ref()))
         .map(|s| scaled_image_score(s, total_num_nodes))
         .sum()
 }
@@ -78,7 +83,7 @@ impl SignPlugin for ImageLocality {
     /// Every container's normalized image, repeats included, and the number of containers: the
     /// score sums per container (upstream signs the set of names only).
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
-        let mut images: Vec<String> = pod.images().map(normalized_image_name).collect();
+        let mut images: Vec<Cow<str>> = pod.images().map(normalized_image_name).collect();
         images.sort();
         Ok(vec![SignFragment::json(
             signer_names::IMAGE_NAMES,

@@ -216,25 +216,6 @@ impl Algorithm {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> Result<ScheduleResult, ScheduleError> {
-        // Filter and Score each fan out over the rayon pool; from a thread outside it, each fan-out
-        // would hand the work over and sleep until it is done. One hand-over for the whole cycle
-        // instead: it runs on a pool thread, which joins in the work of both.
-        if rayon::current_thread_index().is_none()
-            && snapshot.num_nodes() >= PARALLEL_THRESHOLD
-            && self.extenders.is_empty()
-        {
-            return rayon::scope(|_| self.schedule_pod_in_pool(fwk, state, pod, snapshot));
-        }
-        self.schedule_pod_in_pool(fwk, state, pod, snapshot)
-    }
-
-    fn schedule_pod_in_pool(
-        &mut self,
-        fwk: &Framework,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snapshot: &Snapshot,
-    ) -> Result<ScheduleResult, ScheduleError> {
         self.cycle += 1;
         let signers = fwk.signers();
         if !self.opportunistic_batching || !self.extenders.is_empty() || signers.is_none() {

@@ -200,6 +200,23 @@ impl fmt::Display for Status {
     }
 }
 
+/// A [`CycleState`] key. A plugin reads with the same literal it wrote with, so the keys are
+/// usually the same pointer: equal without comparing the bytes.
+#[derive(Clone, Copy, Eq)]
+struct StateKey(&'static str);
+
+impl PartialEq for StateKey {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0) || self.0 == other.0
+    }
+}
+
+impl std::hash::Hash for StateKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h);
+    }
+}
+
 /// Per-pod, per-cycle data shared between a pod's extension points.
 ///
 /// Plugins store their data under a key (by convention `"PreFilter" + plugin name`). Values are
@@ -209,7 +226,7 @@ impl fmt::Display for Status {
 #[derive(Clone, Default)]
 pub struct CycleState {
     /// Read by several plugins on every node: a fast hash of the static keys, not SipHash.
-    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>, foldhash::fast::FixedState>,
+    data: HashMap<StateKey, Arc<dyn Any + Send + Sync>, foldhash::fast::FixedState>,
     skip_filter_plugins: BTreeSet<Arc<str>>,
     /// `skip_filter_plugins` as bits over the profile's Filter list (bit i: the i-th Filter plugin
     /// is skipped), when the framework that set it could say; Filter runs on every node and
@@ -223,7 +240,7 @@ pub struct CycleState {
 
 impl fmt::Debug for CycleState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut keys: Vec<&&str> = self.data.keys().collect();
+        let mut keys: Vec<&str> = self.data.keys().map(|k| k.0).collect();
         keys.sort();
         f.debug_struct("CycleState")
             .field("keys", &keys)
@@ -243,17 +260,19 @@ impl CycleState {
 
     /// Stores `value` under `key`, replacing what was there.
     pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
-        self.data.insert(key, Arc::new(value));
+        self.data.insert(StateKey(key), Arc::new(value));
     }
 
     /// The value under `key`, if there is one of type `T`.
     pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
-        self.data.get(key).and_then(|v| v.downcast_ref::<T>())
+        self.data
+            .get(&StateKey(key))
+            .and_then(|v| v.downcast_ref::<T>())
     }
 
     /// Mutable access to the value under `key`; copies it first when a clone of this state shares it.
     pub fn get_mut<T: Any + Send + Sync + Clone>(&mut self, key: &'static str) -> Option<&mut T> {
-        let entry = self.data.get_mut(key)?;
+        let entry = self.data.get_mut(&StateKey(key))?;
         if !entry.is::<T>() {
             return None;
         }
@@ -265,7 +284,7 @@ impl CycleState {
     }
 
     pub fn delete(&mut self, key: &'static str) {
-        self.data.remove(key);
+        self.data.remove(&StateKey(key));
     }
 
     /// Plugins whose PreFilter returned Skip: their Filter (and PreFilter extensions) do not run.
@@ -879,6 +898,18 @@ mod tests {
 
     #[derive(Clone, Debug, PartialEq)]
     struct Counter(u32);
+
+    #[test]
+    fn cycle_state_keys_match_by_content_whatever_their_address() {
+        let mut state = CycleState::new();
+        state.write("PreFilterSome", 7u32);
+        // The same text at another address: a key built at run time.
+        let elsewhere: &'static str = String::from("PreFilterSome").leak();
+        assert_eq!(state.read::<u32>(elsewhere), Some(&7));
+        assert_eq!(state.read::<u32>("PreFilterOther"), None);
+        state.delete(elsewhere);
+        assert_eq!(state.read::<u32>("PreFilterSome"), None);
+    }
 
     #[test]
     fn cycle_state_copy_on_write() {

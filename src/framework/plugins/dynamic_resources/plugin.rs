@@ -111,8 +111,13 @@ struct State {
 
 impl State {
     /// A copy of the pod's claims, or `None` when it has none (Filter and Score ask on every
-    /// node, and most pods have none: no copy then).
+    /// node, and most pods have none: no copy then, and no lock, which the threads scoring nodes
+    /// in parallel would contend for). `available_on_nodes` has an entry per claim and is fixed
+    /// at PreFilter.
     fn claims(&self) -> Option<Vec<Arc<ResourceClaim>>> {
+        if self.available_on_nodes.is_empty() {
+            return None;
+        }
         let claims = self.claims.lock();
         (!claims.is_empty()).then(|| claims.clone())
     }

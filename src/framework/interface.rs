@@ -212,8 +212,14 @@ impl PartialEq for StateKey {
 }
 
 impl std::hash::Hash for StateKey {
+    /// The length and the last 8 bytes: the keys are a plugin's name after a point's, so their
+    /// ends differ, and equal keys still compare in full.
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.0.hash(h);
+        let bytes = self.0.as_bytes();
+        let mut tail = [0u8; 8];
+        let end = &bytes[bytes.len().saturating_sub(8)..];
+        tail[..end.len()].copy_from_slice(end);
+        h.write_u64(u64::from_le_bytes(tail) ^ (bytes.len() as u64) << 56);
     }
 }
 

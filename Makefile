@@ -13,7 +13,7 @@ IMAGE ?= ksched:$(VERSION)
 # The image ships the dist build (fat LTO); IMAGE_PROFILE=release builds faster.
 IMAGE_PROFILE ?= dist
 
-.PHONY: all build test testenv crds manifests image lint demo bench fidelity check-no-leftovers
+.PHONY: all build test testenv crds manifests image lint demo bench bench-profile fidelity check-no-leftovers
 
 all: build
 
@@ -74,3 +74,8 @@ bench: testenv
 	cargo build --profile $(BENCH_PROFILE) --bin ksched
 	KSCHED_BIN=$(CURDIR)/target/$(if $(filter dev,$(BENCH_PROFILE)),debug,$(BENCH_PROFILE))/ksched cargo bench --bench scheduler_perf -- --preset $(or $(BENCH_PRESET),default)
 	cargo bench --bench schedule_cycle
+
+## bench-profile: per workload, ksched alone under a system-wide perf record: samples per process and ksched's busiest functions (BENCH_WORKLOADS=A,B; needs perf; data: target/bench-profile/)
+bench-profile: testenv
+	cargo build --release --bin ksched
+	hack/bench-profile.sh $(BENCH_WORKLOADS)

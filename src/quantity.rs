@@ -237,6 +237,99 @@ fn interpret_suffix(suffix: &str) -> Option<(u32, i32)> {
     Some(r)
 }
 
+/// How a quantity is written (upstream's `Format`): decided by the suffix it was parsed with, and
+/// kept by the values computed from it, so that a quantity written back reads as upstream's would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Format {
+    /// `Ki`, `Mi`, ... (`1Gi`).
+    BinarySI,
+    /// `n`, `u`, `m`, `k`, `M`, ... or none (`1500m`, `2k`).
+    #[default]
+    DecimalSI,
+    /// `1e3`.
+    DecimalExponent,
+}
+
+/// The format of a quantity string (upstream's `ParseQuantity`); a string that does not parse is
+/// `DecimalSI`.
+pub fn format_of(s: &str) -> Format {
+    match split(s).map(|(_, _, _, suffix)| suffix) {
+        Ok(suffix) if suffix.ends_with('i') => Format::BinarySI,
+        Ok(suffix) if suffix.starts_with(['e', 'E']) => Format::DecimalExponent,
+        _ => Format::DecimalSI,
+    }
+}
+
+impl Parsed {
+    /// A quantity of `nanos` nano-units.
+    pub fn from_nanos(nanos: i128) -> Parsed {
+        Parsed { nanos }
+    }
+}
+
+/// `nanos` written in `format` such that upstream parses the string back to the same amount and
+/// format (the API server then stores its canonical form): binary amounts with a binary suffix
+/// (`1Gi`, or `1.953125Ki` for 2000; below 1Ki as decimal ones, as upstream), exponent amounts as `Ne-9`, decimal ones with the largest
+/// decimal suffix that keeps them whole (`2k`, `1500m`).
+pub fn to_string(nanos: i128, format: Format) -> String {
+    let sign = if nanos < 0 { "-" } else { "" };
+    let magnitude = nanos.unsigned_abs();
+    match format {
+        Format::DecimalExponent => format!("{sign}{magnitude}e-9"),
+        // Below 1024 upstream writes binary amounts as decimal ones.
+        Format::BinarySI if magnitude >= 1024 * NANO as u128 => {
+            const UNIT: u128 = NANO as u128;
+            for (exp, suffix) in [
+                (6, "Ei"),
+                (5, "Pi"),
+                (4, "Ti"),
+                (3, "Gi"),
+                (2, "Mi"),
+                (1, "Ki"),
+            ] {
+                let div = UNIT * 1024u128.pow(exp);
+                if magnitude.is_multiple_of(div) {
+                    return format!("{sign}{}{suffix}", magnitude / div);
+                }
+            }
+            // Not a whole number of Ki: the exact decimal of amount/1024 (it terminates: 1024 is
+            // a power of two), in Ki.
+            let per_ki = UNIT * 1024;
+            let whole = magnitude / per_ki;
+            let mut rest = magnitude % per_ki;
+            let mut frac = String::new();
+            while rest != 0 {
+                rest *= 10;
+                frac.push(char::from(b'0' + (rest / per_ki) as u8));
+                rest %= per_ki;
+            }
+            format!("{sign}{whole}.{frac}Ki")
+        }
+        Format::BinarySI | Format::DecimalSI => {
+            if magnitude == 0 {
+                return "0".to_string();
+            }
+            for (exp, suffix) in [
+                (27, "E"),
+                (24, "P"),
+                (21, "T"),
+                (18, "G"),
+                (15, "M"),
+                (12, "k"),
+                (9, ""),
+                (6, "m"),
+                (3, "u"),
+            ] {
+                let div = 10u128.pow(exp);
+                if magnitude.is_multiple_of(div) {
+                    return format!("{sign}{}{suffix}", magnitude / div);
+                }
+            }
+            format!("{sign}{magnitude}n")
+        }
+    }
+}
+
 /// Parses a `Quantity`.
 pub fn parse_quantity(q: &Quantity) -> Result<Parsed, QuantityError> {
     parse(&q.0)
@@ -366,6 +459,55 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(parse(s), Err(want.clone()), "{s}");
         }
+    }
+
+    #[test]
+    fn formats_survive_a_round_trip() {
+        let cases: &[(&str, Format)] = &[
+            ("1Gi", Format::BinarySI),
+            ("1024Mi", Format::BinarySI),
+            ("1.5Gi", Format::BinarySI),
+            ("0.5Ki", Format::BinarySI),
+            ("2k", Format::DecimalSI),
+            ("2000", Format::DecimalSI),
+            ("1.5", Format::DecimalSI),
+            ("100m", Format::DecimalSI),
+            ("0", Format::DecimalSI),
+            ("1e3", Format::DecimalExponent),
+            ("-1Ki", Format::BinarySI),
+        ];
+        for (s, format) in cases {
+            assert_eq!(format_of(s), *format, "{s}");
+        }
+        // The written form parses back to the same amount and format.
+        for (s, format) in cases {
+            let nanos = parse(s).expect("parse").nanos();
+            let written = to_string(nanos, *format);
+            assert_eq!(
+                parse(&written).map(Parsed::nanos),
+                Ok(nanos),
+                "{s} -> {written}"
+            );
+            if nanos.abs() >= 1024 * NANO {
+                assert_eq!(format_of(&written), *format, "{s} -> {written}");
+            }
+        }
+        assert_eq!(
+            to_string(parse("0.5Ki").expect("parse").nanos(), Format::BinarySI),
+            "512"
+        );
+        assert_eq!(
+            to_string(parse("2000").expect("parse").nanos(), Format::BinarySI),
+            "1.953125Ki"
+        );
+        assert_eq!(
+            to_string(parse("1Gi").expect("parse").nanos(), Format::BinarySI),
+            "1Gi"
+        );
+        assert_eq!(
+            to_string(parse("1.5").expect("parse").nanos(), Format::DecimalSI),
+            "1500m"
+        );
     }
 
     #[test]

@@ -1,24 +1,26 @@
-//! DynamicResources: dynamic resource allocation (DRA) with structured parameters, as upstream
-//! 1.36. A pod's ResourceClaims are allocated devices from the ResourceSlices of the node it is
-//! scheduled to, and the allocation and reservation are written before the pod is bound: a pod with
-//! claims is never bound without them.
+//! DynamicResources: dynamic resource allocation (DRA) with structured parameters, as upstream's
+//! `dynamicresources` plugin of the emulated minor. A pod's ResourceClaims are allocated devices
+//! from the ResourceSlices of the node it is scheduled to, and the allocation and reservation are
+//! written before the pod is bound: a pod with claims is never bound without them.
 //!
 //! - [`plugin`]: the extension points (PreEnqueue waits for claims generated from templates;
 //!   PreFilter/Filter find an allocation per node; Reserve/Unreserve keep it in flight; PreBind
-//!   writes `status.allocation` and `status.reservedFor`; PostFilter deallocates; Score prefers
-//!   earlier `firstAvailable` subrequests);
-//! - [`allocator`]: the structured allocator;
+//!   writes `status.allocation` and `status.reservedFor`, then waits for binding conditions;
+//!   PostFilter deallocates; Score prefers earlier `firstAvailable` subrequests);
+//! - [`allocator`]: the structured allocator (partitionable devices, consumable capacity,
+//!   binding conditions, device taints);
+//! - [`binding`]: binding conditions and `bindingTimeout`;
 //! - [`cel`]: device selectors;
 //! - [`tracker`]: assumed claims and in-flight allocations (shared by all profiles);
-//! - [`claims`]: a pod's claims.
+//! - [`claims`]: a pod's claims;
+//! - [`versions`]: what changed at which minor.
 //!
 //! What ksched does not implement is refused (UnschedulableAndUnresolvable, naming the feature),
-//! never bound: DRA-backed extended resources, partitionable devices (`consumesCounters`),
-//! consumable capacity (`allowMultipleAllocations`, capacity requests, `distinctAttribute`),
-//! binding conditions. Device taints are honoured (with the claim's tolerations); DeviceTaintRules
-//! (off by default upstream) are not watched.
+//! never bound: extended resources backed by DRA (`DRAExtendedResource`) on nodes whose device
+//! plugin does not provide them. DeviceTaintRules are not watched yet.
 
 pub(crate) mod allocator;
+mod binding;
 pub(crate) mod cel;
 pub(crate) mod claims;
 mod events;
@@ -26,6 +28,7 @@ pub(crate) mod plugin;
 #[cfg(test)]
 pub(crate) mod testing;
 pub(crate) mod tracker;
+pub(crate) mod versions;
 
 use std::sync::Arc;
 
@@ -50,8 +53,8 @@ pub(crate) const INFORMERS: &[Informer] = &[
 
 /// Upstream's `DynamicResourcesFilterTimeoutDefault`.
 pub(crate) const DEFAULT_FILTER_TIMEOUT: GoDuration = GoDuration::from_secs(10);
-/// Upstream's `DynamicResourcesBindingTimeoutDefault` (defaulted because DRADeviceBindingConditions
-/// is on in 1.36; ksched refuses devices with binding conditions, so it never waits that long).
+/// Upstream's `DynamicResourcesBindingTimeoutDefault`: how long PreBind waits for the binding
+/// conditions of allocated devices (DRADeviceBindingConditions is on).
 pub(crate) const DEFAULT_BINDING_TIMEOUT: GoDuration = GoDuration::from_secs(600);
 
 /// Upstream's `DynamicResourcesArgs`.
@@ -105,12 +108,19 @@ pub(crate) fn registration() -> PluginRegistration {
                 .filter_timeout
                 .and_then(GoDuration::to_std)
                 .filter(|t| !t.is_zero());
-            Ok(Arc::new(DynamicResources::new(
+            let plugin = DynamicResources::new(
                 handle.listers.clone(),
                 handle.api.clone(),
                 handle.dispatcher.clone(),
                 timeout,
-            )) as Arc<dyn Plugin>)
+            );
+            let plugin =
+                plugin.with_behaviour(versions::Behaviour::of_minor(versions::PINNED_MINOR));
+            let plugin = match args.binding_timeout.and_then(GoDuration::to_std) {
+                Some(t) => plugin.with_binding_timeout(t),
+                None => plugin,
+            };
+            Ok(Arc::new(plugin) as Arc<dyn Plugin>)
         },
     )
     .with_informers(INFORMERS)

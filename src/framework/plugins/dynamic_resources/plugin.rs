@@ -14,10 +14,12 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use parking_lot::Mutex;
 
-use super::allocator::{AllocateError, Allocator};
+use super::allocator::{AllocateError, Allocator, Inputs};
+use super::binding;
 use super::cel::Cache;
 use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
 use super::tracker::ClaimTracker;
+use super::versions::{Behaviour, Change};
 use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PostFilterResult,
@@ -52,6 +54,9 @@ pub(crate) struct DynamicResources {
     dispatcher: Arc<ApiDispatcher>,
     cel: Arc<Cache>,
     filter_timeout: Option<Duration>,
+    /// How long PreBind waits for the binding conditions of allocated devices.
+    binding_timeout: Duration,
+    behaviour: Behaviour,
 }
 
 impl_plugin!(
@@ -143,7 +148,22 @@ impl DynamicResources {
             dispatcher,
             cel: Arc::new(Cache::default()),
             filter_timeout,
+            binding_timeout: super::DEFAULT_BINDING_TIMEOUT
+                .to_std()
+                .unwrap_or(Duration::from_secs(600)),
+            behaviour: Behaviour::default(),
         }
+    }
+
+    pub(crate) fn with_binding_timeout(mut self, timeout: Duration) -> DynamicResources {
+        self.binding_timeout = timeout;
+        self
+    }
+
+    /// The plugin as the kube-scheduler of another minor behaves.
+    pub(crate) fn with_behaviour(mut self, behaviour: Behaviour) -> DynamicResources {
+        self.behaviour = behaviour;
+        self
     }
 
     /// The stores the plugin reads (its queueing hints read the same).
@@ -161,34 +181,6 @@ impl DynamicResources {
 
     fn class(&self, name: &str) -> Option<Arc<DeviceClass>> {
         self.listers.device_classes.get("", name)
-    }
-
-    /// A DRA feature this ksched does not implement that the claim asks for.
-    fn unsupported_in_claim(claim: &ResourceClaim) -> Option<String> {
-        let devices = claim.spec.devices.as_ref()?;
-        for r in devices.requests.iter().flatten() {
-            let capacity = r.exactly.as_ref().is_some_and(|e| e.capacity.is_some())
-                || r.first_available
-                    .iter()
-                    .flatten()
-                    .any(|s| s.capacity.is_some());
-            if capacity {
-                return Some(format!(
-                    "resource claim {}, request {}: capacity requests (DRAConsumableCapacity) are not supported by ksched",
-                    claim_key(claim),
-                    r.name
-                ));
-            }
-        }
-        for c in devices.constraints.iter().flatten() {
-            if c.distinct_attribute.is_some() {
-                return Some(format!(
-                    "resource claim {}: distinctAttribute constraints (DRAConsumableCapacity) are not supported by ksched",
-                    claim_key(claim)
-                ));
-            }
-        }
-        None
     }
 
     /// Extended resources the pod requests that a DeviceClass provides (DRAExtendedResource).
@@ -251,14 +243,8 @@ impl DynamicResources {
                     }
                 }
             }
-            if let Some(reason) = Self::unsupported_in_claim(claim) {
-                return Err(Status::unresolvable(reason));
-            }
         }
         if !st.to_allocate.is_empty() {
-            let allocated = self
-                .tracker
-                .allocated_devices(&self.listers.resource_claims);
             let classes = self
                 .listers
                 .device_classes
@@ -266,13 +252,15 @@ impl DynamicResources {
                 .into_iter()
                 .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
                 .collect();
-            st.allocator = Some(Allocator::new(
-                allocated,
+            let inputs = Inputs {
+                allocated: self.tracker.allocated_state(&self.listers.resource_claims),
                 classes,
-                self.listers.resource_slices.list(),
-                self.cel.clone(),
-                self.filter_timeout,
-            ));
+                taint_rules: Vec::new(),
+                cel: self.cel.clone(),
+                timeout: self.filter_timeout,
+                behaviour: self.behaviour,
+            };
+            st.allocator = Some(Allocator::new(inputs, self.listers.resource_slices.list()));
         }
         st.extended = self.dra_extended_resources(pod);
         *st.claims.get_mut() = claims;
@@ -446,11 +434,16 @@ impl FilterPlugin for DynamicResources {
         let Some(claims) = st.claims() else {
             return Status::success();
         };
+        let now = k8s_openapi::jiff::Timestamp::now();
         let unavailable: Vec<usize> = st
             .available_on_nodes
             .iter()
             .enumerate()
-            .filter(|(_, sel)| sel.as_ref().is_some_and(|s| !selector_matches(s, node)))
+            .filter(|&(i, sel)| {
+                sel.as_ref().is_some_and(|s| !selector_matches(s, node))
+                    || (is_allocated(&claims[i])
+                        && binding::failed(&claims[i], self.binding_timeout, now).is_some())
+            })
             .map(|(i, _)| i)
             .collect();
         let mut allocations = None;
@@ -458,17 +451,10 @@ impl FilterPlugin for DynamicResources {
             let to_allocate: Vec<Arc<ResourceClaim>> =
                 st.to_allocate.iter().map(|&i| claims[i].clone()).collect();
             match allocator.allocate(node, &to_allocate) {
-                Ok(outcome) => match outcome.results {
-                    Some(results) if results.len() == to_allocate.len() => {
-                        allocations = Some(results)
-                    }
-                    _ => {
-                        return match outcome.unsupported {
-                            Some(u) => Status::unresolvable(format!("{ERR_CANNOT_ALLOCATE}: {u}")),
-                            None => Status::unresolvable(ERR_CANNOT_ALLOCATE),
-                        };
-                    }
-                },
+                Ok(Some(results)) if results.len() == to_allocate.len() => {
+                    allocations = Some(results)
+                }
+                Ok(_) => return Status::unresolvable(ERR_CANNOT_ALLOCATE),
                 Err(AllocateError::Timeout) => {
                     return Status::error(format!(
                         "node {}: timed out trying to allocate devices",
@@ -505,8 +491,14 @@ impl PostFilterPlugin for DynamicResources {
         let Some(st) = state(cs) else {
             return (None, Status::error("not found"));
         };
+        let quiet = self.behaviour.has(Change::QuietPostFilter);
         let Some(claims) = st.claims() else {
-            return (None, Status::unschedulable(NO_NEW_CLAIMS_TO_DEALLOCATE));
+            let reason = if quiet {
+                ""
+            } else {
+                NO_NEW_CLAIMS_TO_DEALLOCATE
+            };
+            return (None, Status::unschedulable(reason));
         };
         // Upstream picks one unavailable claim at random; the first is as good.
         let unavailable: Vec<usize> = st.unavailable.lock().iter().copied().collect();
@@ -535,7 +527,8 @@ impl PostFilterPlugin for DynamicResources {
                 Status::unschedulable("deallocation of ResourceClaim completed"),
             );
         }
-        (None, Status::unschedulable("still not schedulable"))
+        let reason = if quiet { "" } else { "still not schedulable" };
+        (None, Status::unschedulable(reason))
     }
 }
 
@@ -710,6 +703,53 @@ impl PreBindPlugin for DynamicResources {
                 Err(e) => return Status::error(e),
             }
         }
+        let claims = st.claims.lock().clone();
+        if claims.iter().any(|c| binding::has_binding_conditions(c)) {
+            return self.wait_for_binding_conditions(&st).await;
+        }
         Status::success()
+    }
+}
+
+impl DynamicResources {
+    /// Upstream's wait in PreBind: the claims as the scheduler knows them, every
+    /// [`binding::POLL_INTERVAL`], until their devices' binding conditions are met, one failed
+    /// or `bindingTimeout` passed.
+    async fn wait_for_binding_conditions(&self, st: &State) -> Status {
+        let deadline = std::time::Instant::now() + self.binding_timeout;
+        loop {
+            let mut ready = true;
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let claims = st.claims.lock().clone();
+            for (i, claim) in claims.iter().enumerate() {
+                let (namespace, name) = (
+                    claim.metadata.namespace.as_deref().unwrap_or_default(),
+                    claim.metadata.name.as_deref().unwrap_or_default(),
+                );
+                let Some(current) =
+                    self.tracker
+                        .get(&self.listers.resource_claims, namespace, name)
+                else {
+                    return Status::error(format!("resourceclaim {namespace}/{name} not found"));
+                };
+                st.claims.lock()[i] = current.clone();
+                if let Some(reason) = binding::failed(&current, self.binding_timeout, now) {
+                    return Status::error(reason);
+                }
+                if !matches!(binding::ready(&current), Ok(true)) {
+                    ready = false;
+                    break;
+                }
+            }
+            if ready {
+                return Status::success();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left < binding::POLL_INTERVAL {
+                tokio::time::sleep(left).await;
+                return Status::error("device binding timeout: context deadline exceeded");
+            }
+            tokio::time::sleep(binding::POLL_INTERVAL).await;
+        }
     }
 }

@@ -131,6 +131,12 @@ fn pods_without_claims_skip_and_have_nothing_to_deallocate() {
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(s.message(), NO_NEW_CLAIMS_TO_DEALLOCATE);
+    // 1.37 says nothing.
+    let quiet = env(1, vec![]);
+    let quiet = DynamicResources::new(quiet.listers, quiet.api, quiet.dispatcher, None)
+        .with_behaviour(versions::Behaviour::of_minor(37));
+    let (_, s) = quiet.post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
+    assert_eq!((s.code(), s.reasons().len()), (Code::Unschedulable, 0));
     // PreFilter never ran (an earlier one rejected the pod): upstream's "not found" error.
     let (_, s) = e.plugin.post_filter(
         &CycleState::new(),
@@ -154,17 +160,6 @@ fn pre_filter_refusals() {
             "missing device class of a subrequest",
             json!({"requests": [{"name": "r", "firstAvailable": [{"name": "s", "deviceClassName": "nope"}]}]}),
             "request r/s: device class nope does not exist",
-        ),
-        (
-            "capacity requests",
-            json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "capacity": {"requests": {"memory": "1Gi"}}}}]}),
-            "resource claim ns/p-gpu, request r: capacity requests (DRAConsumableCapacity) are not supported by ksched",
-        ),
-        (
-            "distinctAttribute",
-            json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2}}],
-                   "constraints": [{"distinctAttribute": "gpu.example.com/index"}]}),
-            "resource claim ns/p-gpu: distinctAttribute constraints (DRAConsumableCapacity) are not supported by ksched",
         ),
     ];
     for (name, devices, want) in cases {
@@ -482,5 +477,51 @@ fn pre_bind_pre_flight_skips_a_pod_without_claims() {
             .pre_bind_pre_flight(&CycleState::new(), &pod, "n1")
             .code(),
         Code::Error
+    );
+}
+
+#[test]
+fn capacity_requests_share_a_device_through_the_plugin() {
+    let listers = Arc::new(Listers::default());
+    listers.resource_slices.apply(
+        (*node_slice(
+            "n1",
+            vec![json!({"name": "shared", "allowMultipleAllocations": true,
+                        "capacity": {"memory": {"value": "40Gi"}}})],
+        ))
+        .clone(),
+    );
+    listers.device_classes.apply((*class("gpu", &[])).clone());
+    let request = json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu",
+        "capacity": {"requests": {"memory": "30Gi"}}}}]});
+    listers
+        .resource_claims
+        .apply(generated_claim("p-gpu", "p", request.clone()));
+    listers
+        .resource_claims
+        .apply(generated_claim("q-gpu", "q", request));
+    let api = Arc::new(RecordingApi::default());
+    let plugin = DynamicResources::new(listers, api, Arc::new(ApiDispatcher::default()), None);
+    let e = Env {
+        listers: Arc::new(Listers::default()),
+        api: Arc::new(RecordingApi::default()),
+        dispatcher: Arc::new(ApiDispatcher::default()),
+        plugin,
+    };
+    let p = pod_with_template_claim("p", "p-gpu", true);
+    let (mut cs, code, msg) = pre_filter(&e, &p);
+    assert_eq!(code, Code::Success, "{msg}");
+    assert_eq!(filter(&e, &cs, &p, "n1"), (Code::Success, String::new()));
+    assert!(e.plugin.reserve(&mut cs, &p, "n1").is_success());
+    // The in-flight share takes 30Gi: a second 30Gi share does not fit.
+    let q = pod_with_template_claim("q", "q-gpu", true);
+    let (cs, code, _) = pre_filter(&e, &q);
+    assert_eq!(code, Code::Success);
+    assert_eq!(
+        filter(&e, &cs, &q, "n1"),
+        (
+            Code::UnschedulableAndUnresolvable,
+            ERR_CANNOT_ALLOCATE.to_string()
+        )
     );
 }

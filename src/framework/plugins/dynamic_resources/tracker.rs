@@ -3,13 +3,15 @@
 //! status update in PreBind. Together they say which devices are taken, so two pods in flight never
 //! get the same device.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::Mutex;
 
+use super::allocator::AllocatedState;
+use super::allocator::capacity::{self, Amount};
 use crate::framework::listers::ObjectStore;
 use crate::framework::plugins::volume_binding::assume_cache::{AssumeCache, AssumeError};
 
@@ -136,12 +138,10 @@ impl ClaimTracker {
         }
     }
 
-    /// Every device allocated to a claim, written or in flight; devices allocated with admin
-    /// access do not count (upstream's `foreachAllocatedDevice`).
-    pub(crate) fn allocated_devices(
-        &self,
-        store: &ObjectStore<ResourceClaim>,
-    ) -> HashSet<DeviceId> {
+    /// Every device allocated to a claim, written or in flight (upstream's
+    /// `GatherAllocatedState`): devices allocated whole, devices shared by several claims and
+    /// the capacity their shares consume. Devices allocated with admin access do not count.
+    pub(crate) fn allocated_state(&self, store: &ObjectStore<ResourceClaim>) -> AllocatedState {
         // In-flight first: an allocation leaves the in-flight set only after it was assumed, so
         // reading the claims second cannot miss it.
         let in_flight: Vec<Arc<ResourceClaim>> = self
@@ -152,7 +152,7 @@ impl ClaimTracker {
             .collect();
         self.assumed.prune(store);
         let claims = self.assumed.list(store);
-        let mut devices = HashSet::new();
+        let mut state = AllocatedState::default();
         for claim in claims.iter().chain(&in_flight) {
             let results = claim
                 .status
@@ -161,12 +161,25 @@ impl ClaimTracker {
                 .and_then(|a| a.devices.as_ref())
                 .and_then(|d| d.results.as_ref());
             for r in results.into_iter().flatten() {
-                if r.admin_access != Some(true) {
-                    devices.insert(DeviceId::new(&r.driver, &r.pool, &r.device));
+                if r.admin_access == Some(true) {
+                    continue;
                 }
+                let id = DeviceId::new(&r.driver, &r.pool, &r.device);
+                if r.share_id.is_none() {
+                    state.devices.insert(id);
+                    continue;
+                }
+                if let Some(consumed) = &r.consumed_capacity {
+                    let nanos = consumed
+                        .iter()
+                        .map(|(name, q)| (name.clone(), Amount::of(q).nanos))
+                        .collect();
+                    capacity::add(state.capacity.entry(id.clone()).or_default(), &nanos);
+                }
+                state.shared.insert(id);
             }
         }
-        devices
+        state
     }
 }
 
@@ -194,8 +207,8 @@ mod tests {
         .expect("claim")
     }
 
-    fn ids(devices: &HashSet<DeviceId>) -> Vec<String> {
-        let mut v: Vec<String> = devices.iter().map(|d| d.device.clone()).collect();
+    fn ids(state: &AllocatedState) -> Vec<String> {
+        let mut v: Vec<String> = state.devices.iter().map(|d| d.device.clone()).collect();
         v.sort();
         v
     }
@@ -208,30 +221,24 @@ mod tests {
         store.apply(allocated("admin", "1", "dev-admin", true));
         store.apply(unallocated("b", "1"));
         store.apply(unallocated("c", "1"));
-        assert_eq!(ids(&t.allocated_devices(&store)), ["dev-a"]);
+        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a"]);
 
         // Reserve put c's allocation in flight.
         t.signal_pending(Arc::new(allocated("c", "1", "dev-c", false)));
         assert!(t.pending_allocation("c-uid").is_some());
-        assert_eq!(ids(&t.allocated_devices(&store)), ["dev-a", "dev-c"]);
+        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-c"]);
 
         // PreBind wrote b: assumed until the informer catches up.
         t.assume(&store, allocated("b", "2", "dev-b", false))
             .expect("assume");
-        assert_eq!(
-            ids(&t.allocated_devices(&store)),
-            ["dev-a", "dev-b", "dev-c"]
-        );
+        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-b", "dev-c"]);
         store.apply(allocated("b", "2", "dev-b", false));
-        assert_eq!(
-            ids(&t.allocated_devices(&store)),
-            ["dev-a", "dev-b", "dev-c"]
-        );
+        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-b", "dev-c"]);
 
         // Unreserve of c: in flight no more.
         assert!(t.maybe_remove_pending("c-uid", false));
         assert!(!t.maybe_remove_pending("c-uid", false));
-        assert_eq!(ids(&t.allocated_devices(&store)), ["dev-a", "dev-b"]);
+        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-b"]);
     }
 
     #[test]
@@ -265,7 +272,7 @@ mod tests {
         t.assume(&store, allocated("a", "3", "dev-a", false))
             .expect("assume");
         store.delete("ns/a");
-        assert!(t.allocated_devices(&store).is_empty());
+        assert!(t.allocated_state(&store).devices.is_empty());
         store.apply(unallocated("a", "4"));
         assert!(t.get(&store, "ns", "a").is_some_and(|c| c.status.is_none()));
     }

@@ -397,3 +397,283 @@ async fn template_claims_are_allocated_like_upstream() {
     // And upstream did the same.
     assert_eq!(ours, theirs);
 }
+
+/// The DeviceClass `name` of the driver's devices whose `kind` attribute is `kind`.
+fn kind_class(name: &str, kind: &str) -> DeviceClass {
+    object(json!({
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": format!(
+            "device.driver == \"{DRIVER}\" && device.attributes[\"{DRIVER}\"].kind == \"{kind}\""
+        )}}]}
+    }))
+}
+
+/// The slices of `node` for the features kube-scheduler has on by default since 1.36:
+/// partitionable devices (a 40Gi counter set; one device taking all of it, two taking half),
+/// a device shared by claims (40Gi of memory in steps of 10Gi) and a device with binding
+/// conditions.
+fn feature_slices(node: &str) -> Vec<ResourceSlice> {
+    let pool = |name: &str, count: i64| json!({"name": format!("{node}-{name}"), "generation": 1, "resourceSliceCount": count});
+    let kind = |k: &str| json!({"kind": {"string": k}});
+    let part = |name: &str, memory: &str| {
+        json!({"name": name, "attributes": kind("part"),
+        "consumesCounters": [{"counterSet": "mem", "counters": {"memory": {"value": memory}}}]})
+    };
+    vec![
+        object(
+            json!({"metadata": {"name": format!("{node}-part-counters")},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool("part", 2),
+                     "sharedCounters": [{"name": "mem", "counters": {"memory": {"value": "40Gi"}}}]}}),
+        ),
+        object(json!({"metadata": {"name": format!("{node}-part-devices")},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool("part", 2),
+                     "devices": [part("whole", "40Gi"), part("half-0", "20Gi"), part("half-1", "20Gi")]}})),
+        object(json!({"metadata": {"name": format!("{node}-shared")},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool("shared", 1),
+                     "devices": [{"name": "shared", "attributes": kind("shared"), "allowMultipleAllocations": true,
+                                  "capacity": {"memory": {"value": "40Gi", "requestPolicy": {
+                                      "default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}}}}]}})),
+        object(json!({"metadata": {"name": format!("{node}-fabric")},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool("fabric", 1),
+                     "devices": [{"name": "fabric", "attributes": kind("fabric"),
+                                  "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"]}]}})),
+    ]
+}
+
+/// A claim `name` for `count` devices of `class`, each taking `memory` when given.
+fn direct_claim(name: &str, class: &str, count: i64, memory: Option<&str>) -> ResourceClaim {
+    let mut exactly = json!({"deviceClassName": class, "count": count});
+    if let Some(m) = memory {
+        exactly["capacity"] = json!({"requests": {"memory": m}});
+    }
+    object(
+        json!({"metadata": {"name": name}, "spec": {"devices": {"requests": [{"name": "dev", "exactly": exactly}]}}}),
+    )
+}
+
+/// What one scheduler did with the features' workload: pod -> node (normalized) or its
+/// unschedulable message, claim -> normalized allocation (share IDs dropped: they are random).
+#[derive(Debug, PartialEq)]
+struct FeatureObserved {
+    pods: BTreeMap<String, String>,
+    claims: BTreeMap<String, Value>,
+}
+
+async fn feature_workload(
+    client: &Client,
+    tag: &str,
+    scheduler: &str,
+    contender: &Contender,
+    classes: &str,
+) -> FeatureObserved {
+    let test = format!("dra-features-{}", std::process::id());
+    let nodes = Nodes::new(cp(), &format!("{test}-{tag}")).waiting_on_drop();
+    let node = nodes.create("0", "8", &[]);
+    nodes.wait_ready();
+    let prefix = format!("{test}-{tag}-");
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let created = feature_slices(&node);
+    for s in &created {
+        slices
+            .create(&PostParams::default(), s)
+            .await
+            .expect("slice");
+    }
+    let ns = cp().namespace(client, &format!("dra-features-{tag}")).await;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let logs = || contender.logs();
+    let mut observed = FeatureObserved {
+        pods: BTreeMap::new(),
+        claims: BTreeMap::new(),
+    };
+    let claim_for = async |pod: &str, claim: ResourceClaim| {
+        claims
+            .create(&PostParams::default(), &claim)
+            .await
+            .expect("claim");
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let p = pod_with_claim(
+            pod,
+            scheduler,
+            json!({"name": "gpu", "resourceClaimName": name}),
+        );
+        pods.create(&PostParams::default(), &p)
+            .await
+            .expect("create pod");
+    };
+    let bound = async |pod: &str| {
+        poll(
+            &format!("pod {pod} bound"),
+            Duration::from_secs(90),
+            logs,
+            async || node_of(&pods, pod).await,
+        )
+        .await
+        .replace(&prefix, "node-")
+    };
+
+    // Partitionable devices: two devices that share the counter set.
+    claim_for(
+        "halves",
+        direct_claim("halves", &format!("part-{classes}"), 2, None),
+    )
+    .await;
+    let n = bound("halves").await;
+    observed.pods.insert("halves".into(), n);
+    // Consumable capacity: two claims share the device (15Gi rounds up to 20Gi); a third
+    // does not fit.
+    for name in ["share-1", "share-2"] {
+        claim_for(
+            name,
+            direct_claim(name, &format!("shared-{classes}"), 1, Some("15Gi")),
+        )
+        .await;
+        let n = bound(name).await;
+        observed.pods.insert(name.into(), n);
+    }
+    claim_for(
+        "share-3",
+        direct_claim("share-3", &format!("shared-{classes}"), 1, Some("15Gi")),
+    )
+    .await;
+    let full = poll(
+        "pod share-3 unschedulable",
+        Duration::from_secs(90),
+        logs,
+        async || unschedulable_message(&pods.get("share-3").await.ok()?),
+    )
+    .await;
+    observed.pods.insert("share-3".into(), full);
+    // Binding conditions: the pod waits until the driver says the device is attached.
+    claim_for(
+        "fabric",
+        direct_claim("fabric", &format!("fabric-{classes}"), 1, None),
+    )
+    .await;
+    let mut allocated = poll(
+        "claim fabric allocated",
+        Duration::from_secs(90),
+        logs,
+        async || {
+            let c = claims.get("fabric").await.ok()?;
+            c.status.as_ref()?.allocation.as_ref()?;
+            Some(c)
+        },
+    )
+    .await;
+    assert_eq!(
+        node_of(&pods, "fabric").await,
+        None,
+        "bound before its device was attached"
+    );
+    allocated.status.get_or_insert_default().devices = Some(vec![object(json!({
+        "driver": DRIVER, "pool": format!("{node}-fabric"), "device": "fabric",
+        "conditions": [{"type": "Attached", "status": "True", "reason": "Attached", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    }))]);
+    claims
+        .replace_status("fabric", &PostParams::default(), &allocated)
+        .await
+        .expect("device status");
+    let n = bound("fabric").await;
+    observed.pods.insert("fabric".into(), n);
+
+    for name in ["halves", "share-1", "share-2", "fabric"] {
+        let c = claims.get(name).await.expect("claim");
+        let mut v = normalized(&c, &prefix);
+        for r in v["allocation"]["devices"]["results"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(r) = r.as_object_mut() {
+                assert_eq!(
+                    r.remove("shareID").is_some(),
+                    name.starts_with("share"),
+                    "{name}"
+                );
+            }
+        }
+        observed.claims.insert(name.into(), v);
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    for s in &created {
+        let _ = slices
+            .delete(
+                s.metadata.name.as_deref().unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await;
+    }
+    observed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitionable_shared_and_conditional_devices_like_upstream() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let suffix = format!("features-{}", std::process::id());
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    for kind in ["part", "shared", "fabric"] {
+        classes
+            .create(
+                &PostParams::default(),
+                &kind_class(&format!("{kind}-{suffix}"), kind),
+            )
+            .await
+            .expect("device class");
+    }
+    let ksched = Contender::Ksched(SchedulerProcess::start(
+        cp,
+        "dra-features-ksched",
+        &config("dra-features-ksched", None),
+    ));
+    let ours = feature_workload(&client, "ksched", "dra-features-ksched", &ksched, &suffix).await;
+    drop(ksched);
+    let upstream = Contender::Upstream(kube_scheduler(cp, "dra-features-upstream"));
+    let theirs = feature_workload(
+        &client,
+        "upstream",
+        "dra-features-upstream",
+        &upstream,
+        &suffix,
+    )
+    .await;
+    drop(upstream);
+    for kind in ["part", "shared", "fabric"] {
+        let _ = classes
+            .delete(&format!("{kind}-{suffix}"), &DeleteParams::default())
+            .await;
+    }
+
+    // What ksched did, spelled out.
+    let devices = |claim: &str| -> Vec<String> {
+        ours.claims[claim]["allocation"]["devices"]["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| r["device"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(devices("halves"), ["half-0", "half-1"]);
+    assert_eq!(devices("share-1"), ["shared"]);
+    assert_eq!(devices("share-2"), ["shared"]);
+    assert_eq!(
+        ours.claims["share-1"]["allocation"]["devices"]["results"][0]["consumedCapacity"],
+        json!({"memory": "20Gi"})
+    );
+    assert_eq!(
+        ours.claims["fabric"]["allocation"]["devices"]["results"][0]["bindingConditions"],
+        json!(["Attached"])
+    );
+    assert!(
+        ours.pods["share-3"].contains("cannot allocate all claims"),
+        "{}",
+        ours.pods["share-3"]
+    );
+    // And upstream did the same.
+    assert_eq!(ours, theirs);
+}

@@ -45,6 +45,7 @@ pub const FAMILIES: &[Family] = &[
     ("gates", scheduling_gates),
     ("fill", fill),
     ("dra", dra),
+    ("dra-shared", dra_shared),
 ];
 
 /// `per_family` cases of every family, from `seed`.
@@ -1075,6 +1076,51 @@ fn dra(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
             pod(&format!("incoming-{k}"))
                 .req("100m", "")
                 .claim(&claim)
+                .build(),
+        );
+    }
+    (objects, incoming)
+}
+
+// ---------------------------------------------------------------------------------------------
+// dra-shared: the DRA features on by default since 1.36 that share hardware: partitionable
+// devices (parts of a GPU consuming a pool's counter set) and devices shared by claims
+// (consumable capacity, requests rounded up to the device's steps); claims for counts of parts,
+// or for memory on the shared devices, until some do not fit.
+
+fn dra_shared(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let mut objects = vec![device_class("gpu", None)];
+    for i in 0..count(rng, 1, 3) {
+        let n = node_name(i);
+        objects.push(node(&n).build());
+        if chance(rng, 50) {
+            let parts: Vec<(String, u32)> = [("whole", 80u32), ("half-0", 40), ("half-1", 40)]
+                .iter()
+                .chain(&[("quarter-0", 20), ("quarter-1", 20)])
+                .filter(|_| chance(rng, 80))
+                .map(|(name, gi)| (name.to_string(), *gi))
+                .collect();
+            objects.extend(partitioned_slices(&n, 80, &parts));
+        } else {
+            objects.push(shared_slice(
+                &n,
+                pick(rng, &[40u32, 80]),
+                pick(rng, &[10u32, 20]),
+            ));
+        }
+    }
+    let mut incoming = Vec::new();
+    for k in 0..count(rng, 2, 4) {
+        let name = format!("claim-{k}");
+        if chance(rng, 50) {
+            objects.push(resource_claim(&name, "gpu", Some(rng.u32(1..=2)), None));
+        } else {
+            objects.push(capacity_claim(&name, "gpu", pick(rng, &[5u32, 15, 30])));
+        }
+        incoming.push(
+            pod(&format!("incoming-{k}"))
+                .req("100m", "")
+                .claim(&name)
                 .build(),
         );
     }

@@ -355,3 +355,54 @@ impl PodB {
         .container("resources", json!({"claims": [{"name": "gpu"}]}))
     }
 }
+
+fn slice_object(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": meta(name, None, &Map::new()), "spec": spec})
+}
+
+/// A partitionable pool of `node` (two slices): a counter set of `total_gi` of memory, and
+/// `parts` (name, Gi) that each consume their memory from it.
+pub fn partitioned_slices(node: &str, total_gi: u32, parts: &[(String, u32)]) -> Vec<Value> {
+    let pool = json!({"name": format!("{node}-parts"), "generation": 1, "resourceSliceCount": 2});
+    let devices: Vec<Value> = parts
+        .iter()
+        .map(|(name, gi)| {
+            json!({"name": name, "attributes": {"model": {"string": "a100"}},
+                "consumesCounters": [{"counterSet": "mem", "counters": {"memory": {"value": format!("{gi}Gi")}}}]})
+        })
+        .collect();
+    vec![
+        slice_object(
+            &format!("{node}-counters"),
+            json!({"driver": DRA_DRIVER, "nodeName": node, "pool": pool,
+                "sharedCounters": [{"name": "mem", "counters": {"memory": {"value": format!("{total_gi}Gi")}}}]}),
+        ),
+        slice_object(
+            &format!("{node}-parts"),
+            json!({"driver": DRA_DRIVER, "nodeName": node, "pool": pool, "devices": devices}),
+        ),
+    ]
+}
+
+/// One device of `node` that claims share: `gi` of memory, taken in steps of `step_gi`.
+pub fn shared_slice(node: &str, gi: u32, step_gi: u32) -> Value {
+    slice_object(
+        &format!("{node}-shared"),
+        json!({"driver": DRA_DRIVER, "nodeName": node,
+            "pool": {"name": format!("{node}-shared"), "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "shared", "attributes": {"model": {"string": "a100"}},
+                "allowMultipleAllocations": true,
+                "capacity": {"memory": {"value": format!("{gi}Gi"), "requestPolicy": {
+                    "default": format!("{step_gi}Gi"),
+                    "validRange": {"min": format!("{step_gi}Gi"), "step": format!("{step_gi}Gi")}}}}}]}),
+    )
+}
+
+/// A ResourceClaim in `fid-a` for one device of `class` taking `gi` of its memory.
+pub fn capacity_claim(name: &str, class: &str, gi: u32) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": meta(name, Some("fid-a"), &Map::new()),
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class,
+            "capacity": {"requests": {"memory": format!("{gi}Gi")}}}}]}}})
+}

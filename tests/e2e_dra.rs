@@ -677,3 +677,69 @@ async fn partitionable_shared_and_conditional_devices_like_upstream() {
     // And upstream did the same.
     assert_eq!(ours, theirs);
 }
+
+/// A DRA feature ksched does not implement leaves the pod pending with the feature named: an
+/// extended resource backed by a DeviceClass (`DRAExtendedResource`) on a node whose device
+/// plugin does not provide it. (kube-scheduler would allocate a device for it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_resources_backed_by_dra_are_left_pending_with_the_feature_named() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let test = format!("dra-ext-{}", std::process::id());
+    let resource = format!("{test}.example.com/gpu");
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    let class: DeviceClass = object(json!({"metadata": {"name": test},
+        "spec": {"extendedResourceName": resource,
+                 "selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}}));
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("class");
+    let nodes = Nodes::new(cp, &test).waiting_on_drop();
+    let node = nodes.create("0", "8", &[]);
+    nodes.wait_ready();
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let slice = node_slice(&node, 1);
+    slices
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("slice");
+    let ksched = SchedulerProcess::start(cp, "dra-ext-ksched", &config("dra-ext-ksched", None));
+    let ns = cp.namespace(&client, "dra-ext").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = object(json!({
+        "metadata": {"name": "wants-gpu"},
+        "spec": {"schedulerName": "dra-ext-ksched", "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": PAUSE, "resources": {
+                     "requests": {resource.as_str(): "1"}, "limits": {resource.as_str(): "1"}}}]}
+    }));
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    let message = poll(
+        "pod wants-gpu unschedulable",
+        Duration::from_secs(60),
+        || ksched.logs(),
+        async || unschedulable_message(&pods.get("wants-gpu").await.ok()?),
+    )
+    .await;
+    assert!(
+        message.contains(&format!(
+            "extended resource(s) {resource} backed by DRA (DRAExtendedResource) are not supported by ksched"
+        )),
+        "{message}"
+    );
+    assert_eq!(node_of(&pods, "wants-gpu").await, None);
+    drop(ksched);
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    let _ = slices
+        .delete(
+            slice.metadata.name.as_deref().unwrap_or_default(),
+            &DeleteParams::default(),
+        )
+        .await;
+    let _ = classes.delete(&test, &DeleteParams::default()).await;
+}

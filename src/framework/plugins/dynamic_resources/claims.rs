@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
-    DeviceRequest, ResourceClaim, ResourceClaimConsumerReference,
+    DeviceClass, DeviceRequest, ResourceClaim, ResourceClaimConsumerReference,
 };
 
 use super::tracker::ClaimTracker;
@@ -113,6 +113,31 @@ pub(crate) fn is_allocated(claim: &ResourceClaim) -> bool {
         .status
         .as_ref()
         .is_some_and(|s| s.allocation.is_some())
+}
+
+/// The implicit extended resource of a DeviceClass (upstream's `ResourceDeviceClassPrefix`).
+pub(crate) const DEVICE_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// The resources in `requested` that a DeviceClass provides (`DRAExtendedResource`): by its
+/// `extendedResourceName`, or as `deviceclass.resource.kubernetes.io/<class>`.
+pub(crate) fn backed_by_dra<'a>(
+    requested: impl Iterator<Item = &'a String>,
+    classes: &ObjectStore<DeviceClass>,
+) -> Vec<String> {
+    let mut requested = requested.peekable();
+    if requested.peek().is_none() {
+        return Vec::new();
+    }
+    let classes = classes.list();
+    requested
+        .filter(|name| {
+            classes.iter().any(|c| {
+                c.spec.extended_resource_name.as_deref() == Some(name.as_str())
+                    || name.strip_prefix(DEVICE_CLASS_PREFIX) == c.metadata.name.as_deref()
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// `namespace/name`, as upstream's `klog.KObj` prints a claim.

@@ -185,22 +185,10 @@ impl DynamicResources {
 
     /// Extended resources the pod requests that a DeviceClass provides (DRAExtendedResource).
     fn dra_extended_resources(&self, pod: &PodInfo) -> Vec<String> {
-        let requested = &pod.requests.scalar_resources;
-        if requested.is_empty() {
-            return Vec::new();
-        }
-        let classes = self.listers.device_classes.list();
-        requested
-            .keys()
-            .filter(|name| {
-                classes.iter().any(|c| {
-                    c.spec.extended_resource_name.as_deref() == Some(name.as_str())
-                        || name.strip_prefix("deviceclass.resource.kubernetes.io/")
-                            == c.metadata.name.as_deref()
-                })
-            })
-            .cloned()
-            .collect()
+        super::claims::backed_by_dra(
+            pod.requests.scalar_resources.keys(),
+            &self.listers.device_classes,
+        )
     }
 
     /// PreFilter for a pod with claims: which to allocate, where the allocated ones may run.

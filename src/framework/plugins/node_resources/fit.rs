@@ -20,9 +20,11 @@ use crate::framework::interface::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, SignFragment, SignPlugin, Status,
 };
+use crate::framework::listers::{Informer, Listers};
+use crate::framework::plugins::dynamic_resources::claims::backed_by_dra;
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
-use crate::framework::registry::PluginRegistration;
+use crate::framework::registry::{PluginRegistration, policy_rule};
 use crate::framework::types::{NodeInfo, PodInfo, Resource, Snapshot};
 
 pub(crate) const LEAST_ALLOCATED: &str = "LeastAllocated";
@@ -168,7 +170,11 @@ pub(crate) struct Fit {
     ignored_resource_groups: BTreeSet<String>,
     resources: Vec<ResourceSpec>,
     strategy: Strategy,
+    /// The DeviceClasses, for extended resources backed by DRA (`DRAExtendedResource`).
+    listers: Option<Arc<Listers>>,
 }
+
+const DRA_STATE_KEY: &str = "PreFilterNodeResourcesFitDRA";
 
 impl Fit {
     pub(crate) fn new(args: NodeResourcesFitArgs) -> Result<Fit, String> {
@@ -201,7 +207,29 @@ impl Fit {
             ignored_resource_groups: args.ignored_resource_groups.into_iter().collect(),
             resources: s.resources,
             strategy,
+            listers: None,
         })
+    }
+
+    /// Reads DeviceClasses from `listers`: an extended resource a class provides is left to
+    /// DynamicResources on nodes whose device plugin does not provide it (upstream's
+    /// `shouldDelegateResourceToDRA`).
+    pub(crate) fn with_listers(mut self, listers: Arc<Listers>) -> Fit {
+        self.listers = Some(listers);
+        self
+    }
+
+    /// The pod's extended resources that a DeviceClass provides.
+    fn dra_backed(&self, pod: &PodInfo) -> BTreeSet<String> {
+        let Some(listers) = &self.listers else {
+            return BTreeSet::new();
+        };
+        backed_by_dra(
+            pod.requests.scalar_resources.keys(),
+            &listers.device_classes,
+        )
+        .into_iter()
+        .collect()
     }
 
     /// The strategy's score of `node` for a pod requesting `pod_requests` (per resource).
@@ -391,19 +419,37 @@ impl SignPlugin for Fit {
 impl PreFilterPlugin for Fit {
     fn pre_filter(
         &self,
-        _state: &mut CycleState,
-        _pod: &PodInfo,
+        state: &mut CycleState,
+        pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (Option<PreFilterResult>, Status) {
-        // The pod's requests are computed once in PodInfo; nothing to store.
+        // The pod's requests are computed once in PodInfo; what DRA may provide is stored.
+        let backed = self.dra_backed(pod);
+        if !backed.is_empty() {
+            state.write(DRA_STATE_KEY, backed);
+        }
         (None, Status::success())
     }
 }
 
 impl FilterPlugin for Fit {
-    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let delegated = state
+            .read::<BTreeSet<String>>(DRA_STATE_KEY)
+            .into_iter()
+            .flatten()
+            .filter(|r| {
+                node.allocatable
+                    .scalar_resources
+                    .get(*r)
+                    .is_none_or(|v| *v == 0)
+            });
+        let mut requests = std::borrow::Cow::Borrowed(&pod.requests);
+        for r in delegated {
+            requests.to_mut().scalar_resources.remove(r);
+        }
         let insufficient = fits_request(
-            &pod.requests,
+            &requests,
             node,
             &self.ignored_resources,
             &self.ignored_resource_groups,
@@ -461,8 +507,17 @@ pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         Fit::EXTENSION_POINTS,
         decode::<NodeResourcesFitArgs>,
-        |args, _| Ok(Arc::new(Fit::new(typed::<NodeResourcesFitArgs>(args)?)?)),
+        |args, handle| {
+            let fit = Fit::new(typed::<NodeResourcesFitArgs>(args)?)?;
+            Ok(Arc::new(fit.with_listers(handle.listers.clone())))
+        },
     )
+    .with_informers(&[Informer::DeviceClasses])
+    .with_rbac_rules(vec![policy_rule(
+        &["resource.k8s.io"],
+        &["deviceclasses"],
+        &["get", "list", "watch"],
+    )])
 }
 
 #[cfg(test)]
@@ -583,6 +638,79 @@ mod tests {
             assert_eq!(
                 s.reasons(),
                 reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn extended_resources_a_device_class_provides_are_left_to_dra() {
+        let listers = Arc::new(Listers::default());
+        listers.device_classes.apply(
+            serde_json::from_value(json!({"metadata": {"name": "gpu"},
+                "spec": {"extendedResourceName": "example.com/gpu"}}))
+            .expect("class"),
+        );
+        let f = fit(json!({})).with_listers(listers);
+        let pod = |r: &str| PodBuilder::new("p").container(&[(r, "1")]).info();
+        let lacking = node(&[("cpu", "10"), ("pods", "10")], vec![]);
+        let plugin_has_none = node(&[("pods", "10"), ("example.com/gpu", "0")], vec![]);
+        let plugin_has_some = node(&[("pods", "10"), ("example.com/gpu", "1")], vec![]);
+        let full = node(
+            &[("pods", "10"), ("example.com/gpu", "1")],
+            vec![
+                PodBuilder::new("g")
+                    .node("n")
+                    .container(&[("example.com/gpu", "1")])
+                    .build(),
+            ],
+        );
+        for (name, r, n, want) in [
+            (
+                "by extendedResourceName, node lacks it",
+                "example.com/gpu",
+                &lacking,
+                vec![],
+            ),
+            (
+                "by the class's implicit name",
+                "deviceclass.resource.kubernetes.io/gpu",
+                &lacking,
+                vec![],
+            ),
+            (
+                "device plugin provides none",
+                "example.com/gpu",
+                &plugin_has_none,
+                vec![],
+            ),
+            (
+                "device plugin provides it",
+                "example.com/gpu",
+                &plugin_has_some,
+                vec![],
+            ),
+            (
+                "device plugin's is taken",
+                "example.com/gpu",
+                &full,
+                vec!["Insufficient example.com/gpu"],
+            ),
+            (
+                "no class provides it",
+                "example.com/fpga",
+                &lacking,
+                vec!["Insufficient example.com/fpga"],
+            ),
+        ] {
+            let p = pod(r);
+            let mut cs = CycleState::new();
+            let (_, s) = f.pre_filter(&mut cs, &p, &Snapshot::new());
+            assert!(s.is_success(), "{name}");
+            let s = f.filter(&cs, &p, n);
+            assert_eq!(
+                s.reasons(),
+                want.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
                 "{name}"
             );
         }

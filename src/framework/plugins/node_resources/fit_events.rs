@@ -15,9 +15,7 @@ use crate::framework::types::{
     QueueingHint, Resource, objects,
 };
 
-/// The prefix of the implicit extended resource of a DeviceClass (upstream's
-/// `ResourceDeviceClassPrefix`).
-const DEVICE_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+use crate::framework::plugins::dynamic_resources::claims::DEVICE_CLASS_PREFIX;
 
 impl EnqueueExtensions for Fit {
     fn events_to_register(&self) -> Vec<ClusterEventWithHint> {

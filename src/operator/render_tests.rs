@@ -465,7 +465,14 @@ fn a_minimal_profile_gets_only_the_core_permissions() {
         vec!["DefaultBinder", "NodeResourcesFit", "PrioritySort"]
     );
     let rules = r.cluster_role.rules.clone().unwrap_or_default();
-    assert_eq!(rules.len(), 8, "{rules:#?}");
+    // NodeResourcesFit reads DeviceClasses (extended resources backed by DRA).
+    assert_eq!(rules.len(), 9, "{rules:#?}");
+    assert!(has_rule(
+        &rules,
+        "resource.k8s.io",
+        "deviceclasses",
+        "watch"
+    ));
     assert!(has_rule(&rules, "", "pods/binding", "create"));
     assert!(has_rule(
         &rules,

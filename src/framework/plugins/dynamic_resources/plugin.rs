@@ -14,7 +14,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use parking_lot::Mutex;
 
-use super::allocator::{AllocateError, Allocator, Inputs};
+use super::allocator::{AllocateError, AllocatedState, Allocator, Inputs};
 use super::binding;
 use super::cel::Cache;
 use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
@@ -241,7 +241,11 @@ impl DynamicResources {
                 .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
                 .collect();
             let inputs = Inputs {
-                allocated: self.tracker.allocated_state(&self.listers.resource_claims),
+                allocated: AllocatedState::of(
+                    &self
+                        .tracker
+                        .claims_with_in_flight(&self.listers.resource_claims),
+                ),
                 classes,
                 taint_rules: Vec::new(),
                 cel: self.cel.clone(),

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::Mutex;
 
-use super::allocator::AllocatedState;
-use super::allocator::capacity::{self, Amount};
 use crate::framework::listers::ObjectStore;
 use crate::framework::plugins::volume_binding::assume_cache::{AssumeCache, AssumeError};
 
@@ -138,10 +136,12 @@ impl ClaimTracker {
         }
     }
 
-    /// Every device allocated to a claim, written or in flight (upstream's
-    /// `GatherAllocatedState`): devices allocated whole, devices shared by several claims and
-    /// the capacity their shares consume. Devices allocated with admin access do not count.
-    pub(crate) fn allocated_state(&self, store: &ObjectStore<ResourceClaim>) -> AllocatedState {
+    /// Every claim as the scheduler knows it, with the allocations in flight: what upstream's
+    /// `GatherAllocatedState` reads (see `allocator::AllocatedState::of`).
+    pub(crate) fn claims_with_in_flight(
+        &self,
+        store: &ObjectStore<ResourceClaim>,
+    ) -> Vec<Arc<ResourceClaim>> {
         // In-flight first: an allocation leaves the in-flight set only after it was assumed, so
         // reading the claims second cannot miss it.
         let in_flight: Vec<Arc<ResourceClaim>> = self
@@ -151,35 +151,9 @@ impl ClaimTracker {
             .map(|f| f.claim.clone())
             .collect();
         self.assumed.prune(store);
-        let claims = self.assumed.list(store);
-        let mut state = AllocatedState::default();
-        for claim in claims.iter().chain(&in_flight) {
-            let results = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .and_then(|a| a.devices.as_ref())
-                .and_then(|d| d.results.as_ref());
-            for r in results.into_iter().flatten() {
-                if r.admin_access == Some(true) {
-                    continue;
-                }
-                let id = DeviceId::new(&r.driver, &r.pool, &r.device);
-                if r.share_id.is_none() {
-                    state.devices.insert(id);
-                    continue;
-                }
-                if let Some(consumed) = &r.consumed_capacity {
-                    let nanos = consumed
-                        .iter()
-                        .map(|(name, q)| (name.clone(), Amount::of(q).nanos))
-                        .collect();
-                    capacity::add(state.capacity.entry(id.clone()).or_default(), &nanos);
-                }
-                state.shared.insert(id);
-            }
-        }
-        state
+        let mut claims = self.assumed.list(store);
+        claims.extend(in_flight);
+        claims
     }
 }
 
@@ -207,9 +181,26 @@ mod tests {
         .expect("claim")
     }
 
-    fn ids(state: &AllocatedState) -> Vec<String> {
-        let mut v: Vec<String> = state.devices.iter().map(|d| d.device.clone()).collect();
+    /// The devices allocated without admin access, by name.
+    fn ids(claims: &[Arc<ResourceClaim>]) -> Vec<String> {
+        let mut v: Vec<String> = claims
+            .iter()
+            .filter_map(|c| {
+                c.status
+                    .as_ref()?
+                    .allocation
+                    .as_ref()?
+                    .devices
+                    .as_ref()?
+                    .results
+                    .clone()
+            })
+            .flatten()
+            .filter(|r| r.admin_access != Some(true))
+            .map(|r| r.device)
+            .collect();
         v.sort();
+        v.dedup();
         v
     }
 
@@ -221,24 +212,30 @@ mod tests {
         store.apply(allocated("admin", "1", "dev-admin", true));
         store.apply(unallocated("b", "1"));
         store.apply(unallocated("c", "1"));
-        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a"]);
+        assert_eq!(ids(&t.claims_with_in_flight(&store)), ["dev-a"]);
 
         // Reserve put c's allocation in flight.
         t.signal_pending(Arc::new(allocated("c", "1", "dev-c", false)));
         assert!(t.pending_allocation("c-uid").is_some());
-        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-c"]);
+        assert_eq!(ids(&t.claims_with_in_flight(&store)), ["dev-a", "dev-c"]);
 
         // PreBind wrote b: assumed until the informer catches up.
         t.assume(&store, allocated("b", "2", "dev-b", false))
             .expect("assume");
-        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-b", "dev-c"]);
+        assert_eq!(
+            ids(&t.claims_with_in_flight(&store)),
+            ["dev-a", "dev-b", "dev-c"]
+        );
         store.apply(allocated("b", "2", "dev-b", false));
-        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-b", "dev-c"]);
+        assert_eq!(
+            ids(&t.claims_with_in_flight(&store)),
+            ["dev-a", "dev-b", "dev-c"]
+        );
 
         // Unreserve of c: in flight no more.
         assert!(t.maybe_remove_pending("c-uid", false));
         assert!(!t.maybe_remove_pending("c-uid", false));
-        assert_eq!(ids(&t.allocated_state(&store)), ["dev-a", "dev-b"]);
+        assert_eq!(ids(&t.claims_with_in_flight(&store)), ["dev-a", "dev-b"]);
     }
 
     #[test]
@@ -272,7 +269,7 @@ mod tests {
         t.assume(&store, allocated("a", "3", "dev-a", false))
             .expect("assume");
         store.delete("ns/a");
-        assert!(t.allocated_state(&store).devices.is_empty());
+        assert!(ids(&t.claims_with_in_flight(&store)).is_empty());
         store.apply(unallocated("a", "4"));
         assert!(t.get(&store, "ns", "a").is_some_and(|c| c.status.is_none()));
     }

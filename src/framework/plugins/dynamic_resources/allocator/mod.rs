@@ -39,9 +39,18 @@ use self::capacity::{Amount, Consumed, Rules};
 use self::constraints::Constraint;
 use self::pools::{CounterSets, Pool, node_matches};
 use super::cel::{Cache, DeviceInput};
-use super::claims::requests;
 use super::tracker::DeviceId;
 use super::versions::{Behaviour, Change};
+
+/// The claim's device requests.
+fn requests(claim: &ResourceClaim) -> &[k8s_openapi::api::resource::v1::DeviceRequest] {
+    claim
+        .spec
+        .devices
+        .as_ref()
+        .and_then(|d| d.requests.as_deref())
+        .unwrap_or_default()
+}
 
 /// Upstream's `resourceapi.AllocationResultsMaxSize`.
 pub(crate) const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
@@ -71,6 +80,39 @@ pub(crate) struct AllocatedState {
 }
 
 impl AllocatedState {
+    /// The devices `claims` are allocated, except those with admin access (upstream's
+    /// `foreachAllocatedDevice` over the assume cache and the allocations in flight).
+    pub(crate) fn of(claims: &[Arc<ResourceClaim>]) -> AllocatedState {
+        let mut state = AllocatedState::default();
+        for claim in claims {
+            let results = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .and_then(|a| a.devices.as_ref())
+                .and_then(|d| d.results.as_ref());
+            for r in results.into_iter().flatten() {
+                if r.admin_access == Some(true) {
+                    continue;
+                }
+                let id = DeviceId::new(&r.driver, &r.pool, &r.device);
+                if r.share_id.is_none() {
+                    state.devices.insert(id);
+                    continue;
+                }
+                if let Some(consumed) = &r.consumed_capacity {
+                    let nanos = consumed
+                        .iter()
+                        .map(|(name, q)| (name.clone(), Amount::of(q).nanos))
+                        .collect();
+                    capacity::add(state.capacity.entry(id.clone()).or_default(), &nanos);
+                }
+                state.shared.insert(id);
+            }
+        }
+        state
+    }
+
     /// Upstream's `IsDeviceAllocated`: taken whole or in part.
     fn is_allocated(&self, id: &DeviceId) -> bool {
         self.devices.contains(id) || self.shared.contains(id) || self.capacity.contains_key(id)

@@ -10,8 +10,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceRequestAllocationResult, ResourceClaim,
 };
 
-use super::{Search, device_of};
-use crate::framework::plugins::dynamic_resources::claims::requests;
+use super::{Search, device_of, requests};
 use crate::framework::plugins::dynamic_resources::versions::Change;
 
 impl Search<'_> {

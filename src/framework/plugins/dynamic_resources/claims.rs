@@ -3,10 +3,9 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{
-    DeviceClass, DeviceRequest, ResourceClaim, ResourceClaimConsumerReference,
-};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimConsumerReference};
 
+pub(crate) use super::allocator::requests;
 use super::tracker::ClaimTracker;
 use crate::framework::listers::ObjectStore;
 
@@ -95,16 +94,6 @@ pub(crate) fn reserved_for(claim: &ResourceClaim) -> &[ResourceClaimConsumerRefe
         .status
         .as_ref()
         .and_then(|s| s.reserved_for.as_deref())
-        .unwrap_or_default()
-}
-
-/// The claim's device requests.
-pub(crate) fn requests(claim: &ResourceClaim) -> &[DeviceRequest] {
-    claim
-        .spec
-        .devices
-        .as_ref()
-        .and_then(|d| d.requests.as_deref())
         .unwrap_or_default()
 }
 

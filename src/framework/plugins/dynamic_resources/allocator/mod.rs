@@ -43,7 +43,7 @@ use super::tracker::DeviceId;
 use super::versions::{Behaviour, Change};
 
 /// The claim's device requests.
-fn requests(claim: &ResourceClaim) -> &[k8s_openapi::api::resource::v1::DeviceRequest] {
+pub(crate) fn requests(claim: &ResourceClaim) -> &[k8s_openapi::api::resource::v1::DeviceRequest] {
     claim
         .spec
         .devices

@@ -1,11 +1,15 @@
 # The one place the Kubernetes version is pinned (k8s-openapi's feature in Cargo.toml must match).
-K8S_VERSION ?= 1.36.3
+K8S_VERSION ?= 1.37.2
+# The previous supported minor's release, built beside the pin: the version-skew e2e runs the same
+# ksched against both, and `make fidelity K8S_VERSION=1.36.3` compares with that minor's scheduler.
+K8S_PREVIOUS_VERSION ?= 1.36.3
 
 SHELL := /bin/bash
 CACHE_HOME := $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(HOME)/.cache)
 KSCHED_TESTENV_BIN := $(CACHE_HOME)/ksched/testenv/$(K8S_VERSION)/bin
-export KSCHED_TESTENV_BIN
-export K8S_VERSION
+KSCHED_TESTENV_PREVIOUS_BIN := $(CACHE_HOME)/ksched/testenv/$(K8S_PREVIOUS_VERSION)/bin
+export KSCHED_TESTENV_BIN KSCHED_TESTENV_PREVIOUS_BIN
+export K8S_VERSION K8S_PREVIOUS_VERSION
 
 # ksched's version: Cargo.toml is the one place (`ksched version`, the image tag, the chart's appVersion).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -20,9 +24,9 @@ all: build
 build:
 	cargo build --all-targets
 
-## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm (cached); podman
+## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm (cached) at K8S_VERSION and K8S_PREVIOUS_VERSION; podman
 testenv:
-	hack/testenv/build.sh >/dev/null
+	@for v in $(sort $(K8S_PREVIOUS_VERSION) $(K8S_VERSION)); do K8S_VERSION=$$v hack/testenv/build.sh >/dev/null || exit 1; done
 	hack/install-lua.sh >/dev/null
 	hack/install-prometheus.sh >/dev/null
 	hack/install-podman.sh >/dev/null
@@ -54,7 +58,7 @@ test: testenv lint
 
 check-no-leftovers:
 	@# anchored at the start of the command line, so this shell itself does not match
-	@left=$$(pgrep -af '^$(KSCHED_TESTENV_BIN)/' || true); \
+	@left=$$(pgrep -af '^($(KSCHED_TESTENV_BIN)|$(KSCHED_TESTENV_PREVIOUS_BIN))/' || true); \
 	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
 	echo "no control-plane process left running"
 

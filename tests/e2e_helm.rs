@@ -431,8 +431,8 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls_in_one_step() {
         .expect("list ReplicaSets");
     let rolled_out = sets.items.iter().any(|rs| {
         rs.spec
+            .template
             .as_ref()
-            .and_then(|s| s.template.as_ref())
             .and_then(|t| t.metadata.as_ref())
             .and_then(|m| m.annotations.as_ref())
             .is_some_and(|a| a.contains_key("e2e-rollout"))

@@ -536,8 +536,9 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
         .expect("configHash");
     let annotation = dep
         .spec
+        .template
+        .metadata
         .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get("ksched.io/config-hash").cloned());
     assert_eq!(annotation.as_deref(), Some(hash.as_str()));
@@ -713,7 +714,7 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     .await
     .expect("scale");
     eventually("replicas put back to 1", async || {
-        (deps.get(&obj_name(name)).await.ok()?.spec?.replicas == Some(1)).then_some(())
+        (deps.get(&obj_name(name)).await.ok()?.spec.replicas == Some(1)).then_some(())
     })
     .await;
 }
@@ -732,8 +733,9 @@ async fn spec_change_rolls_out_and_an_invalid_change_leaves_everything_as_it_was
     let cms: Api<ConfigMap> = Api::namespaced(c.clone(), NS);
     let template_hash = |d: &Deployment| {
         d.spec
+            .template
+            .metadata
             .as_ref()
-            .and_then(|s| s.template.metadata.as_ref())
             .and_then(|m| m.annotations.as_ref())
             .and_then(|a| a.get("ksched.io/config-hash").cloned())
     };
@@ -946,7 +948,7 @@ async fn suspend_scales_to_zero_and_keeps_the_config() {
         .get(&obj_name(name))
         .await
         .expect("deployment");
-    assert_eq!(d.spec.and_then(|s| s.replicas), Some(0));
+    assert_eq!(d.spec.replicas, Some(0));
     assert!(owners::<ConfigMap>(&c, NS, &obj_name(name)).await.is_some());
 }
 

@@ -697,7 +697,7 @@ fn deployment(
     };
     Deployment {
         metadata: meta(obj.clone(), Some(ns)),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(name)),
@@ -756,7 +756,7 @@ fn deployment(
                 }),
             },
             ..DeploymentSpec::default()
-        }),
+        },
         status: None,
     }
 }

@@ -68,8 +68,9 @@ fn deployment_of(r: &Rendered) -> &Deployment {
 fn pod_spec(r: &Rendered) -> &PodSpec {
     deployment_of(r)
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .unwrap_or_else(|| panic!("no pod spec"))
 }
 
@@ -232,8 +233,9 @@ fn config_hash_is_sha256_of_the_config_and_on_the_pod_template() {
     assert_eq!(r.config_hash.len(), 64);
     let annotations = deployment_of(&r)
         .spec
+        .template
+        .metadata
         .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.clone())
         .unwrap_or_default();
     assert_eq!(
@@ -268,7 +270,7 @@ fn deployment_runs_the_scheduler_safely() {
     );
     let r = ok(&p);
     let d = deployment_of(&r);
-    let spec = d.spec.as_ref().unwrap_or_else(|| panic!("spec"));
+    let spec = &d.spec;
     assert_eq!(spec.replicas, Some(2));
     let ru = spec
         .strategy
@@ -390,7 +392,7 @@ fn image_from_the_spec_wins() {
 fn suspend_scales_to_zero_and_keeps_the_config() {
     let running = ok(&profile("s", json!({"replicas": 3})));
     let suspended = ok(&profile("s", json!({"replicas": 3, "suspend": true})));
-    let replicas = |r: &Rendered| deployment_of(r).spec.as_ref().and_then(|s| s.replicas);
+    let replicas = |r: &Rendered| deployment_of(r).spec.replicas;
     assert_eq!(replicas(&running), Some(3));
     assert_eq!(replicas(&suspended), Some(0));
     assert_eq!(running.config_map, suspended.config_map);

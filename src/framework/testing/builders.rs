@@ -645,6 +645,7 @@ pub fn csi_node(name: &str, drivers: &[(&str, Option<i32>)]) -> CSINode {
                 })
                 .collect(),
         },
+        status: None,
     }
 }
 

@@ -115,6 +115,7 @@ async fn kit_client(main: &Client, base: &kube::Config) -> Result<Client, Error>
             audiences: None,
             expiration_seconds: Some(TOKEN_SECONDS),
             bound_object_ref: None,
+            attestations: None,
         }),
         ..TokenRequest::default()
     };

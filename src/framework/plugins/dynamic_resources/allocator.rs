@@ -588,7 +588,7 @@ impl<'a> Search<'a> {
     /// Upstream's validation loop in `Allocate`: request data, device counts, constraints.
     fn prepare(&mut self) -> Result<(), AllocateError> {
         for (ci, claim) in self.claims.iter().enumerate() {
-            let devices = claim.spec.devices.as_ref();
+            let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
             let requests = requests(claim);
             let mut min_per_claim = 0usize;
             for (ri, request) in requests.iter().enumerate() {
@@ -926,7 +926,11 @@ impl<'a> Search<'a> {
         let device = device_of(&slice, d);
         let driver = &self.pools[d.pool].driver;
         let class = &data.class;
-        let class_selectors = class.spec.selectors.as_deref().unwrap_or_default();
+        let class_selectors = class
+            .spec
+            .as_ref()
+            .and_then(|s| s.selectors.as_deref())
+            .unwrap_or_default();
         if !self.selectors_match(key.0, Some(class), class_selectors, device, driver)? {
             return Ok(false);
         }
@@ -1129,7 +1133,12 @@ impl<'a> Search<'a> {
                 continue;
             }
             let start = config.len();
-            for c in data.class.spec.config.iter().flatten() {
+            for c in data
+                .class
+                .spec
+                .iter()
+                .flat_map(|s| s.config.iter().flatten())
+            {
                 config.push(DeviceAllocationConfiguration {
                     source: "FromClass".to_string(),
                     requests: Some(vec![request_name.clone()]),
@@ -1140,8 +1149,8 @@ impl<'a> Search<'a> {
         }
         let claim_configs = claim
             .spec
-            .devices
             .as_ref()
+            .and_then(|s| s.devices.as_ref())
             .and_then(|d| d.config.as_deref())
             .unwrap_or_default();
         for c in claim_configs {
@@ -1614,7 +1623,7 @@ mod tests {
     #[test]
     fn configuration_from_class_and_claim() {
         let mut class_with_config = (*class("gpu", &[])).clone();
-        class_with_config.spec.config = Some(vec![
+        class_with_config.spec.get_or_insert_default().config = Some(vec![
             serde_json::from_value(
                 json!({"opaque": {"driver": DRIVER, "parameters": {"mode": "class"}}}),
             )

@@ -102,8 +102,8 @@ pub(crate) fn reserved_for(claim: &ResourceClaim) -> &[ResourceClaimConsumerRefe
 pub(crate) fn requests(claim: &ResourceClaim) -> &[DeviceRequest] {
     claim
         .spec
-        .devices
         .as_ref()
+        .and_then(|s| s.devices.as_ref())
         .and_then(|d| d.requests.as_deref())
         .unwrap_or_default()
 }

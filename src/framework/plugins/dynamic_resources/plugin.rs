@@ -165,7 +165,7 @@ impl DynamicResources {
 
     /// A DRA feature this ksched does not implement that the claim asks for.
     fn unsupported_in_claim(claim: &ResourceClaim) -> Option<String> {
-        let devices = claim.spec.devices.as_ref()?;
+        let devices = claim.spec.as_ref()?.devices.as_ref()?;
         for r in devices.requests.iter().flatten() {
             let capacity = r.exactly.as_ref().is_some_and(|e| e.capacity.is_some())
                 || r.first_available
@@ -202,7 +202,10 @@ impl DynamicResources {
             .keys()
             .filter(|name| {
                 classes.iter().any(|c| {
-                    c.spec.extended_resource_name.as_deref() == Some(name.as_str())
+                    c.spec
+                        .as_ref()
+                        .and_then(|s| s.extended_resource_name.as_deref())
+                        == Some(name.as_str())
                         || name.strip_prefix("deviceclass.resource.kubernetes.io/")
                             == c.metadata.name.as_deref()
                 })

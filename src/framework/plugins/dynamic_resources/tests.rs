@@ -429,7 +429,10 @@ fn score_prefers_earlier_subrequests() {
 fn dra_backed_extended_resources_are_refused_where_no_device_plugin_provides_them() {
     let e = env(1, vec![]);
     let mut gpu_class = (*class("gpu", &[])).clone();
-    gpu_class.spec.extended_resource_name = Some("example.com/gpu".into());
+    gpu_class
+        .spec
+        .get_or_insert_default()
+        .extended_resource_name = Some("example.com/gpu".into());
     e.listers.device_classes.apply(gpu_class);
     let pod = crate::framework::testing::PodBuilder::new("x")
         .container(&[("example.com/gpu", "1")])

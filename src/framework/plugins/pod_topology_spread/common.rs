@@ -158,14 +158,14 @@ pub(crate) fn default_selector(pod: &Pod, listers: &Listers) -> LabelMatcher {
                 extra = listers
                     .replica_sets
                     .get(ns, &o.name)
-                    .and_then(|rs| rs.spec.as_ref().map(|s| s.selector.clone()))
+                    .map(|rs| rs.spec.selector.clone())
                     .and_then(|s| Selector::try_from(s).ok());
             }
             ("apps/v1", "StatefulSet") => {
                 extra = listers
                     .stateful_sets
                     .get(ns, &o.name)
-                    .and_then(|ss| ss.spec.as_ref().map(|s| s.selector.clone()))
+                    .map(|ss| ss.spec.selector.clone())
                     .and_then(|s| Selector::try_from(s).ok());
             }
             _ => {}

@@ -424,10 +424,10 @@ fn meta(name: &str) -> ObjectMeta {
 fn replica_set(name: &str, labels: &[(&str, &str)]) -> ReplicaSet {
     ReplicaSet {
         metadata: meta(name),
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             selector: label_selector(labels, &[]),
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }

@@ -17,7 +17,7 @@ IMAGE ?= ksched:$(VERSION)
 # The image ships the dist build (fat LTO); IMAGE_PROFILE=release builds faster.
 IMAGE_PROFILE ?= dist
 
-.PHONY: all build test testenv crds manifests image lint demo bench bench-profile fidelity check-no-leftovers
+.PHONY: all build test testenv crds manifests image lint demo bench bench-profile fidelity k8s-bump check-no-leftovers
 
 all: build
 
@@ -65,6 +65,14 @@ check-no-leftovers:
 ## fidelity: the differential test against upstream kube-scheduler on the whole generated corpus (report: target/fidelity/report.txt; `make test` runs its quick subset)
 fidelity: testenv
 	cargo test --test fidelity -- --ignored --nocapture full
+
+## k8s-bump: move the pin to another Kubernetes release (VERSION=1.38.0): its testenv modules and feature-gate table, K8S_VERSION, a testenv build, then make fidelity against it (ksched emulates its newest minor until it supports the new one): the disagreements are the upgrade's to-do list
+k8s-bump:
+	@[[ "$(VERSION)" =~ ^1\.[0-9]+\.[0-9]+$$ ]] || { echo "usage: make k8s-bump VERSION=1.38.0" >&2; exit 2; }
+	hack/testenv/set-version.sh $(VERSION)
+	hack/testenv/feature-gates.sh $(VERSION)
+	sed -i -E 's/^K8S_VERSION \?= .*/K8S_VERSION ?= $(VERSION)/' Makefile
+	$(MAKE) --no-print-directory fidelity K8S_VERSION=$(VERSION)
 
 ## demo: local control plane, host and leaf kwok nodes, the operator (hybrid profile Embedded), a workload across host and leaf; DEMO_KEEP=1 keeps it running
 demo: testenv

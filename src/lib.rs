@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod emulation;
 pub mod framework;
 mod leader_election;
 mod logging;

@@ -53,13 +53,18 @@ struct RecordingEmbedded {
 
 #[async_trait]
 impl EmbeddedSchedulers for RecordingEmbedded {
-    async fn ensure(&self, profile: &str, config_yaml: &str) -> Result<(), EmbeddedError> {
+    async fn ensure(
+        &self,
+        profile: &str,
+        config_yaml: &str,
+        minor: ksched::emulation::Minor,
+    ) -> Result<(), EmbeddedError> {
         self.calls.lock().expect("lock").push((
             "ensure".into(),
             profile.into(),
             Some(config_yaml.into()),
         ));
-        self.inner().ensure(profile, config_yaml).await
+        self.inner().ensure(profile, config_yaml, minor).await
     }
     async fn stop(&self, profile: &str) {
         self.calls

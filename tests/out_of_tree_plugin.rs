@@ -158,11 +158,21 @@ fn a_plugin_written_with_the_prelude_registers_and_filters() {
     );
     let registration = require_label();
     // Args: strict, defaulted and validated as an in-tree plugin's.
-    let errs = (registration.decode_args)(Some(&json!({}))).expect_err("label missing");
+    let errs = (registration.decode_args)(Some(&json!({})), &Emulation::default())
+        .expect_err("label missing");
     assert_eq!(errs[0].path, "label");
-    assert!((registration.decode_args)(Some(&json!({"label": "a", "lable": "b"}))).is_err());
-    let args =
-        (registration.decode_args)(Some(&json!({"label": "example.com/ssd"}))).expect("valid");
+    assert!(
+        (registration.decode_args)(
+            Some(&json!({"label": "a", "lable": "b"})),
+            &Emulation::default()
+        )
+        .is_err()
+    );
+    let args = (registration.decode_args)(
+        Some(&json!({"label": "example.com/ssd"})),
+        &Emulation::default(),
+    )
+    .expect("valid");
     // Its factory's error, typed.
     let (h, _) = handle();
     let bad = json!({"label": "not a key"});

@@ -85,7 +85,7 @@ cat >"$dir/k8s/featuregates/main.go" <<EOF
 ${header}
 
 // Command featuregates prints every feature gate kube-scheduler ${version} knows at
-// its own minor, one per line: name, default, locked to default. Read by
+// its own minor, one per line: name, default, locked to default, stage (- for GA). Read by
 // hack/testenv/feature-gates.sh, which writes ksched's gate table for the minor.
 package main
 
@@ -107,7 +107,11 @@ func main() {
 	sort.Strings(names)
 	for _, name := range names {
 		spec := all[featuregate.Feature(name)]
-		fmt.Printf("%s %t %t\\n", name, spec.Default, spec.LockToDefault)
+		stage := string(spec.PreRelease)
+		if stage == "" {
+			stage = "-"
+		}
+		fmt.Printf("%s %t %t %s\\n", name, spec.Default, spec.LockToDefault, stage)
 	}
 }
 EOF

@@ -49,6 +49,12 @@ use super::schema;
         priority = 1
     ),
     printcolumn(
+        name = "KUBERNETES",
+        type_ = "string",
+        json_path = ".status.kubernetesVersion",
+        priority = 1
+    ),
+    printcolumn(
         name = "MESSAGE",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].message",
@@ -110,6 +116,14 @@ pub struct SchedulerProfileSpec {
     /// PriorityClass of the scheduler pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+
+    /// The Kubernetes minor the scheduler behaves as: that minor's kube-scheduler defaults,
+    /// plugins, feature gates, messages and metric names (rendered as `--emulated-version`).
+    /// One of the minors this ksched emulates (1.36, 1.37). Unset: the API server's minor,
+    /// decided when the scheduler starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::emulation::supported_cel()).message(crate::emulation::supported_cel_message().as_str()))]
+    pub kubernetes_version: Option<String>,
 
     /// Log verbosity, as kube-scheduler's `-v` (0-10).
     #[serde(default = "default_log_level")]
@@ -317,4 +331,8 @@ pub struct SchedulerProfileStatus {
     /// Pods Pending with this scheduler name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_pods: Option<i32>,
+    /// The Kubernetes minor the scheduler runs as: `spec.kubernetesVersion`, else the API
+    /// server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
 }

@@ -16,6 +16,10 @@ pub enum ApiError {
     NotFound(String),
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A transient failure upstream retries (`util.Retriable`): the API server's internal error or
+    /// service unavailable, or a refused connection.
+    #[error("{0}")]
+    Retriable(String),
     #[error("{0}")]
     Other(String),
 }
@@ -104,6 +108,10 @@ pub struct RecordingApi {
     pub fail_delete: parking_lot::Mutex<Option<ApiError>>,
     /// When set, `bind` fails with this error.
     pub fail_bind: parking_lot::Mutex<Option<ApiError>>,
+    /// With `fail_bind`: only this many more binds fail (`None`: every one).
+    pub fail_bind_times: parking_lot::Mutex<Option<u32>>,
+    /// Every `bind` call, failed or not.
+    pub bind_attempts: parking_lot::Mutex<u32>,
     /// PodGroup status updates: (`namespace/name`, status).
     pub pod_group_statuses: parking_lot::Mutex<Vec<(String, PodGroupStatus)>>,
     /// When set, PodGroup status updates fail with this error (taken: the next one succeeds).
@@ -154,8 +162,17 @@ impl RecordingApi {
 #[async_trait]
 impl ApiHandle for RecordingApi {
     async fn bind(&self, pod: &PodInfo, node_name: &str) -> Result<(), ApiError> {
+        *self.bind_attempts.lock() += 1;
         if let Some(e) = self.fail_bind.lock().clone() {
-            return Err(e);
+            let mut times = self.fail_bind_times.lock();
+            match times.as_mut() {
+                None => return Err(e),
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    return Err(e);
+                }
+                Some(_) => {}
+            }
         }
         self.bindings
             .lock()

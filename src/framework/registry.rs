@@ -21,6 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
 pub use super::api::{ApiError, ApiHandle, RecordedStatusPatch, RecordingApi};
+use super::args::{PluginArgs, decode_at};
 use super::background::{ApiDispatcher, BackgroundTasks};
 use super::interface::Plugin;
 use super::listers::{Informer, Listers};
@@ -28,6 +29,7 @@ use super::metrics::FrameworkMetrics;
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
 use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
+use crate::emulation::Emulation;
 
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
 pub trait PodNominator: Send + Sync {
@@ -97,6 +99,9 @@ pub struct Handle {
     pub tasks: Arc<BackgroundTasks>,
     /// Runs the API calls the scheduling cycle hands over (a background task itself).
     pub dispatcher: Arc<ApiDispatcher>,
+    /// The Kubernetes minor the scheduler emulates and its feature gates: what a plugin's
+    /// behaviour per minor is read from (its table, `emulation::at`).
+    pub emulation: Arc<Emulation>,
 }
 
 impl fmt::Debug for Handle {
@@ -124,7 +129,14 @@ impl Handle {
             profile_name: Arc::from(""),
             tasks,
             dispatcher,
+            emulation: Arc::new(Emulation::default()),
         }
+    }
+
+    /// The handle of a scheduler emulating `emulation`.
+    pub fn with_emulation(mut self, emulation: Arc<Emulation>) -> Handle {
+        self.emulation = emulation;
+        self
     }
 
     pub fn with_nominator(mut self, nominator: Arc<dyn PodNominator>) -> Handle {
@@ -143,8 +155,16 @@ impl Handle {
     }
 }
 
-/// Decodes, defaults and validates a plugin's args (see [`super::args`]).
-pub type ArgsDecoder = Arc<dyn Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync>;
+/// Decodes, defaults and validates a plugin's args (see [`super::args`]) at the emulated minor.
+pub type ArgsDecoder =
+    Arc<dyn Fn(Option<&Value>, &Emulation) -> Result<Value, Vec<FieldError>> + Send + Sync>;
+
+/// An args decoder that does not depend on the emulated minor, as an [`ArgsDecoder`].
+fn unversioned(
+    decode_args: impl Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync + 'static,
+) -> ArgsDecoder {
+    Arc::new(move |args, _| decode_args(args))
+}
 
 /// Builds a plugin instance from its normalized args.
 pub type PluginFactory =
@@ -321,12 +341,20 @@ impl PluginRegistration {
     ) -> PluginRegistration {
         PluginRegistration {
             extension_points: extension_points.to_vec(),
-            decode_args: Arc::new(decode_args),
+            decode_args: unversioned(decode_args),
             factory: Arc::new(factory),
             informers: Vec::new(),
             rbac_rules: Vec::new(),
             metrics: Vec::new(),
         }
+    }
+
+    /// Decodes the plugin's args with the emulated minor's defaults and validation
+    /// ([`PluginArgs::set_defaults_at`], [`PluginArgs::validate_at`]), in place of the decoder
+    /// given to [`new`](Self::new).
+    pub fn with_emulated_args<T: PluginArgs + 'static>(mut self) -> PluginRegistration {
+        self.decode_args = Arc::new(decode_at::<T>);
+        self
     }
 
     /// Declares the object kinds the plugin reads.
@@ -424,7 +452,7 @@ impl Registry {
             RegistryEntry::NotBuiltYet {
                 extension_points: extension_points.to_vec(),
                 reason: reason.into(),
-                decode_args: Arc::new(decode_args),
+                decode_args: unversioned(decode_args),
             },
         )
     }
@@ -503,9 +531,14 @@ impl PluginCatalog for Registry {
         }
     }
 
-    fn decode_args(&self, name: &str, args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
+    fn decode_args(
+        &self,
+        name: &str,
+        args: Option<&Value>,
+        emulation: &Emulation,
+    ) -> Result<Value, Vec<FieldError>> {
         match self.entries.get(name) {
-            Some(e) => (e.decoder())(args),
+            Some(e) => (e.decoder())(args, emulation),
             None => Err(vec![FieldError::new(
                 "",
                 format!("Invalid value: {name:?}: unknown plugin"),

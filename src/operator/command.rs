@@ -127,6 +127,7 @@ pub fn render_main(args: RenderArgs) -> ExitCode {
     let opts = RenderOptions {
         namespace: args.namespace,
         image: args.image,
+        cluster_minor: None,
     };
     let out = render_cli::render_paths(&args.files, &opts, &Registry::in_tree());
     print!("{}", out.stdout);

@@ -11,6 +11,8 @@
 
 use async_trait::async_trait;
 
+use crate::emulation::Minor;
+
 /// Starting an embedded scheduler failed; the message goes into the profile's status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EmbeddedError {
@@ -25,8 +27,14 @@ pub enum EmbeddedError {
 /// Runs schedulers inside the operator process, one per Embedded profile.
 #[async_trait]
 pub trait EmbeddedSchedulers: Send + Sync {
-    /// Starts the scheduler of `profile`, or restarts it when `config_yaml` changed.
-    async fn ensure(&self, profile: &str, config_yaml: &str) -> Result<(), EmbeddedError>;
+    /// Starts the scheduler of `profile` emulating Kubernetes `minor`, or restarts it when
+    /// `config_yaml` or the minor changed.
+    async fn ensure(
+        &self,
+        profile: &str,
+        config_yaml: &str,
+        minor: Minor,
+    ) -> Result<(), EmbeddedError>;
     /// Stops the scheduler of `profile` if it runs.
     async fn stop(&self, profile: &str);
     /// The leader-election identity of `profile`'s running scheduler: the profile is Ready only
@@ -47,7 +55,12 @@ pub struct NoEmbeddedSchedulers;
 
 #[async_trait]
 impl EmbeddedSchedulers for NoEmbeddedSchedulers {
-    async fn ensure(&self, profile: &str, _config_yaml: &str) -> Result<(), EmbeddedError> {
+    async fn ensure(
+        &self,
+        profile: &str,
+        _config_yaml: &str,
+        _minor: Minor,
+    ) -> Result<(), EmbeddedError> {
         tracing::warn!(
             profile,
             "mode Embedded requested, but this operator runs no embedded schedulers"

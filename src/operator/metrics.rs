@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 
 use parking_lot::Mutex;
 
+use crate::emulation::Minor;
 use crate::scheduler::metrics::{Metrics, register_process_metrics};
 use crate::serving::register;
 
@@ -55,7 +56,8 @@ fn reconcile_histogram() -> Histogram {
 pub struct OperatorMetrics {
     registry: Registry,
     /// The metrics of the Embedded schedulers, by profile.
-    embedded: Mutex<BTreeMap<String, Arc<Metrics>>>,
+    /// Per Embedded profile: the minor its scheduler emulates, and its metrics.
+    embedded: Mutex<BTreeMap<String, (Minor, Arc<Metrics>)>>,
     pub reconcile_total: Family<ReconcileLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub reconcile_time: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -195,14 +197,18 @@ impl OperatorMetrics {
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
-    /// The metrics of `profile`'s Embedded scheduler (kept across its restarts, so its counters
-    /// go on).
-    pub fn embedded(&self, profile: &str) -> Arc<Metrics> {
-        self.embedded
-            .lock()
-            .entry(profile.to_string())
-            .or_insert_with(|| Arc::new(Metrics::scheduler_only()))
-            .clone()
+    /// The metrics of `profile`'s Embedded scheduler emulating `minor` (kept across its
+    /// restarts, so its counters go on; a new minor starts over with that minor's families).
+    pub fn embedded(&self, profile: &str, minor: Minor) -> Arc<Metrics> {
+        let mut embedded = self.embedded.lock();
+        match embedded.get(profile) {
+            Some((m, metrics)) if *m == minor => metrics.clone(),
+            _ => {
+                let metrics = Arc::new(Metrics::scheduler_only(minor));
+                embedded.insert(profile.to_string(), (minor, metrics.clone()));
+                metrics
+            }
+        }
     }
 
     /// Forgets `profile`'s Embedded scheduler's metrics (it stopped for good).
@@ -217,7 +223,7 @@ impl OperatorMetrics {
             .embedded
             .lock()
             .iter()
-            .map(|(p, m)| (p.clone(), m.clone()))
+            .map(|(p, (_, m))| (p.clone(), m.clone()))
             .collect();
         for (profile, metrics) in &embedded {
             parts.push((Some(("profile", profile.as_str())), metrics.encode()));
@@ -311,8 +317,8 @@ mod tests {
     #[test]
     fn embedded_schedulers_metrics_are_served_with_their_profile() {
         let m = OperatorMetrics::new();
-        let a = m.embedded("a");
-        let b = m.embedded("b");
+        let a = m.embedded("a", Minor::V1_37);
+        let b = m.embedded("b", Minor::V1_37);
         for (metrics, profile) in [(&a, "a"), (&b, "b")] {
             metrics
                 .schedule_attempts
@@ -343,7 +349,9 @@ mod tests {
         );
         assert!(text.contains("process_cpu_seconds_total"));
         // The same handle after a restart; gone once removed.
-        assert!(Arc::ptr_eq(&a, &m.embedded("a")));
+        assert!(Arc::ptr_eq(&a, &m.embedded("a", Minor::V1_37)));
+        // Another minor: that minor's families, counters from zero.
+        assert!(!Arc::ptr_eq(&a, &m.embedded("a", Minor::V1_36)));
         m.remove_embedded("a");
         assert!(!m.encode().contains(r#"profile="a""#));
     }

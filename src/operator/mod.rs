@@ -34,6 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::PluginCatalog;
+use crate::emulation::Minor;
 use crate::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership, task_outcome,
 };
@@ -86,6 +87,9 @@ pub struct OperatorOptions {
     /// installed operator prepares the identity that cleans up when it is uninstalled
     /// ([`uninstall`]). None: no cleanup on uninstall (`ksched uninstall` does it).
     pub client_config: Option<kube::Config>,
+    /// The API server's Kubernetes minor: what a profile without `spec.kubernetesVersion` runs
+    /// as (its validation, `status.kubernetesVersion`). None: asked of the API server at start.
+    pub cluster_minor: Option<Minor>,
 }
 
 impl OperatorOptions {
@@ -108,6 +112,7 @@ impl OperatorOptions {
             retry_max: Duration::from_secs(300),
             leader_election: None,
             client_config: None,
+            cluster_minor: None,
         }
     }
 
@@ -115,6 +120,7 @@ impl OperatorOptions {
         RenderOptions {
             namespace: self.namespace.clone(),
             image: self.image.clone(),
+            cluster_minor: self.cluster_minor,
         }
     }
 }
@@ -190,6 +196,21 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let shutdown: Shutdown = shutdown.boxed().shared();
+    let mut opts = opts;
+    if opts.cluster_minor.is_none() {
+        // Once, as the schedulers it renders decide theirs.
+        match client.apiserver_version().await {
+            Ok(info) => match Minor::from_server(&info) {
+                Ok(minor) => opts.cluster_minor = Some(minor),
+                Err(err) => {
+                    tracing::warn!(%err, "the API server's version is not a Kubernetes minor: profiles are validated as the newest one ksched emulates")
+                }
+            },
+            Err(err) => {
+                tracing::warn!(%err, "asking the API server for its version failed: profiles are validated as the newest minor ksched emulates")
+            }
+        }
+    }
     let recorder = Recorder::new(
         client.clone(),
         Reporter {

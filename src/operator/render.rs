@@ -47,6 +47,7 @@ use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfigur
 use crate::config::{
     self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
 };
+use crate::emulation::{Emulation, Minor};
 use crate::framework::plugins::leaf::render::IgnoredPolicy;
 use crate::framework::plugins::leaf::{LeafPluginConfig, render_leaf_policies};
 use crate::framework::registry::policy_rule;
@@ -88,6 +89,9 @@ pub struct RenderOptions {
     pub namespace: String,
     /// The scheduler image when the profile sets none: the operator's own image.
     pub image: String,
+    /// The API server's minor (what a profile without `kubernetesVersion` runs as); `None`
+    /// without a cluster (`ksched render`): the newest minor ksched emulates.
+    pub cluster_minor: Option<Minor>,
 }
 
 /// `ksched-P`: ConfigMap, ServiceAccount, Deployment, Lease, Role, RoleBinding.
@@ -122,6 +126,8 @@ pub struct Rendered {
     pub ignored_policies: Vec<IgnoredPolicy>,
     /// Plugins enabled at some extension point of the effective profile, sorted.
     pub enabled_plugins: Vec<String>,
+    /// The Kubernetes minor the scheduler runs as (`status.kubernetesVersion`).
+    pub kubernetes_version: Minor,
     pub config_map: ConfigMap,
     pub service_account: ServiceAccount,
     pub cluster_role: ClusterRole,
@@ -198,10 +204,12 @@ pub fn render(
         });
     };
     let leaf = apply_leaf_policies(&mut doc, &name, policies)?;
-    let loaded = config::load_document(&doc, catalog).map_err(|e| InvalidSpec {
-        errors: e.errors.into_iter().map(to_spec_error).collect(),
-        warnings: e.warnings,
-    })?;
+    let minor = emulated_minor(profile, opts)?;
+    let loaded =
+        config::load_document(&doc, catalog, &Emulation::of(minor)).map_err(|e| InvalidSpec {
+            errors: e.errors.into_iter().map(to_spec_error).collect(),
+            warnings: e.warnings,
+        })?;
     let enabled_plugins: Vec<String> = loaded
         .config
         .profile(&name)
@@ -318,6 +326,7 @@ pub fn render(
         leaf_policies,
         ignored_policies,
         enabled_plugins,
+        kubernetes_version: minor,
         config_map,
         service_account,
         cluster_role,
@@ -329,6 +338,29 @@ pub fn render(
         deployment,
         service,
     })
+}
+
+/// The minor the profile's scheduler runs as: `spec.kubernetesVersion` (rendered as
+/// `--emulated-version`), else the API server's, which must be one ksched emulates.
+fn emulated_minor(profile: &SchedulerProfile, opts: &RenderOptions) -> Result<Minor, InvalidSpec> {
+    let invalid = |reason: String| InvalidSpec {
+        errors: vec![FieldError::new("spec.kubernetesVersion", reason)],
+        warnings: Vec::new(),
+    };
+    match &profile.spec.kubernetes_version {
+        Some(v) => match Minor::parse(v) {
+            Ok(m) if m.is_supported() => Ok(m),
+            _ => Err(invalid(crate::emulation::supported_cel_message())),
+        },
+        None => match opts.cluster_minor {
+            None => Ok(Minor::NEWEST),
+            Some(m) if m.is_supported() => Ok(m),
+            Some(m) => Err(invalid(format!(
+                "not set, and the API server runs Kubernetes {m}, which this ksched does not emulate: set it to one it does ({})",
+                crate::emulation::supported_list()
+            ))),
+        },
+    }
 }
 
 /// The profile name must make valid object names and label values.
@@ -650,12 +682,22 @@ fn deployment(
     let container = Container {
         name: CONTAINER_NAME.into(),
         image: Some(spec.image.clone().unwrap_or_else(|| image.to_string())),
-        args: Some(vec![
-            "scheduler".into(),
-            "--config".into(),
-            format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-            format!("-v={}", spec.log_level),
-        ]),
+        args: Some(
+            [
+                "scheduler".into(),
+                "--config".into(),
+                format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+                format!("-v={}", spec.log_level),
+            ]
+            .into_iter()
+            // Unset, the scheduler follows the API server's minor, as kube-scheduler would.
+            .chain(
+                spec.kubernetes_version
+                    .as_ref()
+                    .map(|v| format!("--emulated-version={v}")),
+            )
+            .collect(),
+        ),
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),

@@ -185,6 +185,7 @@ mod tests {
             &RenderOptions {
                 namespace: "ops".into(),
                 image: "img:1".into(),
+                cluster_minor: None,
             },
             &Registry::in_tree(),
         )

@@ -14,6 +14,7 @@ fn opts() -> RenderOptions {
     RenderOptions {
         namespace: "ksched-system".into(),
         image: "example.com/ksched:1.0".into(),
+        cluster_minor: None,
     }
 }
 

@@ -313,6 +313,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
                 hash: r.config_hash.clone(),
                 warnings: r.warnings.clone(),
                 leaf_policies: r.leaf_policies.clone(),
+                kubernetes_version: r.kubernetes_version.to_string(),
             }
         }
         Some(Err(invalid)) => {
@@ -675,7 +676,7 @@ async fn sync_embedded(
     if profile.spec.mode == ProfileMode::Embedded && !profile.spec.suspend {
         let res = ctx
             .embedded
-            .ensure(&name, &r.config_yaml)
+            .ensure(&name, &r.config_yaml, r.kubernetes_version)
             .await
             .map_err(|e| e.to_string());
         if let Err(e) = &res {

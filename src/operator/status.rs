@@ -82,6 +82,8 @@ pub(crate) enum ConfigOutcome {
         hash: String,
         warnings: Vec<String>,
         leaf_policies: Vec<String>,
+        /// The Kubernetes minor the scheduler runs as.
+        kubernetes_version: String,
     },
     /// `message` lists every `path: reason`.
     Invalid { message: String },
@@ -277,9 +279,10 @@ pub(crate) fn profile_status(
     };
     match &obs.config {
         ConfigOutcome::Invalid { message } => {
-            // The last valid configuration keeps running: keep its hash and policies.
+            // The last valid configuration keeps running: keep its hash, policies and minor.
             status.config_hash = previous.config_hash.clone();
             status.leaf_policies = previous.leaf_policies.clone();
+            status.kubernetes_version = previous.kubernetes_version.clone();
             refused(
                 "InvalidConfiguration",
                 &format!("invalid spec: {message}"),
@@ -295,15 +298,18 @@ pub(crate) fn profile_status(
         ConfigOutcome::NameInUse { message } => {
             status.config_hash = previous.config_hash.clone();
             status.leaf_policies = previous.leaf_policies.clone();
+            status.kubernetes_version = previous.kubernetes_version.clone();
             refused("SchedulerNameInUse", message, &mut conds);
         }
         ConfigOutcome::Valid {
             hash,
             warnings,
             leaf_policies,
+            kubernetes_version,
         } => {
             status.config_hash = Some(hash.clone());
             status.leaf_policies = leaf_policies.clone();
+            status.kubernetes_version = Some(kubernetes_version.clone());
             let valid_msg = if warnings.is_empty() {
                 "the configuration is valid".to_string()
             } else {
@@ -730,6 +736,7 @@ mod tests {
                 hash: "abc".into(),
                 warnings: vec![],
                 leaf_policies: vec!["leaves".into()],
+                kubernetes_version: "1.37".into(),
             },
             ignored_policies: vec![],
             apply_error: None,

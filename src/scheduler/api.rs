@@ -38,8 +38,57 @@ fn api_error(err: kube::Error) -> ApiError {
     match err {
         kube::Error::Api(status) if status.code == 404 => ApiError::NotFound(status.message),
         kube::Error::Api(status) if status.code == 409 => ApiError::Conflict(status.message),
+        kube::Error::Api(status) if is_retriable_status(status.code, &status.reason) => {
+            ApiError::Retriable(status.message)
+        }
+        other if connection_refused(&other) => ApiError::Retriable(other.to_string()),
         other => ApiError::Other(other.to_string()),
     }
+}
+
+/// Upstream's `apierrors.IsInternalError || IsServiceUnavailable`: the reason, or the code when
+/// the reason is not one the API server names.
+fn is_retriable_status(code: u16, reason: &str) -> bool {
+    const KNOWN_REASONS: &[&str] = &[
+        "Unauthorized",
+        "Forbidden",
+        "NotFound",
+        "AlreadyExists",
+        "Conflict",
+        "Gone",
+        "Invalid",
+        "ServerTimeout",
+        "StoreReadError",
+        "Timeout",
+        "TooManyRequests",
+        "BadRequest",
+        "MethodNotAllowed",
+        "NotAcceptable",
+        "RequestEntityTooLarge",
+        "UnsupportedMediaType",
+        "InternalError",
+        "Expired",
+        "ServiceUnavailable",
+    ];
+    match reason {
+        "InternalError" | "ServiceUnavailable" => true,
+        r if KNOWN_REASONS.contains(&r) => false,
+        _ => code == 500 || code == 503,
+    }
+}
+
+/// Upstream's `net.IsConnectionRefused`: somewhere in the error's chain.
+fn connection_refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 #[async_trait]
@@ -218,4 +267,32 @@ fn namespace_name(claim: &ResourceClaim) -> (&str, &str) {
         claim.metadata.namespace.as_deref().unwrap_or_default(),
         claim.metadata.name.as_deref().unwrap_or_default(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_errors_are_upstreams_retriable_ones() {
+        assert!(is_retriable_status(500, "InternalError"));
+        assert!(is_retriable_status(503, "ServiceUnavailable"));
+        // A code without a reason the API server names.
+        assert!(is_retriable_status(500, ""));
+        assert!(is_retriable_status(503, "SomethingElse"));
+        // Known reasons that are not transient, whatever the code.
+        assert!(!is_retriable_status(500, "Conflict"));
+        assert!(!is_retriable_status(409, "Conflict"));
+        assert!(!is_retriable_status(429, "TooManyRequests"));
+        assert!(!is_retriable_status(504, "Timeout"));
+
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let wrapped = kube::Error::Service(Box::new(refused));
+        assert!(matches!(api_error(wrapped), ApiError::Retriable(_)));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(matches!(
+            api_error(kube::Error::Service(Box::new(reset))),
+            ApiError::Other(_)
+        ));
+    }
 }

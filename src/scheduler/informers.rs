@@ -18,7 +18,11 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
 use super::cache::Cache;
+use super::metrics::{InformerLabels, informer_metrics};
 use super::queue::SchedulingQueue;
 use super::trim::{assigned_pod, trim_metadata, trim_pod};
 use crate::api::pod_group::POD_GROUP_LABEL;
@@ -225,15 +229,79 @@ impl PodHandler {
 
 /// The list-then-watch stream of `api`, retried after an error with client-go's reflector backoff
 /// (0.8 s doubling to 30 s, with jitter, reset after 2 min without error): an unreachable API
-/// server costs a few requests and log lines a minute, not hundreds a second.
+/// server costs a few requests and log lines a minute, not hundreds a second. It records
+/// client-go's informer metrics.
 fn informer<K>(
     api: Api<K>,
     config: watcher::Config,
 ) -> BoxStream<'static, watcher::Result<Event<K>>>
 where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K: kube::Resource<DynamicType: Default>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
 {
-    watcher::watcher(api, config).default_backoff().boxed()
+    let dt = K::DynamicType::default();
+    let labels = InformerLabels {
+        group: K::group(&dt).into_owned(),
+        name: "kube-scheduler".into(),
+        resource: K::plural(&dt).into_owned(),
+        version: K::version(&dt).into_owned(),
+    };
+    let metrics = informer_metrics();
+    metrics.queued_items.get_or_create(&labels).set(0);
+    Instrumented {
+        inner: watcher::watcher(api, config).default_backoff().boxed(),
+        latency: metrics.processing_latency.get_or_create(&labels).clone(),
+        resource_version: metrics
+            .store_resource_version
+            .get_or_create(&labels)
+            .clone(),
+        handed_over: None,
+    }
+    .boxed()
+}
+
+/// An informer's stream that times how long its consumer takes to handle each event (from the
+/// event's hand-over to the next poll: the consumer polls again once done) and records the
+/// resource version of the last object seen.
+struct Instrumented<K> {
+    inner: BoxStream<'static, watcher::Result<Event<K>>>,
+    latency: Histogram,
+    resource_version: Gauge<f64, std::sync::atomic::AtomicU64>,
+    handed_over: Option<Instant>,
+}
+
+impl<K: kube::Resource> futures::Stream for Instrumented<K> {
+    type Item = watcher::Result<Event<K>>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        if let Some(at) = self.handed_over.take() {
+            self.latency.observe(at.elapsed().as_secs_f64());
+        }
+        let polled = self.inner.poll_next_unpin(cx);
+        if let std::task::Poll::Ready(Some(Ok(event))) = &polled {
+            let object = match event {
+                Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => Some(o),
+                Event::Init | Event::InitDone => None,
+            };
+            if let Some(rv) = object
+                .and_then(|o| o.meta().resource_version.as_deref())
+                .and_then(|rv| rv.parse::<u64>().ok())
+            {
+                // The 15 least significant digits, as client-go keeps them (exact in an f64).
+                self.resource_version
+                    .set((rv % 1_000_000_000_000_000) as f64);
+            }
+            self.handed_over = Some(Instant::now());
+        }
+        polled
+    }
 }
 
 /// Watches pods that are not finished (as upstream: `status.phase!=Succeeded,status.phase!=Failed`;

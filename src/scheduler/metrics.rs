@@ -22,6 +22,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::emulation::{self, Emulation, Minor};
 use crate::framework::metrics::{
     FrameworkMetrics, Histograms, go_exponential_buckets, latency_histogram, long_histogram,
     plugin_histogram,
@@ -47,6 +48,24 @@ pub struct IncomingLabels {
     pub queue: String,
     pub event: String,
 }
+
+/// A queued entity's labels (1.37): `type` is `pod` (a pod that is no member of a pod group) or
+/// `podgroup`; ksched queues pods only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EntityLabels {
+    pub queue: String,
+    pub r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IncomingEntityLabels {
+    pub queue: String,
+    pub event: String,
+    pub r#type: String,
+}
+
+/// The `type` of every entity ksched queues.
+pub(crate) const ENTITY_POD: &str = "pod";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SliLabels {
@@ -121,6 +140,64 @@ pub struct QueueMetrics {
     pub queueing_hint_duration: Histograms<HintLabels>,
     /// `scheduler_event_handling_duration_seconds{event}`.
     pub event_handling_duration: Histograms<EventLabels>,
+    /// How the minor spells the resource of an event about a pending pod in `event` labels.
+    pub pod_event_spelling: PodEventSpelling,
+    /// From 1.37: `scheduler_queued_entities{queue,type}`, the pending counts by entity.
+    pub queued_entities: Option<Family<EntityLabels, Gauge>>,
+    /// From 1.37: `scheduler_queue_incoming_entities_total{queue,event,type}`.
+    pub incoming_entities: Option<Family<IncomingEntityLabels, Counter>>,
+}
+
+/// Whether a minor's kube-scheduler has the queue's per-entity families (added in 1.37, when the
+/// queue started holding pod groups as entities).
+const ENTITY_FAMILIES: &[(Minor, bool)] = &[(Minor::V1_36, false), (Minor::V1_37, true)];
+
+/// How events about pending pods are spelled in `event` labels (ksched's `ClusterEvent::label`
+/// says `UnschedulablePod...`, 1.36's spelling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodEventSpelling {
+    /// Another pending pod changed or went.
+    pub unscheduled: &'static str,
+    /// The pending pod itself changed (its own update requeues it).
+    pub target: &'static str,
+}
+
+/// The spelling per minor: 1.37 renamed upstream's `unschedulablePod` resource `UnscheduledPod`
+/// and gave the pod's own updates a resource of their own, `TargetPod`.
+const POD_EVENT_SPELLING: &[(Minor, PodEventSpelling)] = &[
+    (
+        Minor::V1_36,
+        PodEventSpelling {
+            unscheduled: UNSCHEDULABLE_POD,
+            target: UNSCHEDULABLE_POD,
+        },
+    ),
+    (
+        Minor::V1_37,
+        PodEventSpelling {
+            unscheduled: "UnscheduledPod",
+            target: "TargetPod",
+        },
+    ),
+];
+
+/// How `ClusterEvent::label` spells an event about a pending pod.
+const UNSCHEDULABLE_POD: &str = "UnschedulablePod";
+
+impl PodEventSpelling {
+    /// `label` (a `ClusterEvent` label) as the minor spells it; `target`: the event is about the
+    /// pod it requeues.
+    pub fn label<'a>(&self, label: &'a str, target: bool) -> std::borrow::Cow<'a, str> {
+        let resource = if target {
+            self.target
+        } else {
+            self.unscheduled
+        };
+        match label.strip_prefix(UNSCHEDULABLE_POD) {
+            Some(action) if resource != UNSCHEDULABLE_POD => format!("{resource}{action}").into(),
+            _ => label.into(),
+        }
+    }
 }
 
 impl Default for QueueMetrics {
@@ -133,12 +210,40 @@ impl Default for QueueMetrics {
             inflight_events: Family::default(),
             queueing_hint_duration: Family::new_with_constructor(plugin_histogram),
             event_handling_duration: Family::new_with_constructor(event_handling_histogram),
+            pod_event_spelling: *emulation::at(POD_EVENT_SPELLING, Minor::NEWEST),
+            queued_entities: None,
+            incoming_entities: None,
         }
     }
 }
 
 impl QueueMetrics {
+    /// The families of `minor`'s kube-scheduler.
+    fn at(minor: Minor) -> Self {
+        let entities = *emulation::at(ENTITY_FAMILIES, minor);
+        QueueMetrics {
+            pod_event_spelling: *emulation::at(POD_EVENT_SPELLING, minor),
+            queued_entities: entities.then(Family::default),
+            incoming_entities: entities.then(Family::default),
+            ..QueueMetrics::default()
+        }
+    }
+
     fn register(&self, r: &mut Registry) {
+        if let Some(family) = &self.queued_entities {
+            r.register(
+                "scheduler_queued_entities",
+                "Number of queued scheduling entities ('pod' or 'podgroup'; 'pod' stands for individual pods that are not members of any podgroup) by the queue type. 'active' means number of entities in activeQ; 'backoff' means number of entities in backoffQ; 'unschedulable' means number of entities in unschedulableEntities that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable entities that the scheduler never attempted to schedule because they are gated.",
+                family.clone(),
+            );
+        }
+        if let Some(family) = &self.incoming_entities {
+            r.register(
+                "scheduler_queue_incoming_entities",
+                "Number of scheduling entities added to scheduling queues by event, queue type, and entity type. Entity types are either 'pod' (for individual pods that are not members of any podgroup) or 'podgroup'.",
+                family.clone(),
+            );
+        }
         r.register(
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
@@ -213,17 +318,27 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The metrics of a `ksched scheduler` process: the scheduler's, the process's and the API
-    /// clients'.
+    /// The metrics of a `ksched scheduler` process emulating the newest minor.
     pub fn new() -> Self {
-        let mut metrics = Self::scheduler_only();
+        Self::of(&Emulation::default())
+    }
+
+    /// The metrics of a `ksched scheduler` process emulating `emulation`: the scheduler's (its
+    /// minor's families), the process's, the API clients', and the component's build and
+    /// feature gates (`kubernetes_build_info`, `kubernetes_feature_enabled`).
+    pub fn of(emulation: &Emulation) -> Self {
+        let mut metrics = Self::scheduler_only(emulation.minor());
         register_process_metrics(&mut metrics.registry);
+        register_component_metrics(&mut metrics.registry, emulation);
+        if *emulation::at(INFORMER_FAMILIES, emulation.minor()) {
+            informer_metrics().register(&mut metrics.registry);
+        }
         metrics
     }
 
-    /// The scheduler's own families only: an Embedded scheduler inside the operator, whose
-    /// process and client metrics the operator exports once.
-    pub fn scheduler_only() -> Self {
+    /// The scheduler's own families only (those of `minor`'s kube-scheduler): an Embedded
+    /// scheduler inside the operator, whose process and client metrics the operator exports once.
+    pub fn scheduler_only(minor: Minor) -> Self {
         let mut registry = Registry::default();
         let r = &mut registry;
         let framework = Arc::new(FrameworkMetrics::default());
@@ -279,7 +394,7 @@ impl Metrics {
                 Family::default(),
             ),
             queue: {
-                let queue = QueueMetrics::default();
+                let queue = QueueMetrics::at(minor);
                 queue.register(r);
                 queue
             },
@@ -377,6 +492,75 @@ fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
 
 /// Registers the process's metrics (`process_*`) and the API clients' (`rest_client_*`) in
 /// `registry`: once per process (the scheduler's registry, or the operator's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildInfoLabels {
+    build_date: String,
+    compiler: String,
+    git_commit: String,
+    git_tree_state: String,
+    git_version: String,
+    go_version: String,
+    major: String,
+    minor: String,
+    platform: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FeatureLabels {
+    name: String,
+    stage: String,
+}
+
+/// What component-base registers in every Kubernetes component: `kubernetes_build_info` (ksched's
+/// version; `major` and `minor` are the Kubernetes minor it emulates, what dashboards read them
+/// for) and `kubernetes_feature_enabled` (every feature gate of that minor, 1 when on).
+fn register_component_metrics(registry: &mut Registry, emulation: &Emulation) {
+    let build: Family<BuildInfoLabels, Gauge> = Family::default();
+    let minor = emulation.minor();
+    build
+        .get_or_create(&BuildInfoLabels {
+            build_date: String::new(),
+            compiler: "rustc".into(),
+            git_commit: String::new(),
+            git_tree_state: String::new(),
+            git_version: format!("v{}", env!("CARGO_PKG_VERSION")),
+            go_version: String::new(),
+            major: minor.major().to_string(),
+            minor: minor.minor().to_string(),
+            platform: format!("{}/{}", std::env::consts::OS, go_arch()),
+        })
+        .set(1);
+    registry.register(
+        "kubernetes_build_info",
+        "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+        build,
+    );
+    let features: Family<FeatureLabels, Gauge> = Family::default();
+    for (name, stage, on) in emulation.gates.all() {
+        features
+            .get_or_create(&FeatureLabels {
+                name: name.into(),
+                stage: stage.label().into(),
+            })
+            .set(i64::from(on));
+    }
+    registry.register(
+        "kubernetes_feature_enabled",
+        "This metric records the data about the stage and enablement of a k8s feature.",
+        features,
+    );
+}
+
+/// Go's name of the architecture (`GOARCH`), as `kubernetes_build_info{platform}` writes it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    }
+}
+
 pub(crate) fn register_process_metrics(registry: &mut Registry) {
     registry.register_collector(Box::new(ProcessCollector));
     rest_client_metrics().register(registry);
@@ -397,6 +581,30 @@ pub(crate) struct ProcessStats {
     pub max_fds: i64,
     pub virtual_max_bytes: f64,
     pub threads: i64,
+    /// `/proc/self/net/dev`: bytes received and sent on every interface of the process's network
+    /// namespace (client_golang sums them the same way).
+    pub network_receive_bytes: f64,
+    pub network_transmit_bytes: f64,
+}
+
+/// The received and transmitted byte totals of `/proc/<pid>/net/dev` (two header lines, then
+/// `iface: rx_bytes rx_packets ... (8 receive columns) tx_bytes ...`).
+pub(crate) fn parse_net_dev(net_dev: &str) -> (f64, f64) {
+    let mut totals = (0.0, 0.0);
+    for line in net_dev.lines().skip(2) {
+        let Some((_, counters)) = line.split_once(':') else {
+            continue;
+        };
+        let columns: Vec<f64> = counters
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        if columns.len() >= 9 {
+            totals.0 += columns[0];
+            totals.1 += columns[8];
+        }
+    }
+    totals
 }
 
 /// Parses `/proc/self/stat` (`stat`), with the clock tick and page size, and the boot time.
@@ -468,6 +676,8 @@ fn process_stats() -> Option<ProcessStats> {
         .unwrap_or(0);
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
     (stats.max_fds, stats.virtual_max_bytes) = parse_limits(&limits);
+    let net_dev = std::fs::read_to_string("/proc/self/net/dev").unwrap_or_default();
+    (stats.network_receive_bytes, stats.network_transmit_bytes) = parse_net_dev(&net_dev);
     Some(stats)
 }
 
@@ -498,6 +708,22 @@ impl Collector for ProcessCollector {
             cpu.metric_type(),
         )?;
         cpu.encode(metric)?;
+        for (name, help, bytes) in [
+            (
+                "process_network_receive_bytes",
+                "Number of bytes received by the process over the network.",
+                s.network_receive_bytes,
+            ),
+            (
+                "process_network_transmit_bytes",
+                "Number of bytes sent by the process over the network.",
+                s.network_transmit_bytes,
+            ),
+        ] {
+            let counter = ConstCounter::new(bytes);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
         let e = &mut encoder;
         encode_gauge(
             e,
@@ -662,6 +888,69 @@ impl RestClientMetrics {
             .observe(waited.as_secs_f64());
     }
 }
+
+/// An informer's labels, as client-go's (`name` is the component's: `kube-scheduler`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct InformerLabels {
+    pub group: String,
+    pub name: String,
+    pub resource: String,
+    pub version: String,
+}
+
+/// client-go's informer families (exported by kube-scheduler from 1.37): how long handling an
+/// event took, the events waiting (ksched's watches hand each event over as it comes: 0), and
+/// the last resource version the store holds.
+#[derive(Clone, Debug)]
+pub(crate) struct InformerMetrics {
+    pub processing_latency: Histograms<InformerLabels>,
+    pub queued_items: Family<InformerLabels, Gauge>,
+    pub store_resource_version: Family<InformerLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+fn informer_latency_histogram() -> Histogram {
+    Histogram::new([
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+impl InformerMetrics {
+    fn new() -> Self {
+        InformerMetrics {
+            processing_latency: Family::new_with_constructor(informer_latency_histogram),
+            queued_items: Family::default(),
+            store_resource_version: Family::default(),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "informer_processing_latency_seconds",
+            "Time taken to process events after popping from the queue.",
+            self.processing_latency.clone(),
+        );
+        r.register(
+            "informer_queued_items",
+            "Number of items currently queued in the FIFO.",
+            self.queued_items.clone(),
+        );
+        r.register(
+            "informer_store_resource_version",
+            "The 15 least significant digits of the resource version of the store.",
+            self.store_resource_version.clone(),
+        );
+    }
+}
+
+static INFORMERS: OnceLock<InformerMetrics> = OnceLock::new();
+
+/// The process's informer metrics (recorded by `scheduler::informers`).
+pub(crate) fn informer_metrics() -> &'static InformerMetrics {
+    INFORMERS.get_or_init(InformerMetrics::new)
+}
+
+/// Whether a minor's kube-scheduler exports client-go's informer families (from 1.37).
+const INFORMER_FAMILIES: &[(Minor, bool)] = &[(Minor::V1_36, false), (Minor::V1_37, true)];
 
 static REST_CLIENT: OnceLock<RestClientMetrics> = OnceLock::new();
 static API_HOST: OnceLock<String> = OnceLock::new();
@@ -835,6 +1124,8 @@ mod tests {
             "process_open_fds",
             "process_max_fds",
             "process_virtual_memory_bytes",
+            "process_network_receive_bytes_total",
+            "process_network_transmit_bytes_total",
         ] {
             assert!(
                 text.lines()
@@ -844,10 +1135,72 @@ mod tests {
         }
         // An Embedded scheduler's metrics leave them to the operator.
         assert!(
-            !Metrics::scheduler_only()
+            !Metrics::scheduler_only(Minor::NEWEST)
                 .encode()
                 .contains("process_cpu_seconds")
         );
+    }
+
+    /// 1.37 renamed the resource of pending pods' events and gave a pod's own updates one.
+    #[test]
+    fn pod_events_are_spelled_as_the_minor_spells_them() {
+        let at = |minor| *emulation::at(POD_EVENT_SPELLING, minor);
+        let (old, new) = (at(Minor::V1_36), at(Minor::V1_37));
+        assert_eq!(
+            old.label("UnschedulablePodAdd", false),
+            "UnschedulablePodAdd"
+        );
+        assert_eq!(
+            old.label("UnschedulablePodUpdatePodLabel", true),
+            "UnschedulablePodUpdatePodLabel"
+        );
+        assert_eq!(new.label("UnschedulablePodAdd", false), "UnscheduledPodAdd");
+        assert_eq!(
+            new.label("UnschedulablePodUpdatePodLabel", true),
+            "TargetPodUpdatePodLabel"
+        );
+        assert_eq!(new.label("NodeAdd", true), "NodeAdd");
+    }
+
+    /// component-base's families: the build (the emulated minor as major and minor) and every
+    /// feature gate of that minor with its stage, 1 when on.
+    #[test]
+    fn build_info_and_feature_gates_follow_the_emulated_minor() {
+        let text = |e: Emulation| Metrics::of(&e).encode();
+        let new = text(Emulation::default());
+        assert!(
+            new.lines().any(|l| l.starts_with("kubernetes_build_info{")
+                && l.contains(r#"major="1""#)
+                && l.contains(r#"minor="37""#)
+                && l.ends_with(" 1")),
+            "{new}"
+        );
+        for line in [
+            r#"kubernetes_feature_enabled{name="StorageCapacityScoring",stage="BETA"} 1"#,
+            r#"kubernetes_feature_enabled{name="NodeDeclaredFeatures",stage=""} 1"#,
+            r#"kubernetes_feature_enabled{name="AllAlpha",stage="ALPHA"} 0"#,
+        ] {
+            assert!(
+                new.lines().any(|l| l == line),
+                "{line} missing:
+{new}"
+            );
+        }
+        let old = text(
+            Emulation::with_gates(Minor::V1_36, &["StorageCapacityScoring=true".into()])
+                .expect("known gate"),
+        );
+        for line in [
+            r#"kubernetes_feature_enabled{name="StorageCapacityScoring",stage="ALPHA"} 1"#,
+            r#"kubernetes_feature_enabled{name="GangScheduling",stage="ALPHA"} 0"#,
+        ] {
+            assert!(
+                old.lines().any(|l| l == line),
+                "{line} missing:
+{old}"
+            );
+        }
+        assert!(old.contains(r#"minor="36""#));
     }
 
     #[test]
@@ -861,6 +1214,8 @@ mod tests {
         assert_eq!(s.resident_bytes, 300 * 4096);
         let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\nMax address space         unlimited            unlimited            bytes\n";
         assert_eq!(parse_limits(limits), (1024, -1.0));
+        let net_dev = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:  1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0\n  eth0:  2500      20    0    0    0     0          0         0      700       7    0    0    0     0       0          0\n";
+        assert_eq!(parse_net_dev(net_dev), (3500.0, 1700.0));
     }
 
     #[test]

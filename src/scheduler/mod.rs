@@ -7,7 +7,6 @@ pub(crate) mod client;
 pub mod command;
 pub(crate) mod events;
 pub(crate) mod extender;
-pub(crate) mod features;
 pub(crate) mod http;
 pub(crate) mod informers;
 pub(crate) mod leader_election;

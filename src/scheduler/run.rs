@@ -98,12 +98,8 @@ struct Scheduler {
 /// upstream's default set are left out with a warning (so a default profile runs); one the user
 /// enabled explicitly makes `Framework::new` fail with the reason.
 pub fn profile_spec(profile: &EffectiveProfile, registry: &Registry) -> ProfileSpec {
-    let defaults: HashSet<&str> = crate::config::defaults::DEFAULT_MULTI_POINT
-        .iter()
-        .map(|(n, _)| *n)
-        .collect();
     let skip = |name: &str| {
-        defaults.contains(name)
+        crate::config::defaults::is_default_plugin(name)
             && matches!(
                 registry.availability(name),
                 PluginAvailability::NotBuiltYet { .. }
@@ -121,8 +117,9 @@ pub fn profile_spec(profile: &EffectiveProfile, registry: &Registry) -> ProfileS
 /// The frameworks of a configuration, by scheduler name.
 pub type Frameworks = HashMap<String, Arc<Framework>>;
 
-/// One framework per profile of `config`, by scheduler name, sharing `handle`; and the object kinds
-/// their plugins read (the informers to start). `ksched simulate` builds its frameworks here too.
+/// One framework per profile of `config`, by scheduler name, sharing `handle` (with the
+/// configuration's emulated minor and gates); and the object kinds their plugins read (the
+/// informers to start). `ksched simulate` builds its frameworks here too.
 pub fn build_frameworks(
     config: &Config,
     registry: &Registry,
@@ -130,6 +127,7 @@ pub fn build_frameworks(
 ) -> Result<(Frameworks, BTreeSet<Informer>), FrameworkError> {
     let mut frameworks = HashMap::new();
     let mut informers = BTreeSet::new();
+    let handle = handle.clone().with_emulation(config.emulation.clone());
     for profile in &config.profiles {
         let mut spec = profile_spec(profile, registry);
         super::extender::ignore_managed_resources(&mut spec, &config.extenders);
@@ -199,7 +197,7 @@ pub async fn run(
     let metrics = options
         .metrics
         .clone()
-        .unwrap_or_else(|| Arc::new(Metrics::new()));
+        .unwrap_or_else(|| Arc::new(Metrics::of(&config.emulation)));
     let nominator = Arc::new(Nominator::new());
     let api = KubeApi::new(clients.binds.clone(), clients.writes.clone());
     let extenders = super::extender::build_extenders(&config.extenders)?;

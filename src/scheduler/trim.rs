@@ -7,7 +7,7 @@
 //!
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume, VolumeMount};
 use kube::Resource;
 
 use crate::framework::types::AssignedPod;
@@ -65,9 +65,16 @@ pub(crate) fn assigned_pod(mut pod: Pod) -> AssignedPod {
 }
 
 /// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring),
-/// restartPolicy (sidecar init containers count like regular ones) and restartPolicyRules
-/// (NodeDeclaredFeatures).
+/// restartPolicy (sidecar init containers count like regular ones), restartPolicyRules and the
+/// volume mounts with `bindMountOptions` (NodeDeclaredFeatures).
 fn trim_container(c: &mut Container) {
+    let mounts: Vec<VolumeMount> = c
+        .volume_mounts
+        .take()
+        .into_iter()
+        .flatten()
+        .filter(|m| m.bind_mount_options.as_ref().is_some_and(|o| !o.is_empty()))
+        .collect();
     *c = Container {
         name: std::mem::take(&mut c.name),
         image: c.image.take(),
@@ -75,6 +82,7 @@ fn trim_container(c: &mut Container) {
         resources: c.resources.take(),
         restart_policy: c.restart_policy.take(),
         restart_policy_rules: c.restart_policy_rules.take(),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
 }

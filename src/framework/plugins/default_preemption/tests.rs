@@ -47,6 +47,8 @@ struct Cluster {
     /// the profile's plugin (defaults, random offset).
     candidates: Option<(i32, i32, usize)>,
     extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
+    /// The minor the framework emulates (default: the newest).
+    minor: Option<crate::emulation::Minor>,
 }
 
 impl Cluster {
@@ -151,6 +153,9 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
         .map(|p| Arc::new(PodInfo::from_pod(p)))
         .collect();
     let mut h = h.with_nominator(Arc::new(Nominated(nominated)));
+    if let Some(minor) = cluster.minor {
+        h = h.with_emulation(Arc::new(crate::emulation::Emulation::of(minor)));
+    }
     h.extenders = cluster.extenders.clone();
     for p in cluster.pdbs {
         h.listers.pod_disruption_budgets.apply(p);
@@ -344,6 +349,34 @@ fn lowest_priority_victims_first_and_the_rest_reprieved() {
         .map(|(k, _, _)| k.as_str())
         .collect();
     assert_eq!(disrupted.len(), 2);
+}
+
+/// 1.37's `Preempt` says where it placed the pod (in the FailedScheduling message and the
+/// PodScheduled condition, after "preemption: "); 1.36's said nothing.
+#[test]
+fn a_successful_preemption_names_the_placement_from_1_37() {
+    use crate::emulation::Minor;
+    let out = |minor| {
+        preempt(
+            Cluster {
+                minor: Some(minor),
+                ..Cluster::of(
+                    &["n1", "n2"],
+                    vec![on("n1", "low", 1, "2"), on("n2", "same", 100, "2")],
+                )
+            },
+            preemptor("1"),
+        )
+    };
+    let new = out(Minor::V1_37);
+    new.assert_preempted("n1", &["low"]);
+    assert_eq!(
+        new.message,
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: found a potential placement for pod on node n1, preempting 1 victims"
+    );
+    let old = out(Minor::V1_36);
+    old.assert_preempted("n1", &["low"]);
+    assert_eq!(old.message, "0/2 nodes are available: 2 Insufficient cpu.");
 }
 
 #[test]

@@ -491,7 +491,13 @@ mod tests {
         let r = Registry::in_tree();
         for (name, args) in &out.args {
             assert!(
-                crate::config::PluginCatalog::decode_args(&r, name, Some(args)).is_ok(),
+                crate::config::PluginCatalog::decode_args(
+                    &r,
+                    name,
+                    Some(args),
+                    &crate::emulation::Emulation::default()
+                )
+                .is_ok(),
                 "{name}: {args}"
             );
         }

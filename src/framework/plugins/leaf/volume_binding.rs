@@ -32,6 +32,7 @@ use super::{
 use crate::api::leaf_cluster_policy::VolumeMode;
 use crate::config::FieldError;
 use crate::config::error::join_path;
+use crate::emulation::Emulation;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, typed};
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreBindPlugin,
@@ -103,8 +104,8 @@ impl PluginArgs for LeafNodeVolumeBindingArgs {
             .get_or_insert(DEFAULT_BIND_TIMEOUT_SECONDS);
     }
 
-    fn validate(&self) -> Vec<FieldError> {
-        let mut errs = validate_volume_binding(&self.volume_binding_args());
+    fn validate_at(&self, emulation: &Emulation) -> Vec<FieldError> {
+        let mut errs = validate_volume_binding(&self.volume_binding_args(), emulation);
         for (i, p) in self.policies.iter().enumerate() {
             validate_selector(
                 &join_path(&format!("policies[{i}]"), "leafNodeSelector"),
@@ -463,6 +464,7 @@ pub fn registration() -> PluginRegistration {
             )?))
         },
     )
+    .with_emulated_args::<LeafNodeVolumeBindingArgs>()
     .with_informers(INFORMERS)
     .with_rbac_rules(volume_rules(true))
 }

@@ -157,7 +157,7 @@ pub(crate) fn is_claim_fully_bound(pvc: &PersistentVolumeClaim) -> bool {
     !claim_volume_name(pvc).is_empty() && annotation(&pvc.metadata, ANN_BIND_COMPLETED).is_some()
 }
 
-fn claim_request(pvc: &PersistentVolumeClaim) -> Option<quantity::Parsed> {
+pub(crate) fn claim_request(pvc: &PersistentVolumeClaim) -> Option<quantity::Parsed> {
     let q = pvc
         .spec
         .as_ref()?
@@ -169,7 +169,7 @@ fn claim_request(pvc: &PersistentVolumeClaim) -> Option<quantity::Parsed> {
     Some(quantity::parse_quantity(q).unwrap_or_default())
 }
 
-fn volume_capacity(pv: &PersistentVolume) -> quantity::Parsed {
+pub(crate) fn volume_capacity(pv: &PersistentVolume) -> quantity::Parsed {
     pv.spec
         .as_ref()
         .and_then(|s| s.capacity.as_ref())

@@ -2,12 +2,14 @@
 //! unschedulable), Filter asks the [`VolumeBinder`] whether each node can have the pod's volumes
 //! (bound PVs' node affinity, static matches, dynamic provisioning), Reserve assumes the chosen
 //! bindings, Unreserve reverts them, PreBind updates the PVs and claims and waits up to
-//! `bindTimeoutSeconds` for the claims to bind. Its args are also Kosmos's LeafNodeVolumeBinding's,
-//! which reuses the binder.
+//! `bindTimeoutSeconds` for the claims to bind; with StorageCapacityScoring (on from 1.37) it also
+//! scores nodes by how full the storage the pod would take there is (`scorer.rs`). Its args are
+//! also Kosmos's LeafNodeVolumeBinding's, which reuses the binder.
 
 pub(crate) mod assume_cache;
 pub(crate) mod binder;
 mod events;
+mod scorer;
 
 pub(crate) use events::volume_binding_events;
 
@@ -24,15 +26,21 @@ pub(crate) use binder::{PodVolumeClaims, PodVolumes, VolumeBinder};
 
 use super::names;
 use crate::config::FieldError;
-use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, invalid, typed};
+use crate::emulation::Emulation;
+use crate::framework::args::{
+    PluginArgs, UtilizationShapePoint, decode, invalid, typed, validate_shape,
+};
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ReservePlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 use crate::framework::listers::Informer;
-use crate::framework::plugins::helper::{impl_plugin, volume_rules};
+use crate::framework::plugins::helper::{
+    MAX_CUSTOM_PRIORITY_SCORE, impl_plugin, scaled_shape, volume_rules,
+};
 use crate::framework::registry::{Handle, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+pub(crate) use scorer::STORAGE_CAPACITY_SCORING;
 
 const STATE_KEY: &str = "PreFilterVolumeBinding";
 
@@ -53,11 +61,18 @@ pub(crate) struct VolumeBindingState {
 #[derive(Debug)]
 pub(crate) struct VolumeBinding {
     binder: Arc<VolumeBinder>,
+    /// The args' `shape` in node-score units, when StorageCapacityScoring is on: scoring.
+    scorer: Option<Vec<(i64, i64)>>,
 }
 
 impl VolumeBinding {
+    /// Without scoring (tests build the scorer themselves).
+    #[cfg(test)]
     pub(crate) fn new(binder: Arc<VolumeBinder>) -> VolumeBinding {
-        VolumeBinding { binder }
+        VolumeBinding {
+            binder,
+            scorer: None,
+        }
     }
 
     /// Upstream's `podHasPVCs`: whether the pod uses claims, or why its claims are unusable.
@@ -230,19 +245,34 @@ impl FilterPlugin for VolumeBinding {
 impl PreScorePlugin for VolumeBinding {
     fn pre_score(
         &self,
-        _cs: &mut CycleState,
+        cs: &mut CycleState,
         _pod: &PodInfo,
         _snapshot: &Snapshot,
         _nodes: &[Arc<NodeInfo>],
     ) -> Status {
-        // Scoring needs `shape`, which needs the StorageCapacityScoring feature (off): no scorer.
-        Status::skip()
+        // Without StorageCapacityScoring there is no scorer. A pod without claims has nothing to
+        // score (upstream scores it 0 on every node: the same ranking).
+        if self.scorer.is_none() {
+            return Status::skip();
+        }
+        match state(cs) {
+            Ok(st) if st.pod_volumes_by_node.lock().is_empty() => Status::skip(),
+            Ok(_) => Status::success(),
+            Err(s) => s,
+        }
     }
 }
 
 impl ScorePlugin for VolumeBinding {
-    fn score(&self, _cs: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Result<i64, Status> {
-        Ok(0)
+    fn score(&self, cs: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(shape) = &self.scorer else {
+            return Ok(0);
+        };
+        let st = state(cs)?;
+        let by_node = st.pod_volumes_by_node.lock();
+        Ok(by_node
+            .get(node.name())
+            .map_or(0, |volumes| scorer::score(shape, volumes)))
     }
 }
 
@@ -343,7 +373,11 @@ impl VolumeBinding {
             .unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS)
             .max(0);
         let timeout = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
-        VolumeBinding::new(Arc::new(VolumeBinder::new(handle, timeout)))
+        let scoring = handle.emulation.enabled(STORAGE_CAPACITY_SCORING);
+        VolumeBinding {
+            binder: Arc::new(VolumeBinder::new(handle, timeout)),
+            scorer: scoring.then(|| scaled_shape(args.shape.as_deref().unwrap_or_default())),
+        }
     }
 }
 
@@ -356,6 +390,7 @@ pub(crate) fn registration() -> PluginRegistration {
             Ok(Arc::new(VolumeBinding::from_args(&args, handle)) as Arc<dyn Plugin>)
         },
     )
+    .with_emulated_args::<VolumeBindingArgs>()
     .with_informers(INFORMERS)
     .with_rbac_rules(volume_rules(true))
 }
@@ -363,8 +398,9 @@ pub(crate) fn registration() -> PluginRegistration {
 /// The default `bindTimeoutSeconds`.
 pub(crate) const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
 
-/// Upstream's `VolumeBindingArgs`. `shape` needs the StorageCapacityScoring feature, which is off
-/// (as upstream's default), so setting it is an error as upstream reports it.
+/// Upstream's `VolumeBindingArgs`. `shape` needs the StorageCapacityScoring feature: with it on
+/// (1.37's default) it defaults to "the emptier the better" and is validated; with it off (1.36's
+/// default) setting it is an error, as upstream reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct VolumeBindingArgs {
@@ -376,17 +412,55 @@ pub struct VolumeBindingArgs {
 impl PluginArgs for VolumeBindingArgs {
     const KIND: &'static str = "VolumeBindingArgs";
 
-    fn set_defaults(&mut self) {
+    /// Upstream's `SetDefaults_VolumeBindingArgs`.
+    fn set_defaults_at(&mut self, emulation: &Emulation) {
         self.bind_timeout_seconds
             .get_or_insert(DEFAULT_BIND_TIMEOUT_SECONDS);
+        if self.shape.as_ref().is_none_or(Vec::is_empty)
+            && emulation.enabled(STORAGE_CAPACITY_SCORING)
+        {
+            self.shape = Some(default_shape());
+        }
     }
 
-    fn validate(&self) -> Vec<FieldError> {
-        validate_volume_binding(self)
+    fn validate_at(&self, emulation: &Emulation) -> Vec<FieldError> {
+        validate_volume_binding(self, emulation)
     }
 }
 
-pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldError> {
+/// The default `shape`: an empty pool scores 10 (the most), a full one 0.
+fn default_shape() -> Vec<UtilizationShapePoint> {
+    vec![
+        UtilizationShapePoint {
+            utilization: 0,
+            score: MAX_CUSTOM_PRIORITY_SCORE as i32,
+        },
+        UtilizationShapePoint {
+            utilization: 100,
+            score: 0,
+        },
+    ]
+}
+
+/// Go's `%#v` of a shape, as upstream's field errors print it.
+fn go_shape(shape: &[UtilizationShapePoint]) -> String {
+    let points: Vec<String> = shape
+        .iter()
+        .map(|p| {
+            format!(
+                "config.UtilizationShapePoint{{Utilization:{}, Score:{}}}",
+                p.utilization, p.score
+            )
+        })
+        .collect();
+    format!("[]config.UtilizationShapePoint{{{}}}", points.join(", "))
+}
+
+/// Upstream's `ValidateVolumeBindingArgsWithOptions` at `emulation`'s StorageCapacityScoring.
+pub(crate) fn validate_volume_binding(
+    args: &VolumeBindingArgs,
+    emulation: &Emulation,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let t = args
         .bind_timeout_seconds
@@ -398,11 +472,21 @@ pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldErro
             "invalid BindTimeoutSeconds, should not be a negative value",
         ));
     }
-    if let Some(shape) = &args.shape {
+    // With the gate on VolumeBinding's defaults always set a shape; LeafNodeVolumeBinding (which
+    // does not score) leaves it unset.
+    if emulation.enabled(STORAGE_CAPACITY_SCORING) {
+        if let Some(shape) = &args.shape {
+            errs.extend(validate_shape(
+                shape,
+                "shape",
+                MAX_CUSTOM_PRIORITY_SCORE as i32,
+            ));
+        }
+    } else if let Some(shape) = &args.shape {
         errs.push(invalid(
             "shape",
-            format!("{shape:?}"),
-            "unsupported when StorageCapacityScoring feature is disabled",
+            go_shape(shape),
+            "unexpected field `shape`, remove it or turn on the feature gate StorageCapacityScoring",
         ));
     }
     errs
@@ -412,7 +496,8 @@ pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldErro
 mod tests {
     use super::binder::ConflictReason;
     use super::*;
-    use crate::framework::args::decode;
+    use crate::emulation::Minor;
+    use crate::framework::args::decode_at;
     use crate::framework::interface::Code;
     use crate::framework::listers::Listers;
     use crate::framework::registry::RecordingApi;
@@ -831,6 +916,64 @@ mod tests {
         assert_eq!(filtered[1].code(), Code::UnschedulableAndUnresolvable);
     }
 
+    /// 1.37 (StorageCapacityScoring on, the default shape): a pod provisioning a claim prefers
+    /// the node whose pool is emptier; 1.36 does not score.
+    #[test]
+    fn storage_capacity_scoring_prefers_the_emptier_pool_from_1_37() {
+        let l = listers();
+        l.csi_drivers.apply(CSIDriver {
+            metadata: ObjectMeta {
+                name: Some("csi.example.com".into()),
+                ..Default::default()
+            },
+            spec: CSIDriverSpec {
+                storage_capacity: Some(true),
+                ..Default::default()
+            },
+        });
+        for (name, node, size) in [("c1", "n1", "100Gi"), ("c2", "n2", "20Gi")] {
+            l.csi_storage_capacities.apply(CSIStorageCapacity {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                },
+                storage_class_name: CAPACITY_CLASS.into(),
+                capacity: Some(Quantity(size.into())),
+                node_topology: Some(LabelSelector {
+                    match_labels: Some([(HOST.to_string(), node.to_string())].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        let (_, _, handle) = plugin(l);
+        let args_at = |minor| {
+            let args = decode_at::<VolumeBindingArgs>(None, &Emulation::of(minor)).expect("args");
+            typed::<VolumeBindingArgs>(&args).expect("typed")
+        };
+        // 10Gi of n1's 100Gi (10 % used: 90) or of n2's 20Gi (50 %: 50).
+        let p = pod(&["tracked"]);
+        let nodes = |name: &str| NodeBuilder::new(name).info(vec![]);
+        for (minor, want) in [(Minor::V1_36, None), (Minor::V1_37, Some((90, 50)))] {
+            let h = handle
+                .clone()
+                .with_emulation(Arc::new(Emulation::of(minor)));
+            let pl = VolumeBinding::from_args(&args_at(minor), &h);
+            let (mut cs, _, filtered) = filter(&pl, &p);
+            assert!(filtered.iter().all(Status::is_success), "{filtered:?}");
+            let pre = pl.pre_score(&mut cs, &p, &Snapshot::new(), &[]);
+            match want {
+                None => assert!(pre.is_skip(), "{minor}"),
+                Some((n1, n2)) => {
+                    assert!(pre.is_success(), "{minor}: {pre:?}");
+                    let score = |n: &str| pl.score(&cs, &p, &nodes(n)).expect("score");
+                    assert_eq!((score("n1"), score("n2")), (n1, n2), "{minor}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn reserve_assumes_so_the_next_pod_does_not_take_the_same_pv() {
         let (pl, _, _) = plugin(listers());
@@ -1023,25 +1166,48 @@ mod tests {
     }
 
     #[test]
-    fn args() {
+    fn args_per_minor() {
+        let (v1_36, v1_37) = (Emulation::of(Minor::V1_36), Emulation::of(Minor::V1_37));
+        let at = |e: &Emulation, args: serde_json::Value| {
+            decode_at::<VolumeBindingArgs>((!args.is_null()).then_some(&args), e)
+        };
+        // 1.36: StorageCapacityScoring is off, no shape, and one given is refused.
         assert_eq!(
-            decode::<VolumeBindingArgs>(None),
+            at(&v1_36, json!(null)),
             Ok(json!({"bindTimeoutSeconds": 600}))
         );
-        assert_eq!(
-            decode::<VolumeBindingArgs>(Some(&json!({"bindTimeoutSeconds": 5}))),
-            Ok(json!({"bindTimeoutSeconds": 5}))
-        );
-        let e = decode::<VolumeBindingArgs>(Some(&json!({"bindTimeoutSeconds": -1}))).unwrap_err();
+        let e = at(&v1_36, json!({"shape": [{"utilization": 0, "score": 0}]})).unwrap_err();
         assert_eq!(
             e[0].to_string(),
-            "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
+            "shape: Invalid value: []config.UtilizationShapePoint{config.UtilizationShapePoint{Utilization:0, Score:0}}: unexpected field `shape`, remove it or turn on the feature gate StorageCapacityScoring"
         );
-        let e =
-            decode::<VolumeBindingArgs>(Some(&json!({"shape": [{"utilization": 0, "score": 0}]})))
-                .unwrap_err();
-        assert_eq!(e[0].path, "shape");
-        let e = decode::<VolumeBindingArgs>(Some(&json!({"bindTimeout": 5}))).unwrap_err();
-        assert_eq!(e[0].path, "bindTimeout");
+        // 1.37: on, the default shape (defaults.go at v1.37.2), a given one kept and validated.
+        let default = json!({"bindTimeoutSeconds": 600, "shape": [
+            {"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]});
+        assert_eq!(at(&v1_37, json!(null)), Ok(default.clone()));
+        assert_eq!(at(&v1_37, json!({"shape": []})), Ok(default));
+        let mine = json!({"bindTimeoutSeconds": 5, "shape": [{"utilization": 50, "score": 3}]});
+        assert_eq!(at(&v1_37, mine.clone()), Ok(mine));
+        let e = at(&v1_37, json!({"shape": [{"utilization": 0, "score": 11}]})).unwrap_err();
+        assert_eq!(e[0].path, "shape[0].score");
+        // The gate off at 1.37: as 1.36.
+        let off = Emulation::with_gates(Minor::V1_37, &["StorageCapacityScoring=false".into()])
+            .expect("known gate");
+        assert_eq!(
+            at(&off, json!(null)),
+            Ok(json!({"bindTimeoutSeconds": 600}))
+        );
+        // Either minor.
+        for e in [&v1_36, &v1_37] {
+            let err = at(e, json!({"bindTimeoutSeconds": -1})).unwrap_err();
+            assert_eq!(
+                err[0].to_string(),
+                "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
+            );
+            assert_eq!(
+                at(e, json!({"bindTimeout": 5})).unwrap_err()[0].path,
+                "bindTimeout"
+            );
+        }
     }
 }

@@ -34,8 +34,9 @@ enum Command {
     Render(ksched::operator::command::RenderArgs),
     /// What a profile would do, before it does it: pending pods placed, or why not, with no writes.
     Simulate(ksched::simulate::command::SimulateArgs),
-    /// Finish an uninstall whose operator was gone: remove the taints it added, the policies'
-    /// finalizers and what it rendered.
+    /// Stop the operator and remove what it added and rendered (the taints it added, the
+    /// policies' finalizers, its schedulers), then release its identity: the chart's pre-delete
+    /// hook; by hand, it finishes an uninstall whose operator was gone.
     Uninstall(ksched::operator::command::UninstallArgs),
     /// Print the version.
     Version,

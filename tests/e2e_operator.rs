@@ -6,6 +6,8 @@
 
 #[path = "support/argocd_lua.rs"]
 mod argocd_lua;
+#[path = "e2e_operator/security.rs"]
+mod security;
 mod support;
 
 use std::collections::BTreeMap;
@@ -139,7 +141,13 @@ fn env() -> &'static Arc<RecordingEmbedded> {
     &ENV.get_or_init(|| {
         let cp = cp();
         let install = repo_root().join("manifests/install");
-        for file in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
+        // The operator's RBAC and the admission policy that narrows it: every test runs under both.
+        for file in [
+            "namespace.yaml",
+            "serviceaccount.yaml",
+            "rbac.yaml",
+            "admission-policy.yaml",
+        ] {
             let (ok, _, err) = cp.kubectl_run(&[
                 "apply",
                 "--server-side",
@@ -381,8 +389,7 @@ async fn rendered_objects(
     name: &str,
 ) -> Vec<(&'static str, Option<Vec<OwnerReference>>)> {
     let obj = obj_name(name);
-    let svc = format!("{obj}-metrics");
-    let cluster = format!("ksched:{name}");
+    let cluster = ksched::operator::cluster_object_name(name);
     vec![
         ("ConfigMap", owners::<ConfigMap>(c, NS, &obj).await),
         (
@@ -397,7 +404,7 @@ async fn rendered_objects(
         ),
         ("Lease", owners::<Lease>(c, NS, &obj).await),
         ("Deployment", owners::<Deployment>(c, NS, &obj).await),
-        ("Service", owners::<Service>(c, NS, &svc).await),
+        ("Service", owners::<Service>(c, NS, &obj).await),
         (
             "ClusterRole",
             cluster_owners::<ClusterRole>(c, &cluster).await,
@@ -472,7 +479,7 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     assert!(!is_true(&p, "Ready"));
     assert!(is_true(&p, "Reconciling") && cond(&p, "Stalled").is_none());
     let uid = p.uid().expect("uid");
-    let obj = format!("ksched-{name}");
+    let obj = ksched::operator::object_name(name);
     let owned_by_profile = |refs: &[OwnerReference]| {
         refs.iter()
             .any(|o| o.uid == uid && o.kind == "SchedulerProfile" && o.controller == Some(true))
@@ -504,14 +511,17 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
         .expect("Deployment");
     let crb = get_opt(
         &Api::<ClusterRoleBinding>::all(c.clone()),
-        &format!("ksched:{name}"),
+        &ksched::operator::cluster_object_name(name),
     )
     .await
     .expect("CRB");
-    assert_eq!(crb.role_ref.name, format!("ksched:{name}"));
+    assert_eq!(
+        crb.role_ref.name,
+        ksched::operator::cluster_object_name(name)
+    );
     let role = get_opt(
         &Api::<ClusterRole>::all(c.clone()),
-        &format!("ksched:{name}"),
+        &ksched::operator::cluster_object_name(name),
     )
     .await
     .expect("ClusterRole");
@@ -652,7 +662,7 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     let name = "op-repair";
     kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
     wait_rolled_out(&c, name).await;
-    let obj = format!("ksched-{name}");
+    let obj = ksched::operator::object_name(name);
 
     // No scheduler runs for this profile (kwok runs no containers): its pods stay Pending.
     let ns = cp().namespace(&c, "op-repair").await;
@@ -692,11 +702,14 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     let again = cms.get(&obj).await.expect("cm");
     assert_eq!(again.data, before.data);
     let crs: Api<ClusterRole> = Api::all(c.clone());
-    crs.delete(&format!("ksched:{name}"), &DeleteParams::default())
-        .await
-        .expect("delete cr");
+    crs.delete(
+        &ksched::operator::cluster_object_name(name),
+        &DeleteParams::default(),
+    )
+    .await
+    .expect("delete cr");
     eventually("ClusterRole recreated", async || {
-        crs.get_opt(&format!("ksched:{name}"))
+        crs.get_opt(&ksched::operator::cluster_object_name(name))
             .await
             .ok()
             .flatten()
@@ -719,7 +732,7 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
 }
 
 fn obj_name(profile: &str) -> String {
-    format!("ksched-{profile}")
+    ksched::operator::object_name(profile)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1238,7 +1251,7 @@ async fn an_unapplyable_deployment_is_stalled_in_plain_words_and_backs_off() {
         .map(|c| c.message.clone())
         .unwrap_or_default();
     assert!(
-        message.contains(&format!("applying Deployment {NS}/ksched-{name}"))
+        message.contains(&format!("applying Deployment {NS}/ksched-profile-{name}"))
             && message.contains("must be less than or equal to cpu limit")
             && message.contains("HTTP 422")
             && !message.contains("Status {")

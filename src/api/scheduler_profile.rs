@@ -26,7 +26,7 @@ use super::schema;
     derive = "PartialEq",
     derive = "Default",
     doc = "A scheduler profile: the operator runs a leader-elected scheduler named after it.",
-    validation = Rule::new("self.metadata.name.size() <= 48 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name names the scheduler and its objects (ksched-<name>-metrics): use at most 48 lowercase letters, digits and '-', starting with a letter"),
+    validation = Rule::new("self.metadata.name.size() <= 48 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name names the scheduler and its objects (ksched-profile-<name>): use at most 48 lowercase letters, digits and '-', starting with a letter"),
     validation = Rule::new("self.metadata.name != 'default-scheduler'").message("metadata.name default-scheduler is the name kube-scheduler serves: a second scheduler of that name would race it for every pod of the cluster. Pick another name and set spec.schedulerName of the pods that should use this profile to it"),
     printcolumn(name = "MODE", type_ = "string", json_path = ".spec.mode"),
     printcolumn(name = "READY", type_ = "string", json_path = ".status.ready"),

@@ -7,9 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -251,13 +248,15 @@ pub struct UninstallArgs {
     pub namespace: String,
 }
 
-/// Runs `ksched uninstall`: finishes an uninstall whose operator was gone (its pods could not
-/// run): the taints it added, the LeafClusterPolicies' finalizers, what it rendered, its uninstall
-/// identity. Refuses while ksched is still installed.
+/// Runs `ksched uninstall`: stops the operator (its Deployment scaled to 0) and waits until no
+/// replica leads, removes the taints it added, the LeafClusterPolicies' finalizers and what it
+/// rendered, marks the profiles left behind, and releases the objects of the operator's identity
+/// (so deleting the installation finishes at once). The chart's pre-delete hook runs it; by hand,
+/// it finishes an uninstall whose operator was gone.
 pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
     crate::logging::init(&crate::logging::LogOptions {
         format: crate::logging::LogFormat::default(),
-        default_filter: "warn".into(),
+        default_filter: "warn,ksched=info".into(),
         split_stream: false,
     });
     let Some(runtime) = runtime() else {
@@ -271,23 +270,9 @@ pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match still_installed(&client, &args.namespace).await {
-            Ok(false) => {}
-            Ok(true) => {
-                eprintln!(
-                    "error: ksched is still installed (ClusterRoleBinding {OPERATOR_NAME} and namespace {ns} exist): uninstall it first (helm uninstall ksched -n {ns}, or kubectl delete -k manifests/install); `ksched uninstall` finishes an uninstall whose operator was gone",
-                    ns = args.namespace
-                );
-                return ExitCode::FAILURE;
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-        match uninstall::teardown(&client, &args.namespace).await {
-            Ok(removed) => {
-                println!("uninstalled: {removed}; uninstall identity {} deleted", uninstall::KIT_NAME);
+        match uninstall(&client, &args.namespace).await {
+            Ok(summary) => {
+                println!("uninstalled: {summary}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -298,18 +283,20 @@ pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
     })
 }
 
-/// The installation's ClusterRoleBinding and namespace both exist and neither is being deleted.
-async fn still_installed(client: &Client, namespace: &str) -> Result<bool, kube::Error> {
-    let live = |deleting: Option<bool>| deleting == Some(false);
-    let binding = Api::<ClusterRoleBinding>::all(client.clone())
-        .get_opt(OPERATOR_NAME)
-        .await?
-        .map(|b| b.metadata.deletion_timestamp.is_some());
-    let ns = Api::<Namespace>::all(client.clone())
-        .get_opt(namespace)
-        .await?
-        .map(|n| n.metadata.deletion_timestamp.is_some());
-    Ok(live(binding) && live(ns))
+/// What `ksched uninstall` does (see [`uninstall_main`]); what it did.
+async fn uninstall(client: &Client, namespace: &str) -> Result<String, super::Error> {
+    let stopped = uninstall::stop_operator(client, namespace).await?;
+    let removed = uninstall::teardown(client, namespace).await?;
+    let released = uninstall::release(client, namespace).await?;
+    uninstall::delete_leftover_release(client).await?;
+    let operator = if stopped {
+        format!("operator {namespace}/{OPERATOR_NAME} stopped; ")
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "{operator}{removed}; {released} object(s) of the operator's identity released"
+    ))
 }
 
 /// Resolves on SIGINT or SIGTERM.

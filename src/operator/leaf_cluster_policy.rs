@@ -9,8 +9,9 @@
 //! nothing there.
 //!
 //! Triggers: the policy; any policy created, deleted or changed (ownership depends on all of them);
-//! any Node whose labels, taints or ownership annotation change; any SchedulerProfile created or
-//! deleted (`profiles: ["*"]` and missing profiles); a periodic resync.
+//! any Node added or deleted, or whose labels, taints or ownership annotation change (the counts
+//! and conflicts follow); any SchedulerProfile created or deleted (`profiles: ["*"]` and missing
+//! profiles); a periodic resync.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -47,13 +48,10 @@ const RETRY: Duration = Duration::from_secs(5);
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let client = ctx.client.clone();
-    let node_changes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(node_ownership_inputs, Default::default())
-        .filter_map(|n| async move { n.ok().map(|_| ()) });
-    let profile_changes = lifecycle_changes(Api::<SchedulerProfile>::all(client.clone()));
-    let policy_changes = lifecycle_changes(Api::<LeafClusterPolicy>::all(client.clone()));
+    // A deleted node changes the counts too (and may end a conflict or a foreign taint).
+    let node_changes = changes(Api::<Node>::all(client.clone()), node_ownership_inputs);
+    let profile_changes = changes(Api::<SchedulerProfile>::all(client.clone()), lifecycle);
+    let policy_changes = changes(Api::<LeafClusterPolicy>::all(client.clone()), lifecycle);
     Controller::new(
         Api::<LeafClusterPolicy>::all(client),
         watcher::Config::default(),
@@ -80,22 +78,18 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     .await;
 }
 
-/// One item whenever an object of `api` is created, deleted, changes its generation or starts
-/// being deleted (status updates and the like are not reported).
-fn lifecycle_changes<K>(api: Api<K>) -> impl Stream<Item = ()> + Send + 'static
+/// One item whenever an object of `api` is created or deleted, or `key` of it changes.
+fn changes<K>(api: Api<K>, key: fn(&K) -> u64) -> impl Stream<Item = ()> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    // Per object: its generation and whether it is being deleted.
-    type Seen = HashMap<String, (Option<i64>, bool)>;
-    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let seen: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     watcher(api, watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| {
             let seen = seen.clone();
             async move {
                 let mut seen = seen.lock().ok()?;
-                let key = |o: &K| (o.meta().generation, o.meta().deletion_timestamp.is_some());
                 match event.ok()? {
                     watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                         let now = key(&o);
@@ -108,8 +102,16 @@ where
         })
 }
 
+/// Hash of an object's generation and whether it is being deleted (status updates and the like
+/// do not change it).
+fn lifecycle<K: Resource>(o: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    (o.meta().generation, o.meta().deletion_timestamp.is_some()).hash(&mut h);
+    h.finish()
+}
+
 /// Hash of what decides a node's taints: its labels, taints and ownership records.
-fn node_ownership_inputs(node: &Node) -> Option<u64> {
+fn node_ownership_inputs(node: &Node) -> u64 {
     let mut h = DefaultHasher::new();
     node.labels().hash(&mut h);
     node.annotations()
@@ -119,7 +121,7 @@ fn node_ownership_inputs(node: &Node) -> Option<u64> {
     serde_json::to_string(&taints)
         .unwrap_or_default()
         .hash(&mut h);
-    Some(h.finish())
+    h.finish()
 }
 
 fn error_policy(policy: Arc<LeafClusterPolicy>, err: &Error, _ctx: Arc<Context>) -> Action {

@@ -39,7 +39,10 @@ use crate::leader_election::{
 };
 
 pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
-pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
+pub use render::{
+    CLUSTER_PROFILE_PREFIX, FIELD_MANAGER, PROFILE_PREFIX, RenderOptions, Rendered,
+    cluster_object_name, object_name, render,
+};
 
 /// Finalizer of LeafClusterPolicies: removes the taints the policy added (no owner reference can).
 pub const FINALIZER: &str = "ksched.io/cleanup";
@@ -83,8 +86,8 @@ pub struct OperatorOptions {
     /// leader reconciles and runs Embedded schedulers. None: this process leads alone.
     pub leader_election: Option<LeaderElectionConfig>,
     /// The configuration the client was made from (its cluster address and CA): with it, an
-    /// installed operator prepares the identity that cleans up when it is uninstalled
-    /// ([`uninstall`]). None: no cleanup on uninstall (`ksched uninstall` does it).
+    /// installed operator watches for its uninstall and cleans up after itself ([`uninstall`]).
+    /// None: no cleanup on uninstall (`ksched uninstall` does it).
     pub client_config: Option<kube::Config>,
 }
 
@@ -180,9 +183,10 @@ pub(crate) type Shutdown = Shared<BoxFuture<'static, ()>>;
 /// leadership was lost (controllers and Embedded schedulers stopped first; the process should exit
 /// and start over as a follower, as kube-controller-manager does).
 ///
-/// With [`OperatorOptions::client_config`], an installed operator also watches its installation:
-/// when it is being uninstalled the controllers stop and the operator removes what it added and
-/// rendered before it returns ([`uninstall`]).
+/// With [`OperatorOptions::client_config`], an installed operator (its Deployment exists) also
+/// watches its installation: when it is being uninstalled the controllers stop and the operator
+/// removes what it added and rendered, and releases the objects of its identity, before it
+/// returns ([`uninstall`]).
 pub async fn run(
     client: Client,
     opts: OperatorOptions,
@@ -304,9 +308,6 @@ async fn lead(
         elector_task = Some(task);
     }
     metrics.set_leader(true);
-    if let Some(departure) = departure {
-        prepare_uninstall(ctx, departure).await;
-    }
     let lost = leadership.clone();
     let stop: Shutdown = {
         let shutdown = shutdown.clone();
@@ -356,27 +357,6 @@ async fn lead(
     let _ = stop_elector.send(true);
     task_outcome(task.await)?;
     Ok(!lost)
-}
-
-/// The leader makes sure the identity that cleans up on uninstall exists, and holds its token
-/// before it changes anything ([`uninstall`]).
-async fn prepare_uninstall(ctx: &Context, departure: &uninstall::Departure) {
-    match uninstall::ensure_kit(&ctx.client, &ctx.opts.namespace).await {
-        Ok(true) => {
-            departure.kit_created().await;
-            tracing::info!(
-                kit = uninstall::KIT_NAME,
-                "uninstall identity ready: deleting the installation removes what the operator added"
-            )
-        }
-        Ok(false) => tracing::info!(
-            "no ClusterRoleBinding {OPERATOR_NAME}: not an installation, nothing prepared for an uninstall"
-        ),
-        Err(e) => tracing::warn!(
-            error = %e,
-            "cannot prepare the uninstall identity: an uninstall will leave the operator's taints, the policies' finalizers and the rendered objects until `ksched uninstall` runs"
-        ),
-    }
 }
 
 /// Publishes an Event about `obj` unless the last one this operator announced about it on `topic`

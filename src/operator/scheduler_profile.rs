@@ -173,22 +173,18 @@ async fn release_legacy_finalizer(profile: &SchedulerProfile, ctx: &Context) -> 
     if profile.metadata.deletion_timestamp.is_some() {
         ctx.embedded.stop(&name).await;
         let cluster_name = render::cluster_object_name(&name);
-        for res in [
-            Api::<ClusterRoleBinding>::all(ctx.client.clone())
-                .delete(&cluster_name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-            Api::<ClusterRole>::all(ctx.client.clone())
-                .delete(&cluster_name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        ] {
-            match res {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        delete_if_rendered_for(
+            Api::<ClusterRoleBinding>::all(ctx.client.clone()),
+            &cluster_name,
+            &name,
+        )
+        .await?;
+        delete_if_rendered_for(
+            Api::<ClusterRole>::all(ctx.client.clone()),
+            &cluster_name,
+            &name,
+        )
+        .await?;
     }
     remove_finalizer(
         &Api::<SchedulerProfile>::all(ctx.client.clone()),
@@ -198,6 +194,28 @@ async fn release_legacy_finalizer(profile: &SchedulerProfile, ctx: &Context) -> 
     .await?;
     tracing::info!(profile = %name, "removed the finalizer of an older operator (owner references do its work now)");
     Ok(())
+}
+
+/// Deletes `name` when the operator rendered it for `profile` (its labels say so): an object
+/// of that name that someone else made is never touched.
+async fn delete_if_rendered_for<K>(api: Api<K>, name: &str, profile: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let Some(obj) = api.get_metadata_opt(name).await? else {
+        return Ok(());
+    };
+    let labels = obj.labels();
+    let ours = labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
+        && labels.get(LABEL_INSTANCE).map(String::as_str) == Some(profile);
+    if !ours {
+        return Ok(());
+    }
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Stops the Embedded scheduler of every profile that is deleted (profiles have no finalizer, so
@@ -272,6 +290,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
     let mut embedded = None;
     let mut embedded_identity = None;
     let mut ignored_policies = Vec::new();
+    let mut objects_in_use = Vec::new();
     let config = match rendered {
         None => {
             let message = in_use.unwrap_or_default();
@@ -285,16 +304,25 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
             forget_announced(ctx, profile, REFUSAL);
             ignored_policies = r.ignored_policies.iter().map(ToString::to_string).collect();
             report_ignored_policies(ctx, profile, &previous, &ignored_policies).await;
-            if let Some((error, wait)) = apply_with_backoff(&r, profile, ctx).await {
-                apply_error = Some(error);
-                retry_in = Some(wait.max(Duration::from_secs(1)));
+            objects_in_use = foreign_objects(&r, profile, ctx).await?;
+            report_objects_in_use(ctx, profile, &objects_in_use).await;
+            // An object of that name that ksched did not create is never overwritten: nothing is
+            // applied, and whatever runs for the profile keeps running unchanged.
+            if objects_in_use.is_empty() {
+                if let Some((error, wait)) = apply_with_backoff(&r, profile, ctx).await {
+                    apply_error = Some(error);
+                    retry_in = Some(wait.max(Duration::from_secs(1)));
+                }
+                embedded = sync_embedded(profile, &r, ctx).await;
+            } else {
+                embedded = ctx.embedded.identity(&name).await.map(|_| Ok(()));
             }
-            embedded = sync_embedded(profile, &r, ctx).await;
             if matches!(embedded, Some(Ok(()))) {
                 embedded_identity = ctx.embedded.identity(&name).await;
             }
             if previous.config_hash.as_deref() != Some(r.config_hash.as_str())
                 && apply_error.is_none()
+                && objects_in_use.is_empty()
             {
                 publish(
                     ctx,
@@ -357,6 +385,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         config,
         ignored_policies,
         apply_error,
+        objects_in_use,
         deployment,
         embedded,
         embedded_identity,
@@ -391,6 +420,15 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
     if waiting_for_leader {
         next = next.min(LEADER_POLL);
     }
+    // Ready follows the Lease's renewals: look again the moment the holder's term would run out,
+    // so a scheduler that stopped renewing makes the profile NoLeader within the lease duration.
+    if let Some(expiry) = obs
+        .lease
+        .as_ref()
+        .and_then(|l| l.fresh_until(obs.now, obs.lease_duration_seconds))
+    {
+        next = next.min(expiry + LEASE_EXPIRY_MARGIN);
+    }
     Ok(Action::requeue(next))
 }
 
@@ -399,6 +437,10 @@ const REFUSAL: &str = "Refusal";
 
 /// How soon a profile waiting for its scheduler to take the Lease is looked at again.
 const LEADER_POLL: Duration = Duration::from_secs(5);
+
+/// How long after its holder's term would end a Lease is read again (a renewal just in time is
+/// seen as one).
+const LEASE_EXPIRY_MARGIN: Duration = Duration::from_millis(500);
 
 fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
@@ -513,6 +555,91 @@ async fn name_in_use(name: &str, ctx: &Context) -> Result<Option<String>, Error>
     Ok(None)
 }
 
+/// Topic of the Events that name objects in the way of a profile (see [`announce`]).
+const OBJECTS_IN_USE: &str = "NameInUse";
+
+/// A Warning Event naming the objects in the way, once per set of objects.
+async fn report_objects_in_use(ctx: &Context, profile: &SchedulerProfile, objects: &[String]) {
+    if objects.is_empty() {
+        forget_announced(ctx, profile, OBJECTS_IN_USE);
+        return;
+    }
+    let message = status::objects_in_use_message(objects);
+    tracing::warn!(profile = %profile.name_any(), %message, "profile refused: its objects' names are taken");
+    announce(
+        ctx,
+        profile,
+        OBJECTS_IN_USE,
+        EventType::Warning,
+        "NameInUse",
+        message,
+    )
+    .await;
+}
+
+/// The rendered objects that exist but were not created for this profile (`Kind ns/name` each):
+/// their owner references do not name it. A Lease with no owner at all is this profile's
+/// scheduler's own (its elector creates the Lease when it is missing) and is taken over.
+async fn foreign_objects(
+    r: &Rendered,
+    profile: &SchedulerProfile,
+    ctx: &Context,
+) -> Result<Vec<String>, Error> {
+    let Some(uid) = profile.metadata.uid.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let c = &ctx.client;
+    let ns = ctx.opts.namespace.as_str();
+    let mut foreign = Vec::new();
+    for obj in r.objects() {
+        let taken = match obj {
+            RenderedObject::ConfigMap(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+            RenderedObject::ServiceAccount(o) => {
+                taken(Api::namespaced(c.clone(), ns), o, uid).await?
+            }
+            RenderedObject::ClusterRole(o) => taken(Api::all(c.clone()), o, uid).await?,
+            RenderedObject::ClusterRoleBinding(o) => taken(Api::all(c.clone()), o, uid).await?,
+            RenderedObject::Role(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+            RenderedObject::RoleBinding(o) => {
+                let obj_ns = o.metadata.namespace.as_deref().unwrap_or(ns);
+                taken(Api::namespaced(c.clone(), obj_ns), o, uid).await?
+            }
+            RenderedObject::Lease(o) => {
+                let api: Api<Lease> = Api::namespaced(c.clone(), ns);
+                let name = o.metadata.name.as_deref().unwrap_or_default();
+                api.get_metadata_opt(name).await?.is_some_and(|l| {
+                    !l.owner_references().is_empty() && !owned_by(l.owner_references(), uid)
+                })
+            }
+            RenderedObject::Deployment(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+            RenderedObject::Service(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+        };
+        if taken {
+            foreign.push(obj.describe());
+        }
+    }
+    Ok(foreign)
+}
+
+/// Whether `obj`'s name is taken by an object not owned by the profile with `uid`.
+async fn taken<K>(api: Api<K>, obj: &K, uid: &str) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    Ok(api
+        .get_metadata_opt(name)
+        .await?
+        .is_some_and(|existing| !owned_by(existing.owner_references(), uid)))
+}
+
+fn owned_by(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    uid: &str,
+) -> bool {
+    owners.iter().any(|o| o.uid == uid)
+}
+
 /// Applies the rendered objects unless these very objects failed and their retry is not due.
 /// `Some` when they are not applied: why, and how long until the next attempt.
 async fn apply_with_backoff(
@@ -591,7 +718,7 @@ async fn apply_all(
         .await?;
         delete_if_owned::<Service>(
             Api::namespaced(c.clone(), ns),
-            &render::service_name(&name),
+            &render::object_name(&name),
             uid,
         )
         .await?;

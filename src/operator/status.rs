@@ -136,15 +136,31 @@ impl LeaseState {
     /// not say).
     pub(crate) fn fresh_holder(&self, now: Timestamp, fallback_seconds: i64) -> Option<&str> {
         let holder = self.holder.as_deref()?;
+        let expires = self.expires(fallback_seconds)?;
+        (expires > now).then_some(holder)
+    }
+
+    /// How long the holder's term still runs from `now`, when it is fresh.
+    pub(crate) fn fresh_until(
+        &self,
+        now: Timestamp,
+        fallback_seconds: i64,
+    ) -> Option<std::time::Duration> {
+        self.fresh_holder(now, fallback_seconds)?;
+        let left = self.expires(fallback_seconds)?.duration_since(now);
+        std::time::Duration::try_from(left).ok()
+    }
+
+    /// When the holder's term ends unless it renews: its last renewal plus the lease duration.
+    fn expires(&self, fallback_seconds: i64) -> Option<Timestamp> {
         let renewed = self.renew_time?;
         let duration = self
             .lease_duration_seconds
             .map(i64::from)
             .unwrap_or(fallback_seconds);
-        let expires = renewed
+        renewed
             .checked_add(SignedDuration::from_secs(duration))
-            .ok()?;
-        (expires > now).then_some(holder)
+            .ok()
     }
 }
 
@@ -176,6 +192,9 @@ pub(crate) struct ProfileObservation {
     /// the profile makes of it.
     pub ignored_policies: Vec<String>,
     pub apply_error: Option<ApplyError>,
+    /// Rendered objects whose names are taken by objects ksched did not create for this profile
+    /// (`Kind ns/name`): nothing is applied while there are any.
+    pub objects_in_use: Vec<String>,
     /// Deployment mode: the Deployment, when it exists.
     pub deployment: Option<DeploymentState>,
     /// Embedded mode: whether the in-process scheduler runs (`Err` says why not).
@@ -349,6 +368,13 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
             Some(Cond::new(RECONCILING, true, reason, message)),
         )
     };
+    if !obs.objects_in_use.is_empty() {
+        let message = objects_in_use_message(&obs.objects_in_use);
+        return (
+            Cond::new(READY, false, "NameInUse", message.clone()),
+            Some(Cond::new(STALLED, true, "NameInUse", message)),
+        );
+    }
     if let Some(err) = &obs.apply_error {
         let message = format!(
             "{}; attempt {}, retried after {}s",
@@ -481,6 +507,17 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
     }
 }
 
+/// Why a profile whose objects' names are taken renders nothing, and what to do.
+pub(crate) fn objects_in_use_message(objects: &[String]) -> String {
+    format!(
+        "{} already exist{} and {} not created by ksched for this profile: ksched never adopts, changes or deletes an object it did not create, so nothing was applied; delete or rename {}, or rename the profile",
+        some_names(objects),
+        if objects.len() == 1 { "s" } else { "" },
+        if objects.len() == 1 { "was" } else { "were" },
+        if objects.len() == 1 { "it" } else { "them" },
+    )
+}
+
 /// The status of an Embedded profile whose operator stopped (with it, its scheduler): not Ready
 /// until an operator runs it again.
 pub(crate) fn operator_stopped(
@@ -492,14 +529,42 @@ pub(crate) fn operator_stopped(
     let message = format!(
         "the operator ({instance}) that ran this Embedded profile's scheduler stopped, and the scheduler with it: no pod is scheduled until an operator runs again"
     );
+    nothing_runs(previous, generation, RECONCILING, &message, now)
+}
+
+/// The status of a profile left behind by an uninstall (Helm keeps the CRDs): nothing runs for
+/// it, and nothing will until ksched is installed again.
+pub(crate) fn uninstalled(
+    previous: &SchedulerProfileStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> SchedulerProfileStatus {
+    nothing_runs(
+        previous,
+        generation,
+        STALLED,
+        "ksched was uninstalled: no scheduler runs for this profile and nothing reconciles it; install ksched again to run it, or delete the profile",
+        now,
+    )
+}
+
+/// `Ready=False` (`OperatorStopped`) with `progress` (`Reconciling` while an operator may come
+/// back, `Stalled` when none will), no leader and no replica; the configuration's conditions kept.
+fn nothing_runs(
+    previous: &SchedulerProfileStatus,
+    generation: Option<i64>,
+    progress: &'static str,
+    message: &str,
+    now: Timestamp,
+) -> SchedulerProfileStatus {
     let wanted = vec![
-        Cond::new(READY, false, "OperatorStopped", message.clone()),
-        Cond::new(RECONCILING, true, "OperatorStopped", message),
+        Cond::new(READY, false, OPERATOR_STOPPED, message),
+        Cond::new(progress, true, OPERATOR_STOPPED, message),
         Cond::new(
             LEADER_ELECTED,
             false,
-            "OperatorStopped",
-            "the embedded scheduler stopped and released its Lease",
+            OPERATOR_STOPPED,
+            "no scheduler runs for this profile",
         ),
     ];
     let mut conditions = set_conditions(&previous.conditions, wanted, generation, now);
@@ -510,15 +575,25 @@ pub(crate) fn operator_stopped(
             .filter(|c| [CONFIG_VALID, LEAF_POLICIES_VALID].contains(&c.type_.as_str()))
             .cloned(),
     );
+    let desired = previous
+        .ready
+        .as_deref()
+        .and_then(|r| r.split_once('/'))
+        .map_or("0", |(_, d)| d)
+        .to_string();
     SchedulerProfileStatus {
         conditions,
         replicas: Some(0),
         ready_replicas: Some(0),
-        ready: Some("0/1".into()),
+        ready: Some(format!("0/{desired}")),
         leader: None,
         ..previous.clone()
     }
 }
+
+/// The reason of a profile whose scheduler stopped with the operator that ran it, or was
+/// uninstalled.
+pub(crate) const OPERATOR_STOPPED: &str = "OperatorStopped";
 
 /// Nodes a policy leaves to an older one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -733,6 +808,7 @@ mod tests {
             },
             ignored_policies: vec![],
             apply_error: None,
+            objects_in_use: Vec::new(),
             deployment: Some(DeploymentState {
                 generation: 2,
                 observed_generation: 2,
@@ -910,6 +986,26 @@ mod tests {
     }
 
     #[test]
+    fn an_object_name_taken_by_someone_else_is_stalled_and_names_the_object() {
+        let mut o = obs();
+        o.objects_in_use = vec!["ClusterRole ksched:profile:p".into()];
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("NameInUse"));
+        assert_eq!(reason(&s, STALLED).as_deref(), Some("NameInUse"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        let message = get(&s, READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.starts_with("ClusterRole ksched:profile:p already exists and was not created")
+                && message.contains("never adopts"),
+            "{message}"
+        );
+        // The configuration itself is fine.
+        assert_eq!(status_of(&s, CONFIG_VALID).as_deref(), Some("True"));
+    }
+
+    #[test]
     fn an_ignored_policy_is_reported_without_stalling_the_profile() {
         let mut o = obs();
         o.ignored_policies =
@@ -1074,6 +1170,43 @@ mod tests {
             get(&s, READY).map(|c| c.last_transition_time.0),
             Some(later(5))
         );
+    }
+
+    #[test]
+    fn a_profile_left_behind_by_an_uninstall_is_stalled_not_ready() {
+        let running = profile_status(&SchedulerProfileStatus::default(), &obs());
+        assert_eq!(running.ready.as_deref(), Some("1/1"));
+        let s = uninstalled(&running, Some(3), later(5));
+        assert_eq!(reason(&s, READY).as_deref(), Some("OperatorStopped"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        // Nothing will reconcile it: Stalled (kstatus: Failed; Argo CD: Degraded), not Reconciling.
+        assert_eq!(reason(&s, STALLED).as_deref(), Some("OperatorStopped"));
+        assert!(get(&s, RECONCILING).is_none());
+        assert!(
+            get(&s, READY).is_some_and(|c| c.message.contains("ksched was uninstalled")),
+            "{s:?}"
+        );
+        assert_eq!(s.ready.as_deref(), Some("0/1"));
+        assert_eq!(s.leader, None);
+    }
+
+    #[test]
+    fn a_fresh_lease_says_how_long_its_term_still_runs() {
+        let l = LeaseState {
+            holder: Some("a".into()),
+            renew_time: Some(now()),
+            lease_duration_seconds: Some(15),
+        };
+        assert_eq!(
+            l.fresh_until(later(5), 15),
+            Some(std::time::Duration::from_secs(10))
+        );
+        assert_eq!(l.fresh_until(later(15), 15), None);
+        let released = LeaseState {
+            holder: None,
+            ..l.clone()
+        };
+        assert_eq!(released.fresh_until(later(1), 15), None);
     }
 
     #[test]

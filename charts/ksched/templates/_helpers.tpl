@@ -18,3 +18,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- define "ksched.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
+
+{{/* The annotations of the uninstall hook's objects: Helm deletes them when the hook ends. */}}
+{{- define "ksched.uninstallHook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded,hook-failed
+{{- end }}

@@ -468,8 +468,12 @@ async fn token_of(client: &Client, ns: &str, name: &str) -> String {
         .expect("a token")
 }
 
+/// One release of the chart at a time on the shared control plane.
+static RELEASE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_installs_reconciles_upgrades_and_uninstalls_in_one_step() {
+    let _release = RELEASE_LOCK.lock().await;
     let cp = cp();
     let client = cp.client().await;
     let scenario = Scenario::nodes(cp, "helm");
@@ -660,6 +664,7 @@ async fn chart_installs_reconciles_upgrades_and_uninstalls_in_one_step() {
 /// nothing, by the chart's pre-delete hook, with no binary on a workstation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_uninstall_cleans_up_after_a_dead_operator() {
+    let _release = RELEASE_LOCK.lock().await;
     let cp = cp();
     let client = cp.client().await;
     let scenario = Scenario::nodes(cp, "helmdead");

@@ -97,6 +97,7 @@ impl OperatorArgs {
                 self.leader_elect_renew_deadline,
             )?,
             retry_period: std("leader-elect-retry-period", self.leader_elect_retry_period)?,
+            takeover: None,
         };
         config
             .validate()

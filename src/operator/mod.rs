@@ -38,7 +38,7 @@ use crate::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership, task_outcome,
 };
 
-pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
+pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers, OperatorTerm};
 pub use render::{
     CLUSTER_PROFILE_PREFIX, FIELD_MANAGER, PROFILE_PREFIX, RenderOptions, Rendered,
     cluster_object_name, object_name, render,
@@ -295,9 +295,13 @@ async fn lead(
     if let Some(elector) = elector {
         // Followers show 0 (client-go's gauge exists from the start).
         metrics.set_leader(false);
+        let health = elector.health();
         let mut task = tokio::spawn(elector.run(elector_stop));
+        // Meanwhile, the profiles a leader that stopped ran in its process say so.
+        let follower = scheduler_profile::mark_orphaned_embedded(ctx, health);
         tokio::select! {
             _ = leadership.acquired() => {}
+            _ = follower => {}
             r = &mut task => return Ok(task_outcome(r).map(|()| false)?),
             _ = shutdown.clone() => {
                 let _ = stop_elector.send(true);
@@ -308,6 +312,15 @@ async fn lead(
         elector_task = Some(task);
     }
     metrics.set_leader(true);
+    // The Embedded schedulers lead only within this term.
+    let identity = ctx
+        .opts
+        .leader_election
+        .as_ref()
+        .map_or_else(|| ctx.opts.instance.clone(), |c| c.identity.clone());
+    ctx.embedded
+        .start_term(OperatorTerm::new(leadership.clone(), identity))
+        .await;
     let lost = leadership.clone();
     let stop: Shutdown = {
         let shutdown = shutdown.clone();

@@ -609,13 +609,18 @@ pub(crate) fn cluster_rules<S: AsRef<str>>(
 }
 
 /// The Role on the profile's own Lease: `create` (which cannot be limited by name) and get/update of
-/// that one Lease.
+/// that one Lease, and watching it (a candidate sees the holder's renewals as they happen, so it
+/// takes over one lease duration after the last).
 pub(crate) fn lease_rules(lease: &str) -> Vec<PolicyRule> {
     vec![
         policy_rule(&["coordination.k8s.io"], &["leases"], &["create"]),
         PolicyRule {
             resource_names: Some(vec![lease.to_string()]),
-            ..policy_rule(&["coordination.k8s.io"], &["leases"], &["get", "update"])
+            ..policy_rule(
+                &["coordination.k8s.io"],
+                &["leases"],
+                &["get", "list", "watch", "update"],
+            )
         },
     ]
 }

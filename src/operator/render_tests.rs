@@ -725,7 +725,7 @@ fn lease_role_is_limited_to_the_profile_lease() {
     assert_eq!(rules.len(), 2);
     assert_eq!(rules[0].verbs, vec!["create"]);
     assert_eq!(rules[0].resource_names, None);
-    assert_eq!(rules[1].verbs, vec!["get", "update"]);
+    assert_eq!(rules[1].verbs, vec!["get", "list", "watch", "update"]);
     assert_eq!(
         rules[1].resource_names,
         Some(vec!["ksched-profile-le".to_string()])

@@ -33,6 +33,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::backoff::ApplyFailure;
+use super::embedded::operator_scheduler_prefix;
 use super::render::{
     self, FIELD_MANAGER, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Rendered, RenderedObject,
 };
@@ -46,6 +47,7 @@ use super::{
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicy, SchedulerProfile, SchedulerProfileStatus};
 use crate::config::GoDuration;
+use crate::leader_election::LeaderHealth;
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     futures::join!(
@@ -857,4 +859,77 @@ pub(crate) async fn embedded_stopped(ctx: &Context) {
             }
         }
     }
+}
+
+/// On a replica that does not lead: once the leader has not renewed the operator Lease for a renew
+/// deadline (so it stopped acting as leader, and its Embedded schedulers with it), the Embedded
+/// profiles whose scheduler ran in it say `OperatorStopped` until a new leader runs them. Never
+/// returns.
+pub(crate) async fn mark_orphaned_embedded(ctx: &Context, health: LeaderHealth) {
+    let Some(renew_deadline) = ctx.opts.leader_election.as_ref().map(|c| c.renew_deadline) else {
+        return std::future::pending().await;
+    };
+    let mut marked: Option<String> = None;
+    loop {
+        tokio::time::sleep(ORPHAN_POLL).await;
+        let Some(holder) = health.stale_holder(Instant::now(), renew_deadline) else {
+            continue;
+        };
+        if marked.as_deref() == Some(holder.as_str()) {
+            continue;
+        }
+        match mark_stopped_by(ctx, &holder).await {
+            Ok(()) => marked = Some(holder),
+            Err(e) => {
+                tracing::warn!(operator = %holder, error = %e, "marking the profiles of an operator that stopped")
+            }
+        }
+    }
+}
+
+/// How often a replica that does not lead looks whether the leader stopped.
+const ORPHAN_POLL: Duration = Duration::from_millis(500);
+
+/// The Embedded profiles led by a scheduler of the operator `holder` say `OperatorStopped`
+/// (unless their status changed meanwhile: a new leader's is newer).
+async fn mark_stopped_by(ctx: &Context, holder: &str) -> Result<(), kube::Error> {
+    let prefix = operator_scheduler_prefix(holder);
+    let api: Api<SchedulerProfile> = Api::all(ctx.client.clone());
+    for p in api.list(&ListParams::default()).await?.items {
+        let Some(previous) = &p.status else { continue };
+        if !previous
+            .leader
+            .as_deref()
+            .is_some_and(|l| l.starts_with(&prefix))
+        {
+            continue;
+        }
+        let new_status = status::operator_stopped(
+            previous,
+            previous.observed_generation,
+            holder,
+            Timestamp::now(),
+        );
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": p.resource_version()},
+            "status": new_status,
+        });
+        match api
+            .patch_status(
+                &p.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(
+                profile = %p.name_any(),
+                operator = %holder,
+                "the operator that ran this Embedded profile's scheduler stopped leading: profile marked OperatorStopped"
+            ),
+            Err(e) if super::is_conflict(&e) || is_not_found(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -478,6 +478,7 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
                     d.to_std().unwrap_or(Duration::ZERO)
                 }),
             opportunistic_batching: features.enabled(OPPORTUNISTIC_BATCHING),
+            embedded_in: None,
         };
         match run(client, options, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,

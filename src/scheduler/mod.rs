@@ -16,4 +16,5 @@ pub(crate) mod queue;
 pub mod run;
 pub(crate) mod trim;
 
+pub(crate) use run::EmbeddedIn;
 pub use run::{SchedulerError, SchedulerOptions, run};

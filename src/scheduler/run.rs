@@ -72,6 +72,18 @@ pub struct SchedulerOptions {
     /// The `OpportunisticBatching` feature gate: pods of the same signature share Filter and Score
     /// work (see `framework::batch`).
     pub opportunistic_batching: bool,
+    /// Run inside an operator (`mode: Embedded`): the scheduler leads only while its operator
+    /// does, and takes its Lease at once from an Embedded scheduler of an operator that stopped.
+    pub(crate) embedded_in: Option<EmbeddedIn>,
+}
+
+/// The operator an Embedded scheduler runs in.
+#[derive(Debug, Clone)]
+pub(crate) struct EmbeddedIn {
+    /// The operator's leadership: the scheduler's ends with it.
+    pub(crate) operator: Leadership,
+    /// Holders of the profile's Lease that stopped with their operator.
+    pub(crate) takeover: crate::leader_election::Takeover,
 }
 
 /// Events still queued at SIGTERM are written within this; the lease release follows, all within
@@ -185,8 +197,12 @@ pub async fn run(
     // Leadership first: the clients that act as leader send only while it holds.
     let le = &config.leader_election;
     let (elector, leadership) = if le.leader_elect {
-        let (elector, leadership) =
-            LeaderElector::new(client.clone(), elector_config(config, &options.identity))?;
+        let mut elector_config = elector_config(config, &options.identity);
+        elector_config.takeover = options.embedded_in.as_ref().map(|e| e.takeover.clone());
+        let (elector, leadership) = LeaderElector::new(client.clone(), elector_config)?;
+        if let Some(e) = &options.embedded_in {
+            leadership.within(e.operator.clone());
+        }
         (Some(elector), leadership)
     } else {
         (None, Leadership::always())
@@ -394,6 +410,7 @@ fn elector_config(config: &Config, identity: &str) -> LeaderElectionConfig {
             .to_std()
             .unwrap_or(Duration::from_secs(10)),
         retry_period: le.retry_period.to_std().unwrap_or(Duration::from_secs(2)),
+        takeover: None,
     }
 }
 

@@ -8,6 +8,8 @@
 mod argocd_lua;
 #[path = "e2e_operator/security.rs"]
 mod security;
+#[path = "e2e_operator/status_truth.rs"]
+mod status_truth;
 mod support;
 
 use std::collections::BTreeMap;

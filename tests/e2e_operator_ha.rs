@@ -307,8 +307,31 @@ async fn a_follower_takes_over_the_operator_and_its_embedded_scheduler() {
         handover < LEASE_DURATION,
         "SIGTERM handover took {handover:?}: the Lease was not released"
     );
-    cp.kubectl_ok(&["delete", "schedulerprofile", "ha-embedded", "--wait=true"]);
     drop(leader);
+
+    // Every replica SIGKILLed: nothing runs the profile, and the next replica to start says so
+    // (OperatorStopped, once the dead leader's renew deadline has passed on its clock) before it
+    // leads and runs it again.
+    let mut last = next;
+    last.process.kill();
+    let restarted = Operator::start("op-d");
+    let logs = || restarted.logs();
+    let pod = pause_pod("after-all-killed", "ha-embedded");
+    support::wait::create(&pods, &pod).await;
+    let (_, reasons) =
+        watch_until_bound(&client, &pods, "ha-embedded", "after-all-killed", logs).await;
+    eprintln!("operator HA: every replica SIGKILLed, a new one started: Ready reasons {reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r == "OperatorStopped")
+            && restarted
+                .process
+                .logs()
+                .contains("profile marked OperatorStopped"),
+        "{reasons:?}\n{}",
+        restarted.logs()
+    );
+    wait_profile_ready(&client, "ha-embedded", logs).await;
+    cp.kubectl_ok(&["delete", "schedulerprofile", "ha-embedded", "--wait=true"]);
 }
 
 /// The time at the start of the first line of `log` containing `needle` (the text format's
@@ -377,7 +400,10 @@ async fn a_partitioned_leader_stops_scheduling_before_the_next_one_starts() {
         "{profile_lease:?}\n{}",
         logs()
     );
-    let started = profile_lease.acquire_time.map(|t| t.0).expect("acquireTime");
+    let started = profile_lease
+        .acquire_time
+        .map(|t| t.0)
+        .expect("acquireTime");
     let stopped = logged_at(&cut_off.process.logs(), "leadership lost")
         .unwrap_or_else(|| panic!("the cut-off leader never stopped\n{}", logs()));
     let binds: Vec<_> = relay
@@ -393,9 +419,15 @@ async fn a_partitioned_leader_stops_scheduling_before_the_next_one_starts() {
         binds.len(),
         binds.last()
     );
-    assert!(stopped < started, "stopped {stopped}, the next started {started}");
+    assert!(
+        stopped < started,
+        "stopped {stopped}, the next started {started}"
+    );
     for b in &binds {
-        assert!(*b < started, "a bind sent at {b}, after the next leader started at {started}");
+        assert!(
+            *b < started,
+            "a bind sent at {b}, after the next leader started at {started}"
+        );
     }
     relay.restore();
     cp.kubectl_ok(&["delete", "schedulerprofile", "ha-partition", "--wait=true"]);

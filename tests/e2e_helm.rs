@@ -757,6 +757,7 @@ async fn assert_left_behind_say_uninstalled(client: &Client, scenario: &Scenario
                 .any(|c| c.type_ == "Ready" && c.message.contains("ksched was uninstalled")),
             "{name}: {conds:?}"
         );
+        support::fixtures::save_argocd_fixture("schedulerprofile-uninstalled", &p);
         let v = serde_json::to_value(&p).expect("json");
         let (health, _) = argocd_lua::health(&repo_root().join("manifests/argocd/health.lua"), &v);
         assert_eq!(health, "Degraded", "{name}");

@@ -33,6 +33,7 @@ use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use ksched::framework::registry::Registry;
 use ksched::operator::in_process::InProcessSchedulers;
 use ksched::operator::{EmbeddedError, EmbeddedSchedulers};
+use support::fixtures::save_argocd_fixture as save_fixture;
 use support::operator::{InProcessOperator, OPERATOR_SA};
 use support::process::killed_with_parent;
 use support::scheduler::{SchedulerProcess, kube_scheduler_command};
@@ -446,23 +447,6 @@ fn profile_yaml(name: &str, spec: &str) -> String {
 }
 
 /// Saves `obj` as tests/fixtures/argocd/<file>.json when KSCHED_UPDATE_FIXTURES=1.
-fn save_fixture<T: serde::Serialize>(file: &str, obj: &T) {
-    if std::env::var("KSCHED_UPDATE_FIXTURES").as_deref() == Ok("1") {
-        let mut v = serde_json::to_value(obj).expect("json");
-        if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-            m.remove("managedFields");
-        }
-        let path = repo_root()
-            .join("tests/fixtures/argocd")
-            .join(format!("{file}.json"));
-        std::fs::write(
-            &path,
-            serde_json::to_string_pretty(&v).expect("json") + "\n",
-        )
-        .expect("write fixture");
-    }
-}
-
 fn argo_health<T: serde::Serialize>(obj: &T) -> (String, String) {
     let v = serde_json::to_value(obj).expect("json");
     argocd_lua::health(&repo_root().join("manifests/argocd/health.lua"), &v)

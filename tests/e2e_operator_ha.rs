@@ -143,6 +143,9 @@ async fn watch_until_bound(
             if let Some(reason) = reason
                 && reasons.last() != Some(&reason)
             {
+                if reason == "OperatorStopped" {
+                    support::fixtures::save_argocd_fixture("schedulerprofile-operatorstopped", &p);
+                }
                 reasons.push(reason);
             }
         }

@@ -123,6 +123,7 @@ async fn an_object_ksched_did_not_make_is_never_adopted() {
             && message.contains("never adopts"),
         "{message}"
     );
+    save_fixture("schedulerprofile-nameinuse", &p);
     assert_eq!(argo_health(&p).0, "Degraded");
     let event = eventually("NameInUse event", async || {
         events_about(&c, "NameInUse", name)

@@ -34,6 +34,7 @@ async fn a_profile_whose_scheduler_stopped_renewing_is_not_ready() {
         noticed < Duration::from_secs(15) + Duration::from_secs(5),
         "noticed after {noticed:?}"
     );
+    save_fixture("schedulerprofile-noleader", &p);
     assert_eq!(argo_health(&p).0, "Progressing");
     cp().kubectl_ok(&["delete", "schedulerprofile", name, "--wait=true"]);
 }

@@ -2,7 +2,9 @@
 //! ([`RecordingApi`], for tests and `ksched simulate`).
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, PodCondition};
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, PodCondition,
+};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use super::interface::NominatingInfo;
@@ -18,6 +20,21 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     Other(String),
+}
+
+/// An Event a plugin records about an object (upstream's `EventRecorder.Eventf`): written in the
+/// background, never failing or holding up the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiEvent {
+    /// The scheduler name of the profile (upstream's reporting controller).
+    pub reporting_controller: String,
+    pub regarding: ObjectReference,
+    /// The other object involved (a victim's preemptor).
+    pub related: Option<ObjectReference>,
+    pub type_: &'static str,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
 }
 
 /// The few API actions plugins need. `scheduler/` implements it with kube; tests use an in-memory
@@ -42,6 +59,9 @@ pub trait ApiHandle: Send + Sync {
 
     /// Deletes a pod (preemption victims).
     async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError>;
+
+    /// Records an Event (see [`ApiEvent`]); an implementation without events drops it.
+    fn record_event(&self, _event: ApiEvent) {}
 
     /// Replaces a PodGroup's status subresource (the Coscheduling plugin's status loop), checked
     /// against the object's `resourceVersion`; returns the stored object.
@@ -120,6 +140,8 @@ pub struct RecordingApi {
     pub claim_writes: parking_lot::Mutex<Vec<(&'static str, ResourceClaim)>>,
     /// Consumers removed from claims: (`namespace/name`, consumer uid).
     pub claim_consumer_removals: parking_lot::Mutex<Vec<(String, String)>>,
+    /// Events recorded, in order.
+    pub events: parking_lot::Mutex<Vec<ApiEvent>>,
 }
 
 impl RecordingApi {
@@ -174,6 +196,10 @@ impl ApiHandle for RecordingApi {
             .lock()
             .push((format!("{namespace}/{name}"), condition, nominating));
         Ok(())
+    }
+
+    fn record_event(&self, event: ApiEvent) {
+        self.events.lock().push(event);
     }
 
     async fn delete_pod(&self, namespace: &str, name: &str, _uid: &str) -> Result<(), ApiError> {

@@ -33,6 +33,12 @@ use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalo
 pub trait PodNominator: Send + Sync {
     fn nominated_pods_for_node(&self, node_name: &str) -> Vec<Arc<PodInfo>>;
 
+    /// Whether the nominated pod `key` is another scheduler's (its nomination is respected, never
+    /// changed).
+    fn is_foreign(&self, _key: &str) -> bool {
+        false
+    }
+
     /// While no pod is nominated anywhere: a number that changes with every nomination made or
     /// dropped. `None` while some pod is nominated, or when the nominator cannot tell (then
     /// opportunistic batching stays off: nominated pods count on their node in Filter).

@@ -12,7 +12,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
+use super::events::EventQueue;
 use crate::api::PodGroup;
+use crate::framework::api::ApiEvent;
 use crate::framework::interface::{NominatingInfo, NominatingMode};
 use crate::framework::registry::{ApiError, ApiHandle};
 use crate::framework::types::PodInfo;
@@ -21,12 +23,24 @@ pub(crate) struct KubeApi {
     /// Binds only, so nothing else the scheduler writes waits in front of a bind.
     binds: Client,
     client: Client,
+    /// Where plugins' events go (the process's event queue).
+    events: Option<EventQueue>,
 }
 
 impl KubeApi {
     /// `binds` sends bindings, `client` everything else.
     pub(crate) fn new(binds: Client, client: Client) -> Self {
-        Self { binds, client }
+        Self {
+            binds,
+            client,
+            events: None,
+        }
+    }
+
+    /// Plugins' events go to `events`.
+    pub(crate) fn with_events(mut self, events: EventQueue) -> Self {
+        self.events = Some(events);
+        self
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
@@ -104,6 +118,12 @@ impl ApiHandle for KubeApi {
             .await
             .map(|_| ())
             .map_err(api_error)
+    }
+
+    fn record_event(&self, event: ApiEvent) {
+        if let Some(events) = &self.events {
+            events.record(event);
+        }
     }
 
     async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError> {

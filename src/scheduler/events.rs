@@ -83,6 +83,8 @@ impl EventFlusher {
 struct PendingEvent {
     controller: Arc<str>,
     regarding: ObjectReference,
+    /// The other object the event is about (a victim's preemptor).
+    related: Option<ObjectReference>,
     type_: &'static str,
     reason: &'static str,
     action: &'static str,
@@ -156,6 +158,23 @@ fn series_key(controller: &str, reference: &ObjectReference, reason: &str, actio
 }
 
 impl EventQueue {
+    /// Queues an event a plugin recorded (see [`crate::framework::api::ApiEvent`]); dropped when
+    /// the queue is full.
+    pub(crate) fn record(&self, event: crate::framework::api::ApiEvent) {
+        let pending = PendingEvent {
+            controller: event.reporting_controller.into(),
+            regarding: event.regarding,
+            related: event.related,
+            type_: event.type_,
+            reason: event.reason,
+            action: event.action,
+            note: event.note,
+        };
+        if self.0.try_send(pending).is_err() {
+            debug!(reason = event.reason, "event queue full; event dropped");
+        }
+    }
+
     /// Spawns the writer; `events_client` writes, `instance` is the reporting instance.
     pub(crate) fn start(events_client: Client, instance: &str) -> (Self, EventFlusher) {
         let (events, mut queue) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
@@ -212,6 +231,7 @@ impl PodReporter {
         let event = PendingEvent {
             controller: self.controller.clone(),
             regarding: pod.object_ref(&()),
+            related: None,
             type_,
             reason,
             action,
@@ -347,6 +367,7 @@ impl EventWriter {
         let PendingEvent {
             controller,
             regarding: reference,
+            related,
             type_,
             reason,
             action,
@@ -390,6 +411,7 @@ impl EventWriter {
                     note: Some(note),
                     type_: Some(type_.into()),
                     regarding: Some(reference),
+                    related,
                     reporting_controller: Some(controller.to_string()),
                     reporting_instance: Some(self.instance.clone()),
                     ..Default::default()

@@ -72,6 +72,8 @@ pub(crate) struct PodHandler {
 /// cache keeps assigned pods).
 enum KnownPod {
     Pending(Option<Arc<PodInfo>>),
+    /// Another scheduler's pending pod, kept while it is nominated to a node.
+    Foreign(Option<Arc<PodInfo>>),
     Assigned,
 }
 
@@ -93,6 +95,10 @@ impl PodHandler {
         let key = pod_key(&pod);
         let node = node_name(&pod).to_string();
         if !node.is_empty() {
+            if let Some(KnownPod::Foreign(Some(_))) = self.known.get(&key) {
+                // Bound where it was nominated (or elsewhere): the cache holds it from now on.
+                self.queue.nominator().delete(&key);
+            }
             self.known.insert(key.clone(), KnownPod::Assigned);
             self.queue.delete(&key);
             self.assigned_pod_applied(&node, pod);
@@ -100,7 +106,11 @@ impl PodHandler {
         }
         trim_pod(&mut pod);
         let ours = self.profiles.contains(scheduler_name(&pod));
-        let info = ours.then(|| Arc::new(PodInfo::new(Arc::new(pod))));
+        if !ours {
+            self.foreign_pending_applied(key, pod);
+            return;
+        }
+        let info = Some(Arc::new(PodInfo::new(Arc::new(pod))));
         let old = match self
             .known
             .insert(key.clone(), KnownPod::Pending(info.clone()))
@@ -143,6 +153,42 @@ impl PodHandler {
                 self.queue
                     .observe_event_handling(&EVENT_UNSCHEDULED_POD_UPDATE, start);
             }
+        }
+    }
+
+    /// Another scheduler's pending pod: only its nomination matters here (respected in Filter as
+    /// ours are); when it is dropped, the pods it kept out may fit.
+    fn foreign_pending_applied(&mut self, key: String, pod: Pod) {
+        let nominated = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+            && pod.metadata.deletion_timestamp.is_none();
+        let info = nominated.then(|| Arc::new(PodInfo::new(Arc::new(pod))));
+        let old = match self
+            .known
+            .insert(key.clone(), KnownPod::Foreign(info.clone()))
+        {
+            Some(KnownPod::Foreign(old)) => old,
+            _ => None,
+        };
+        match info {
+            Some(info) => self.queue.nominator().update_foreign(info),
+            None => self.queue.nominator().delete(&key),
+        }
+        if let Some(old) = old
+            && self.known_foreign_node(&key) != Some(old.nominated_node_name().to_string())
+        {
+            self.nominated_pod_gone(old);
+        }
+    }
+
+    /// The node another scheduler's pending pod `key` is nominated to now.
+    fn known_foreign_node(&self, key: &str) -> Option<String> {
+        match self.known.get(key) {
+            Some(KnownPod::Foreign(Some(p))) => Some(p.nominated_node_name().to_string()),
+            _ => None,
         }
     }
 
@@ -193,7 +239,11 @@ impl PodHandler {
     pub(crate) fn delete(&mut self, key: &str) {
         let start = Instant::now();
         match self.known.remove(key) {
-            None | Some(KnownPod::Pending(None)) => {}
+            None | Some(KnownPod::Pending(None)) | Some(KnownPod::Foreign(None)) => {}
+            Some(KnownPod::Foreign(Some(old))) => {
+                self.queue.nominator().delete(key);
+                self.nominated_pod_gone(old);
+            }
             Some(KnownPod::Pending(Some(old))) => {
                 self.queue.delete(key);
                 if !old.nominated_node_name().is_empty() {

@@ -217,7 +217,8 @@ pub async fn run(
         .clone()
         .unwrap_or_else(|| Arc::new(Metrics::new()));
     let nominator = Arc::new(Nominator::new());
-    let api = KubeApi::new(clients.binds.clone(), clients.writes.clone());
+    let api =
+        KubeApi::new(clients.binds.clone(), clients.writes.clone()).with_events(events.clone());
     let extenders = super::extender::build_extenders(&config.extenders)?;
     let mut handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
     handle.extenders = extenders.clone();

@@ -590,20 +590,87 @@ fn a_failed_eviction_ends_the_preemption_before_the_last_victim() {
     pl.evaluator.executor().actuate(&p, "n1", &victims);
     h.dispatcher
         .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
-    // The first two were tried (condition, then delete); the last was not; the preemptor may
-    // try again.
+    // The preemptor's nomination first; the first two were tried (condition, then delete); the
+    // last was not; the preemptor may try again.
     let patched: Vec<String> = api
         .status_patches
         .lock()
         .iter()
         .map(|(k, _, _)| k.clone())
         .collect();
-    assert_eq!(patched, ["default/v1", "default/v2"]);
+    assert_eq!(patched, ["default/p", "default/v1", "default/v2"]);
+    // Nothing was preempted: no event.
+    assert!(api.events.lock().is_empty());
     assert!(pl.pre_enqueue(&p).is_success());
     // A victim already being deleted is left alone: nothing to wait for.
     let terminating = Arc::new(pod("t", 1, "1").node("n1").terminating().assigned());
     pl.evaluator.executor().actuate(&p, "n1", &[terminating]);
     assert!(pl.pre_enqueue(&p).is_success());
+}
+
+/// Before any victim goes, the preemptor's nomination is written (other schedulers respect it
+/// and must see it before the room); each victim gets upstream's `Preempted` event, no more pods
+/// are deleted than were chosen.
+#[test]
+fn the_nomination_comes_first_and_each_victim_gets_a_preempted_event() {
+    let (h, api) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h.clone());
+    let p = pod("p", 100, "1").info();
+    let victims: Vec<_> = ["v1", "v2"]
+        .iter()
+        .map(|n| Arc::new(pod(n, 1, "1").node("n1").assigned()))
+        .collect();
+    pl.evaluator.executor().actuate(&p, "n1", &victims);
+    h.dispatcher
+        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+    let patches = api.status_patches.lock().clone();
+    let (first, condition, nominating) = &patches[0];
+    assert_eq!(first, "default/p");
+    assert!(condition.is_none());
+    assert_eq!(
+        nominating.as_ref().map(|n| n.nominated_node_name.as_str()),
+        Some("n1")
+    );
+    let mut deleted = api.deletions.lock().clone();
+    deleted.sort();
+    assert_eq!(deleted, ["default/v1", "default/v2"]);
+    let events = api.events.lock().clone();
+    assert_eq!(events.len(), 2, "{events:?}");
+    for e in &events {
+        assert_eq!(
+            (e.type_, e.reason, e.action),
+            ("Normal", "Preempted", "Preempting")
+        );
+        assert_eq!(e.note, format!("Preempted by pod {} on node n1", p.uid()));
+        assert_eq!(
+            e.related.as_ref().and_then(|r| r.name.as_deref()),
+            Some("p")
+        );
+        assert_eq!(e.reporting_controller, p.scheduler_name());
+    }
+    let regarding: std::collections::BTreeSet<_> = events
+        .iter()
+        .filter_map(|e| e.regarding.name.clone())
+        .collect();
+    assert_eq!(regarding, ["v1".to_string(), "v2".to_string()].into());
+    // A preemptor that shows its nomination already is not patched again.
+    let (h, api) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h.clone());
+    let nominated = pod("q", 100, "1").nominated_node("n1").info();
+    pl.evaluator.executor().actuate(
+        &nominated,
+        "n1",
+        &[Arc::new(pod("v3", 1, "1").node("n1").assigned())],
+    );
+    h.dispatcher
+        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+    let patched: Vec<String> = api
+        .status_patches
+        .lock()
+        .iter()
+        .map(|(k, _, _)| k.clone())
+        .collect();
+    assert_eq!(patched, ["default/v3"]);
 }
 
 #[test]

@@ -153,6 +153,11 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Figures, String>)]
         _ => "-".into(),
     };
     let (k, u, c) = (Contender::Ksched, Contender::Upstream, Contender::Ceiling);
+    // ksched on a chosen allocator, when the run has it: the same figures beside the default's.
+    let allocators: Vec<Contender> = [Contender::KschedJemalloc, Contender::KschedGlibc]
+        .into_iter()
+        .filter(|a| get(*a).is_some())
+        .collect();
     let mut line = format!(
         "BENCH workload={} nodes={} pods={} ksched_pps={} upstream_pps={} ceiling_pps={} ratio_upstream={} ratio_ceiling={}",
         w.name(),
@@ -164,6 +169,16 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Figures, String>)]
         ratio(pps(k), pps(u)),
         ratio(pps(k), pps(c)),
     );
+    for a in &allocators {
+        let _ = write!(
+            line,
+            " {}_pps={} {}_ratio_upstream={}",
+            a.name(),
+            value(*a, |f| Some(f.pods_per_second), 1),
+            a.name(),
+            ratio(pps(*a), pps(u))
+        );
+    }
     for (key, f, precision) in [
         (
             "p99_ms",
@@ -175,7 +190,7 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Figures, String>)]
         ("steady_rss_mb", |f| Some(f.steady_rss_mb), 1),
         ("steady_anon_mb", |f| Some(f.steady_anon_mb), 1),
     ] {
-        for contender in [k, u] {
+        for contender in [k].into_iter().chain(allocators.iter().copied()).chain([u]) {
             let _ = write!(
                 line,
                 " {}_{key}={}",

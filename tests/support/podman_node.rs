@@ -89,9 +89,10 @@ impl PodmanNode {
         name: &str,
         images: &[&Path],
     ) -> Result<PodmanNode, String> {
-        let dir = cp.dir.join(format!("podman-node-{name}"));
+        // Short: podman refuses a run root longer than 50 characters.
+        let dir = cp.dir.join("pnode");
         std::fs::create_dir_all(dir.join("pods")).map_err(|e| e.to_string())?;
-        let podman = Arc::new(Podman::new(dir.join("podman")));
+        let podman = Arc::new(Podman::new(dir.join("p")));
         podman.usable()?;
         for image in images {
             podman.ok(&["load", "--input", path_str(image)]);

@@ -115,17 +115,16 @@ async fn a_heap_profile_is_one_go_tool_pprof_reads() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(top.contains("Type: inuse_space"), "{top}");
-    assert!(top.contains("ksched::"), "no ksched function in the profile:\n{top}");
+    assert!(
+        top.contains("ksched::"),
+        "no ksched function in the profile:\n{top}"
+    );
 
     // On glibc's malloc there is no heap profile; the answer says how to get one.
     let mut yaml = config("ksched-heap-glibc", Some(&ns));
     yaml.push_str("enableProfiling: true\n");
-    let glibc = SchedulerProcess::start_with_env(
-        cp,
-        "heap-glibc",
-        &yaml,
-        &[("KSCHED_ALLOCATOR", "glibc")],
-    );
+    let glibc =
+        SchedulerProcess::start_with_env(cp, "heap-glibc", &yaml, &[("KSCHED_ALLOCATOR", "glibc")]);
     let logs = || glibc.logs();
     answers(glibc.secure_port, "/readyz", As::Anonymous, 200, logs).await;
     let (status, body) = get_bytes(&ca, glibc.secure_port, "/debug/pprof/heap", admin)

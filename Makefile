@@ -57,7 +57,9 @@ check-no-leftovers:
 	@# anchored at the start of the command line, so this shell itself does not match
 	@left=$$(pgrep -af '^$(KSCHED_TESTENV_BIN)/' || true); \
 	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
-	echo "no control-plane process left running"
+	containers=$$(pgrep -af '^/usr/bin/conmon .*/ksched-testenv-' || true); \
+	if [ -n "$$containers" ]; then echo "containers left running by the tests:"; echo "$$containers"; exit 1; fi; \
+	echo "no control-plane process or container left running"
 
 ## fidelity: the differential test against upstream kube-scheduler on the whole generated corpus (report: target/fidelity/report.txt; `make test` runs its quick subset)
 fidelity: testenv

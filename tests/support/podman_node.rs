@@ -21,7 +21,8 @@
 //!   agent listens with in the pod's namespace (`KUBERNETES_SERVICE_HOST=127.0.0.1`);
 //! - status: phase Running, container statuses (restarts, exit codes), and `Ready` /
 //!   `ContainersReady` from the readiness probe (HTTP(S) GET or TCP, run in the pod's network
-//!   namespace); a failing liveness probe or an exited container restarts it (restartPolicy);
+//!   namespace); a failing liveness probe or an exited container restarts the pod's containers
+//!   (unless restartPolicy is Never: the Deployments it runs restart always);
 //! - deletion: SIGTERM, the pod's grace period, SIGKILL, then the pod object is removed.
 //!
 //! Not done: resource limits (cgroups), init containers, image pull secrets, token refresh (tests
@@ -888,27 +889,34 @@ async fn volume_files(
     if volume.empty_dir.is_some() {
         return Ok(Vec::new());
     }
+    // The keys of a ConfigMap or Secret as files, when it is there or optional.
+    let object_files = |data: Option<BTreeMap<String, Vec<u8>>>,
+                        optional: Option<bool>,
+                        items: Option<&[KeyToPath]>,
+                        kind: &str,
+                        name: &str| match data {
+        Some(data) => Ok(keys(data, items)),
+        None if optional == Some(true) => Ok(Vec::new()),
+        None => Err(waiting(format!(
+            "MountVolume.SetUp failed for volume {:?}: {kind} {name:?} not found",
+            volume.name
+        ))),
+    };
     if let Some(source) = &volume.config_map {
         let data = config_map_data(ctx, ns, &source.name).await;
-        return match data {
-            Some(data) => Ok(keys(data, source.items.as_deref())),
-            None if source.optional == Some(true) => Ok(Vec::new()),
-            None => Err(waiting(format!(
-                "MountVolume.SetUp failed for volume {:?}: configmap {:?} not found",
-                volume.name, source.name
-            ))),
-        };
+        let items = source.items.as_deref();
+        return object_files(data, source.optional, items, "configmap", &source.name);
     }
     if let Some(source) = &volume.secret {
         let name = source.secret_name.clone().unwrap_or_default();
-        return match secret_data(ctx, ns, &name).await {
-            Some(data) => Ok(keys(data, source.items.as_deref())),
-            None if source.optional == Some(true) => Ok(Vec::new()),
-            None => Err(waiting(format!(
-                "MountVolume.SetUp failed for volume {:?}: secret {name:?} not found",
-                volume.name
-            ))),
-        };
+        let data = secret_data(ctx, ns, &name).await;
+        return object_files(
+            data,
+            source.optional,
+            source.items.as_deref(),
+            "secret",
+            &name,
+        );
     }
     if let Some(projected) = &volume.projected {
         let mut files = Vec::new();
@@ -924,27 +932,25 @@ async fn volume_files(
                 .map_err(|e| waiting(format!("TokenRequest for volume {:?}: {e}", volume.name)))?;
                 files.push((token.path.clone(), value.into_bytes()));
             } else if let Some(cm) = &source.config_map {
-                match config_map_data(ctx, ns, &cm.name).await {
-                    Some(data) => files.extend(keys(data, cm.items.as_deref())),
-                    None if cm.optional == Some(true) => {}
-                    None => {
-                        return Err(waiting(format!(
-                            "MountVolume.SetUp failed for volume {:?}: configmap {:?} not found",
-                            volume.name, cm.name
-                        )));
-                    }
-                }
+                let data = config_map_data(ctx, ns, &cm.name).await;
+                let items = cm.items.as_deref();
+                files.extend(object_files(
+                    data,
+                    cm.optional,
+                    items,
+                    "configmap",
+                    &cm.name,
+                )?);
             } else if let Some(secret) = &source.secret {
-                match secret_data(ctx, ns, &secret.name).await {
-                    Some(data) => files.extend(keys(data, secret.items.as_deref())),
-                    None if secret.optional == Some(true) => {}
-                    None => {
-                        return Err(waiting(format!(
-                            "MountVolume.SetUp failed for volume {:?}: secret {:?} not found",
-                            volume.name, secret.name
-                        )));
-                    }
-                }
+                let data = secret_data(ctx, ns, &secret.name).await;
+                let items = secret.items.as_deref();
+                files.extend(object_files(
+                    data,
+                    secret.optional,
+                    items,
+                    "secret",
+                    &secret.name,
+                )?);
             } else if let Some(downward) = &source.downward_api {
                 for item in downward.items.iter().flatten() {
                     let field = item.field_ref.as_ref().map(|f| f.field_path.as_str());

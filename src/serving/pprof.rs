@@ -24,6 +24,11 @@ pub(crate) enum HeapProfileError {
         env = crate::allocator::ENV
     )]
     NotJemalloc(&'static str),
+    /// An out-of-tree binary that did not install ksched's allocator.
+    #[error(
+        "heap profiles need jemalloc: this binary runs on the system's malloc; install ksched's allocator with `ksched::use_selectable_allocator!();` in its crate root"
+    )]
+    NoSelectableAllocator,
     #[error("heap profiles need jemalloc's profiling, which is off in this process")]
     ProfilingOff,
     /// jemalloc writes the profile to a temporary file first.
@@ -40,7 +45,7 @@ pub(crate) async fn heap_profile() -> Result<Vec<u8>, HeapProfileError> {
     match crate::allocator::active() {
         Some(crate::allocator::Kind::Jemalloc) => {}
         Some(other) => return Err(HeapProfileError::NotJemalloc(other.name())),
-        None => return Err(HeapProfileError::NotJemalloc("the system's")),
+        None => return Err(HeapProfileError::NoSelectableAllocator),
     }
     let ctl = jemalloc_pprof::PROF_CTL
         .as_ref()

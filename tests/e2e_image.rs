@@ -46,7 +46,7 @@ fn image() -> Option<&'static Image> {
             let cp = cp();
             let podman = Podman::new(cp.dir.join("podman"));
             if let Err(why) = podman.usable() {
-                eprintln!("SKIPPED: {why}");
+                support::podman::cannot_run(&why);
                 return None;
             }
             let archive = podman.load_image();

@@ -45,7 +45,7 @@ async fn the_chart_from_a_registry_runs_the_operator_and_a_deployment_mode_sched
     let registry = match Registry::start(cp).await {
         Ok(r) => r,
         Err(why) => {
-            eprintln!("SKIPPED: {why}");
+            support::podman::cannot_run(&why);
             return;
         }
     };
@@ -53,7 +53,7 @@ async fn the_chart_from_a_registry_runs_the_operator_and_a_deployment_mode_sched
     let node = match PodmanNode::start(cp, client.clone(), "podman-node", &[]).await {
         Ok(n) => n,
         Err(why) => {
-            eprintln!("SKIPPED: {why}");
+            support::podman::cannot_run(&why);
             return;
         }
     };

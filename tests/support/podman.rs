@@ -142,3 +142,16 @@ fn binary_stamp(binary: &Path) -> String {
         .map_or(0, |d| d.as_nanos());
     format!("{} {} {modified}\n", binary.display(), meta.len())
 }
+
+/// A container test that cannot run here: a failure, since `make testenv` installs podman, runc
+/// and the registry; `KSCHED_E2E_SKIP_CONTAINERS=1` turns it into a skip for machines that cannot
+/// run containers (no root). Returns only when skipping.
+pub fn cannot_run(why: &str) {
+    if std::env::var("KSCHED_E2E_SKIP_CONTAINERS").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED (KSCHED_E2E_SKIP_CONTAINERS=1): {why}");
+        return;
+    }
+    panic!(
+        "{why} (make testenv installs podman, runc and docker-registry; set KSCHED_E2E_SKIP_CONTAINERS=1 to skip the container tests on a machine that cannot run them)"
+    );
+}

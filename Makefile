@@ -20,12 +20,13 @@ all: build
 build:
 	cargo build --all-targets
 
-## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm (cached); podman
+## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm (cached); podman, docker-registry, skopeo
 testenv:
 	hack/testenv/build.sh >/dev/null
 	hack/install-lua.sh >/dev/null
 	hack/install-prometheus.sh >/dev/null
 	hack/install-podman.sh >/dev/null
+	hack/install-registry.sh >/dev/null
 
 ## crds: regenerate crds/*.yaml from the Rust types
 crds:
@@ -56,15 +57,21 @@ check-no-leftovers:
 	@# anchored at the start of the command line, so this shell itself does not match
 	@left=$$(pgrep -af '^$(KSCHED_TESTENV_BIN)/' || true); \
 	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
-	echo "no control-plane process left running"
+	containers=$$(pgrep -af '^/usr/bin/conmon .*/ksched-testenv-' || true); \
+	if [ -n "$$containers" ]; then echo "containers left running by the tests:"; echo "$$containers"; exit 1; fi; \
+	echo "no control-plane process or container left running"
 
 ## fidelity: the differential test against upstream kube-scheduler on the whole generated corpus (report: target/fidelity/report.txt; `make test` runs its quick subset)
 fidelity: testenv
 	cargo test --test fidelity -- --ignored --nocapture full
 
-## demo: local control plane, host and leaf kwok nodes, the operator (hybrid profile Embedded), a workload across host and leaf; DEMO_KEEP=1 keeps it running
+# The image the demo's Deployment-mode schedulers run (DEMO_IMAGE_PROFILE=dev reuses the debug build).
+DEMO_IMAGE_PROFILE ?= release
+
+## demo: local control plane, host and leaf kwok nodes, the operator (hybrid profile Embedded; the other sample profiles' schedulers run under podman with the image), a workload across host and leaf; DEMO_KEEP=1 keeps it running
 demo: testenv
-	cargo run --quiet --example demo
+	$(MAKE) --no-print-directory image IMAGE_PROFILE=$(DEMO_IMAGE_PROFILE) IMAGE=ksched:demo
+	KSCHED_DEMO_IMAGE=$(CURDIR)/target/image/ksched-$(VERSION).tar cargo run --quiet --example demo
 
 # The ksched build `make bench` measures: the dist build (what the image ships); BENCH_PROFILE=release builds faster.
 BENCH_PROFILE ?= dist

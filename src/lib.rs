@@ -9,6 +9,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod allocator;
 pub mod api;
 pub mod config;
 pub mod framework;
@@ -20,3 +21,7 @@ pub mod quantity;
 pub mod scheduler;
 mod serving;
 pub mod simulate;
+
+// The unit tests run on the allocator the binary runs on.
+#[cfg(test)]
+crate::use_selectable_allocator!();

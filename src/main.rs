@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+ksched::use_selectable_allocator!();
+
 #[derive(Parser)]
 #[command(
     name = "ksched",
@@ -52,6 +54,10 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    if let Err(err) = ksched::allocator::check_environment() {
+        eprintln!("error: {err}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Scheduler(args) => ksched::scheduler::command::main(*args),

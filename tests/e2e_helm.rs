@@ -11,7 +11,6 @@
 mod argocd_lua;
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,48 +24,18 @@ use serde_json::Value;
 
 use ksched::api::SchedulerProfile;
 use ksched::operator::NoEmbeddedSchedulers;
+use support::helm::{chart, helm, helm_ok};
 use support::https::As;
 use support::operator::{InProcessOperator, sample, wait_profile_condition};
 use support::operator_pods::{Endpoint, HookPods, OperatorPods};
 use support::scheduler::default_scheduler;
 use support::uninstall::{Kept, Scenario, wait_finished};
 use support::wait::{poll, tail};
-use support::{Components, ControlPlane, control_plane, path_str, repo_root, testenv_bin_dir};
+use support::{Components, ControlPlane, control_plane, path_str, repo_root};
 
 const NS: &str = "ksched-system";
 const RELEASE: &str = "ksched";
 const OPERATOR: &str = "ksched-operator";
-
-fn chart() -> String {
-    path_str(&repo_root().join("charts/ksched")).to_string()
-}
-
-/// helm with its caches and configuration under target/tmp, against `cp` when given.
-fn helm(cp: Option<&ControlPlane>, args: &[&str]) -> (bool, String, String) {
-    // Under target/tmp, never the user's own helm configuration.
-    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm");
-    let mut cmd = Command::new(testenv_bin_dir().join("helm"));
-    cmd.env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .args(args);
-    if let Some(cp) = cp {
-        cmd.arg(format!("--kubeconfig={}", path_str(&cp.kubeconfig)));
-    }
-    let out = cmd.output().expect("run helm (make testenv builds it)");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn helm_ok(cp: Option<&ControlPlane>, args: &[&str]) -> String {
-    let (ok, out, err) = helm(cp, args);
-    assert!(ok, "helm {}: {err}\n{out}", args.join(" "));
-    out
-}
 
 /// `helm template` of the chart with `--set` values; the rendered objects.
 fn template(sets: &[&str]) -> Vec<Value> {

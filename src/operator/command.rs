@@ -46,7 +46,7 @@ pub struct OperatorArgs {
     /// scheduler's); `/metrics` moves there from the plain port. 0 (default): none.
     #[arg(long, default_value_t = 0)]
     pub secure_port: u16,
-    /// Serve `/debug/pprof/profile` on the secure port.
+    /// Serve `/debug/pprof/profile` and `/debug/pprof/heap` on the secure port.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub profiling: bool,
     #[command(flatten)]

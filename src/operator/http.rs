@@ -1,7 +1,7 @@
 //! The operator's endpoints: plain HTTP on `--http-port` (default 8080) with `/healthz` and
 //! `/livez` (the process serves), `/readyz` (its caches have synced) and `/metrics`; and, with
 //! `--secure-port`, HTTPS with the scheduler's delegated authentication and authorization
-//! ([`crate::serving::auth`]), where `/metrics` (and `/debug/pprof/profile` with `--profiling`)
+//! ([`crate::serving::auth`]), where `/metrics` (and `/debug/pprof/profile`, `/heap` with `--profiling`)
 //! move: the plain port then answers the probes only.
 //!
 //! Plain HTTP stays the default, as operators built on kube-rs and controller-runtime without

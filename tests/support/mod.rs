@@ -7,12 +7,16 @@
 
 pub mod events;
 pub mod fixtures;
+pub mod helm;
 pub mod https;
 pub mod nodes;
 pub mod operator;
 pub mod operator_pods;
 pub mod pki;
+pub mod podman;
+pub mod podman_node;
 pub mod process;
+pub mod registry;
 pub mod relay;
 pub mod scheduler;
 pub mod uninstall;

@@ -10,15 +10,27 @@ use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Pids and the directory to clean up at exit.
+/// Pids, hooks and the directory to clean up at exit.
 static CLEANUP: Mutex<Cleanup> = Mutex::new(Cleanup {
     pids: Vec::new(),
+    hooks: Vec::new(),
     dir: None,
 });
 
+/// Work to do at exit before the processes are stopped.
+pub type ExitHook = Box<dyn FnOnce() + Send>;
+
 struct Cleanup {
     pids: Vec<(String, i32)>,
+    hooks: Vec<ExitHook>,
     dir: Option<PathBuf>,
+}
+
+/// Runs `hook` when the test binary exits, before the control plane stops (containers that
+/// would outlive the process are removed so).
+pub fn at_exit(hook: ExitHook) {
+    register_exit_hook();
+    lock().hooks.push(hook);
 }
 
 pub struct ProcessGroup {
@@ -185,6 +197,10 @@ fn register_exit_hook() {
 /// etcd is gone hangs on shutdown), each with SIGTERM and up to 5 s grace, then SIGKILL; removes the
 /// directory unless KSCHED_KEEP_TESTENV is set.
 extern "C" fn stop_all() {
+    let hooks: Vec<ExitHook> = lock().hooks.drain(..).collect();
+    for hook in hooks {
+        hook();
+    }
     let mut cleanup = lock();
     let pids: Vec<(String, i32)> = cleanup.pids.drain(..).rev().collect();
     for (_, pid) in pids {

@@ -1,0 +1,42 @@
+//! The testenv's helm (built from Go modules by hack/testenv), with its caches and configuration
+//! under target/tmp, never the user's own.
+
+use std::process::Command;
+
+use super::{ControlPlane, path_str, repo_root, testenv_bin_dir};
+
+/// The chart's directory.
+pub fn chart() -> String {
+    path_str(&repo_root().join("charts/ksched")).to_string()
+}
+
+/// Runs helm with `args`, against `cp` when given; returns (success, stdout, stderr).
+pub fn helm(cp: Option<&ControlPlane>, args: &[&str]) -> (bool, String, String) {
+    // Integration tests have CARGO_TARGET_TMPDIR; the demo and benches share this module.
+    let tmp = option_env!("CARGO_TARGET_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/tmp"));
+    let home = tmp.join("helm");
+    let mut cmd = Command::new(testenv_bin_dir().join("helm"));
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .args(args);
+    if let Some(cp) = cp {
+        cmd.arg(format!("--kubeconfig={}", path_str(&cp.kubeconfig)));
+    }
+    let out = cmd.output().expect("run helm (make testenv builds it)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// [`helm`], which must succeed; its stdout.
+pub fn helm_ok(cp: Option<&ControlPlane>, args: &[&str]) -> String {
+    let (ok, out, err) = helm(cp, args);
+    assert!(ok, "helm {}: {err}\n{out}", args.join(" "));
+    out
+}

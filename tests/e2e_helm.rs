@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,61 +19,21 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use ksched::operator::NoEmbeddedSchedulers;
+use support::helm::{chart, helm, helm_ok};
 use support::operator::{InProcessOperator, http_get, sample, wait_profile_condition};
 use support::operator_pods::OperatorPods;
 use support::scheduler::default_scheduler;
 use support::uninstall::{Kept, Scenario, wait_finished};
 use support::wait::{poll, tail};
-use support::{Components, ControlPlane, control_plane, path_str, repo_root, testenv_bin_dir};
+use support::{Components, ControlPlane, control_plane, path_str, repo_root};
 
 const NS: &str = "ksched-system";
 const RELEASE: &str = "ksched";
 const OPERATOR: &str = "ksched-operator";
 
-fn chart() -> String {
-    path_str(&repo_root().join("charts/ksched")).to_string()
-}
-
-/// helm with its caches and configuration under target/tmp, against `cp` when given.
-fn helm(cp: Option<&ControlPlane>, args: &[&str]) -> (bool, String, String) {
-    // Under target/tmp, never the user's own helm configuration.
-    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm");
-    let mut cmd = Command::new(testenv_bin_dir().join("helm"));
-    cmd.env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .args(args);
-    if let Some(cp) = cp {
-        cmd.arg(format!("--kubeconfig={}", path_str(&cp.kubeconfig)));
-    }
-    let out = cmd.output().expect("run helm (make testenv builds it)");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn helm_ok(cp: Option<&ControlPlane>, args: &[&str]) -> String {
-    let (ok, out, err) = helm(cp, args);
-    assert!(ok, "helm {}: {err}\n{out}", args.join(" "));
-    out
-}
-
 /// `helm template` of the chart with `--set` values; the rendered objects.
 fn template(sets: &[&str]) -> Vec<Value> {
-    let chart = chart();
-    let mut args = vec!["template", RELEASE, chart.as_str(), "--namespace", NS];
-    for set in sets {
-        args.extend(["--set", set]);
-    }
-    let out = helm_ok(None, &args);
-    serde_saphyr::from_multiple::<Value>(&out)
-        .expect("helm template prints YAML")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
+    support::helm::template(NS, sets)
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str) -> Option<&'a Value> {
@@ -114,6 +73,26 @@ fn chart_schema_rejects_bad_values_naming_them() {
             "/leaderElection/leaseDuration",
         ),
         ("podAntiAffinity=hard", "/podAntiAffinity"),
+        // The operator would log nothing: not a level.
+        ("logLevel=verbose", "/logLevel"),
+        (
+            "metrics.prometheusRule.schedulingErrorRatio=5",
+            "/metrics/prometheusRule/schedulingErrorRatio",
+        ),
+        // The operator would refuse to start (checked by templates/validate.yaml: JSON Schema
+        // compares no two values).
+        (
+            "leaderElection.renewDeadline=15s",
+            "leaderElection.renewDeadline (15s) must be shorter than leaderElection.leaseDuration (15s)",
+        ),
+        (
+            "leaderElection.renewDeadline=1m30s",
+            "leaderElection.renewDeadline (1m30s) must be shorter than leaderElection.leaseDuration (15s)",
+        ),
+        (
+            "leaderElection.retryPeriod=9s",
+            "leaderElection.renewDeadline (10s) must be longer than 1.2 x leaderElection.retryPeriod (9s)",
+        ),
     ] {
         let (ok, _, err) = helm(None, &["template", RELEASE, &chart, "--set", set]);
         assert!(!ok, "--set {set} was accepted");

@@ -33,6 +33,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::backoff::ApplyFailure;
+use super::metrics::ProfileState;
 use super::render::{
     self, FIELD_MANAGER, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Rendered, RenderedObject,
 };
@@ -242,6 +243,7 @@ async fn stop_deleted_embedded(ctx: Arc<Context>, shutdown: Shutdown) {
         };
         for name in gone {
             ctx.embedded.stop(&name).await;
+            ctx.opts.health.metrics.forget_profile(&name);
             tracing::info!(profile = %name, "profile deleted: its objects go by garbage collection");
         }
     }
@@ -367,6 +369,10 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         now: Timestamp::now(),
     };
     let new_status = status::profile_status(&previous, &obs);
+    ctx.opts
+        .health
+        .metrics
+        .record_profile(&name, &ProfileState::of(profile, &new_status));
     if profile.status.as_ref() != Some(&new_status) {
         let patch = serde_json::json!({
             "apiVersion": SchedulerProfile::api_version(&()),

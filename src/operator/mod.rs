@@ -9,6 +9,7 @@ pub(crate) mod backoff;
 pub mod command;
 pub mod embedded;
 pub(crate) mod health;
+pub(crate) mod host_nodes;
 pub mod http;
 pub mod in_process;
 pub(crate) mod leaf_cluster_policy;
@@ -17,6 +18,8 @@ pub(crate) mod render;
 pub(crate) mod render_cli;
 pub(crate) mod scheduler_profile;
 pub(crate) mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod status_samples;
 pub(crate) mod taints;
 pub mod uninstall;
 pub(crate) mod unknown_scheduler;

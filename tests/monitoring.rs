@@ -1,15 +1,14 @@
 //! The chart's alerts and Grafana dashboard (README "Monitoring"): the PrometheusRule passes
 //! `promtool check rules` and the unit tests of tests/monitoring/alerts_test.yaml (`promtool test
 //! rules`, Debian's prometheus package, `hack/install-prometheus.sh`), every alert has a test,
-//! every metric the rules and the dashboard query is one the scheduler or the operator exports,
-//! and the README lists every alert and panel.
+//! every metric the rules and the dashboard query is one the scheduler or the operator declares
+//! (`ksched::operator::metric_families`), and the README lists every alert and panel.
 
 mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 
 use promql_parser::parser::{Expr, parse};
 use promql_parser::util::{ExprVisitor, walk_expr};
@@ -195,60 +194,25 @@ fn metric_names(query: &str) -> Result<BTreeSet<String>, String> {
     Ok(names.0)
 }
 
-/// The sample names an exposition's families allow (`# TYPE name type`): counters `_total`,
-/// histograms `_bucket`, `_sum` and `_count`, gauges their own name.
-fn sample_names(exposition: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for line in exposition.lines() {
-        let Some(rest) = line.strip_prefix("# TYPE ") else {
-            continue;
-        };
-        let mut words = rest.split_whitespace();
-        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let suffixes: &[&str] = match kind {
+/// The sample names of every family the scheduler and the operator declare (those without
+/// samples yet included): counters `_total`, histograms `_bucket`, `_sum` and `_count`, gauges
+/// their own name.
+fn exported() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (name, kind) in ksched::operator::metric_families() {
+        let suffixes: &[&str] = match kind.as_str() {
             "counter" => &["_total"],
             "histogram" => &["_bucket", "_sum", "_count"],
-            "summary" => &["", "_sum", "_count"],
             "info" => &["_info"],
             _ => &[""],
         };
-        out.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+        names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
     }
-    out
-}
-
-/// The families the operator's /metrics (the real endpoint) serves, with an Embedded
-/// scheduler's: the scheduler's own families are those a `ksched scheduler` serves.
-fn exported() -> BTreeSet<String> {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let operator = rt.block_on(async {
-        let opts = ksched::operator::OperatorOptions::new(
-            "ksched-system",
-            "ksched:test",
-            Arc::new(ksched::framework::registry::Registry::in_tree()),
-        );
-        // As when an Embedded profile runs.
-        let _scheduler = opts.health.metrics.embedded("embedded");
-        let (_stop, stopped) = tokio::sync::watch::channel(false);
-        let (addr, _) = ksched::operator::http::serve(
-            ([127, 0, 0, 1], 0).into(),
-            opts.health.clone(),
-            ksched::operator::http::PlainRoutes::All,
-            stopped,
-        )
-        .await
-        .expect("operator HTTP endpoint");
-        let (status, body) = support::operator::http_get(addr, "/metrics").await;
-        assert_eq!(status, 200, "{body}");
-        body
-    });
-    let names = sample_names(&operator);
     assert!(
         names.contains("scheduler_schedule_attempts_total")
-            && names.contains("controller_runtime_reconcile_errors_total"),
-        "the expositions were not read right: {names:?}"
+            && names.contains("controller_runtime_reconcile_errors_total")
+            && names.contains("ksched_scheduler_profile_ready"),
+        "the families were not read right: {names:?}"
     );
     names
 }

@@ -416,6 +416,28 @@ impl OperatorMetrics {
     }
 }
 
+/// Every metric family the scheduler and the operator export, name -> type (`counter`, `gauge`,
+/// `histogram`): what their `/metrics` carry once each has samples (an exposition leaves out a
+/// family without any). Plugins' own families (`with_metrics`) are not included.
+pub fn metric_families() -> BTreeMap<String, String> {
+    let scheduler = Metrics::new();
+    let operator = OperatorMetrics::new();
+    let mut families = crate::serving::declared_families();
+    // Collectors (the process's families) register no family; their samples are always there.
+    for exposition in [scheduler.encode(), operator.encode()] {
+        for line in exposition.lines() {
+            let mut words = line
+                .strip_prefix("# TYPE ")
+                .unwrap_or("")
+                .split_whitespace();
+            if let (Some(name), Some(kind)) = (words.next(), words.next()) {
+                families.insert(name.to_string(), kind.to_string());
+            }
+        }
+    }
+    families
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,6 +518,21 @@ mod tests {
                 .lines()
                 .any(|l| l == r#"leader_election_master_status{name="ksched-operator"} 0"#)
         );
+    }
+
+    #[test]
+    fn every_family_is_declared_also_without_samples() {
+        let families = metric_families();
+        for (name, kind) in [
+            ("scheduler_schedule_attempts", "counter"),
+            ("scheduler_unschedulable_pods", "gauge"),
+            ("controller_runtime_reconcile_errors", "counter"),
+            ("ksched_leaf_cluster_policy_ready", "gauge"),
+            ("scheduler_pod_scheduling_sli_duration_seconds", "histogram"),
+            ("process_resident_memory_bytes", "gauge"),
+        ] {
+            assert_eq!(families.get(name).map(String::as_str), Some(kind), "{name}");
+        }
     }
 
     #[test]

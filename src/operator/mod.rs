@@ -42,6 +42,7 @@ use crate::leader_election::{
 };
 
 pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
+pub use metrics::metric_families;
 pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
 
 /// Finalizer of LeafClusterPolicies: removes the taints the policy added (no owner reference can).

@@ -500,3 +500,27 @@ mod tests {
         assert!(out.contains("connection refused") && out.contains("connection reset"));
     }
 }
+
+/// A kube error as people read it. kube's own text of an API error ends in a debug dump of the
+/// Status (`ApiError: ... (Status { status: Some(Failure), ... })`); this is the API server's
+/// message (which names the object), its reason and the HTTP code.
+pub(crate) fn kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.reason.is_empty() => format!("{} (HTTP {})", s.message, s.code),
+        kube::Error::Api(s) => format!("{} ({}, HTTP {})", s.message, s.reason, s.code),
+        other => other.to_string(),
+    }
+}
+
+/// A watch error as people read it (the API errors inside as [`kube_error`] says them).
+pub(crate) fn watch_error(e: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error;
+    match e {
+        Error::InitialListFailed(k) => {
+            format!("failed to perform initial object list: {}", kube_error(k))
+        }
+        Error::WatchStartFailed(k) => format!("failed to start watching object: {}", kube_error(k)),
+        Error::WatchFailed(k) => format!("watch stream failed: {}", kube_error(k)),
+        other => other.to_string(),
+    }
+}

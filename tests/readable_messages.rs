@@ -79,10 +79,12 @@ fn collected_texts(dir: &Path) -> (Vec<(String, String)>, Vec<String>) {
         let reason = event["reason"].as_str().unwrap_or("?");
         let note = event["note"].as_str().unwrap_or_default().to_string();
         let ours = event["reportingController"] == "ksched-operator";
+        // A Warning names the field to fix, or says that nothing in the spec is wrong and it is
+        // retried.
         if ours
             && event["type"] == "Warning"
             && (event["regarding"]["name"].as_str().unwrap_or("").is_empty()
-                || !FIELD.is_match(&note))
+                || !(FIELD.is_match(&note) || note.contains("retried")))
         {
             unnamed.push(format!("Warning {reason} on {regarding}: {note}"));
         }

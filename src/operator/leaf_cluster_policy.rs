@@ -402,7 +402,7 @@ pub(crate) async fn update_node(
             .await
         {
             Ok(_) => {
-                tracing::info!(node = %name, taints = ?change.taints.iter().map(taint_text).collect::<Vec<_>>(), owned = ?change.records.to_annotation(), "node taints updated");
+                tracing::info!(node = %name, taints = %change.taints.iter().map(taint_text).collect::<Vec<_>>().join(", "), owned = %change.records.to_annotation().unwrap_or_else(|| "none".into()), "node taints updated");
                 return Ok(Some(p));
             }
             Err(e) if is_conflict(&e) => {

@@ -142,7 +142,7 @@ impl std::fmt::Debug for OperatorOptions {
 /// What can go wrong while reconciling.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API: {0}")]
+    #[error("kubernetes API: {}", crate::logging::kube_error(.0))]
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -439,7 +439,7 @@ where
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
-        tracing::warn!(object = ?obj.meta().name, error = %e, "publishing event failed");
+        tracing::warn!(object = %obj.meta().name.as_deref().unwrap_or_default(), error = %crate::logging::kube_error(&e), "publishing event failed");
     }
 }
 

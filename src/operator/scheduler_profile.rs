@@ -237,7 +237,7 @@ async fn stop_deleted_embedded(ctx: Arc<Context>, shutdown: Shutdown) {
                 gone
             }
             Err(e) => {
-                tracing::debug!(error = %e, "watching profiles for deletions");
+                tracing::debug!(error = %crate::logging::watch_error(&e), "watching profiles for deletions");
                 Vec::new()
             }
         };
@@ -476,7 +476,7 @@ async fn report_ignored_policies(
 /// elects its leader there: upstream's `leaderElection.resourceName` is usually the scheduler's
 /// name).
 async fn name_in_use(name: &str, ctx: &Context) -> Result<Option<String>, Error> {
-    let fix = "rename the SchedulerProfile (its name is the schedulerName pods select it by)";
+    let fix = "rename the SchedulerProfile (metadata.name is the schedulerName pods select it by)";
     if name == super::DEFAULT_SCHEDULER {
         return Ok(Some(format!(
             "metadata.name {name} is kube-scheduler's scheduler name: a second scheduler of that name would race it for every pod of the cluster; {fix}"
@@ -541,12 +541,17 @@ async fn apply_with_backoff(
             }
             Err(failure) => {
                 tracing::warn!(profile = %name, error = %failure, "applying rendered objects failed");
+                let fix = if failure.permanent() {
+                    "the API server refuses an object rendered from this SchedulerProfile: change the field behind it (spec.resources, spec.image, spec.nodeSelector, spec.tolerations, spec.affinity, spec.priorityClassName), or what refuses it (an admission webhook, a policy, a quota)"
+                } else {
+                    "the API server or the network failed, not the spec: retried with backoff"
+                };
                 publish(
                     ctx,
                     profile,
                     EventType::Warning,
                     "ApplyFailed",
-                    failure.to_string(),
+                    format!("{failure}; {fix}"),
                 )
                 .await;
                 backoff.failed(&name, &fingerprint, failure, Instant::now())
@@ -704,7 +709,7 @@ pub(crate) async fn embedded_stopped(ctx: &Context) {
             Ok(Some(p)) => p,
             Ok(None) => continue,
             Err(e) => {
-                tracing::warn!(profile = %name, error = %e, "reading a profile to mark its embedded scheduler stopped");
+                tracing::warn!(profile = %name, error = %crate::logging::kube_error(&e), "reading a profile to mark its embedded scheduler stopped");
                 continue;
             }
         };

@@ -627,7 +627,7 @@ fn policy_problems(obs: &PolicyObservation) -> Vec<(&'static str, String)> {
         out.push((
             "Conflict",
             format!(
-                "node(s) {} are also selected by the older LeafClusterPolicy {} ({why}): {} keeps them and this policy leaves them alone; make the leafNodeSelectors disjoint, or set manageTaint: false on this policy if it only adds placement for its profiles to the same leaf nodes with the same taint",
+                "node(s) {} are also selected by the older LeafClusterPolicy {} ({why}): {} keeps them and this policy leaves them alone; make the spec.leafNodeSelectors disjoint, or set spec.manageTaint: false on this policy if it only adds placement for its profiles to the same leaf nodes with the same taint",
                 some_names(&c.nodes),
                 c.with,
                 c.with

@@ -41,7 +41,9 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
                 }
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
-            Err(e) => tracing::debug!(error = %e, "pod watch error; retrying"),
+            Err(e) => {
+                tracing::debug!(error = %crate::logging::watch_error(&e), "pod watch error; retrying")
+            }
         }
     }
 }
@@ -76,7 +78,7 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
     let known = match known_names(ctx).await {
         Ok(k) => k,
         Err(e) => {
-            tracing::debug!(error = %e, "listing profiles failed; will check the pod again");
+            tracing::debug!(error = %crate::logging::kube_error(&e), "listing profiles failed; will check the pod again");
             return;
         }
     };
@@ -96,7 +98,9 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
             tracing::info!(pod = %pod.name_any(), namespace = %pod.namespace().unwrap_or_default(), scheduler = %wanted, "warned about an unknown schedulerName");
             warned.insert(uid);
         }
-        Err(e) => tracing::warn!(pod = %pod.name_any(), error = %e, "publishing event failed"),
+        Err(e) => {
+            tracing::warn!(pod = %pod.name_any(), error = %crate::logging::kube_error(&e), "publishing event failed")
+        }
     }
 }
 

@@ -149,7 +149,7 @@ async fn departing(client: &Client, namespace: &str) -> Option<String> {
         Ok(Some(_)) => return Some(format!("namespace {namespace} is being deleted")),
         Ok(None) => return Some(format!("namespace {namespace} is gone")),
         Err(e) => {
-            tracing::debug!(error = %e, "reading the operator namespace with the uninstall identity");
+            tracing::debug!(error = %crate::logging::kube_error(&e), "reading the operator namespace with the uninstall identity");
             return None;
         }
     }
@@ -163,7 +163,7 @@ async fn departing(client: &Client, namespace: &str) -> Option<String> {
         )),
         Ok(None) => Some(format!("ClusterRoleBinding {OPERATOR_NAME} is gone")),
         Err(e) => {
-            tracing::debug!(error = %e, "reading the operator's ClusterRoleBinding with the uninstall identity");
+            tracing::debug!(error = %crate::logging::kube_error(&e), "reading the operator's ClusterRoleBinding with the uninstall identity");
             None
         }
     }
@@ -298,7 +298,7 @@ impl Departure {
             Ok(Some(d)) if d.metadata.deletion_timestamp.is_none() => return None,
             Ok(_) => {}
             Err(e) => {
-                tracing::debug!(error = %e, "reading the operator's Deployment");
+                tracing::debug!(error = %crate::logging::kube_error(&e), "reading the operator's Deployment");
                 return None;
             }
         }

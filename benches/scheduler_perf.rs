@@ -26,6 +26,8 @@ mod churn;
 mod contenders;
 #[path = "scheduler_perf/footprint.rs"]
 mod footprint;
+#[path = "scheduler_perf/plot.rs"]
+mod plot;
 #[path = "scheduler_perf/report.rs"]
 mod report;
 #[path = "scheduler_perf/setup.rs"]
@@ -37,37 +39,28 @@ mod workloads;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Config};
 use parking_lot::Mutex;
 use support::{Components, ControlPlane};
 
 use contenders::{Contender, Running};
 use footprint::Footprint;
-use report::{Figures, Round};
+use report::{Figures, Round, Summary, Verdicts};
 use workloads::{Kind, Preset, Role, Workload};
 
 /// The pseudo-workload of the bytes per node and per pod.
 const FOOTPRINT: &str = "MemoryFootprint";
 /// A run fails when no pod it waits for was bound for this long.
 const STALL: Duration = Duration::from_secs(60);
-
-pub async fn client(kubeconfig: &Path) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    let mut config = Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("kubeconfig");
-    config.read_timeout = Some(Duration::from_secs(300));
-    Client::try_from(config).expect("client")
-}
 
 /// Creates `pods` with up to 64 requests in flight; returns when each create returned.
 pub async fn create_pods(api: &Api<Pod>, pods: Vec<Pod>) -> HashMap<String, Instant> {
@@ -608,9 +601,12 @@ fn main() {
         report::TABLE_HEADER
     );
     let mut every_round = String::from(report::ROUNDS_HEADER);
+    let mut verdicts_table = String::from(report::VERDICTS_HEADER);
+    let mut verdicts = Vec::new();
+    let mut plotted = Vec::new();
     let mut lines = Vec::new();
     runtime.block_on(async {
-        let admin = client(&cp.kubeconfig).await;
+        let admin = contenders::client(&cp.kubeconfig).await;
         setup::priority_classes(&admin).await;
         setup::storage_class(&admin).await;
         for (index, w) in workloads::workloads(preset).iter().enumerate() {
@@ -647,7 +643,7 @@ fn main() {
                     runs.entry(c.name()).or_default().push(r);
                 }
             }
-            let results: Vec<(Contender, Result<Figures, String>)> = opts
+            let results: Vec<(Contender, Result<Summary, String>)> = opts
                 .contenders
                 .iter()
                 .map(|c| {
@@ -663,6 +659,10 @@ fn main() {
             let line = report::bench_line(w, &results);
             println!("{line}");
             lines.push(line);
+            let v = Verdicts::of(&results);
+            verdicts_table.push_str(&report::verdict_row(w, &v));
+            verdicts.push(v);
+            plotted.push(plot::Workload::of(w.name(), &results));
         }
         if selected(FOOTPRINT) {
             let line = footprints(cp, &admin, &opts, &mut report).await;
@@ -671,6 +671,20 @@ fn main() {
         }
     });
     let wall = started.elapsed().as_secs_f64();
+    let _ = write!(
+        report,
+        "\nVerdicts of ksched: ratio of the medians (range over the rounds: least to most favourable pairing).\n\n{verdicts_table}\n{}",
+        report::tally(&verdicts)
+    );
+    let dir = support::repo_root().join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let svg = dir.join(format!("pods-per-second-{}.svg", preset.name()));
+    match plot::pods_per_second(&svg, preset.name(), rounds, &plotted) {
+        Ok(()) => {
+            let _ = writeln!(report, "\nPlot: {}", svg.display());
+        }
+        Err(e) => eprintln!("plot {}: {e}", svg.display()),
+    }
     report.push('\n');
     for l in &lines {
         let _ = writeln!(report, "    {l}");
@@ -681,8 +695,6 @@ fn main() {
         wall,
         wall / 60.0
     );
-    let dir = support::repo_root().join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
     let _ = std::fs::write(dir.join("report.md"), &report);
     println!("\n{report}");
 }

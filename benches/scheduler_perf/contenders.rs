@@ -48,6 +48,17 @@ impl Contender {
     }
 }
 
+/// The bench's client (the admin's, or the null binder's): a long read timeout, since removing a
+/// run's pods can take minutes.
+pub async fn client(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.read_timeout = Some(std::time::Duration::from_secs(300));
+    kube::Client::try_from(config).expect("client")
+}
+
 /// A running contender; killed when dropped.
 pub struct Running {
     child: Child,
@@ -259,7 +270,7 @@ pub fn go_heap_mb(text: &str) -> Option<f64> {
 /// The ceiling: binds every pending pod of the bench scheduler name to the bench nodes round
 /// robin, 64 bindings in flight. Runs as `--null-binder` in a process of its own.
 pub async fn null_binder(kubeconfig: &Path) {
-    let client = super::client(kubeconfig).await;
+    let client = client(kubeconfig).await;
     let nodes: Vec<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{NODE_LABEL}=true")))
         .await

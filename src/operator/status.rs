@@ -744,10 +744,7 @@ pub(crate) fn policy_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn now() -> Timestamp {
-        Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
-    }
+    use crate::operator::status_samples::{lease as held_by, now, seconds_later as later};
 
     fn obs() -> ProfileObservation {
         ProfileObservation {
@@ -779,20 +776,6 @@ mod tests {
             pending_pods: 2,
             now: now(),
         }
-    }
-
-    fn held_by(holder: &str) -> LeaseState {
-        LeaseState {
-            holder: Some(holder.into()),
-            renew_time: Some(now()),
-            lease_duration_seconds: Some(15),
-        }
-    }
-
-    fn later(seconds: i64) -> Timestamp {
-        now()
-            .checked_add(SignedDuration::from_secs(seconds))
-            .unwrap_or(now())
     }
 
     fn reason(s: &SchedulerProfileStatus, t: &str) -> Option<String> {

@@ -24,17 +24,20 @@ pub struct StatusSample {
 
 const GENERATION: i64 = 3;
 
-fn now() -> Timestamp {
+/// The samples' clock (also the status unit tests').
+pub(crate) fn now() -> Timestamp {
     Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-fn seconds_later(seconds: i64) -> Timestamp {
+/// `seconds` after [`now`].
+pub(crate) fn seconds_later(seconds: i64) -> Timestamp {
     now()
         .checked_add(SignedDuration::from_secs(seconds))
         .unwrap_or(now())
 }
 
-fn lease(holder: &str) -> LeaseState {
+/// A Lease `holder` renewed [`now`], for 15 s.
+pub(crate) fn lease(holder: &str) -> LeaseState {
     LeaseState {
         holder: Some(holder.into()),
         renew_time: Some(now()),

@@ -20,7 +20,7 @@ all: build
 build:
 	cargo build --all-targets
 
-## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm (cached); podman, docker-registry, skopeo
+## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm, kstatus-check (cached); promtool, lua, podman, docker-registry, skopeo
 testenv:
 	hack/testenv/build.sh >/dev/null
 	hack/install-lua.sh >/dev/null
@@ -51,6 +51,8 @@ lint:
 ## test: lint, unit and e2e tests against the real control plane; then no process may be left over
 test: testenv lint
 	cargo test --no-fail-fast
+	@# What the e2e tests collected (events, statuses, ksched logs) must read well.
+	cargo test --test readable_messages -- --ignored
 	$(MAKE) --no-print-directory check-no-leftovers
 
 check-no-leftovers:

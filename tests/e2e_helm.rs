@@ -39,17 +39,7 @@ const OPERATOR: &str = "ksched-operator";
 
 /// `helm template` of the chart with `--set` values; the rendered objects.
 fn template(sets: &[&str]) -> Vec<Value> {
-    let chart = chart();
-    let mut args = vec!["template", RELEASE, chart.as_str(), "--namespace", NS];
-    for set in sets {
-        args.extend(["--set", set]);
-    }
-    let out = helm_ok(None, &args);
-    serde_saphyr::from_multiple::<Value>(&out)
-        .expect("helm template prints YAML")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
+    support::helm::template(NS, sets)
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str) -> Option<&'a Value> {
@@ -89,6 +79,26 @@ fn chart_schema_rejects_bad_values_naming_them() {
             "/leaderElection/leaseDuration",
         ),
         ("podAntiAffinity=hard", "/podAntiAffinity"),
+        // The operator would log nothing: not a level.
+        ("logLevel=verbose", "/logLevel"),
+        (
+            "metrics.prometheusRule.schedulingErrorRatio=5",
+            "/metrics/prometheusRule/schedulingErrorRatio",
+        ),
+        // The operator would refuse to start (checked by templates/validate.yaml: JSON Schema
+        // compares no two values).
+        (
+            "leaderElection.renewDeadline=15s",
+            "leaderElection.renewDeadline (15s) must be shorter than leaderElection.leaseDuration (15s)",
+        ),
+        (
+            "leaderElection.renewDeadline=1m30s",
+            "leaderElection.renewDeadline (1m30s) must be shorter than leaderElection.leaseDuration (15s)",
+        ),
+        (
+            "leaderElection.retryPeriod=9s",
+            "leaderElection.renewDeadline (10s) must be longer than 1.2 x leaderElection.retryPeriod (9s)",
+        ),
     ] {
         let (ok, _, err) = helm(None, &["template", RELEASE, &chart, "--set", set]);
         assert!(!ok, "--set {set} was accepted");

@@ -838,6 +838,82 @@ async fn a_profile_that_cannot_roll_out_is_progressing() {
     assert_eq!(argo_health(&unobserved).0, "Progressing");
 }
 
+/// A PriorityClass that does not exist: the ReplicaSet cannot create the scheduler pods, and the
+/// profile's status says so with the field to fix, instead of RollingOut forever in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_priority_class_is_named_in_the_status() {
+    let c = client().await;
+    let name = "op-no-priority-class";
+    kubectl_apply(&profile_yaml(
+        name,
+        "  priorityClassName: no-such-priority-class\n",
+    ));
+    let p = wait_profile(&c, name, "FailedCreate in Ready", |p| {
+        cond(p, "Ready").is_some_and(|c| c.message.contains("FailedCreate"))
+    })
+    .await;
+    let ready = cond(&p, "Ready").expect("Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "RollingOut")
+    );
+    assert!(
+        ready
+            .message
+            .contains("no PriorityClass with name no-such-priority-class was found")
+            && ready.message.contains("fix spec.priorityClassName"),
+        "{}",
+        ready.message
+    );
+}
+
+/// A leaf selector that also selects a node where kube-scheduler placed pods: a Warning names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_selector_matching_host_nodes_is_warned_about() {
+    let c = client().await;
+    let label = ("ksched-e2e/hostleaf", "yes");
+    kubectl_apply(&fixtures::kwok_node(
+        "op-hostleaf-host",
+        "8",
+        "16Gi",
+        &[label],
+    ));
+    kubectl_apply(&fixtures::kwok_node(
+        "op-hostleaf-leaf",
+        "8",
+        "16Gi",
+        &[label],
+    ));
+    let ns = cp().namespace(&c, "op-hostleaf").await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"nodeName": "op-hostleaf-host", "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    kubectl_apply(&profile_yaml("op-hostleaf-profile", "  replicas: 0\n"));
+    kubectl_apply(
+        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-hostleaf\nspec:\n  leafNodeSelector:\n    matchLabels:\n      ksched-e2e/hostleaf: \"yes\"\n  taint:\n    key: ksched-e2e/hostleaf\n    effect: NoSchedule\n  profiles: [\"op-hostleaf-profile\"]\n",
+    );
+    let note = eventually("LeafSelectorMatchesHostNodes event", async || {
+        support::events::latest_note(&c, "default", "LeafSelectorMatchesHostNodes", "op-hostleaf")
+            .await
+    })
+    .await;
+    assert!(
+        note.starts_with("spec.leafNodeSelector also selects node(s) op-hostleaf-host (pods of default-scheduler)")
+            && !note.contains("op-hostleaf-leaf")
+            && note.contains("Narrow spec.leafNodeSelector"),
+        "{note}"
+    );
+    let (ok, _, err) =
+        cp().kubectl_run(&["delete", "leafclusterpolicy", "op-hostleaf", "--wait=true"]);
+    assert!(ok, "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_profile_removes_every_child_by_gc_and_an_older_finalizer_goes() {
     let c = client().await;
@@ -1186,7 +1262,7 @@ async fn a_misspelled_scheduler_name_gets_one_warning() {
     assert_eq!(first.type_.as_deref(), Some("Warning"));
     let note = first.note.clone().unwrap_or_default();
     assert!(
-        note.contains("defualt-scheduler") && note.contains("default-scheduler"),
+        note.contains("spec.schedulerName \"defualt-scheduler\" (did you mean default-scheduler?)"),
         "{note}"
     );
     // The pod changes (the watch sees it again): still one warning.

@@ -51,7 +51,10 @@ impl OperatorHealth {
 
     fn watch_failed(&self, what: &str, err: &watcher::Error) {
         if !self.ready.load(Ordering::Acquire) {
-            *self.not_ready.lock() = Some(format!("watching {what}: {err}"));
+            *self.not_ready.lock() = Some(format!(
+                "watching {what}: {}",
+                crate::logging::watch_error(err)
+            ));
         }
     }
 }

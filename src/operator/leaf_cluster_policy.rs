@@ -34,7 +34,7 @@ use serde::de::DeserializeOwned;
 use super::render::FIELD_MANAGER;
 use super::status::{self, BlockedNode, PolicyConflict, PolicyObservation};
 use super::taints::{self, Claim, Claimant, NodePlan, NodeView, Records, Standing};
-use super::{Context, Error, FINALIZER, Shutdown, announce, is_conflict, is_not_found};
+use super::{Context, Error, FINALIZER, Shutdown, announce, host_nodes, is_conflict, is_not_found};
 use crate::api::leaf_cluster_policy::LAST_VALID_SPEC_ANNOTATION;
 use crate::api::{LeafClusterPolicy, LeafClusterPolicyStatus, SchedulerProfile};
 use crate::framework::plugins::leaf::render::validate_policy;
@@ -261,6 +261,7 @@ async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Erro
     let nodes = nodes_api.list(&ListParams::default()).await?.items;
     let mut errors = Vec::new();
     let mut conflicts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut matched = Vec::new();
     for node in &nodes {
         let node_name = node.name_any();
         let plan =
@@ -280,6 +281,7 @@ async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Erro
             }
             Standing::Writer | Standing::Selected => {}
         }
+        matched.push(node.name_any());
         obs.leaf_nodes += 1;
         if outcome.tainted {
             obs.tainted_nodes += 1;
@@ -304,6 +306,9 @@ async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Erro
         .collect();
     if !errors.is_empty() {
         obs.error = Some(errors.join("; "));
+    }
+    if policy.spec.manage_taint {
+        host_nodes::check(ctx, policy, &matched, &obs.profiles).await?;
     }
     write_status(policy, &obs, ctx).await?;
     Ok(Action::requeue(if obs.error.is_some() {
@@ -399,7 +404,7 @@ pub(crate) async fn update_node(
             .await
         {
             Ok(_) => {
-                tracing::info!(node = %name, taints = ?change.taints.iter().map(taint_text).collect::<Vec<_>>(), owned = ?change.records.to_annotation(), "node taints updated");
+                tracing::info!(node = %name, taints = %change.taints.iter().map(taint_text).collect::<Vec<_>>().join(", "), owned = %change.records.to_annotation().unwrap_or_else(|| "none".into()), "node taints updated");
                 return Ok(Some(p));
             }
             Err(e) if is_conflict(&e) => {
@@ -426,6 +431,12 @@ async fn write_status(
 ) -> Result<(), Error> {
     let previous = policy.status.clone().unwrap_or_default();
     let new_status = status::policy_status(&previous, obs);
+    let ready = status::condition(&new_status.conditions, status::READY);
+    ctx.opts.health.metrics.record_policy(
+        &policy.name_any(),
+        ready.is_some_and(|c| c.status == "True"),
+        ready.map_or("", |c| c.reason.as_str()),
+    );
     if policy.status.as_ref() == Some(&new_status) {
         return Ok(());
     }
@@ -513,6 +524,7 @@ async fn cleanup(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Er
             errors.join("; ")
         )));
     }
+    ctx.opts.health.metrics.forget_policy(&name);
     tracing::info!(policy = %name, "policy deleted: the taints it added are gone from every node");
     Ok(Action::await_change())
 }

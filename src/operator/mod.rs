@@ -9,6 +9,7 @@ pub(crate) mod backoff;
 pub mod command;
 pub mod embedded;
 pub(crate) mod health;
+pub(crate) mod host_nodes;
 pub mod http;
 pub mod in_process;
 pub(crate) mod leaf_cluster_policy;
@@ -17,6 +18,8 @@ pub(crate) mod render;
 pub(crate) mod render_cli;
 pub(crate) mod scheduler_profile;
 pub(crate) mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod status_samples;
 pub(crate) mod taints;
 pub mod uninstall;
 pub(crate) mod unknown_scheduler;
@@ -39,6 +42,7 @@ use crate::leader_election::{
 };
 
 pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers, OperatorTerm};
+pub use metrics::metric_families;
 pub use render::{
     CLUSTER_PROFILE_PREFIX, FIELD_MANAGER, PROFILE_PREFIX, RenderOptions, Rendered,
     cluster_object_name, object_name, render,
@@ -141,7 +145,7 @@ impl std::fmt::Debug for OperatorOptions {
 /// What can go wrong while reconciling.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API: {0}")]
+    #[error("kubernetes API: {}", crate::logging::kube_error(.0))]
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -428,7 +432,7 @@ where
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
-        tracing::warn!(object = ?obj.meta().name, error = %e, "publishing event failed");
+        tracing::warn!(object = %obj.meta().name.as_deref().unwrap_or_default(), error = %crate::logging::kube_error(&e), "publishing event failed");
     }
 }
 

@@ -34,6 +34,7 @@ use serde::de::DeserializeOwned;
 
 use super::backoff::ApplyFailure;
 use super::embedded::operator_scheduler_prefix;
+use super::metrics::ProfileState;
 use super::render::{
     self, FIELD_MANAGER, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Rendered, RenderedObject,
 };
@@ -256,12 +257,13 @@ async fn stop_deleted_embedded(ctx: Arc<Context>, shutdown: Shutdown) {
                 gone
             }
             Err(e) => {
-                tracing::debug!(error = %e, "watching profiles for deletions");
+                tracing::debug!(error = %crate::logging::watch_error(&e), "watching profiles for deletions");
                 Vec::new()
             }
         };
         for name in gone {
             ctx.embedded.stop(&name).await;
+            ctx.opts.health.metrics.forget_profile(&name);
             tracing::info!(profile = %name, "profile deleted: its objects go by garbage collection");
         }
     }
@@ -398,6 +400,10 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         now: Timestamp::now(),
     };
     let new_status = status::profile_status(&previous, &obs);
+    ctx.opts
+        .health
+        .metrics
+        .record_profile(&name, &ProfileState::of(profile, &new_status));
     if profile.status.as_ref() != Some(&new_status) {
         let patch = serde_json::json!({
             "apiVersion": SchedulerProfile::api_version(&()),
@@ -514,7 +520,7 @@ async fn report_ignored_policies(
 /// elects its leader there: upstream's `leaderElection.resourceName` is usually the scheduler's
 /// name).
 async fn name_in_use(name: &str, ctx: &Context) -> Result<Option<String>, Error> {
-    let fix = "rename the SchedulerProfile (its name is the schedulerName pods select it by)";
+    let fix = "rename the SchedulerProfile (metadata.name is the schedulerName pods select it by)";
     if name == super::DEFAULT_SCHEDULER {
         return Ok(Some(format!(
             "metadata.name {name} is kube-scheduler's scheduler name: a second scheduler of that name would race it for every pod of the cluster; {fix}"
@@ -664,12 +670,17 @@ async fn apply_with_backoff(
             }
             Err(failure) => {
                 tracing::warn!(profile = %name, error = %failure, "applying rendered objects failed");
+                let fix = if failure.permanent() {
+                    "the API server refuses an object rendered from this SchedulerProfile: change the field behind it (spec.resources, spec.image, spec.nodeSelector, spec.tolerations, spec.affinity, spec.priorityClassName), or what refuses it (an admission webhook, a policy, a quota)"
+                } else {
+                    "the API server or the network failed, not the spec: retried with backoff"
+                };
                 publish(
                     ctx,
                     profile,
                     EventType::Warning,
                     "ApplyFailed",
-                    failure.to_string(),
+                    format!("{failure}; {fix}"),
                 )
                 .await;
                 backoff.failed(&name, &fingerprint, failure, Instant::now())
@@ -827,7 +838,7 @@ pub(crate) async fn embedded_stopped(ctx: &Context) {
             Ok(Some(p)) => p,
             Ok(None) => continue,
             Err(e) => {
-                tracing::warn!(profile = %name, error = %e, "reading a profile to mark its embedded scheduler stopped");
+                tracing::warn!(profile = %name, error = %crate::logging::kube_error(&e), "reading a profile to mark its embedded scheduler stopped");
                 continue;
             }
         };

@@ -98,11 +98,24 @@ pub(crate) struct DeploymentState {
     pub updated_replicas: i32,
     pub ready_replicas: i32,
     pub available_replicas: i32,
+    /// Why the ReplicaSet cannot create pods (the Deployment's `ReplicaFailure` condition, which
+    /// the controller copies from the ReplicaSet's `FailedCreate`), e.g. a missing PriorityClass.
+    pub replica_failure: Option<String>,
 }
 
 impl DeploymentState {
     pub(crate) fn from_deployment(d: &Deployment) -> Self {
         let s = d.status.clone().unwrap_or_default();
+        let replica_failure = s
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+            .map(|c| {
+                c.message
+                    .clone()
+                    .unwrap_or_else(|| c.reason.clone().unwrap_or_default())
+            });
         DeploymentState {
             generation: d.metadata.generation.unwrap_or(0),
             observed_generation: s.observed_generation.unwrap_or(0),
@@ -110,8 +123,23 @@ impl DeploymentState {
             updated_replicas: s.updated_replicas.unwrap_or(0),
             ready_replicas: s.ready_replicas.unwrap_or(0),
             available_replicas: s.available_replicas.unwrap_or(0),
+            replica_failure,
         }
     }
+}
+
+/// What a ReplicaSet's FailedCreate means for the profile, and the field that fixes it.
+fn replica_failure_hint(failure: &str) -> String {
+    let fix = if failure.contains("PriorityClass") {
+        "fix spec.priorityClassName of the SchedulerProfile, or create that PriorityClass"
+    } else if failure.contains("exceeded quota") {
+        "lower spec.resources of the SchedulerProfile, or raise the ResourceQuota of the operator namespace"
+    } else if failure.contains("PodSecurity") {
+        "the operator namespace's Pod Security level refuses the scheduler pods: keep it at restricted or baseline, which they meet"
+    } else {
+        "kubectl describe replicaset in the operator namespace shows the events"
+    };
+    format!("the ReplicaSet cannot create the scheduler pods (FailedCreate: {failure}): {fix}")
 }
 
 /// The profile's Lease as observed.
@@ -459,14 +487,15 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
                 && d.available_replicas >= desired
                 && d.replicas == desired;
             if !done {
-                return progressing(
-                    "RollingOut",
-                    format!(
-                        "{} of {desired} scheduler replicas updated and ready ({} running)",
-                        d.ready_replicas.min(d.updated_replicas),
-                        d.replicas
-                    ),
+                let mut message = format!(
+                    "{} of {desired} scheduler replicas updated and ready ({} running)",
+                    d.ready_replicas.min(d.updated_replicas),
+                    d.replicas
                 );
+                if let Some(failure) = &d.replica_failure {
+                    message = format!("{message}; {}", replica_failure_hint(failure));
+                }
+                return progressing("RollingOut", message);
             }
             if obs.suspend {
                 return (
@@ -673,7 +702,7 @@ fn policy_problems(obs: &PolicyObservation) -> Vec<(&'static str, String)> {
         out.push((
             "Conflict",
             format!(
-                "node(s) {} are also selected by the older LeafClusterPolicy {} ({why}): {} keeps them and this policy leaves them alone; make the leafNodeSelectors disjoint, or set manageTaint: false on this policy if it only adds placement for its profiles to the same leaf nodes with the same taint",
+                "node(s) {} are also selected by the older LeafClusterPolicy {} ({why}): {} keeps them and this policy leaves them alone; make the spec.leafNodeSelectors disjoint, or set spec.manageTaint: false on this policy if it only adds placement for its profiles to the same leaf nodes with the same taint",
                 some_names(&c.nodes),
                 c.with,
                 c.with
@@ -790,10 +819,7 @@ pub(crate) fn policy_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn now() -> Timestamp {
-        Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
-    }
+    use crate::operator::status_samples::{lease as held_by, now, seconds_later as later};
 
     fn obs() -> ProfileObservation {
         ProfileObservation {
@@ -816,6 +842,7 @@ mod tests {
                 updated_replicas: 1,
                 ready_replicas: 1,
                 available_replicas: 1,
+                replica_failure: None,
             }),
             embedded: None,
             embedded_identity: None,
@@ -825,20 +852,6 @@ mod tests {
             pending_pods: 2,
             now: now(),
         }
-    }
-
-    fn held_by(holder: &str) -> LeaseState {
-        LeaseState {
-            holder: Some(holder.into()),
-            renew_time: Some(now()),
-            lease_duration_seconds: Some(15),
-        }
-    }
-
-    fn later(seconds: i64) -> Timestamp {
-        now()
-            .checked_add(SignedDuration::from_secs(seconds))
-            .unwrap_or(now())
     }
 
     fn reason(s: &SchedulerProfileStatus, t: &str) -> Option<String> {
@@ -908,6 +921,29 @@ mod tests {
         let s = profile_status(&SchedulerProfileStatus::default(), &o);
         assert_eq!(reason(&s, READY).as_deref(), Some("ScaledToZero"));
         assert_eq!(status_of(&s, READY).as_deref(), Some("True"));
+    }
+
+    #[test]
+    fn a_replicaset_that_cannot_create_pods_says_why_and_what_to_fix() {
+        let mut o = obs();
+        o.deployment = Some(DeploymentState {
+            generation: 2,
+            observed_generation: 2,
+            replica_failure: Some(
+                "pods \"ksched-p-5d8f-\" is forbidden: no PriorityClass with name nope was found"
+                    .into(),
+            ),
+            ..DeploymentState::default()
+        });
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("RollingOut"));
+        let message = get(&s, READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.contains("the ReplicaSet cannot create the scheduler pods (FailedCreate: pods \"ksched-p-5d8f-\" is forbidden: no PriorityClass with name nope was found): fix spec.priorityClassName"),
+            "{message}"
+        );
     }
 
     #[test]

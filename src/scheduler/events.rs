@@ -310,7 +310,7 @@ impl PodReporter {
             )
             .await
         {
-            warn!(pod = %format!("{ns}/{name}"), %err, "updating {what} failed");
+            warn!(pod = %format!("{ns}/{name}"), err = %crate::logging::kube_error(&err), "updating {what} failed");
         }
     }
 }
@@ -423,7 +423,7 @@ impl EventWriter {
             }
         };
         if let Err(err) = result {
-            warn!(%err, reason, "publishing an event failed");
+            warn!(err = %crate::logging::kube_error(&err), reason, "publishing an event failed");
         }
     }
 }

@@ -315,7 +315,9 @@ pub(crate) async fn watch_pods(
                 debug!("pod informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "pod watch failed; retrying with backoff"),
+            Err(err) => {
+                warn!(err = %crate::logging::watch_error(&err), "pod watch failed; retrying with backoff")
+            }
         }
     }
 }
@@ -394,7 +396,9 @@ pub(crate) async fn watch_nodes(
                 debug!("node informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "node watch failed; retrying with backoff"),
+            Err(err) => {
+                warn!(err = %crate::logging::watch_error(&err), "node watch failed; retrying with backoff")
+            }
         }
     }
 }
@@ -574,7 +578,7 @@ async fn watch_store_with<K, S>(
             Ok(None) => return,
             Err(err) => {
                 let kind = K::kind(&Default::default()).into_owned();
-                warn!(%err, "{kind} watch failed; retrying with backoff")
+                warn!(err = %crate::logging::watch_error(&err), "{kind} watch failed; retrying with backoff")
             }
         }
     }

@@ -139,32 +139,38 @@ impl Default for QueueMetrics {
 
 impl QueueMetrics {
     fn register(&self, r: &mut Registry) {
-        r.register(
+        register(
+            r,
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
             self.incoming_pods.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_pending_pods",
             "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
             self.pending_pods.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_unschedulable_pods",
             "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
             self.unschedulable_pods.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_inflight_events",
             "Number of events currently tracked in the scheduling queue.",
             self.inflight_events.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_queueing_hint_execution_duration_seconds",
             "Duration for running a queueing hint function of a plugin.",
             self.queueing_hint_duration.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_event_handling_duration_seconds",
             "Event handling latency in seconds.",
             self.event_handling_duration.clone(),
@@ -307,68 +313,81 @@ impl Metrics {
 
 /// Registers what the framework records under upstream's names.
 fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
-    r.register(
+    register(
+        r,
         "scheduler_framework_extension_point_duration_seconds",
         "Latency for running all plugins of a specific extension point.",
         m.extension_point_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_plugin_execution_duration_seconds",
         "Duration for running a plugin at a specific extension point.",
         m.plugin_execution_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_plugin_evaluation",
         "Number of attempts to schedule pods by each plugin and the extension point (available only in PreFilter, Filter, PreScore, and Score).",
         m.plugin_evaluation.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_permit_wait_duration_seconds",
         "Duration of waiting on permit.",
         m.permit_wait_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_goroutines",
         "Number of running goroutines split by the work they do such as binding.",
         m.goroutines.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_batch_attempts",
         "Counts of results when we attempt to use batching.",
         m.batch_attempts.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_batch_cache_flushed",
         "Counts of cache flushes by reason.",
         m.batch_cache_flushed.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_get_node_hint_duration_seconds",
         "Latency for getting a node hint.",
         m.get_node_hint_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_store_schedule_results_duration_seconds",
         // Upstream's help text, as it is.
         "Latency for getting a no.",
         m.store_schedule_results_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_attempts",
         "Total preemption attempts in the cluster till now",
         m.preemption_attempts.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_victims",
         "Number of selected preemption victims",
         m.preemption_victims.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_goroutines_duration_seconds",
         "Duration in seconds for running goroutines for the preemption.",
         m.preemption_goroutines_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_goroutines_execution",
         "Number of preemption goroutines executed.",
         m.preemption_goroutines_execution.clone(),
@@ -594,27 +613,32 @@ impl RestClientMetrics {
     }
 
     fn register(&self, r: &mut Registry) {
-        r.register(
+        register(
+            r,
             "rest_client_requests",
             "Number of HTTP requests, partitioned by status code, method, and host.",
             self.requests.clone(),
         );
-        r.register(
+        register(
+            r,
             "rest_client_request_duration_seconds",
             "Request latency in seconds. Broken down by verb, and host.",
             self.request_duration.clone(),
         );
-        r.register(
+        register(
+            r,
             "rest_client_rate_limiter_duration_seconds",
             "Client side rate limiter latency in seconds. Broken down by verb, and host.",
             self.rate_limiter_duration.clone(),
         );
-        r.register(
+        register(
+            r,
             "rest_client_request_size_bytes",
             "Request size in bytes. Broken down by verb and host.",
             self.request_size.clone(),
         );
-        r.register(
+        register(
+            r,
             "rest_client_response_size_bytes",
             "Response size in bytes. Broken down by verb and host.",
             self.response_size.clone(),

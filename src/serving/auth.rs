@@ -876,7 +876,9 @@ async fn keep_configmap_fresh(api: Api<ConfigMap>, authn: Arc<Authenticator>, fr
                     "authentication configuration updated from configmap/extension-apiserver-authentication"
                 );
             }
-            Err(e) => debug!(error = %e, "watching configmap/extension-apiserver-authentication"),
+            Err(e) => {
+                debug!(error = %crate::logging::watch_error(&e), "watching configmap/extension-apiserver-authentication")
+            }
         }
     }
     info!("stopped watching configmap/extension-apiserver-authentication");

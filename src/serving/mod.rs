@@ -246,14 +246,28 @@ pub(crate) fn not_found() -> Response<Full<Bytes>> {
     text(StatusCode::NOT_FOUND, "404 page not found")
 }
 
+/// Every family [`register`]ed in this process, by name, with its type (`counter`, `gauge`,
+/// `histogram`): an exposition leaves out a family without samples, this list does not.
+static DECLARED: std::sync::LazyLock<
+    parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
+> = std::sync::LazyLock::new(Default::default);
+
 /// Registers `metric` as `name` (prometheus-client appends `_total` to counters) and returns it:
 /// the caller keeps a handle sharing its values.
 pub(crate) fn register<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
 where
     M: prometheus_client::registry::Metric + Clone,
 {
+    DECLARED
+        .lock()
+        .insert(name.to_string(), metric.metric_type().as_str().to_string());
     registry.register(name, help, metric.clone());
     metric
+}
+
+/// The families [`register`]ed so far in this process: name -> type.
+pub(crate) fn declared_families() -> std::collections::BTreeMap<String, String> {
+    DECLARED.lock().clone()
 }
 
 /// The Prometheus text exposition of every metric in `registry`.

@@ -3,20 +3,11 @@
 
 use std::process::Command;
 
-use super::{ControlPlane, path_str, repo_root, testenv_bin_dir};
-
-/// The chart's directory.
-pub fn chart() -> String {
-    path_str(&repo_root().join("charts/ksched")).to_string()
-}
+use super::{ControlPlane, path_str, testenv_bin_dir};
 
 /// Runs helm with `args`, against `cp` when given; returns (success, stdout, stderr).
 pub fn helm(cp: Option<&ControlPlane>, args: &[&str]) -> (bool, String, String) {
-    // Integration tests have CARGO_TARGET_TMPDIR; the demo and benches share this module.
-    let tmp = option_env!("CARGO_TARGET_TMPDIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/tmp"));
-    let home = tmp.join("helm");
+    let home = super::target_tmp().join("helm");
     let mut cmd = Command::new(testenv_bin_dir().join("helm"));
     cmd.env("HELM_CACHE_HOME", home.join("cache"))
         .env("HELM_CONFIG_HOME", home.join("config"))
@@ -39,4 +30,31 @@ pub fn helm_ok(cp: Option<&ControlPlane>, args: &[&str]) -> String {
     let (ok, out, err) = helm(cp, args);
     assert!(ok, "helm {}: {err}\n{out}", args.join(" "));
     out
+}
+
+/// The chart charts/ksched.
+pub fn chart() -> String {
+    path_str(&super::repo_root().join("charts/ksched")).to_string()
+}
+
+/// `helm template` of the chart as release `ksched` in `namespace` with `--set` values: the
+/// rendered objects.
+pub fn template(namespace: &str, sets: &[&str]) -> Vec<serde_json::Value> {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "ksched",
+        chart.as_str(),
+        "--namespace",
+        namespace,
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let out = helm_ok(None, &args);
+    serde_saphyr::from_multiple::<serde_json::Value>(&out)
+        .expect("helm template prints YAML")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
 }

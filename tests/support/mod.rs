@@ -5,10 +5,12 @@
 //! by the kernel if the binary itself dies (PR_SET_PDEATHSIG).
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod collect;
 pub mod events;
 pub mod fixtures;
 pub mod helm;
 pub mod https;
+pub mod kstatus;
 pub mod nodes;
 pub mod operator;
 pub mod operator_pods;
@@ -208,6 +210,14 @@ impl ControlPlane {
 /// Repository root (where Cargo.toml, crds/ and the Makefile are).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/tmp` (cargo's `CARGO_TARGET_TMPDIR` for tests; examples that share this harness get
+/// the same place).
+pub fn target_tmp() -> PathBuf {
+    option_env!("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/tmp"))
 }
 
 /// The testenv bin directory: `$KSCHED_TESTENV_BIN` (the Makefile sets it), else the cache path for

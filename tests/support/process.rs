@@ -193,10 +193,16 @@ fn register_exit_hook() {
     });
 }
 
-/// Stops children newest first (kwok, controller manager, API server, then etcd: an API server whose
+/// Collects the control plane's events, objects and ksched logs ([`super::collect`]), then stops
+/// children newest first (kwok, controller manager, API server, then etcd: an API server whose
 /// etcd is gone hangs on shutdown), each with SIGTERM and up to 5 s grace, then SIGKILL; removes the
 /// directory unless KSCHED_KEEP_TESTENV is set.
 extern "C" fn stop_all() {
+    // What people would read, for tests/readable_messages.rs, while the API server still runs.
+    let dir = lock().dir.clone();
+    if let Some(dir) = dir {
+        super::collect::collect(&dir);
+    }
     let hooks: Vec<ExitHook> = lock().hooks.drain(..).collect();
     for hook in hooks {
         hook();

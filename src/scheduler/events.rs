@@ -37,6 +37,21 @@ const EVENT_QUEUE: usize = 1000;
 /// keep up with the binding rate, and the events client's own token bucket still bounds the rate.
 const EVENT_WRITES_IN_FLIGHT: usize = 16;
 
+/// What users see of a pod's scheduling attempts: the scheduler tells its profile's reporter
+/// how each attempt ended. [`PodReporter`] writes it to the API server.
+#[async_trait::async_trait]
+pub(crate) trait Reporter: Send + Sync {
+    /// The pod was bound to `node`.
+    fn scheduled(&self, pod: &Pod, node: &str);
+
+    /// The attempt failed with `reason` (Unschedulable or SchedulerError) and `message`;
+    /// `nominated_node` is where preemption nominated the pod (`""` clears a nomination).
+    async fn failed(&self, pod: &Pod, reason: &str, message: &str, nominated_node: Option<&str>);
+
+    /// The pod is about to be bound to `node` (PreBind will act or Permit waits).
+    async fn nominate(&self, pod: &Pod, node: &str);
+}
+
 /// Publishes events and condition updates for one scheduler profile. Events go to the process's
 /// [`EventQueue`], so a binding cycle never waits for one; the condition update goes through the
 /// scheduler's API client.
@@ -222,58 +237,6 @@ impl PodReporter {
         }
     }
 
-    /// `Scheduled`: "Successfully assigned ns/name to node".
-    pub(crate) fn scheduled(&self, pod: &Pod, node: &str) {
-        let note = format!(
-            "Successfully assigned {}/{} to {node}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        );
-        self.publish(pod, "Normal", "Scheduled", "Binding", note);
-    }
-
-    /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
-    /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
-    /// when preemption chose one. A pod that already shows all of it is not patched again.
-    pub(crate) async fn failed(
-        &self,
-        pod: &Pod,
-        reason: &str,
-        message: &str,
-        nominated_node: Option<&str>,
-    ) {
-        self.publish(
-            pod,
-            "Warning",
-            "FailedScheduling",
-            "Scheduling",
-            message.to_string(),
-        );
-        if let Some(status) =
-            pod_scheduled_patch(pod, reason, message, nominated_node, Timestamp::now())
-        {
-            self.patch_status(pod, status, "the PodScheduled condition")
-                .await;
-        }
-    }
-
-    /// Writes `node` to status.nominatedNodeName (unless the pod already shows it): upstream 1.36
-    /// does so before binding when PreBind will act or Permit waits (NominatedNodeNameForExpectation).
-    pub(crate) async fn nominate(&self, pod: &Pod, node: &str) {
-        let current = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.as_deref());
-        if current != Some(node) {
-            self.patch_status(
-                pod,
-                json!({ "nominatedNodeName": node }),
-                "nominatedNodeName",
-            )
-            .await;
-        }
-    }
-
     async fn patch_status(&self, pod: &Pod, status: serde_json::Value, what: &str) {
         let (Some(ns), Some(name)) = (
             pod.metadata.namespace.as_deref(),
@@ -291,6 +254,55 @@ impl PodReporter {
             .await
         {
             warn!(pod = %format!("{ns}/{name}"), %err, "updating {what} failed");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Reporter for PodReporter {
+    /// `Scheduled`: "Successfully assigned ns/name to node".
+    fn scheduled(&self, pod: &Pod, node: &str) {
+        let note = format!(
+            "Successfully assigned {}/{} to {node}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        self.publish(pod, "Normal", "Scheduled", "Binding", note);
+    }
+
+    /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
+    /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
+    /// when preemption chose one. A pod that already shows all of it is not patched again.
+    async fn failed(&self, pod: &Pod, reason: &str, message: &str, nominated_node: Option<&str>) {
+        self.publish(
+            pod,
+            "Warning",
+            "FailedScheduling",
+            "Scheduling",
+            message.to_string(),
+        );
+        if let Some(status) =
+            pod_scheduled_patch(pod, reason, message, nominated_node, Timestamp::now())
+        {
+            self.patch_status(pod, status, "the PodScheduled condition")
+                .await;
+        }
+    }
+
+    /// Writes `node` to status.nominatedNodeName (unless the pod already shows it): upstream 1.36
+    /// does so before binding when PreBind will act or Permit waits (NominatedNodeNameForExpectation).
+    async fn nominate(&self, pod: &Pod, node: &str) {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref());
+        if current != Some(node) {
+            self.patch_status(
+                pod,
+                json!({ "nominatedNodeName": node }),
+                "nominatedNodeName",
+            )
+            .await;
         }
     }
 }

@@ -5,6 +5,7 @@ pub(crate) mod api;
 pub(crate) mod cache;
 pub(crate) mod client;
 pub mod command;
+pub(crate) mod cycle;
 pub(crate) mod events;
 pub(crate) mod extender;
 pub(crate) mod features;
@@ -14,6 +15,7 @@ pub(crate) mod leader_election;
 pub(crate) mod metrics;
 pub(crate) mod queue;
 pub mod run;
+pub(crate) mod schedule_one;
 pub(crate) mod trim;
 
 pub use run::{SchedulerError, SchedulerOptions, run};

@@ -20,7 +20,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
-pub use super::api::{ApiError, ApiHandle, RecordedStatusPatch, RecordingApi};
+use super::api_calls::ApiClient;
 use super::background::{ApiDispatcher, BackgroundTasks};
 use super::interface::Plugin;
 use super::listers::{Informer, Listers};
@@ -77,7 +77,7 @@ impl SharedSnapshot {
 pub struct Handle {
     /// For PreBind, Bind and PostBind (its calls are async: a scheduling-cycle extension point
     /// cannot await them).
-    pub api: Arc<dyn ApiHandle>,
+    pub api: Arc<dyn ApiClient>,
     pub waiting_pods: Arc<WaitingPods>,
     pub snapshot: Arc<SharedSnapshot>,
     pub nominator: Option<Arc<dyn PodNominator>>,
@@ -108,7 +108,7 @@ impl fmt::Debug for Handle {
 }
 
 impl Handle {
-    pub fn new(api: Arc<dyn ApiHandle>) -> Handle {
+    pub fn new(api: Arc<dyn ApiClient>) -> Handle {
         let tasks = Arc::new(BackgroundTasks::default());
         let dispatcher = Arc::new(ApiDispatcher::default());
         tasks.register(dispatcher.clone());

@@ -1,7 +1,6 @@
 //! The scheduler process around the framework core: informers and cache, queue, scheduling and
 //! binding cycles, events, leader election, HTTPS endpoints.
 
-pub(crate) mod api;
 pub(crate) mod cache;
 pub(crate) mod client;
 pub mod command;
@@ -11,6 +10,7 @@ pub(crate) mod extender;
 pub(crate) mod features;
 pub(crate) mod http;
 pub(crate) mod informers;
+pub(crate) mod kube_api;
 pub(crate) mod leader_election;
 pub(crate) mod metrics;
 pub(crate) mod queue;

@@ -12,13 +12,13 @@ use kube::Client;
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use super::api::KubeApi;
 use super::cache::Cache;
 use super::client::Clients;
 use super::cycle::Cycle;
 use super::events::{EventQueue, PodReporter, Reporter};
 use super::http::{self, HttpState};
 use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
+use super::kube_api::KubeApi;
 use super::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership,
 };

@@ -14,7 +14,8 @@ use super::engine::{Simulation, offline_registry, select};
 use super::profile;
 use super::report::Outcome;
 use super::snapshot::ClusterState;
-use crate::framework::registry::{ApiHandle, Handle, RecordingApi, Registry};
+use crate::framework::api_calls::{ApiClient, RecordingApi};
+use crate::framework::registry::{Handle, Registry};
 use crate::framework::schedule::Algorithm;
 use crate::framework::testing::{NodeBuilder, PodBuilder, pod_term, spread_constraint};
 use crate::framework::types::QueuedEntity;
@@ -237,7 +238,7 @@ async fn scheduled(nodes: &[Node], running: &[Pod], pending: &[Pod]) -> HashMap<
         ))));
     }
     let mut popped = 0;
-    let dispatched: Arc<dyn ApiHandle> = api.clone();
+    let dispatched: Arc<dyn ApiClient> = api.clone();
     while queue.counts().active > 0 {
         let Some(qpi) = queue.pop().await else { break };
         popped += 1;

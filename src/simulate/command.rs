@@ -202,7 +202,7 @@ fn needs(
     registry: &Registry,
 ) -> Result<std::collections::BTreeSet<crate::framework::listers::Informer>, CommandError> {
     let handle = crate::framework::registry::Handle::new(std::sync::Arc::new(
-        crate::framework::registry::RecordingApi::default(),
+        crate::framework::api_calls::RecordingApi::default(),
     ));
     let (_, informers) =
         crate::scheduler::run::build_frameworks(&profile.config, registry, &handle)

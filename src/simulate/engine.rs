@@ -25,10 +25,11 @@ use super::report::{
 };
 use super::snapshot::{ClusterState, is_finished, pod_key};
 use crate::config::ExtensionPoint;
+use crate::framework::api_calls::{ApiClient, RecordingApi, Verb};
 use crate::framework::interface::{CycleState, Status};
 use crate::framework::plugins::names;
 use crate::framework::plugins::network_traffic;
-use crate::framework::registry::{ApiHandle, Handle, RecordingApi, Registry};
+use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError};
 use crate::framework::schedule::Algorithm;
 use crate::framework::types::{PodInfo, QueuedEntity, QueuedPodInfo, Snapshot};
@@ -477,7 +478,7 @@ impl Simulation {
     fn try_once(&mut self, qpi: &QueuedPodInfo, index: usize) -> PodResult {
         let pod = qpi.pod_info.clone();
         let fwk = self.framework_for(&pod);
-        self.api.deletions.lock().clear();
+        self.api.clear();
         let entity = QueuedEntity::Pod(qpi.clone());
         let Decision::Pod(decision) = self.cycle.schedule(&fwk, &entity, Instant::now());
         match decision {
@@ -513,14 +514,14 @@ impl Simulation {
             };
             return result(pod, outcome, None, message);
         };
-        let api: Arc<dyn ApiHandle> = self.api.clone();
+        let api: Arc<dyn ApiClient> = self.api.clone();
         self.handle.dispatcher.run_queued(&api);
         let preemption = failure
             .nominated
             .filter(|node| !node.is_empty())
             .map(|node| Preemption {
                 node,
-                victims: std::mem::take(&mut *self.api.deletions.lock()),
+                victims: self.api.keys::<Pod>(Verb::Delete, None),
             });
         let snapshot = self.handle.snapshot.load();
         let mut node_reasons: Vec<NodeReason> = snapshot

@@ -25,9 +25,9 @@ use tracing::{debug, warn};
 
 use super::pod_group_manager::is_terminal;
 use crate::api::{PodGroup, PodGroupStatus};
+use crate::framework::api_calls::{ApiClient, ApiError, ReplaceStatus};
 use crate::framework::background::{BackgroundTask, TaskContext};
 use crate::framework::listers::{Listers, ObjectStore};
-use crate::framework::registry::{ApiError, ApiHandle};
 
 pub(crate) const PHASE_PENDING: &str = "Pending";
 
@@ -264,14 +264,15 @@ impl PodGroupController {
 
     /// Writes every out-of-date status, each against the resourceVersion it was computed from.
     /// A written status goes into the PodGroup store at once (the informer may lag behind).
-    pub(super) async fn pass(&self, api: &Arc<dyn ApiHandle>) -> Pass {
+    pub(super) async fn pass(&self, api: &Arc<dyn ApiClient>) -> Pass {
         let mut done = Pass::default();
         for (pg, status) in self.out_of_date() {
             self.limiter.until_ready().await;
             let mut next = (*pg).clone();
             next.status = Some(status);
             let key = key_of(&pg);
-            match api.update_pod_group_status(&next).await {
+            // A PUT carries the object's resourceVersion: a concurrent change makes it a conflict.
+            match api.call(ReplaceStatus(next)).await {
                 Ok(mut stored) => {
                     // Kept as the informer keeps it.
                     stored.metadata.managed_fields = None;

@@ -14,11 +14,12 @@ use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
 use super::plugin::*;
 use super::*;
 use crate::config::ExtensionPoint::{Filter, PostFilter, PreFilter};
+use crate::framework::api_calls::{ApiClient, ApiError, RecordingApi, Verb};
 use crate::framework::interface::{
-    Code, CycleState, NominatingMode, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
+    Code, CycleState, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
 use crate::framework::plugins::names;
-use crate::framework::registry::{ApiError, ApiHandle, PodNominator, RecordingApi, Registry};
+use crate::framework::registry::{PodNominator, Registry};
 use crate::framework::runtime::Framework;
 use crate::framework::schedule::{Algorithm, ScheduleError};
 use crate::framework::testing::{NodeBuilder, PodBuilder, handle, profile};
@@ -68,6 +69,24 @@ struct Outcome {
     api: Arc<RecordingApi>,
 }
 
+/// The pod status patches sent, in order: the pod's key, the condition set, and the nominated
+/// node set (`Some("")`: cleared).
+fn status_patches(api: &RecordingApi) -> Vec<(String, Option<PodCondition>, Option<String>)> {
+    api.sent::<Pod>(Verb::Patch, Some("status"))
+        .into_iter()
+        .map(|r| {
+            let status = r.body.as_ref().and_then(|b| b.get("status"));
+            let condition = status
+                .and_then(|s| s.pointer("/conditions/0"))
+                .and_then(|c| serde_json::from_value(c.clone()).ok());
+            let nominated = status
+                .and_then(|s| s.get("nominatedNodeName"))
+                .map(|n| n.as_str().unwrap_or_default().to_string());
+            (r.key(), condition, nominated)
+        })
+        .collect()
+}
+
 impl Outcome {
     fn nominated(&self) -> Option<&str> {
         self.result
@@ -76,7 +95,7 @@ impl Outcome {
     }
 
     fn deleted(&self) -> Vec<String> {
-        let mut d = self.api.deletions.lock().clone();
+        let mut d = self.api.keys::<Pod>(Verb::Delete, None);
         d.sort();
         d
     }
@@ -203,7 +222,7 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
     }
     // The evictions wait in the dispatcher until it runs them (here, at once).
     let queued = fwk.handle().dispatcher.clone();
-    queued.run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+    queued.run_queued(&(api.clone() as Arc<dyn ApiClient>));
     Outcome {
         result,
         status,
@@ -330,7 +349,7 @@ fn lowest_priority_victims_first_and_the_rest_reprieved() {
     assert!(out.status.is_success(), "{:?}", out.status);
     out.assert_preempted("n1", &["p1", "p2"]);
     // Victims get DisruptionTarget before deletion.
-    let patches = out.api.status_patches.lock().clone();
+    let patches = status_patches(&out.api);
     let disrupted: Vec<&str> = patches
         .iter()
         .filter(|(_, c, _)| {
@@ -520,14 +539,10 @@ fn lower_priority_nominations_on_the_node_are_cleared() {
         preemptor("1"),
     );
     assert_eq!(out.nominated(), Some("n1"));
-    let patches = out.api.status_patches.lock().clone();
+    let patches = status_patches(&out.api);
     let cleared: Vec<&str> = patches
         .iter()
-        .filter(|(_, _, n)| {
-            n.as_ref().is_some_and(|n| {
-                n.mode == NominatingMode::Override && n.nominated_node_name.is_empty()
-            })
-        })
+        .filter(|(_, _, n)| n.as_deref() == Some(""))
         .map(|(k, _, _)| k.as_str())
         .collect();
     assert_eq!(cleared, ["default/small"]);
@@ -570,10 +585,10 @@ fn pre_enqueue_holds_the_preemptor_only_while_it_preempts() {
     let s = pl.pre_enqueue(&p);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), WAITING_FOR_PREEMPTION);
-    assert!(api.deletions.lock().is_empty());
+    assert!(api.keys::<Pod>(Verb::Delete, None).is_empty());
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
-    assert_eq!(*api.deletions.lock(), ["default/low"]);
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    assert_eq!(api.keys::<Pod>(Verb::Delete, None), ["default/low"]);
     assert!(pl.pre_enqueue(&p).is_success());
 }
 
@@ -586,17 +601,18 @@ fn a_failed_eviction_ends_the_preemption_before_the_last_victim() {
         .iter()
         .map(|n| Arc::new(pod(n, 1, "1").node("n1").assigned()))
         .collect();
-    *api.fail_delete.lock() = Some(ApiError::Other("the API server is down".into()));
+    api.fail::<Pod>(
+        Verb::Delete,
+        ApiError::Other("the API server is down".into()),
+    );
     pl.evaluator.executor().actuate(&p, "n1", &victims);
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
     // The first two were tried (condition, then delete); the last was not; the preemptor may
     // try again.
-    let patched: Vec<String> = api
-        .status_patches
-        .lock()
-        .iter()
-        .map(|(k, _, _)| k.clone())
+    let patched: Vec<String> = status_patches(&api)
+        .into_iter()
+        .map(|(k, _, _)| k)
         .collect();
     assert_eq!(patched, ["default/v1", "default/v2"]);
     assert!(pl.pre_enqueue(&p).is_success());

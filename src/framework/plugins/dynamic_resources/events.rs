@@ -160,7 +160,7 @@ mod tests {
         listers
             .resource_claims
             .apply(claim("claim", "c1", false, false));
-        let api = Arc::new(crate::framework::api::RecordingApi::default());
+        let api = Arc::new(crate::framework::api_calls::RecordingApi::default());
         let dispatcher = Arc::new(crate::framework::background::ApiDispatcher::default());
         let pl = DynamicResources::new(listers.clone(), api, dispatcher, None);
         let pod = PodInfo::from_pod(pod_with_claim(false, None));

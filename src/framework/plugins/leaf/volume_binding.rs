@@ -816,7 +816,10 @@ mod tests {
             }
             assert!(plugin.reserve(&mut cs, &pod, node).is_success());
             let s = plugin.pre_bind(&cs, &pod, node).await;
-            let updates = api.pvc_updates.lock().clone();
+            let updates: Vec<PersistentVolumeClaim> = api.bodies::<PersistentVolumeClaim, _>(
+                crate::framework::api_calls::Verb::Replace,
+                None,
+            );
             if node == "leaf-a" {
                 // The leaf cluster provisions: no host-side update at all.
                 assert!(s.is_success(), "{s:?}");

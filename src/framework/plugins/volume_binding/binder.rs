@@ -8,7 +8,7 @@
 //! - [`VolumeBinder::assume_pod_volumes`] / [`VolumeBinder::revert_assumed_pod_volumes`] keep the
 //!   choice in the assume cache between Reserve and PreBind;
 //! - [`VolumeBinder::bind_pod_volumes`] updates PVs (claimRef) and claims (selected-node annotation)
-//!   through the [`ApiHandle`] and waits until the claims are bound.
+//!   through the [`ApiClient`] and waits until the claims are bound.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -24,9 +24,10 @@ use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::core::{Selector, SelectorExt};
 
 use super::assume_cache::{AssumeCache, resource_version};
+use crate::framework::api_calls::{ApiClient, ApiError, Replace};
 use crate::framework::listers::{Listers, ObjectStore};
 use crate::framework::plugins::helper::node_selector_terms_match;
-use crate::framework::registry::{ApiError, ApiHandle, Handle, SharedSnapshot};
+use crate::framework::registry::{Handle, SharedSnapshot};
 use crate::quantity;
 
 /// The claim annotation naming the node the scheduler chose for provisioning.
@@ -426,7 +427,7 @@ pub(crate) fn is_delay_binding_mode(
 /// The volume binder: listers, the PV and PVC assume caches, the API, the bind timeout.
 pub(crate) struct VolumeBinder {
     listers: Arc<Listers>,
-    api: Arc<dyn ApiHandle>,
+    api: Arc<dyn ApiClient>,
     snapshot: Arc<SharedSnapshot>,
     pv_cache: AssumeCache<PersistentVolume>,
     pvc_cache: AssumeCache<PersistentVolumeClaim>,
@@ -854,7 +855,7 @@ impl VolumeBinder {
             }
         };
         for b in &pod_volumes.static_bindings {
-            match self.api.update_persistent_volume(&b.pv).await {
+            match self.api.call(Replace(PersistentVolume::clone(&b.pv))).await {
                 Ok(pv) => pvs.push(pv),
                 Err(e) => {
                     revert_rest(pvs.len(), 0);
@@ -863,7 +864,11 @@ impl VolumeBinder {
             }
         }
         for p in &pod_volumes.dynamic_provisions {
-            match self.api.update_persistent_volume_claim(&p.pvc).await {
+            match self
+                .api
+                .call(Replace(PersistentVolumeClaim::clone(&p.pvc)))
+                .await
+            {
                 Ok(c) => claims.push(c),
                 Err(e) => {
                     revert_rest(pvs.len(), claims.len());

@@ -412,10 +412,20 @@ pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldErro
 mod tests {
     use super::binder::ConflictReason;
     use super::*;
+    use crate::framework::api_calls::{ApiError, RecordingApi, Verb};
     use crate::framework::args::decode;
     use crate::framework::interface::Code;
     use crate::framework::listers::Listers;
-    use crate::framework::registry::RecordingApi;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+    /// The claims and the volumes replaced through the API, in order.
+    fn pvc_updates(api: &RecordingApi) -> Vec<PersistentVolumeClaim> {
+        api.bodies::<PersistentVolumeClaim, _>(Verb::Replace, None)
+    }
+
+    fn pv_updates(api: &RecordingApi) -> Vec<PersistentVolume> {
+        api.bodies::<PersistentVolume, _>(Verb::Replace, None)
+    }
     use crate::framework::testing::{
         NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, storage_class, term,
     };
@@ -872,7 +882,7 @@ mod tests {
             let api = api.clone();
             tokio::spawn(async move {
                 loop {
-                    if let Some(c) = api.pvc_updates.lock().first().cloned() {
+                    if let Some(c) = pvc_updates(&api).first().cloned() {
                         let bound = PvcBuilder::new("wffc")
                             .class(WFFC)
                             .annotation(binder::ANN_SELECTED_NODE, "n2")
@@ -899,10 +909,19 @@ mod tests {
 
     #[tokio::test]
     async fn pre_bind_binds_static_pvs_and_times_out_when_nothing_binds() {
-        // The informer still shows the PV without claimRef at the version we wrote: reset.
-        let (pl, _, _) = plugin(listers());
+        // The informer shows the PV at the version our write made (the API's next one), but
+        // without our claimRef: reset.
+        let (pl, _, handle) = plugin(listers());
         let p = pod(&["local-2g"]);
         let cs = reserved(&pl, &p, "n1");
+        handle.listers.persistent_volumes.apply(
+            PvBuilder::new("pv-local-n1-5g")
+                .class(NO_PROVISIONER)
+                .capacity("5Gi")
+                .node_affinity(term(&[(HOST, "In", &["n1"])], &[]))
+                .resource_version("2")
+                .build(),
+        );
         assert_eq!(
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("ClaimRef got reset for pv \"pv-local-n1-5g\"")
@@ -915,8 +934,9 @@ mod tests {
             PvBuilder::new("pv-local-n1-5g")
                 .class(NO_PROVISIONER)
                 .capacity("5Gi")
+                .node_affinity(term(&[(HOST, "In", &["n1"])], &[]))
                 .claim_ref("default", "local-2g", "local-2g")
-                .resource_version("1")
+                .resource_version("2")
                 .build(),
         );
         let s = pl.pre_bind(&cs, &p, "n1").await;
@@ -924,7 +944,7 @@ mod tests {
             s,
             Status::error("binding volumes: context deadline exceeded")
         );
-        let updates = api.pv_updates.lock().clone();
+        let updates = pv_updates(&api);
         assert_eq!(updates.len(), 1);
         let pv = &updates[0];
         assert_eq!(pv.metadata.name.as_deref(), Some("pv-local-n1-5g"));
@@ -958,13 +978,12 @@ mod tests {
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("provisioning failed for PVC \"wffc\"")
         );
-        assert_eq!(api.pvc_updates.lock().len(), 1);
+        assert_eq!(pvc_updates(&api).len(), 1);
 
         // The API refuses the update: error, and the assumption is dropped.
         let (pl, api, _) = plugin(listers());
-        *api.fail_volume_updates.lock() = Some(crate::framework::registry::ApiError::Conflict(
-            "changed".into(),
-        ));
+        api.fail::<PersistentVolume>(Verb::Replace, ApiError::Conflict("changed".into()));
+        api.fail::<PersistentVolumeClaim>(Verb::Replace, ApiError::Conflict("changed".into()));
         let p = pod(&["local-2g"]);
         let cs = reserved(&pl, &p, "n1");
         assert_eq!(
@@ -1016,8 +1035,8 @@ mod tests {
         let p = pod(&["bound-n1"]);
         let mut cs = reserved(&pl, &p, "n1");
         assert_eq!(pl.pre_bind(&cs, &p, "n1").await, Status::success());
-        assert!(api.pv_updates.lock().is_empty());
-        assert!(api.pvc_updates.lock().is_empty());
+        assert!(pv_updates(&api).is_empty());
+        assert!(pvc_updates(&api).is_empty());
         // Score is off without `shape`.
         assert!(pl.pre_score(&mut cs, &p, &Snapshot::new(), &[]).is_skip());
     }

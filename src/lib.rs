@@ -12,6 +12,7 @@
 pub mod api;
 pub mod config;
 pub mod framework;
+pub mod infra;
 mod leader_election;
 mod logging;
 pub mod operator;

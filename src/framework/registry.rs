@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::api_calls::ApiClient;
 use super::background::{ApiDispatcher, BackgroundTasks};
 use super::interface::Plugin;
-use super::listers::{Informer, Listers};
+use super::listers::{IN_TREE, Informer, Listers};
 use super::metrics::FrameworkMetrics;
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
@@ -282,6 +282,24 @@ fn profile_labels(profile: &str) -> ProfileLabels {
     }
 }
 
+/// Whether `rule` grants everything `needed` asks (its groups, resources and verbs).
+pub fn grants(rule: &PolicyRule, needed: &PolicyRule) -> bool {
+    let covers = |have: &Option<Vec<String>>, want: &Option<Vec<String>>| {
+        let have = have.as_deref().unwrap_or_default();
+        want.as_deref()
+            .unwrap_or_default()
+            .iter()
+            .all(|w| have.iter().any(|h| h == w || h == "*"))
+    };
+    rule.resource_names.is_none()
+        && covers(&rule.api_groups, &needed.api_groups)
+        && covers(&rule.resources, &needed.resources)
+        && needed
+            .verbs
+            .iter()
+            .all(|v| rule.verbs.iter().any(|h| h == v || h == "*"))
+}
+
 /// An RBAC rule (`apiGroups`, `resources`, `verbs`), for the rules a registration declares.
 pub fn policy_rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -477,6 +495,22 @@ impl Registry {
             .collect()
     }
 
+    /// Every kind a plugin of this registry may read: the in-tree kinds (in a saved snapshot's
+    /// order), then those only out-of-tree plugins declare.
+    pub fn watched_kinds(&self) -> Vec<Informer> {
+        let mut kinds: Vec<Informer> = IN_TREE.to_vec();
+        for entry in self.entries.values() {
+            if let RegistryEntry::Built(r) = entry {
+                for kind in &r.informers {
+                    if !kinds.contains(kind) {
+                        kinds.push(*kind);
+                    }
+                }
+            }
+        }
+        kinds
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }
@@ -513,11 +547,20 @@ impl PluginCatalog for Registry {
         }
     }
 
+    /// The rules the plugin declared, and `list`/`watch` on each kind it reads that they do
+    /// not grant already.
     fn policy_rules(&self, name: &str) -> Vec<PolicyRule> {
-        match self.entries.get(name) {
-            Some(RegistryEntry::Built(r)) => r.rbac_rules.clone(),
-            _ => Vec::new(),
+        let Some(RegistryEntry::Built(r)) = self.entries.get(name) else {
+            return Vec::new();
+        };
+        let mut rules = r.rbac_rules.clone();
+        for kind in &r.informers {
+            let needed = kind.rbac_rule();
+            if !rules.iter().any(|rule| grants(rule, &needed)) {
+                rules.push(needed);
+            }
         }
+        rules
     }
 }
 

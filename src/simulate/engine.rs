@@ -326,7 +326,7 @@ impl Simulation {
         let nominator = Arc::new(Nominator::new());
         let mut handle = Handle::new(api.clone()).with_nominator(nominator.clone());
         handle.listers = Arc::new(listers);
-        let (frameworks, _) = build_frameworks(config, registry, &handle)?;
+        let (frameworks, informers) = build_frameworks(config, registry, &handle)?;
         let cache = Arc::new(Cache::default());
         // The API lists nodes by name; the snapshot's order (and the rotating start) follows.
         nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -344,8 +344,11 @@ impl Simulation {
             }
             live.push(pod);
         }
-        // Coscheduling counts a group's members from the index the scheduler's informer keeps.
-        handle.listers.pod_group_members.replace(live);
+        // A kind of pods the plugins read (Coscheduling's members index) is filled as its
+        // informer fills it, from the pods.
+        for kind in informers {
+            kind.replace_pods(&handle.listers, live.clone());
+        }
         let algorithm = Algorithm::new(config.percentage_of_nodes_to_score);
         let cycle = Cycle::new(cache, nominator.clone(), handle.snapshot.clone(), algorithm);
         Ok(Simulation {

@@ -1,410 +1,208 @@
 //! Caches of the cluster objects some plugins read besides nodes and pods (volumes, storage,
-//! disruption budgets, namespaces, PodGroups and their member pods). A plugin declares the
-//! [`Informer`]s it needs in its registration; the scheduler runtime watches only those kinds and
-//! fills these stores, so a profile without volume plugins never lists a PersistentVolume. Plugins
-//! read them through `Handle::listers`; tests fill them with plain values. A background task that
-//! follows a store waits on its [`ObjectStore::subscribe`] (or [`PodGroupMembers::subscribe`]).
+//! disruption budgets, namespaces, PodGroups and their member pods, ...), one per watched kind.
+//!
+//! A kind is declared once, as a [`Kind`] (the in-tree ones in [`in_tree`]): its objects, its
+//! store, the cluster events its changes are, whether Filter or Score read it, how a snapshot
+//! holds it. Everything else follows from that entry ([`WatchedKind`]): the scheduler's informer,
+//! the RBAC rule the operator grants, opportunistic batching's generation, `ksched simulate`'s
+//! snapshot codec and live read. A plugin names the kinds it reads in its registration
+//! (`with_informers`); the scheduler watches only those, so a profile without volume plugins never
+//! lists a PersistentVolume. Plugins read the stores through `Handle::listers`
+//! (`listers.store(&PERSISTENT_VOLUMES)`); tests fill them with plain values. A background task
+//! that follows a store waits on its `subscribe()`.
+
+mod in_tree;
+mod kind;
+mod members;
+mod store;
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
-use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{
-    Namespace, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodStatus,
-    ReplicationController, Service,
-};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use futures::future::BoxFuture;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::Resource;
-use parking_lot::RwLock;
+use serde_json::Value;
 use tokio::sync::watch;
 
-use super::types::EventResource;
-use crate::api::PodGroup;
-use crate::api::pod_group::POD_GROUP_LABEL;
+pub use in_tree::{
+    CSI_DRIVERS, CSI_NODES, CSI_STORAGE_CAPACITIES, DEVICE_CLASSES, IN_TREE, NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, POD_DISRUPTION_BUDGETS, POD_GROUP_MEMBERS,
+    POD_GROUPS, PRIORITY_CLASSES, REPLICA_SETS, REPLICATION_CONTROLLERS, RESOURCE_CLAIMS,
+    RESOURCE_SLICES, SERVICES, STATEFUL_SETS, STORAGE_CLASSES,
+};
+pub use kind::{Kind, WatchedObject};
+pub use members::PodGroupMembers;
+pub use store::{ObjectStore, Store, StoreChange};
 
-/// A kind of object a plugin needs watched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Informer {
-    PersistentVolumes,
-    PersistentVolumeClaims,
-    StorageClasses,
-    CSINodes,
-    CSIDrivers,
-    CSIStorageCapacities,
-    PodDisruptionBudgets,
-    Namespaces,
-    PodGroups,
-    /// Pods that carry the `scheduling.x-k8s.io/pod-group` label, in every phase (Coscheduling
-    /// counts a group's members and their Running/Succeeded/Failed numbers).
-    PodGroupMembers,
-    /// Services, ReplicationControllers, ReplicaSets and StatefulSets: the owners PodTopologySpread's
-    /// default constraints derive a pod's selector from.
-    Services,
-    ReplicationControllers,
-    ReplicaSets,
-    StatefulSets,
-    /// resource.k8s.io: what DynamicResources allocates from and to.
-    ResourceClaims,
-    ResourceSlices,
-    DeviceClasses,
+use super::types::{ClusterEvent, EventObject, EventResource};
+
+/// A watched kind, as the rest of the system sees its entry (a [`Kind`]).
+pub trait WatchedKind: Send + Sync + 'static {
+    /// Unique among the kinds of a binary (`PersistentVolumes`).
+    fn name(&self) -> &'static str;
+    /// The objects' kind, as an object's `kind` field says it (`PersistentVolume`).
+    fn object_kind(&self) -> String;
+    fn api_version(&self) -> String;
+    /// The cluster events its changes are; `None`: no event (as upstream has none for it).
+    fn event_resource(&self) -> Option<EventResource>;
+    /// Whether Filter or Score results on a node may depend on it (the batching generation).
+    fn read_by_filter_or_score(&self) -> bool;
+    /// `list` and `watch` on its resource: what its informer needs.
+    fn rbac_rule(&self) -> PolicyRule;
+    /// kubectl's name of it when a snapshot holds it (`pv`).
+    fn snapshot_name(&self) -> Option<&'static str>;
+    /// Whether the snapshot command of the docs lists it (a live read takes it even when no
+    /// plugin needs it).
+    fn in_default_snapshot(&self) -> bool;
+    /// The label selector its informer watches with, if it watches only some objects.
+    fn label_selector(&self) -> Option<&'static str>;
+    /// The number of objects its store in `listers` holds.
+    fn len(&'static self, listers: &Listers) -> usize;
+    /// Adds one object of a snapshot (`item` of `api_version`) to its store in `listers`.
+    fn decode(
+        &'static self,
+        listers: &Listers,
+        api_version: &str,
+        item: Value,
+    ) -> Result<(), String>;
+    /// For a kind of pods (Coscheduling's members index): replaces its store's objects in
+    /// `listers` with `pods`, as its informer's list would (the store keeps those it indexes).
+    /// Other kinds ignore it.
+    fn replace_pods(&'static self, listers: &Listers, pods: Vec<k8s_openapi::api::core::v1::Pod>);
+    /// Every object of its store in `listers`, for a saved snapshot.
+    fn encode(&'static self, listers: &Listers) -> Result<Vec<Value>, serde_json::Error>;
+    /// The informer: lists and watches the kind into its store, hands each change to the queue
+    /// as the cluster event it is, and says when the first list is in. Runs until aborted.
+    fn watch(&'static self, ctx: WatchContext) -> BoxFuture<'static, ()>;
+    /// Lists the kind from the API into its store (`ksched simulate` on a live cluster).
+    fn list<'a>(
+        &'static self,
+        client: &'a kube::Client,
+        listers: &'a Listers,
+    ) -> BoxFuture<'a, Result<(), kube::Error>>;
 }
 
-/// A change a re-list found: `(old, new)`.
-pub type StoreChange<K> = (Option<Arc<K>>, Option<Arc<K>>);
+/// A plugin's reference to a kind it reads: the kind's entry.
+pub type Informer = &'static dyn WatchedKind;
 
-impl Informer {
-    /// The resource of the cluster events its changes are; `None` for kinds whose changes no
-    /// plugin registers (as upstream, which has no events for them).
-    pub fn event_resource(self) -> Option<EventResource> {
-        Some(match self {
-            Informer::PersistentVolumes => EventResource::PersistentVolume,
-            Informer::PersistentVolumeClaims => EventResource::PersistentVolumeClaim,
-            Informer::StorageClasses => EventResource::StorageClass,
-            Informer::CSINodes => EventResource::CSINode,
-            Informer::CSIDrivers => EventResource::CSIDriver,
-            Informer::CSIStorageCapacities => EventResource::CSIStorageCapacity,
-            Informer::PodGroups => EventResource::PodGroup,
-            Informer::ResourceClaims => EventResource::ResourceClaim,
-            Informer::ResourceSlices => EventResource::ResourceSlice,
-            Informer::DeviceClasses => EventResource::DeviceClass,
-            Informer::PodDisruptionBudgets
-            | Informer::Namespaces
-            | Informer::Services
-            | Informer::ReplicationControllers
-            | Informer::ReplicaSets
-            | Informer::StatefulSets => return None,
-            // A pending member once the index holds it (the pod informer's own events say the
-            // rest); see the scheduler's informers.
-            Informer::PodGroupMembers => EventResource::UnscheduledPod,
-        })
-    }
-}
-
-/// Counts a store's changes, for the tasks that follow it.
-struct Changes(watch::Sender<u64>);
-
-impl Default for Changes {
-    fn default() -> Self {
-        Changes(watch::channel(0).0)
+impl PartialEq for dyn WatchedKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
     }
 }
 
-impl Changes {
-    fn bump(&self) {
-        self.0.send_modify(|n| *n = n.wrapping_add(1));
+impl Eq for dyn WatchedKind {}
+
+impl PartialOrd for dyn WatchedKind {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
-impl<K> ObjectStore<K> {
-    /// The number of writes to the store so far (opportunistic batching reuses results only while
-    /// the stores they read are unchanged).
-    pub fn generation(&self) -> u64 {
-        *self.changes.0.borrow()
+impl Ord for dyn WatchedKind {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
     }
 }
 
-/// Objects of one kind by `namespace/name` (or `name` when cluster-scoped).
-pub struct ObjectStore<K> {
-    items: RwLock<HashMap<String, Arc<K>>>,
-    changes: Changes,
-}
-
-impl<K> Default for ObjectStore<K> {
-    fn default() -> Self {
-        Self {
-            items: RwLock::new(HashMap::new()),
-            changes: Changes::default(),
-        }
+impl fmt::Debug for dyn WatchedKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
-impl<K: Resource> ObjectStore<K> {
-    /// The store key of an object: `namespace/name`, or `name` for cluster-scoped kinds.
-    pub fn key_of(obj: &K) -> String {
-        let meta = obj.meta();
-        let name = meta.name.as_deref().unwrap_or_default();
-        match meta.namespace.as_deref() {
-            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-            _ => name.to_string(),
-        }
-    }
+/// Where an informer's changes go: the scheduling queue, which requeues the pods they may help.
+pub trait EventSink: Send + Sync {
+    fn cluster_event(
+        &self,
+        event: &ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+    );
+}
 
-    pub fn apply(&self, obj: K) {
-        self.apply_arc(Arc::new(obj));
-    }
+/// What a kind's informer gets from the scheduler.
+pub struct WatchContext {
+    pub client: kube::Client,
+    pub listers: Arc<Listers>,
+    pub events: Arc<dyn EventSink>,
+    /// Set once the first list is in the store.
+    pub synced: watch::Sender<bool>,
+}
 
-    /// Stores `obj`; returns the object it replaced.
-    pub fn apply_arc(&self, obj: Arc<K>) -> Option<Arc<K>> {
-        let key = Self::key_of(&obj);
-        let old = self.items.write().insert(key, obj);
-        self.changes.bump();
-        old
-    }
+/// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-    /// Removes the object under `key`; returns it.
-    pub fn delete(&self, key: &str) -> Option<Arc<K>> {
-        let old = self.items.write().remove(key);
-        self.changes.bump();
-        old
-    }
-
-    /// Replaces everything (after a re-list); returns what changed: `(old, new)` per object
-    /// added (no old), changed (another resourceVersion) or gone (no new).
-    pub fn replace(&self, objs: impl IntoIterator<Item = K>) -> Vec<StoreChange<K>> {
-        let map: HashMap<String, Arc<K>> = objs
-            .into_iter()
-            .map(|o| (Self::key_of(&o), Arc::new(o)))
-            .collect();
-        let old = std::mem::replace(&mut *self.items.write(), map.clone());
-        let mut changes = Vec::new();
-        for (key, new) in &map {
-            match old.get(key) {
-                None => changes.push((None, Some(new.clone()))),
-                Some(o) if o.meta().resource_version != new.meta().resource_version => {
-                    changes.push((Some(o.clone()), Some(new.clone())))
-                }
-                Some(_) => {}
-            }
-        }
-        for (key, o) in old {
-            if !map.contains_key(&key) {
-                changes.push((Some(o), None));
-            }
-        }
-        self.changes.bump();
-        changes
-    }
-
-    /// Changes with every write to the store.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.0.subscribe()
-    }
-
-    /// A namespaced object (`namespace` non-empty) or a cluster-scoped one (`namespace` empty).
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        let items = self.items.read();
-        if namespace.is_empty() {
-            items.get(name).cloned()
-        } else {
-            items.get(&format!("{namespace}/{name}")).cloned()
-        }
-    }
-
-    pub fn list(&self) -> Vec<Arc<K>> {
-        self.items.read().values().cloned().collect()
-    }
-
-    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
-        self.items
-            .read()
-            .values()
-            .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
-            .cloned()
-            .collect()
-    }
-
-    pub fn len(&self) -> usize {
-        self.items.read().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.read().is_empty()
+/// Drops the bookkeeping every kind carries that no plugin reads (upstream's informers drop
+/// `managedFields` too).
+pub fn trim_metadata<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
     }
 }
 
-/// The pods that carry the pod-group label, by group (`namespace/group`), kept as much of each
-/// as Coscheduling reads: name, uid, labels, owners, deletion, node, scheduler name and phase.
-#[derive(Default)]
-pub struct PodGroupMembers {
-    inner: RwLock<Members>,
-    changes: Changes,
+/// The most kinds one binary may declare (each has a place in every [`Listers`]).
+const MAX_KINDS: usize = 128;
+
+/// A kind's store, type-erased, with what [`Listers::generation`] needs of it.
+struct Slot {
+    store: Box<dyn Any + Send + Sync>,
+    generation: fn(&(dyn Any + Send + Sync)) -> u64,
+    read_by_filter_or_score: bool,
 }
 
-#[derive(Default)]
-struct Members {
-    /// `namespace/group` -> pod name -> pod.
-    by_group: HashMap<String, HashMap<String, Arc<Pod>>>,
-    /// `namespace/name` -> its group key.
-    group_of: HashMap<String, String>,
-}
-
-impl Members {
-    fn remove(&mut self, pod_key: &str) -> bool {
-        let Some(group) = self.group_of.remove(pod_key) else {
-            return false;
-        };
-        let name = pod_key.split_once('/').map_or(pod_key, |(_, n)| n);
-        if let Some(pods) = self.by_group.get_mut(&group) {
-            pods.remove(name);
-            if pods.is_empty() {
-                self.by_group.remove(&group);
-            }
-        }
-        true
-    }
-
-    /// Whether the pod joined a group (it was not a member of that group before).
-    fn insert(&mut self, pod: Pod) -> bool {
-        let (key, group) = member_keys(&pod);
-        let joined = self.group_of.get(&key) != group.as_ref();
-        self.remove(&key);
-        let Some(group) = group else {
-            return false;
-        };
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        self.group_of.insert(key, group.clone());
-        self.by_group
-            .entry(group)
-            .or_default()
-            .insert(name, Arc::new(member(pod)));
-        joined
-    }
-}
-
-/// `namespace/name` of a pod, and `namespace/group` of its group (if it has one).
-fn member_keys(pod: &Pod) -> (String, Option<String>) {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let group = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(POD_GROUP_LABEL))
-        .filter(|g| !g.is_empty())
-        .map(|g| format!("{ns}/{g}"));
-    (format!("{ns}/{name}"), group)
-}
-
-/// What of a member pod is kept.
-fn member(pod: Pod) -> Pod {
-    let Pod {
-        metadata,
-        spec,
-        status,
-        ..
-    } = pod;
-    Pod {
-        metadata: ObjectMeta {
-            name: metadata.name,
-            namespace: metadata.namespace,
-            uid: metadata.uid,
-            labels: metadata.labels,
-            owner_references: metadata.owner_references,
-            deletion_timestamp: metadata.deletion_timestamp,
-            creation_timestamp: metadata.creation_timestamp,
-            ..Default::default()
-        },
-        spec: spec.map(|s| PodSpec {
-            node_name: s.node_name,
-            scheduler_name: s.scheduler_name,
-            ..Default::default()
-        }),
-        status: status.map(|s| PodStatus {
-            phase: s.phase,
-            ..Default::default()
-        }),
-    }
-}
-
-impl PodGroupMembers {
-    /// Adds or updates a pod (one without the label leaves its group); whether it joined a group.
-    pub fn apply(&self, pod: Pod) -> bool {
-        let joined = self.inner.write().insert(pod);
-        self.changes.bump();
-        joined
-    }
-
-    /// Removes the pod `namespace/name`; whether it was a member.
-    pub fn delete(&self, pod_key: &str) -> bool {
-        let removed = self.inner.write().remove(pod_key);
-        self.changes.bump();
-        removed
-    }
-
-    /// Replaces every member (after a re-list).
-    pub fn replace(&self, pods: impl IntoIterator<Item = Pod>) {
-        let mut fresh = Members::default();
-        for pod in pods {
-            fresh.insert(pod);
-        }
-        *self.inner.write() = fresh;
-        self.changes.bump();
-    }
-
-    /// The pods of group `group` in `namespace`, in every phase.
-    pub fn members(&self, namespace: &str, group: &str) -> Vec<Arc<Pod>> {
-        self.inner
-            .read()
-            .by_group
-            .get(&format!("{namespace}/{group}"))
-            .map(|pods| pods.values().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Changes with every write to the store.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.0.subscribe()
-    }
-
-    pub fn len(&self) -> usize {
-        self.inner.read().group_of.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Every store a plugin may read.
-#[derive(Default)]
+/// Every store a plugin may read: one per kind, created on first use.
 pub struct Listers {
-    pub persistent_volumes: ObjectStore<PersistentVolume>,
-    pub persistent_volume_claims: ObjectStore<PersistentVolumeClaim>,
-    pub storage_classes: ObjectStore<StorageClass>,
-    pub csi_nodes: ObjectStore<CSINode>,
-    pub csi_drivers: ObjectStore<CSIDriver>,
-    pub csi_storage_capacities: ObjectStore<CSIStorageCapacity>,
-    pub pod_disruption_budgets: ObjectStore<PodDisruptionBudget>,
-    pub namespaces: ObjectStore<Namespace>,
-    pub pod_groups: ObjectStore<PodGroup>,
-    pub pod_group_members: PodGroupMembers,
-    pub services: ObjectStore<Service>,
-    pub replication_controllers: ObjectStore<ReplicationController>,
-    pub replica_sets: ObjectStore<ReplicaSet>,
-    pub stateful_sets: ObjectStore<StatefulSet>,
-    pub resource_claims: ObjectStore<ResourceClaim>,
-    pub resource_slices: ObjectStore<ResourceSlice>,
-    pub device_classes: ObjectStore<DeviceClass>,
+    slots: Box<[OnceLock<Slot>]>,
     /// What plugins share across the profiles of one scheduler (DynamicResources' claim tracker,
     /// as upstream's one `SharedDRAManager` per scheduler).
     pub plugin_state: PluginState,
 }
 
+impl Default for Listers {
+    fn default() -> Self {
+        Listers {
+            slots: (0..MAX_KINDS).map(|_| OnceLock::new()).collect(),
+            plugin_state: PluginState::default(),
+        }
+    }
+}
+
 impl Listers {
+    /// The store of `kind`.
+    pub fn store<K: 'static, S: Store<K>>(&self, kind: &'static Kind<K, S>) -> &S {
+        let slot = self
+            .slots
+            .get(kind.slot())
+            .unwrap_or_else(|| panic!("more than {MAX_KINDS} watched kinds"))
+            .get_or_init(|| Slot {
+                store: Box::new(S::default()),
+                generation: |store| store.downcast_ref::<S>().map_or(0, S::generation),
+                read_by_filter_or_score: kind.is_read_by_filter_or_score(),
+            });
+        // A slot holds the store its kind created, so the types agree.
+        slot.store
+            .downcast_ref::<S>()
+            .unwrap_or_else(|| panic!("the store in slot {} has another type", kind.slot()))
+    }
+
     /// Changes whenever a store that Filter or Score results on a node may depend on changes
-    /// (volumes, storage, namespaces, DRA objects): the sum of their write counts. Not the stores
-    /// only PreFilter-time decisions read, which run afresh every cycle: a pod's Services and
-    /// controllers (PodTopologySpread's default constraints, which make a pod unsignable),
+    /// (volumes, storage, namespaces, DRA objects, ...): the sum of their write counts. Not the
+    /// stores only PreFilter-time decisions read, which run afresh every cycle: a pod's Services
+    /// and controllers (PodTopologySpread's default constraints, which make a pod unsignable),
     /// disruption budgets (preemption), PodGroups (Coscheduling, which does not sign).
     pub fn generation(&self) -> u64 {
-        [
-            self.persistent_volumes.generation(),
-            self.persistent_volume_claims.generation(),
-            self.storage_classes.generation(),
-            self.csi_nodes.generation(),
-            self.csi_drivers.generation(),
-            self.csi_storage_capacities.generation(),
-            self.namespaces.generation(),
-            self.resource_claims.generation(),
-            self.resource_slices.generation(),
-            self.device_classes.generation(),
-        ]
-        .into_iter()
-        .fold(0, u64::wrapping_add)
+        self.slots
+            .iter()
+            .filter_map(OnceLock::get)
+            .filter(|s| s.read_by_filter_or_score)
+            .map(|s| (s.generation)(s.store.as_ref()))
+            .fold(0, u64::wrapping_add)
     }
 }
 
@@ -435,108 +233,53 @@ impl PluginState {
     }
 }
 
-impl std::fmt::Debug for Listers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Listers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stores = self.slots.iter().filter(|s| s.get().is_some()).count();
         f.debug_struct("Listers")
-            .field("persistent_volumes", &self.persistent_volumes.len())
-            .field(
-                "persistent_volume_claims",
-                &self.persistent_volume_claims.len(),
-            )
-            .field("pod_groups", &self.pod_groups.len())
-            .field("pod_group_members", &self.pod_group_members.len())
+            .field("stores", &stores)
             .finish_non_exhaustive()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::{PersistentVolume, Service};
+
     use super::*;
 
+    fn pv(name: &str) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("pv")
+    }
+
     #[test]
-    fn namespaced_and_cluster_scoped_keys() {
+    fn each_kind_has_its_store_and_only_filter_kinds_move_the_generation() {
         let listers = Listers::default();
-        let pvc: PersistentVolumeClaim = serde_json::from_value(
-            serde_json::json!({"metadata": {"name": "data", "namespace": "ns"}}),
-        )
-        .expect("pvc");
-        let pv: PersistentVolume =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "pv-1"}})).expect("pv");
-        listers.persistent_volume_claims.apply(pvc);
-        listers.persistent_volumes.apply(pv);
-        assert!(listers.persistent_volume_claims.get("ns", "data").is_some());
-        assert!(
-            listers
-                .persistent_volume_claims
-                .get("other", "data")
-                .is_none()
-        );
-        assert!(listers.persistent_volumes.get("", "pv-1").is_some());
+        listers.store(&PERSISTENT_VOLUMES).apply(pv("a"));
+        assert_eq!(listers.store(&PERSISTENT_VOLUMES).len(), 1);
+        assert!(listers.store(&PERSISTENT_VOLUME_CLAIMS).is_empty());
+        let before = listers.generation();
+        listers.store(&PERSISTENT_VOLUMES).apply(pv("b"));
+        assert_ne!(listers.generation(), before, "Filter reads volumes");
+        let before = listers.generation();
+        listers.store(&SERVICES).apply(Service::default());
         assert_eq!(
-            listers.persistent_volume_claims.list_namespace("ns").len(),
-            1
+            listers.generation(),
+            before,
+            "only PreFilter reads services"
         );
-        listers.persistent_volume_claims.delete("ns/data");
-        assert!(listers.persistent_volume_claims.is_empty());
-    }
-
-    fn pod(name: &str, group: Option<&str>, phase: &str) -> Pod {
-        let labels = group.map(|g| serde_json::json!({ POD_GROUP_LABEL: g }));
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "ns", "labels": labels,
-                         "annotations": {"big": "dropped"}},
-            "spec": {"nodeName": "n1", "schedulerName": "s",
-                     "containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": phase, "podIP": "10.0.0.1"},
-        }))
-        .expect("pod")
     }
 
     #[test]
-    fn members_by_group_follow_their_label() {
-        let members = PodGroupMembers::default();
-        let mut changes = members.subscribe();
-        assert!(members.apply(pod("a", Some("g"), "Pending")));
-        assert!(changes.has_changed().unwrap_or(false));
-        changes.mark_unchanged();
-        // An update in the same group is not a new member, but still a change.
-        assert!(!members.apply(pod("a", Some("g"), "Running")));
-        assert!(changes.has_changed().unwrap_or(false));
-        assert!(members.apply(pod("b", Some("g"), "Succeeded")));
-        assert!(members.apply(pod("c", Some("other"), "Pending")));
-        let mut names: Vec<String> = members
-            .members("ns", "g")
-            .iter()
-            .map(|p| p.metadata.name.clone().unwrap_or_default())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["a", "b"]);
-        // Kept: what Coscheduling reads; dropped: the rest.
-        let a = members
-            .members("ns", "g")
-            .into_iter()
-            .find(|p| p.metadata.name.as_deref() == Some("a"))
-            .unwrap();
-        assert_eq!(
-            a.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Running")
-        );
-        assert_eq!(
-            a.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-            Some("n1")
-        );
-        assert!(a.metadata.annotations.is_none());
-        assert!(a.spec.as_ref().is_some_and(|s| s.containers.is_empty()));
-        // Relabelled: moves to its new group; unlabelled: leaves.
-        assert!(members.apply(pod("a", Some("other"), "Running")));
-        assert_eq!(members.members("ns", "g").len(), 1);
-        assert!(!members.apply(pod("a", None, "Running")));
-        assert_eq!(members.members("ns", "other").len(), 1);
-        assert!(members.delete("ns/b"));
-        assert!(!members.delete("ns/b"));
-        assert!(members.members("ns", "g").is_empty());
-        members.replace([pod("x", Some("g"), "Pending")]);
-        assert_eq!(members.len(), 1);
-        assert!(members.members("ns", "other").is_empty());
+    fn kinds_are_ordered_and_equal_by_name() {
+        let mut kinds: Vec<Informer> = vec![&SERVICES, &PERSISTENT_VOLUMES, &SERVICES];
+        kinds.sort();
+        kinds.dedup();
+        let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+        assert_eq!(names, ["PersistentVolumes", "Services"]);
+        assert_eq!(PERSISTENT_VOLUMES.object_kind(), "PersistentVolume");
+        let rule = PERSISTENT_VOLUME_CLAIMS.rbac_rule();
+        assert_eq!(rule.resources, Some(vec!["persistentvolumeclaims".into()]));
+        assert_eq!(rule.verbs, ["list", "watch"]);
     }
 }

@@ -21,6 +21,7 @@ use crate::framework::interface::{
     Code, CycleState, NodeToStatus, PermitPlugin, PostFilterPlugin, PreFilterPlugin,
     QueueSortPlugin, ReservePlugin, Status,
 };
+use crate::framework::listers::{POD_GROUP_MEMBERS, POD_GROUPS};
 use crate::framework::plugins::names;
 use crate::framework::registry::Handle;
 use crate::framework::testing::{NodeBuilder, PodBuilder, handle};
@@ -63,7 +64,7 @@ struct Env {
 fn env(groups: &[PodGroup], args: CoschedulingArgs) -> Env {
     let (handle, api) = handle();
     for g in groups {
-        handle.listers.pod_groups.apply(g.clone());
+        handle.listers.store(&POD_GROUPS).apply(g.clone());
     }
     Env {
         plugin: Coscheduling::new(&args, handle.clone()),
@@ -131,7 +132,7 @@ fn pre_filter_cases() {
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), "PodGroup not found");
     // Too few members: two of three (a finished one does not count).
-    let members = &e.handle.listers.pod_group_members;
+    let members = e.handle.listers.store(&POD_GROUP_MEMBERS);
     members.apply(member("p1", "pg").build());
     members.apply(member("p2", "pg").build());
     members.apply(phase(member("old", "pg").build(), "Succeeded"));
@@ -417,7 +418,7 @@ fn one_member_group() -> (Env, Arc<PodGroupController>, Arc<dyn ApiClient>) {
     let (c, api) = controller(&e);
     e.handle
         .listers
-        .pod_group_members
+        .store(&POD_GROUP_MEMBERS)
         .apply(member("a", "pg").build());
     (e, c, api)
 }
@@ -425,7 +426,7 @@ fn one_member_group() -> (Env, Arc<PodGroupController>, Arc<dyn ApiClient>) {
 fn stored_phase(e: &Env, name: &str) -> Option<String> {
     e.handle
         .listers
-        .pod_groups
+        .store(&POD_GROUPS)
         .get("ns", name)
         .and_then(|g| g.status.clone())
         .and_then(|s| s.phase)
@@ -436,10 +437,12 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
     let e = env(&[pod_group("pg", 2, 1), pod_group("theirs", 1, 1)], args());
     let (c, api) = controller(&e);
     let listers = &e.handle.listers;
-    listers.pod_group_members.apply(member("a", "pg").build());
+    listers
+        .store(&POD_GROUP_MEMBERS)
+        .apply(member("a", "pg").build());
     // Another scheduler's group is left alone.
     listers
-        .pod_group_members
+        .store(&POD_GROUP_MEMBERS)
         .apply(member("t", "theirs").scheduler_name("other").build());
     assert_eq!(
         c.pass(&api).await,
@@ -452,7 +455,9 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
     assert_eq!(stored_phase(&e, "theirs"), None);
     // Written through to the store: nothing more to do until something changes.
     assert_eq!(c.pass(&api).await, Pass::default());
-    listers.pod_group_members.apply(member("b", "pg").build());
+    listers
+        .store(&POD_GROUP_MEMBERS)
+        .apply(member("b", "pg").build());
     e.plugin.progress.scheduling("ns/pg");
     assert_eq!(c.pass(&api).await.written, 1);
     assert_eq!(stored_phase(&e, "pg").as_deref(), Some(PHASE_SCHEDULING));
@@ -464,7 +469,7 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
     // Each write carried the resourceVersion it was computed from (the recorder's next one is
     // stored).
     let rv = listers
-        .pod_groups
+        .store(&POD_GROUPS)
         .get("ns", "pg")
         .and_then(|g| g.metadata.resource_version.clone());
     assert_eq!(rv.as_deref(), Some("2"));
@@ -515,7 +520,7 @@ async fn a_standby_writes_nothing_until_it_leads() {
     // Members change: the loop wakes and writes the next status.
     e.handle
         .listers
-        .pod_group_members
+        .store(&POD_GROUP_MEMBERS)
         .apply(phase(member("a", "pg").node("n1").build(), "Running"));
     for _ in 0..100 {
         if written(&e).len() == 2 {

@@ -18,6 +18,7 @@ use crate::framework::api_calls::{ApiClient, ApiError, RecordingApi, Verb};
 use crate::framework::interface::{
     Code, CycleState, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
+use crate::framework::listers::POD_DISRUPTION_BUDGETS;
 use crate::framework::plugins::names;
 use crate::framework::registry::{PodNominator, Registry};
 use crate::framework::runtime::Framework;
@@ -172,7 +173,7 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
     let mut h = h.with_nominator(Arc::new(Nominated(nominated)));
     h.extenders = cluster.extenders.clone();
     for p in cluster.pdbs {
-        h.listers.pod_disruption_budgets.apply(p);
+        h.listers.store(&POD_DISRUPTION_BUDGETS).apply(p);
     }
     let spec = profile(&[
         (PreFilter, &[names::NODE_RESOURCES_FIT]),

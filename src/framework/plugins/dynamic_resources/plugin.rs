@@ -25,7 +25,7 @@ use crate::framework::interface::{
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
     SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::Listers;
+use crate::framework::listers::{DEVICE_CLASSES, Listers, RESOURCE_CLAIMS, RESOURCE_SLICES};
 use crate::framework::plugins::helper::{impl_plugin, node_selector_terms_match, normalize_to_max};
 use crate::framework::plugins::names;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -156,11 +156,15 @@ impl DynamicResources {
     }
 
     fn claims_of(&self, pod: &PodInfo) -> Result<Vec<Arc<ResourceClaim>>, String> {
-        pod_claims(&pod.pod, &self.tracker, &self.listers.resource_claims)
+        pod_claims(
+            &pod.pod,
+            &self.tracker,
+            self.listers.store(&RESOURCE_CLAIMS),
+        )
     }
 
     fn class(&self, name: &str) -> Option<Arc<DeviceClass>> {
-        self.listers.device_classes.get("", name)
+        self.listers.store(&DEVICE_CLASSES).get("", name)
     }
 
     /// A DRA feature this ksched does not implement that the claim asks for.
@@ -197,7 +201,7 @@ impl DynamicResources {
         if requested.is_empty() {
             return Vec::new();
         }
-        let classes = self.listers.device_classes.list();
+        let classes = self.listers.store(&DEVICE_CLASSES).list();
         requested
             .keys()
             .filter(|name| {
@@ -258,10 +262,10 @@ impl DynamicResources {
         if !st.to_allocate.is_empty() {
             let allocated = self
                 .tracker
-                .allocated_devices(&self.listers.resource_claims);
+                .allocated_devices(self.listers.store(&RESOURCE_CLAIMS));
             let classes = self
                 .listers
-                .device_classes
+                .store(&DEVICE_CLASSES)
                 .list()
                 .into_iter()
                 .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
@@ -269,7 +273,7 @@ impl DynamicResources {
             st.allocator = Some(Allocator::new(
                 allocated,
                 classes,
-                self.listers.resource_slices.list(),
+                self.listers.store(&RESOURCE_SLICES).list(),
                 self.cel.clone(),
                 self.filter_timeout,
             ));
@@ -693,7 +697,7 @@ impl PreBindPlugin for DynamicResources {
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
             let mut assumed = false;
             if let Ok(updated) = &result {
-                match tracker.assume(&self.listers.resource_claims, updated.clone()) {
+                match tracker.assume(self.listers.store(&RESOURCE_CLAIMS), updated.clone()) {
                     Ok(()) => assumed = true,
                     Err(e) => {
                         tracing::debug!(claim = %claim_key(updated), error = %e, "claim not stored in assume cache")

@@ -18,7 +18,7 @@ use crate::framework::interface::{
     Code, CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PreBindPlugin,
     PreEnqueuePlugin, PreFilterPlugin, ReservePlugin, ScorePlugin,
 };
-use crate::framework::listers::Listers;
+use crate::framework::listers::{DEVICE_CLASSES, Listers, RESOURCE_CLAIMS, RESOURCE_SLICES};
 use crate::framework::testing::NodeBuilder;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -63,16 +63,18 @@ fn env(gpus: usize, claims: Vec<ResourceClaim>) -> Env {
         .map(|i| device(&format!("gpu-{i}"), json!({})))
         .collect();
     listers
-        .resource_slices
+        .store(&RESOURCE_SLICES)
         .apply((*node_slice("n1", devices)).clone());
     listers
-        .resource_slices
+        .store(&RESOURCE_SLICES)
         .apply((*node_slice("n2", vec![])).clone());
-    listers.device_classes.apply((*class("gpu", &[])).clone());
+    listers
+        .store(&DEVICE_CLASSES)
+        .apply((*class("gpu", &[])).clone());
     let api = Arc::new(RecordingApi::default());
     for c in claims {
         api.store(&c);
-        listers.resource_claims.apply(c);
+        listers.store(&RESOURCE_CLAIMS).apply(c);
     }
     let dispatcher = Arc::new(ApiDispatcher::default());
     let plugin = DynamicResources::new(listers.clone(), api.clone(), dispatcher.clone(), None);
@@ -289,7 +291,7 @@ async fn pre_bind_writes_finalizer_allocation_and_reservation() {
             .is_none()
     );
     let known = e.listers.plugin_state.get_or_default::<ClaimTracker>().get(
-        &e.listers.resource_claims,
+        e.listers.store(&RESOURCE_CLAIMS),
         "ns",
         "p-gpu",
     );
@@ -420,7 +422,7 @@ fn score_prefers_earlier_subrequests() {
     let e = env(1, vec![generated_claim("p-gpu", "p", devices.clone())]);
     // n3 has two devices, n1 one.
     e.listers
-        .resource_slices
+        .store(&RESOURCE_SLICES)
         .apply((*node_slice("n3", vec![device("a", json!({})), device("b", json!({}))])).clone());
     let pod = pod_with_template_claim("p", "p-gpu", true);
     let (cs, _, _) = pre_filter(&e, &pod);
@@ -452,7 +454,7 @@ fn dra_backed_extended_resources_are_refused_where_no_device_plugin_provides_the
     let e = env(1, vec![]);
     let mut gpu_class = (*class("gpu", &[])).clone();
     gpu_class.spec.extended_resource_name = Some("example.com/gpu".into());
-    e.listers.device_classes.apply(gpu_class);
+    e.listers.store(&DEVICE_CLASSES).apply(gpu_class);
     let pod = crate::framework::testing::PodBuilder::new("x")
         .container(&[("example.com/gpu", "1")])
         .info();

@@ -20,7 +20,7 @@ use crate::api::leaf_cluster_policy::KOSMOS_NODE_KEY;
 use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{forbidden, not_supported, required};
-use crate::framework::listers::Listers;
+use crate::framework::listers::{Listers, NAMESPACES};
 use crate::framework::types::PodInfo;
 use kube::core::{Selector, SelectorExt};
 
@@ -154,7 +154,7 @@ impl PodMatcher {
             return true;
         }
         let ns = pod.namespace();
-        match listers.namespaces.get("", ns) {
+        match listers.store(&NAMESPACES).get("", ns) {
             Some(n) if n.metadata.labels.is_some() => {
                 self.namespaces.matches(n.metadata.labels.as_ref())
             }

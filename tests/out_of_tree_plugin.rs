@@ -102,7 +102,7 @@ leaderElection:
 profiles:
 - schedulerName: weights-scheduler
   plugins:
-    score:
+    multiPoint:
       enabled:
       - name: NodeWeights
         weight: 10

@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 
 use parking_lot::Mutex;
 
-use crate::scheduler::metrics::{Metrics, register_process_metrics};
-use crate::serving::register;
+use crate::infra::metrics::{register, register_process_metrics};
+use crate::scheduler::metrics::Metrics;
 
 /// Controller names in the `controller` label.
 pub(crate) const SCHEDULER_PROFILE: &str = "schedulerprofile";
@@ -212,7 +212,7 @@ impl OperatorMetrics {
 
     /// The exposition of every metric: the operator's and the Embedded schedulers'.
     pub fn encode(&self) -> String {
-        let mut parts = vec![(None, crate::serving::encode(&self.registry))];
+        let mut parts = vec![(None, crate::infra::metrics::encode(&self.registry))];
         let embedded: Vec<(String, Arc<Metrics>)> = self
             .embedded
             .lock()
@@ -222,7 +222,7 @@ impl OperatorMetrics {
         for (profile, metrics) in &embedded {
             parts.push((Some(("profile", profile.as_str())), metrics.encode()));
         }
-        crate::serving::merge_expositions(&parts)
+        crate::infra::metrics::merge_expositions(&parts)
     }
 }
 

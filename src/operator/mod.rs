@@ -12,6 +12,7 @@ pub(crate) mod health;
 pub mod http;
 pub mod in_process;
 pub(crate) mod leaf_cluster_policy;
+pub mod leaf_render;
 pub(crate) mod metrics;
 pub(crate) mod render;
 pub(crate) mod render_cli;
@@ -34,7 +35,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::PluginCatalog;
-use crate::leader_election::{
+use crate::infra::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership, task_outcome,
 };
 

@@ -2,7 +2,6 @@
 //! binding cycles, events, leader election, HTTPS endpoints.
 
 pub(crate) mod cache;
-pub(crate) mod client;
 pub mod command;
 pub(crate) mod cycle;
 pub(crate) mod events;

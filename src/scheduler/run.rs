@@ -13,7 +13,6 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use super::cache::Cache;
-use super::client::Clients;
 use super::cycle::Cycle;
 use super::events::{EventQueue, PodReporter, Reporter};
 use super::http::{self, HttpState};
@@ -32,6 +31,7 @@ use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError, ProfileSpec};
 use crate::framework::schedule::Algorithm;
 use crate::framework::types::{PodInfo, QueuedPodInfo};
+use crate::infra::client::Clients;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
@@ -357,7 +357,7 @@ pub async fn run(
 fn elector_result(
     joined: Result<Result<(), LeaderElectionError>, tokio::task::JoinError>,
 ) -> Result<(), SchedulerError> {
-    crate::leader_election::task_outcome(joined).map_err(Into::into)
+    crate::infra::leader_election::task_outcome(joined).map_err(Into::into)
 }
 
 /// The elector's settings from the configuration's `leaderElection`.

@@ -34,11 +34,11 @@ use serde::{Deserialize, Serialize};
 pub(crate) use plugin::DynamicResources;
 
 use crate::config::FieldError;
-use crate::config::duration::GoDuration;
 use crate::framework::args::{PluginArgs, decode, invalid, typed};
 use crate::framework::interface::Plugin;
 use crate::framework::listers::{DEVICE_CLASSES, Informer, RESOURCE_CLAIMS, RESOURCE_SLICES};
 use crate::framework::registry::{PluginRegistration, policy_rule};
+use crate::infra::duration::GoDuration;
 
 /// The kinds DynamicResources reads. ResourceClaimTemplates are not among them: the claims a pod's
 /// templates stand for are created by kube-controller-manager and read as ResourceClaims.

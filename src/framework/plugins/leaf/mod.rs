@@ -3,11 +3,10 @@
 //!
 //! Leaf (member) clusters appear in the host cluster as virtual nodes labelled `kosmos.io/node=true`
 //! and tainted `kosmos.io/node=true:NoSchedule`. The operator renders the `LeafClusterPolicy`s
-//! naming a profile into these plugins' args ([`render::render_leaf_policies`]); the scheduler
+//! naming a profile into these plugins' args (`operator::leaf_render`); the scheduler
 //! reads only those args, never the CRDs. Without args each plugin behaves as Kosmos's.
 
 pub mod distribution;
-pub mod render;
 pub mod taint_toleration;
 pub mod volume_binding;
 
@@ -25,7 +24,6 @@ use crate::framework::types::PodInfo;
 use kube::core::{Selector, SelectorExt};
 
 pub use distribution::{LeafNodeDistribution, LeafNodeDistributionArgs};
-pub use render::{LeafPluginConfig, render_leaf_policies};
 pub use taint_toleration::{LeafNodeTaintToleration, LeafNodeTaintTolerationArgs};
 pub use volume_binding::{LeafNodeVolumeBinding, LeafNodeVolumeBindingArgs};
 

@@ -9,7 +9,7 @@ pub(crate) mod catalog;
 mod convert;
 mod decode;
 pub(crate) mod defaults;
-pub(crate) mod duration;
+pub(crate) use crate::infra::duration;
 mod effective;
 pub(crate) mod error;
 mod output;

@@ -13,9 +13,9 @@ use kube::{Client, Config};
 use super::in_process::InProcessSchedulers;
 use super::render::{DEFAULT_NAMESPACE, RenderOptions};
 use super::{LEASE_NAME, OPERATOR_NAME, OperatorOptions, http, render_cli, uninstall};
-use crate::config::duration::GoDuration;
 use crate::framework::registry::Registry;
-use crate::leader_election::{LeaderElectionConfig, default_identity};
+use crate::infra::duration::GoDuration;
+use crate::infra::leader_election::{LeaderElectionConfig, default_identity};
 
 /// The scheduler image when neither `--image` nor `KSCHED_IMAGE` says: this build's own tag.
 pub const DEFAULT_IMAGE: &str = concat!("ksched:", env!("CARGO_PKG_VERSION"));
@@ -50,14 +50,14 @@ pub struct OperatorArgs {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub profiling: bool,
     #[command(flatten)]
-    pub tls: crate::serving::tls::TlsArgs,
+    pub tls: crate::infra::serving::tls::TlsArgs,
     #[command(flatten)]
-    pub authentication: crate::serving::auth::AuthenticationArgs,
+    pub authentication: crate::infra::serving::auth::AuthenticationArgs,
     #[command(flatten)]
-    pub authorization: crate::serving::auth::AuthorizationArgs,
+    pub authorization: crate::infra::serving::auth::AuthorizationArgs,
     /// Log format: "text" or "json" (klog's JSON keys).
     #[arg(long, value_enum, default_value = "text")]
-    pub logging_format: crate::logging::LogFormat,
+    pub logging_format: crate::infra::logging::LogFormat,
     /// Elect a leader among replicas on the Lease `ksched-operator` in the operator namespace; only
     /// the leader reconciles and runs Embedded schedulers (`--leader-elect=false`: this one leads).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -138,7 +138,7 @@ pub fn render_main(args: RenderArgs) -> ExitCode {
 
 /// Runs `ksched operator` until SIGINT or SIGTERM.
 pub fn operator_main(args: OperatorArgs) -> ExitCode {
-    crate::logging::init(&crate::logging::LogOptions {
+    crate::infra::logging::init(&crate::infra::logging::LogOptions {
         format: args.logging_format,
         default_filter: "info,kube_runtime=warn".into(),
         split_stream: false,
@@ -232,7 +232,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<(Client, Con
             .await
             .map_err(|e| format!("no cluster configuration: {e}"))?,
     };
-    crate::scheduler::metrics::set_api_host(&config.cluster_url);
+    crate::infra::metrics::set_api_host(&config.cluster_url);
     let client =
         Client::try_from(config.clone()).map_err(|e| format!("creating the client: {e}"))?;
     Ok((client, config))
@@ -255,8 +255,8 @@ pub struct UninstallArgs {
 /// (so deleting the installation finishes at once). The chart's pre-delete hook runs it; by hand,
 /// it finishes an uninstall whose operator was gone.
 pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
-    crate::logging::init(&crate::logging::LogOptions {
-        format: crate::logging::LogFormat::default(),
+    crate::infra::logging::init(&crate::infra::logging::LogOptions {
+        format: crate::infra::logging::LogFormat::default(),
         default_filter: "warn,ksched=info".into(),
         split_stream: false,
     });

@@ -11,7 +11,7 @@
 
 use async_trait::async_trait;
 
-use crate::leader_election::{Leadership, Takeover};
+use crate::infra::leader_election::{Leadership, Takeover};
 
 /// How the Lease holder identity of every Embedded scheduler starts: `embedded/<operator>/...`,
 /// `<operator>` the identity of the operator that runs it.

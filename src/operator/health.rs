@@ -53,7 +53,7 @@ impl OperatorHealth {
         if !self.ready.load(Ordering::Acquire) {
             *self.not_ready.lock() = Some(format!(
                 "watching {what}: {}",
-                crate::logging::watch_error(err)
+                crate::infra::logging::watch_error(err)
             ));
         }
     }

@@ -31,13 +31,13 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::leaf_render::validate_policy;
 use super::render::FIELD_MANAGER;
 use super::status::{self, BlockedNode, PolicyConflict, PolicyObservation};
 use super::taints::{self, Claim, Claimant, NodePlan, NodeView, Records, Standing};
 use super::{Context, Error, FINALIZER, Shutdown, announce, host_nodes, is_conflict, is_not_found};
 use crate::api::leaf_cluster_policy::LAST_VALID_SPEC_ANNOTATION;
 use crate::api::{LeafClusterPolicy, LeafClusterPolicyStatus, SchedulerProfile};
-use crate::framework::plugins::leaf::render::validate_policy;
 
 /// Attempts to update one Node before giving up until the next reconcile.
 const NODE_UPDATE_ATTEMPTS: u32 = 10;

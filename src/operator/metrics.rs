@@ -25,8 +25,8 @@ use parking_lot::Mutex;
 use super::status::{READY, condition};
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{SchedulerProfile, SchedulerProfileStatus};
-use crate::scheduler::metrics::{Metrics, register_process_metrics};
-use crate::serving::register;
+use crate::infra::metrics::{register, register_process_metrics};
+use crate::scheduler::metrics::Metrics;
 
 /// Controller names in the `controller` label.
 pub(crate) const SCHEDULER_PROFILE: &str = "schedulerprofile";
@@ -402,7 +402,7 @@ impl OperatorMetrics {
 
     /// The exposition of every metric: the operator's and the Embedded schedulers'.
     pub fn encode(&self) -> String {
-        let mut parts = vec![(None, crate::serving::encode(&self.registry))];
+        let mut parts = vec![(None, crate::infra::metrics::encode(&self.registry))];
         let embedded: Vec<(String, Arc<Metrics>)> = self
             .embedded
             .lock()
@@ -412,7 +412,7 @@ impl OperatorMetrics {
         for (profile, metrics) in &embedded {
             parts.push((Some(("profile", profile.as_str())), metrics.encode()));
         }
-        crate::serving::merge_expositions(&parts)
+        crate::infra::metrics::merge_expositions(&parts)
     }
 }
 
@@ -422,7 +422,7 @@ impl OperatorMetrics {
 pub fn metric_families() -> BTreeMap<String, String> {
     let scheduler = Metrics::new();
     let operator = OperatorMetrics::new();
-    let mut families = crate::serving::declared_families();
+    let mut families = crate::infra::metrics::declared_families();
     // Collectors (the process's families) register no family; their samples are always there.
     for exposition in [scheduler.encode(), operator.encode()] {
         for line in exposition.lines() {

@@ -13,6 +13,7 @@ pub(crate) mod host_nodes;
 pub mod http;
 pub mod in_process;
 pub(crate) mod leaf_cluster_policy;
+pub mod leaf_render;
 pub(crate) mod metrics;
 pub(crate) mod render;
 pub(crate) mod render_cli;
@@ -37,7 +38,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::PluginCatalog;
-use crate::leader_election::{
+use crate::infra::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership, task_outcome,
 };
 
@@ -145,7 +146,7 @@ impl std::fmt::Debug for OperatorOptions {
 /// What can go wrong while reconciling.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API: {}", crate::logging::kube_error(.0))]
+    #[error("kubernetes API: {}", crate::infra::logging::kube_error(.0))]
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -432,7 +433,7 @@ where
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
-        tracing::warn!(object = %obj.meta().name.as_deref().unwrap_or_default(), error = %crate::logging::kube_error(&e), "publishing event failed");
+        tracing::warn!(object = %obj.meta().name.as_deref().unwrap_or_default(), error = %crate::infra::logging::kube_error(&e), "publishing event failed");
     }
 }
 

@@ -48,14 +48,14 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::leaf_render::IgnoredPolicy;
+use super::leaf_render::{LeafPluginConfig, render_leaf_policies};
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicy, SchedulerProfile};
 use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfiguration};
 use crate::config::{
     self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
 };
-use crate::framework::plugins::leaf::render::IgnoredPolicy;
-use crate::framework::plugins::leaf::{LeafPluginConfig, render_leaf_policies};
 use crate::framework::registry::policy_rule;
 
 /// Field manager of every server-side apply the operator makes.

@@ -8,7 +8,7 @@ use super::render::{self, RenderOptions};
 use crate::api::validate::validate;
 use crate::api::{LeafClusterPolicy, SchedulerProfile};
 use crate::config::PluginCatalog;
-use crate::framework::plugins::leaf::render::validate_policy;
+use crate::operator::leaf_render::validate_policy;
 
 /// What a run of `ksched render` printed, and its exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -48,7 +48,7 @@ use super::{
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicy, SchedulerProfile, SchedulerProfileStatus};
 use crate::config::GoDuration;
-use crate::leader_election::LeaderHealth;
+use crate::infra::leader_election::LeaderHealth;
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     futures::join!(
@@ -257,7 +257,7 @@ async fn stop_deleted_embedded(ctx: Arc<Context>, shutdown: Shutdown) {
                 gone
             }
             Err(e) => {
-                tracing::debug!(error = %crate::logging::watch_error(&e), "watching profiles for deletions");
+                tracing::debug!(error = %crate::infra::logging::watch_error(&e), "watching profiles for deletions");
                 Vec::new()
             }
         };
@@ -838,7 +838,7 @@ pub(crate) async fn embedded_stopped(ctx: &Context) {
             Ok(Some(p)) => p,
             Ok(None) => continue,
             Err(e) => {
-                tracing::warn!(profile = %name, error = %crate::logging::kube_error(&e), "reading a profile to mark its embedded scheduler stopped");
+                tracing::warn!(profile = %name, error = %crate::infra::logging::kube_error(&e), "reading a profile to mark its embedded scheduler stopped");
                 continue;
             }
         };

@@ -42,7 +42,7 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
             Err(e) => {
-                tracing::debug!(error = %crate::logging::watch_error(&e), "pod watch error; retrying")
+                tracing::debug!(error = %crate::infra::logging::watch_error(&e), "pod watch error; retrying")
             }
         }
     }
@@ -78,7 +78,7 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
     let known = match known_names(ctx).await {
         Ok(k) => k,
         Err(e) => {
-            tracing::debug!(error = %crate::logging::kube_error(&e), "listing profiles failed; will check the pod again");
+            tracing::debug!(error = %crate::infra::logging::kube_error(&e), "listing profiles failed; will check the pod again");
             return;
         }
     };
@@ -99,7 +99,7 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
             warned.insert(uid);
         }
         Err(e) => {
-            tracing::warn!(pod = %pod.name_any(), error = %crate::logging::kube_error(&e), "publishing event failed")
+            tracing::warn!(pod = %pod.name_any(), error = %crate::infra::logging::kube_error(&e), "publishing event failed")
         }
     }
 }

@@ -19,6 +19,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use crate::framework::api_calls::ApiEvent;
+
 /// `PodScheduled=False` reason for pods no node fits.
 pub(crate) const REASON_UNSCHEDULABLE: &str = "Unschedulable";
 /// `PodScheduled=False` reason for internal errors.
@@ -36,6 +38,21 @@ const EVENT_QUEUE: usize = 1000;
 /// burst of bindings left the queue hundreds of events behind (lost when the leader was killed); 16
 /// keep up with the binding rate, and the events client's own token bucket still bounds the rate.
 const EVENT_WRITES_IN_FLIGHT: usize = 16;
+
+/// What users see of a pod's scheduling attempts: the scheduler tells its profile's reporter
+/// how each attempt ended. [`PodReporter`] writes it to the API server.
+#[async_trait::async_trait]
+pub(crate) trait Reporter: Send + Sync {
+    /// The pod was bound to `node`.
+    fn scheduled(&self, pod: &Pod, node: &str);
+
+    /// The attempt failed with `reason` (Unschedulable or SchedulerError) and `message`;
+    /// `nominated_node` is where preemption nominated the pod (`""` clears a nomination).
+    async fn failed(&self, pod: &Pod, reason: &str, message: &str, nominated_node: Option<&str>);
+
+    /// The pod is about to be bound to `node` (PreBind will act or Permit waits).
+    async fn nominate(&self, pod: &Pod, node: &str);
+}
 
 /// Publishes events and condition updates for one scheduler profile. Events go to the process's
 /// [`EventQueue`], so a binding cycle never waits for one; the condition update goes through the
@@ -158,9 +175,8 @@ fn series_key(controller: &str, reference: &ObjectReference, reason: &str, actio
 }
 
 impl EventQueue {
-    /// Queues an event a plugin recorded (see [`crate::framework::api::ApiEvent`]); dropped when
-    /// the queue is full.
-    pub(crate) fn record(&self, event: crate::framework::api::ApiEvent) {
+    /// Queues an event a plugin recorded (see [`ApiEvent`]); dropped when the queue is full.
+    pub(crate) fn record(&self, event: ApiEvent) {
         let pending = PendingEvent {
             controller: event.reporting_controller.into(),
             regarding: event.regarding,
@@ -242,8 +258,31 @@ impl PodReporter {
         }
     }
 
+    async fn patch_status(&self, pod: &Pod, status: serde_json::Value, what: &str) {
+        let (Some(ns), Some(name)) = (
+            pod.metadata.namespace.as_deref(),
+            pod.metadata.name.as_deref(),
+        ) else {
+            return;
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        if let Err(err) = pods
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({ "status": status })),
+            )
+            .await
+        {
+            warn!(pod = %format!("{ns}/{name}"), err = %crate::infra::logging::kube_error(&err), "updating {what} failed");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Reporter for PodReporter {
     /// `Scheduled`: "Successfully assigned ns/name to node".
-    pub(crate) fn scheduled(&self, pod: &Pod, node: &str) {
+    fn scheduled(&self, pod: &Pod, node: &str) {
         let note = format!(
             "Successfully assigned {}/{} to {node}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -255,13 +294,7 @@ impl PodReporter {
     /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
     /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
     /// when preemption chose one. A pod that already shows all of it is not patched again.
-    pub(crate) async fn failed(
-        &self,
-        pod: &Pod,
-        reason: &str,
-        message: &str,
-        nominated_node: Option<&str>,
-    ) {
+    async fn failed(&self, pod: &Pod, reason: &str, message: &str, nominated_node: Option<&str>) {
         self.publish(
             pod,
             "Warning",
@@ -279,7 +312,7 @@ impl PodReporter {
 
     /// Writes `node` to status.nominatedNodeName (unless the pod already shows it): upstream 1.36
     /// does so before binding when PreBind will act or Permit waits (NominatedNodeNameForExpectation).
-    pub(crate) async fn nominate(&self, pod: &Pod, node: &str) {
+    async fn nominate(&self, pod: &Pod, node: &str) {
         let current = pod
             .status
             .as_ref()
@@ -291,26 +324,6 @@ impl PodReporter {
                 "nominatedNodeName",
             )
             .await;
-        }
-    }
-
-    async fn patch_status(&self, pod: &Pod, status: serde_json::Value, what: &str) {
-        let (Some(ns), Some(name)) = (
-            pod.metadata.namespace.as_deref(),
-            pod.metadata.name.as_deref(),
-        ) else {
-            return;
-        };
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        if let Err(err) = pods
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Strategic(json!({ "status": status })),
-            )
-            .await
-        {
-            warn!(pod = %format!("{ns}/{name}"), err = %crate::logging::kube_error(&err), "updating {what} failed");
         }
     }
 }
@@ -423,7 +436,7 @@ impl EventWriter {
             }
         };
         if let Err(err) = result {
-            warn!(err = %crate::logging::kube_error(&err), reason, "publishing an event failed");
+            warn!(err = %crate::infra::logging::kube_error(&err), reason, "publishing an event failed");
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The scheduler's HTTPS endpoint (default port 10259), as kube-scheduler's: `/healthz`
 //! (`leaderElection` check with leader election on), `/livez`, `/readyz` (`leaderElection`,
 //! `shutdown`, `sched-handler-sync`: ready once the informer caches have synced), `/metrics`,
-//! `/configz`, and `/debug/pprof/profile` and `/debug/pprof/heap` when `enableProfiling` is true. Every request is
-//! authenticated and authorized as upstream's ([`crate::serving::auth`]); the health paths are
-//! always allowed by default. Without a certificate it serves a self-signed one, as upstream.
+//! `/configz`, and `/debug/pprof/profile` and `/debug/pprof/heap` when `enableProfiling` is
+//! true. Every request is authenticated and authorized as upstream's
+//! ([`crate::infra::serving::auth`]); the health paths are always allowed by default. Without a
+//! certificate it serves a self-signed one, as upstream.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,10 +19,10 @@ use tracing::info;
 
 use super::leader_election::LeaderHealth;
 use super::metrics::Metrics;
-use crate::serving::auth::{AuthSetupError, AuthenticationArgs, AuthorizationArgs};
-use crate::serving::healthz::{CheckFn, HealthChecks};
-use crate::serving::tls::{TlsArgs, TlsError};
-use crate::serving::{self, Serving, pprof};
+use crate::infra::serving::auth::{AuthSetupError, AuthenticationArgs, AuthorizationArgs};
+use crate::infra::serving::healthz::{CheckFn, HealthChecks};
+use crate::infra::serving::tls::{TlsArgs, TlsError};
+use crate::infra::serving::{self, Serving, pprof};
 
 /// What the endpoints report.
 pub(crate) struct HttpState {
@@ -170,7 +171,7 @@ impl Routes {
             }
         }
         match path {
-            "/metrics" => serving::metrics(&serving::without_families(
+            "/metrics" => serving::metrics(&crate::infra::metrics::without_families(
                 &self.state.metrics.encode(),
                 &self.disabled_metrics,
             )),
@@ -217,7 +218,7 @@ async fn set_verbosity(req: Request<Incoming>) -> Response<Full<Bytes>> {
             );
         }
     };
-    match crate::logging::set_verbosity(&String::from_utf8_lossy(&body)) {
+    match crate::infra::logging::set_verbosity(&String::from_utf8_lossy(&body)) {
         Ok(answer) => {
             tracing::info!(verbosity = %String::from_utf8_lossy(&body).trim(), "log verbosity set through /debug/flags/v");
             serving::text(StatusCode::OK, &answer)

@@ -5,18 +5,19 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::names;
+use crate::framework::api_calls::{ApiClient, Bind};
 use crate::framework::args::no_args;
 use crate::framework::interface::{BindPlugin, CycleState, Status};
 use crate::framework::plugins::helper::impl_plugin;
-use crate::framework::registry::{ApiHandle, PluginRegistration};
+use crate::framework::registry::PluginRegistration;
 use crate::framework::types::PodInfo;
 
 pub(crate) struct DefaultBinder {
-    api: Arc<dyn ApiHandle>,
+    api: Arc<dyn ApiClient>,
 }
 
 impl DefaultBinder {
-    pub(crate) fn new(api: Arc<dyn ApiHandle>) -> DefaultBinder {
+    pub(crate) fn new(api: Arc<dyn ApiClient>) -> DefaultBinder {
         DefaultBinder { api }
     }
 }
@@ -27,7 +28,7 @@ impl_plugin!(DefaultBinder, names::DEFAULT_BINDER, [Bind]);
 impl BindPlugin for DefaultBinder {
     async fn bind(&self, _state: &CycleState, pod: &PodInfo, node_name: &str) -> Status {
         tracing::debug!(pod = %pod.key(), node = node_name, "binding pod");
-        match self.api.bind(pod, node_name).await {
+        match self.api.call(Bind::new(pod, node_name)).await {
             Ok(()) => Status::success(),
             Err(e) => Status::error(e.to_string()),
         }
@@ -43,9 +44,10 @@ pub(crate) fn registration() -> PluginRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::api_calls::{ApiError, RecordingApi, Verb};
     use crate::framework::interface::Code;
-    use crate::framework::registry::{ApiError, RecordingApi};
     use crate::framework::testing::PodBuilder;
+    use k8s_openapi::api::core::v1::{Binding, Pod};
 
     #[tokio::test]
     async fn binds_through_the_api() {
@@ -55,11 +57,13 @@ mod tests {
         let s = b.bind(&CycleState::new(), &pod, "n1").await;
         assert!(s.is_success());
         assert_eq!(
-            api.bindings.lock().clone(),
-            vec![("default/p".to_string(), "n1".to_string())]
+            api.keys::<Pod>(Verb::Create, Some("binding")),
+            ["default/p"]
         );
+        let bindings: Vec<Binding> = api.bodies::<Pod, _>(Verb::Create, Some("binding"));
+        assert_eq!(bindings[0].target.name.as_deref(), Some("n1"));
 
-        *api.fail_bind.lock() = Some(ApiError::Conflict("pod already bound".into()));
+        api.fail::<Pod>(Verb::Create, ApiError::Conflict("pod already bound".into()));
         let s = b.bind(&CycleState::new(), &pod, "n1").await;
         assert_eq!(s.code(), Code::Error);
         assert_eq!(s.message(), "conflict: pod already bound");

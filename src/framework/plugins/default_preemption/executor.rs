@@ -9,17 +9,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{ObjectReference, PodCondition};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use tracing::{debug, error, info};
 
-use crate::framework::api::ApiEvent;
+use crate::framework::api_calls::{ApiClient, ApiError, ApiEvent, Delete, PatchPodStatus};
 use crate::framework::interface::{NominatingInfo, NominatingMode};
 use crate::framework::metrics::FrameworkMetrics;
 use crate::framework::plugins::names::DEFAULT_PREEMPTION;
-use crate::framework::registry::{ApiError, ApiHandle, Handle, PodNominator};
+use crate::framework::registry::{Handle, PodNominator};
 use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, PodInfo, PodView};
 use crate::framework::waiting_pods::WaitingPods;
@@ -129,7 +129,7 @@ impl Preemption {
     /// Clears lower-priority nominations on the node, then evicts the victims: all but the last
     /// together, then the last unless one of the others failed (upstream's order, so the
     /// preemptor comes back soon after a failure).
-    async fn run(self, api: Arc<dyn ApiHandle>) {
+    async fn run(self, api: Arc<dyn ApiClient>) {
         info!(preemptor = %self.preemptor, node = %self.node, victims = self.victims.len(),
             "start the preemption asynchronously");
         // The nomination is written before any victim goes: other schedulers, which respect
@@ -168,18 +168,20 @@ impl Preemption {
 
     /// Writes the preemptor's nomination to its node unless it shows it already. Whether the
     /// patch failed (not critical: the scheduling failure handler writes it too).
-    async fn nominate(&self, api: &Arc<dyn ApiHandle>) -> bool {
+    async fn nominate(&self, api: &Arc<dyn ApiClient>) -> bool {
         if self.nominated {
             return false;
         }
-        let nominate = NominatingInfo {
-            nominated_node_name: self.node.clone(),
-            mode: NominatingMode::Override,
+        let nominate = PatchPodStatus {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            condition: None,
+            nominating: Some(NominatingInfo {
+                nominated_node_name: self.node.clone(),
+                mode: NominatingMode::Override,
+            }),
         };
-        match api
-            .patch_pod_status(&self.namespace, &self.name, None, Some(nominate))
-            .await
-        {
+        match api.call(nominate).await {
             Ok(()) => false,
             Err(err) => {
                 error!(preemptor = %self.preemptor, node = %self.node, %err,
@@ -192,7 +194,7 @@ impl Preemption {
     /// Pods of lower priority nominated to the node may not fit there any more: their nomination
     /// is cleared, so the scheduler finds them another place sooner. Another scheduler's pods are
     /// not ours to change. Whether a patch failed (not critical: the preemption goes on).
-    async fn clear_lower_nominations(&self, api: &Arc<dyn ApiHandle>) -> bool {
+    async fn clear_lower_nominations(&self, api: &Arc<dyn ApiClient>) -> bool {
         let Some(nominator) = &self.nominator else {
             return false;
         };
@@ -205,10 +207,13 @@ impl Preemption {
                 nominated_node_name: String::new(),
                 mode: NominatingMode::Override,
             };
-            if let Err(err) = api
-                .patch_pod_status(p.namespace(), p.name(), None, Some(clear))
-                .await
-            {
+            let patch = PatchPodStatus {
+                namespace: p.namespace().to_string(),
+                name: p.name().to_string(),
+                condition: None,
+                nominating: Some(clear),
+            };
+            if let Err(err) = api.call(patch).await {
                 error!(pod = %p.key(), node = %self.node, %err,
                     "Cannot clear 'NominatedNodeName' field from lower priority pods on the same target node");
                 failed = true;
@@ -220,7 +225,7 @@ impl Preemption {
     /// Upstream's `PreemptPod`: a victim waiting at Permit is rejected in memory; any other gets
     /// the `DisruptionTarget` condition and is deleted; either gets upstream's `Preempted` event.
     /// A victim already gone is not an error.
-    async fn evict(&self, api: &Arc<dyn ApiHandle>, victim: &AssignedPod) -> Result<(), ApiError> {
+    async fn evict(&self, api: &Arc<dyn ApiClient>, victim: &AssignedPod) -> Result<(), ApiError> {
         if self.waiting.reject(victim.uid(), "preempted") {
             info!(preemptor = %self.preemptor, victim = %victim.key(), node = %self.node,
                 "preemptor preempted a waiting pod");
@@ -236,8 +241,14 @@ impl Preemption {
             ..Default::default()
         };
         let (ns, name) = (victim.namespace(), victim.name());
-        let result = match api.patch_pod_status(ns, name, Some(condition), None).await {
-            Ok(()) => api.delete_pod(ns, name, victim.uid()).await,
+        let patch = PatchPodStatus {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            condition: Some(condition),
+            nominating: None,
+        };
+        let result = match api.call(patch).await {
+            Ok(()) => api.call(Delete::<Pod>::new(ns, name, victim.uid())).await,
             Err(e) => Err(e),
         };
         match result {
@@ -259,7 +270,7 @@ impl Preemption {
 impl Preemption {
     /// Upstream's `Preempted` event on the victim (related: the preemptor): "Preempted by pod
     /// <uid> on node <node>", `suffix` for a victim preempted in memory.
-    fn preempted_event(&self, api: &Arc<dyn ApiHandle>, victim: &AssignedPod, suffix: &str) {
+    fn preempted_event(&self, api: &Arc<dyn ApiClient>, victim: &AssignedPod, suffix: &str) {
         let pod_ref = |namespace: &str, name: &str, uid: &str| ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),

@@ -14,11 +14,13 @@ use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
 use super::plugin::*;
 use super::*;
 use crate::config::ExtensionPoint::{Filter, PostFilter, PreFilter};
+use crate::framework::api_calls::{ApiClient, ApiError, RecordingApi, Verb};
 use crate::framework::interface::{
-    Code, CycleState, NominatingMode, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
+    Code, CycleState, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
+use crate::framework::listers::POD_DISRUPTION_BUDGETS;
 use crate::framework::plugins::names;
-use crate::framework::registry::{ApiError, ApiHandle, PodNominator, RecordingApi, Registry};
+use crate::framework::registry::{PodNominator, Registry};
 use crate::framework::runtime::Framework;
 use crate::framework::schedule::{Algorithm, ScheduleError};
 use crate::framework::testing::{NodeBuilder, PodBuilder, handle, profile};
@@ -68,6 +70,24 @@ struct Outcome {
     api: Arc<RecordingApi>,
 }
 
+/// The pod status patches sent, in order: the pod's key, the condition set, and the nominated
+/// node set (`Some("")`: cleared).
+fn status_patches(api: &RecordingApi) -> Vec<(String, Option<PodCondition>, Option<String>)> {
+    api.sent::<Pod>(Verb::Patch, Some("status"))
+        .into_iter()
+        .map(|r| {
+            let status = r.body.as_ref().and_then(|b| b.get("status"));
+            let condition = status
+                .and_then(|s| s.pointer("/conditions/0"))
+                .and_then(|c| serde_json::from_value(c.clone()).ok());
+            let nominated = status
+                .and_then(|s| s.get("nominatedNodeName"))
+                .map(|n| n.as_str().unwrap_or_default().to_string());
+            (r.key(), condition, nominated)
+        })
+        .collect()
+}
+
 impl Outcome {
     fn nominated(&self) -> Option<&str> {
         self.result
@@ -76,7 +96,7 @@ impl Outcome {
     }
 
     fn deleted(&self) -> Vec<String> {
-        let mut d = self.api.deletions.lock().clone();
+        let mut d = self.api.keys::<Pod>(Verb::Delete, None);
         d.sort();
         d
     }
@@ -153,7 +173,7 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
     let mut h = h.with_nominator(Arc::new(Nominated(nominated)));
     h.extenders = cluster.extenders.clone();
     for p in cluster.pdbs {
-        h.listers.pod_disruption_budgets.apply(p);
+        h.listers.store(&POD_DISRUPTION_BUDGETS).apply(p);
     }
     let spec = profile(&[
         (PreFilter, &[names::NODE_RESOURCES_FIT]),
@@ -203,7 +223,7 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
     }
     // The evictions wait in the dispatcher until it runs them (here, at once).
     let queued = fwk.handle().dispatcher.clone();
-    queued.run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+    queued.run_queued(&(api.clone() as Arc<dyn ApiClient>));
     Outcome {
         result,
         status,
@@ -330,7 +350,7 @@ fn lowest_priority_victims_first_and_the_rest_reprieved() {
     assert!(out.status.is_success(), "{:?}", out.status);
     out.assert_preempted("n1", &["p1", "p2"]);
     // Victims get DisruptionTarget before deletion.
-    let patches = out.api.status_patches.lock().clone();
+    let patches = status_patches(&out.api);
     let disrupted: Vec<&str> = patches
         .iter()
         .filter(|(_, c, _)| {
@@ -520,14 +540,10 @@ fn lower_priority_nominations_on_the_node_are_cleared() {
         preemptor("1"),
     );
     assert_eq!(out.nominated(), Some("n1"));
-    let patches = out.api.status_patches.lock().clone();
+    let patches = status_patches(&out.api);
     let cleared: Vec<&str> = patches
         .iter()
-        .filter(|(_, _, n)| {
-            n.as_ref().is_some_and(|n| {
-                n.mode == NominatingMode::Override && n.nominated_node_name.is_empty()
-            })
-        })
+        .filter(|(_, _, n)| n.as_deref() == Some(""))
         .map(|(k, _, _)| k.as_str())
         .collect();
     assert_eq!(cleared, ["default/small"]);
@@ -570,10 +586,10 @@ fn pre_enqueue_holds_the_preemptor_only_while_it_preempts() {
     let s = pl.pre_enqueue(&p);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), WAITING_FOR_PREEMPTION);
-    assert!(api.deletions.lock().is_empty());
+    assert!(api.keys::<Pod>(Verb::Delete, None).is_empty());
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
-    assert_eq!(*api.deletions.lock(), ["default/low"]);
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    assert_eq!(api.keys::<Pod>(Verb::Delete, None), ["default/low"]);
     assert!(pl.pre_enqueue(&p).is_success());
 }
 
@@ -586,21 +602,22 @@ fn a_failed_eviction_ends_the_preemption_before_the_last_victim() {
         .iter()
         .map(|n| Arc::new(pod(n, 1, "1").node("n1").assigned()))
         .collect();
-    *api.fail_delete.lock() = Some(ApiError::Other("the API server is down".into()));
+    api.fail::<Pod>(
+        Verb::Delete,
+        ApiError::Other("the API server is down".into()),
+    );
     pl.evaluator.executor().actuate(&p, "n1", &victims);
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
     // The preemptor's nomination first; the first two were tried (condition, then delete); the
     // last was not; the preemptor may try again.
-    let patched: Vec<String> = api
-        .status_patches
-        .lock()
-        .iter()
-        .map(|(k, _, _)| k.clone())
+    let patched: Vec<String> = status_patches(&api)
+        .into_iter()
+        .map(|(k, _, _)| k)
         .collect();
     assert_eq!(patched, ["default/p", "default/v1", "default/v2"]);
     // Nothing was preempted: no event.
-    assert!(api.events.lock().is_empty());
+    assert!(api.events().is_empty());
     assert!(pl.pre_enqueue(&p).is_success());
     // A victim already being deleted is left alone: nothing to wait for.
     let terminating = Arc::new(pod("t", 1, "1").node("n1").terminating().assigned());
@@ -622,19 +639,16 @@ fn the_nomination_comes_first_and_each_victim_gets_a_preempted_event() {
         .collect();
     pl.evaluator.executor().actuate(&p, "n1", &victims);
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
-    let patches = api.status_patches.lock().clone();
-    let (first, condition, nominating) = &patches[0];
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    let patches = status_patches(&api);
+    let (first, condition, nominated) = &patches[0];
     assert_eq!(first, "default/p");
     assert!(condition.is_none());
-    assert_eq!(
-        nominating.as_ref().map(|n| n.nominated_node_name.as_str()),
-        Some("n1")
-    );
-    let mut deleted = api.deletions.lock().clone();
+    assert_eq!(nominated.as_deref(), Some("n1"));
+    let mut deleted = api.keys::<Pod>(Verb::Delete, None);
     deleted.sort();
     assert_eq!(deleted, ["default/v1", "default/v2"]);
-    let events = api.events.lock().clone();
+    let events = api.events();
     assert_eq!(events.len(), 2, "{events:?}");
     for e in &events {
         assert_eq!(
@@ -663,12 +677,10 @@ fn the_nomination_comes_first_and_each_victim_gets_a_preempted_event() {
         &[Arc::new(pod("v3", 1, "1").node("n1").assigned())],
     );
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
-    let patched: Vec<String> = api
-        .status_patches
-        .lock()
-        .iter()
-        .map(|(k, _, _)| k.clone())
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    let patched: Vec<String> = status_patches(&api)
+        .into_iter()
+        .map(|(k, _, _)| k)
         .collect();
     assert_eq!(patched, ["default/v3"]);
 }

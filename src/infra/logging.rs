@@ -526,7 +526,7 @@ mod tests {
             lines[0]["caller"]
                 .as_str()
                 .unwrap()
-                .starts_with("src/logging.rs:")
+                .starts_with("infra/logging.rs:")
         );
         assert_eq!(lines[1]["v"], 4);
         assert_eq!(lines[1]["count"], 3);

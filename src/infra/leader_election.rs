@@ -134,7 +134,7 @@ enum AttemptError {
     HeldByOther(String),
     #[error("another candidate updated the lease first")]
     Conflict,
-    #[error("{action} the lease failed: {}", crate::logging::kube_error(.source))]
+    #[error("{action} the lease failed: {}", crate::infra::logging::kube_error(.source))]
     Api {
         action: &'static str,
         source: kube::Error,

@@ -163,7 +163,7 @@ async fn the_chart_from_a_registry_runs_the_operator_and_a_deployment_mode_sched
         diag()
     );
     let rendered: Deployment = Api::namespaced(client.clone(), NS)
-        .get(&format!("ksched-{PROFILE}"))
+        .get(&ksched::operator::object_name(PROFILE))
         .await
         .expect("the rendered Deployment");
     let rendered_image = rendered

@@ -36,6 +36,12 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     (PROFILE, "no leader", "InProgress", "Progressing"),
     (
         PROFILE,
+        "a rendered name is another object's",
+        "Failed",
+        "Degraded",
+    ),
+    (
+        PROFILE,
         "no leader, Lease not renewed",
         "InProgress",
         "Progressing",

@@ -80,14 +80,14 @@ pub struct SchedulerProfileSpec {
     #[schemars(range(min = 0, max = 100))]
     pub percentage_of_nodes_to_score: Option<i32>,
 
-    /// Where the scheduler runs. `Deployment` (the default): a Deployment `ksched-<name>` in the
+    /// Where the scheduler runs. `Deployment` (the default): a Deployment `ksched-profile-<name>` in the
     /// operator namespace runs `replicas` scheduler pods that elect a leader. `Embedded`: the
     /// operator runs the scheduler inside its own process (one replica; for small clusters,
     /// development and demos); `image`, `resources` and the pod placement fields are then unused.
     #[serde(default)]
     pub mode: ProfileMode,
 
-    /// Scheduler pods (0-10; default 1). They elect a leader on the Lease `ksched-<name>`: one
+    /// Scheduler pods (0-10; default 1). They elect a leader on the Lease `ksched-profile-<name>`: one
     /// schedules, the others stand by. 0 runs no scheduler (pods naming the profile stay
     /// Pending); `Embedded` allows at most 1.
     #[serde(default = "default_replicas")]
@@ -137,7 +137,7 @@ pub struct SchedulerProfileSpec {
     pub log_level: i32,
 
     /// Leader election timings of the scheduler replicas (Go durations). The Lease is always the
-    /// profile's own, `ksched-<name>` in the operator namespace. Default: 15s, 10s, 2s.
+    /// profile's own, `ksched-profile-<name>` in the operator namespace. Default: 15s, 10s, 2s.
     #[serde(default)]
     pub leader_election: LeaderElection,
 
@@ -281,7 +281,7 @@ pub struct PluginConfig {
 }
 
 /// Leader election timings (Go durations). The lease name and namespace are not settable: each
-/// profile has its own Lease `ksched-<name>`, so no two schedulers ever share one.
+/// profile has its own Lease `ksched-profile-<name>`, so no two schedulers ever share one.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("duration(self.leaseDuration) > duration(self.renewDeadline)").message("leaderElection.leaseDuration must be longer than leaderElection.renewDeadline"))]
 #[x_kube(validation = Rule::new("duration(self.renewDeadline) > duration(self.retryPeriod)").message("leaderElection.renewDeadline must be longer than leaderElection.retryPeriod"))]

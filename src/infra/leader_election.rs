@@ -459,7 +459,9 @@ impl LeaderElector {
                 }
                 Err(err) => debug!(%err, "failed to acquire lease {}", cfg.lease()),
             }
-            let expiry = self.observed_expiry();
+            // A term that ran out already (the attempt after it failed, say the API server is
+            // unreachable) is no reason to look again at once: wait the retry period.
+            let expiry = self.observed_expiry().filter(|at| *at > Instant::now());
             tokio::select! {
                 _ = tokio::time::sleep(jittered(cfg.retry_period)) => {}
                 _ = sleep_until_opt(expiry) => {}

@@ -388,6 +388,18 @@ pub(crate) fn watch_error(e: &kube::runtime::watcher::Error) -> String {
     }
 }
 
+/// A controller's error as people read it: the watch and API errors inside as [`watch_error`] and
+/// [`kube_error`] say them.
+pub(crate) fn controller_error<E: std::fmt::Display>(
+    e: &kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
+) -> String {
+    use kube::runtime::controller::Error;
+    match e {
+        Error::QueueError(w) => format!("event queue error: {}", watch_error(w)),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

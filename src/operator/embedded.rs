@@ -7,7 +7,7 @@
 //! `mode: Deployment`, or is deleted. Both must be idempotent.
 //!
 //! An Embedded profile still gets its ConfigMap, ServiceAccount, RBAC and Lease (the scheduler
-//! leader-elects on Lease `ksched-P` like any other), but no Deployment and no metrics Service.
+//! leader-elects on Lease `ksched-profile-P` like any other), but no Deployment and no Service.
 
 use async_trait::async_trait;
 

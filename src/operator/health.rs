@@ -135,7 +135,7 @@ where
                         health.metrics.set_queue_depth(controller, depth);
                     }
                     Err(err) => {
-                        tracing::debug!(%err, controller, "watch failed; retrying");
+                        tracing::debug!(err = %crate::infra::logging::watch_error(&err), controller, "watch failed; retrying");
                         health.watch_failed(controller, &err);
                     }
                 }

@@ -72,7 +72,7 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     .for_each(|res| async move {
         match res {
             Ok((obj, _)) => tracing::debug!(policy = %obj.name, "reconciled"),
-            Err(e) => tracing::debug!(error = %e, "policy reconcile failed"),
+            Err(e) => tracing::debug!(error = %crate::infra::logging::controller_error(&e), "policy reconcile failed"),
         }
     })
     .await;

@@ -128,7 +128,7 @@ async fn reconcile_profiles(ctx: Arc<Context>, shutdown: Shutdown) {
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => tracing::debug!(profile = %obj.name, "reconciled"),
-                Err(e) => tracing::debug!(error = %e, "profile reconcile failed"),
+                Err(e) => tracing::debug!(error = %crate::infra::logging::controller_error(&e), "profile reconcile failed"),
             }
         })
         .await;

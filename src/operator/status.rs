@@ -539,7 +539,7 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
 /// Why a profile whose objects' names are taken renders nothing, and what to do.
 pub(crate) fn objects_in_use_message(objects: &[String]) -> String {
     format!(
-        "{} already exist{} and {} not created by ksched for this profile: ksched never adopts, changes or deletes an object it did not create, so nothing was applied; delete or rename {}, or rename the profile",
+        "{} already exist{} and {} not created by ksched for this profile: ksched never adopts, changes or deletes an object it did not create, so nothing was applied; delete or rename {}, or give the profile another metadata.name",
         some_names(objects),
         if objects.len() == 1 { "s" } else { "" },
         if objects.len() == 1 { "was" } else { "were" },

@@ -21,8 +21,9 @@
 //!   agent listens with in the pod's namespace (`KUBERNETES_SERVICE_HOST=127.0.0.1`);
 //! - status: phase Running, container statuses (restarts, exit codes), and `Ready` /
 //!   `ContainersReady` from the readiness probe (HTTP(S) GET or TCP, run in the pod's network
-//!   namespace); a failing liveness probe or an exited container restarts the pod's containers
-//!   (unless restartPolicy is Never: the Deployments it runs restart always);
+//!   namespace); a failing liveness probe or an exited container restarts the pod's containers,
+//!   unless restartPolicy says it stays exited (Never; OnFailure after exit 0): then its state is
+//!   terminated and, once every container is, the phase Succeeded or Failed (a Job's pod);
 //! - deletion: SIGTERM, the pod's grace period, SIGKILL, then the pod object is removed.
 //!
 //! Not done: resource limits (cgroups), init containers, image pull secrets, token refresh (tests
@@ -305,6 +306,8 @@ struct Running {
     started_at: String,
     ready: bool,
     last_exit: Option<(i32, String)>,
+    /// Exited for good (restartPolicy Never, or OnFailure with exit 0): (exit code, when).
+    terminated: Option<(i32, String)>,
     readiness_failures: i32,
     liveness_failures: i32,
     started: Instant,
@@ -356,9 +359,17 @@ async fn run_pod(
         let mut changed = false;
         let mut restart = false;
         for c in containers.iter_mut() {
+            if c.terminated.is_some() {
+                continue;
+            }
             if let Some(code) = exited(&ctx.podman, c) {
-                c.last_exit = Some((code, jiff_now()));
-                restart = true;
+                if runs_to_completion(&pod, code) {
+                    c.terminated = Some((code, jiff_now()));
+                    changed = true;
+                } else {
+                    c.last_exit = Some((code, jiff_now()));
+                    restart = true;
+                }
                 continue;
             }
             if let Some(probe) = &c.spec.readiness_probe
@@ -391,12 +402,7 @@ async fn run_pod(
                 }
             }
         }
-        let policy = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.as_deref())
-            .unwrap_or("Always");
-        if restart && policy != "Never" {
+        if restart {
             // The pod's network namespace is its first container's: a restart starts them all
             // again in a new one (rare in tests: a container that crashed or failed liveness).
             let restarts = containers.iter().map(|c| c.restarts).max().unwrap_or(0) + 1;
@@ -426,6 +432,16 @@ async fn run_pod(
     finish(&ctx, &pods, &pod, &containers).await;
     if let Some(r) = relay {
         r.abort();
+    }
+}
+
+/// Whether a container of `pod` that exited with `code` stays exited (the kubelet's
+/// restartPolicy: Never, or OnFailure after a success) rather than being restarted.
+fn runs_to_completion(pod: &Pod, code: i32) -> bool {
+    match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+        Some("Never") => true,
+        Some("OnFailure") => code == 0,
+        _ => false,
     }
 }
 
@@ -612,6 +628,7 @@ async fn start_containers(
             started_at: jiff_now(),
             ready: container.readiness_probe.is_none(),
             last_exit: None,
+            terminated: None,
             readiness_failures: 0,
             liveness_failures: 0,
             started: Instant::now(),
@@ -1174,7 +1191,20 @@ fn resolve_port(c: &Container, port: &IntOrString) -> Option<u16> {
 /// The pod's status as the kubelet writes it: Running, its containers, Ready from them.
 async fn report(pods: &Api<Pod>, pod: &Pod, containers: &[Running]) {
     let now = jiff_now();
-    let ready = containers.iter().all(|c| c.ready);
+    let ready = containers.iter().all(|c| c.ready && c.terminated.is_none());
+    // All containers exited for good: the pod succeeded if each exited 0 (a Job's pod).
+    let phase = if containers.iter().all(|c| c.terminated.is_some()) {
+        if containers
+            .iter()
+            .all(|c| matches!(c.terminated, Some((0, _))))
+        {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    } else {
+        "Running"
+    };
     let statuses: Vec<Value> = containers
         .iter()
         .map(|c| {
@@ -1188,6 +1218,14 @@ async fn report(pods: &Api<Pod>, pod: &Pod, containers: &[Running]) {
                 "restartCount": c.restarts,
                 "state": {"running": {"startedAt": c.started_at}},
             });
+            if let Some((code, at)) = &c.terminated {
+                let reason = if *code == 0 { "Completed" } else { "Error" };
+                status["ready"] = json!(false);
+                status["started"] = json!(false);
+                status["state"] = json!({"terminated": {
+                    "exitCode": code, "reason": reason, "startedAt": c.started_at, "finishedAt": at,
+                }});
+            }
             if let Some((code, at)) = &c.last_exit {
                 status["lastState"] =
                     json!({"terminated": {"exitCode": code, "finishedAt": at, "reason": "Error"}});
@@ -1197,7 +1235,7 @@ async fn report(pods: &Api<Pod>, pod: &Pod, containers: &[Running]) {
         .collect();
     let condition = |type_: &str, ok: bool| json!({"type": type_, "status": if ok { "True" } else { "False" }, "lastTransitionTime": now});
     let status = json!({"status": {
-        "phase": "Running",
+        "phase": phase,
         "hostIP": "127.0.0.1",
         "hostIPs": [{"ip": "127.0.0.1"}],
         "podIP": "127.0.0.1",

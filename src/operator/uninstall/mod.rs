@@ -219,7 +219,7 @@ where
                 Ok(watcher::Event::Delete(_)) => Observed::Absent,
                 Ok(watcher::Event::InitDone) => Observed::Listed,
                 Err(e) => {
-                    tracing::debug!(?target, error = %e, "watching the installation");
+                    tracing::debug!(?target, error = %crate::infra::logging::watch_error(&e), "watching the installation");
                     return None;
                 }
             };

@@ -276,7 +276,7 @@ impl PodGroupController {
                 Ok(mut stored) => {
                     // Kept as the informer keeps it.
                     stored.metadata.managed_fields = None;
-                    debug!(podgroup = %key, phase = ?stored.status.as_ref().and_then(|s| s.phase.as_deref()), "PodGroup status updated");
+                    debug!(podgroup = %key, phase = stored.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default(), "PodGroup status updated");
                     self.listers.store(&POD_GROUPS).apply(stored);
                     done.written += 1;
                 }

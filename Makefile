@@ -24,12 +24,13 @@ all: build
 build:
 	cargo build --all-targets
 
-## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm (cached) at K8S_VERSION and K8S_PREVIOUS_VERSION; podman
+## testenv: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm, kstatus-check (cached) at K8S_VERSION and K8S_PREVIOUS_VERSION; promtool, lua, podman, docker-registry, skopeo
 testenv:
 	@for v in $(sort $(K8S_PREVIOUS_VERSION) $(K8S_VERSION)); do K8S_VERSION=$$v hack/testenv/build.sh >/dev/null || exit 1; done
 	hack/install-lua.sh >/dev/null
 	hack/install-prometheus.sh >/dev/null
 	hack/install-podman.sh >/dev/null
+	hack/install-registry.sh >/dev/null
 
 ## crds: regenerate crds/*.yaml from the Rust types
 crds:
@@ -54,13 +55,17 @@ lint:
 ## test: lint, unit and e2e tests against the real control plane; then no process may be left over
 test: testenv lint
 	cargo test --no-fail-fast
+	@# What the e2e tests collected (events, statuses, ksched logs) must read well.
+	cargo test --test readable_messages -- --ignored
 	$(MAKE) --no-print-directory check-no-leftovers
 
 check-no-leftovers:
 	@# anchored at the start of the command line, so this shell itself does not match
 	@left=$$(pgrep -af '^($(KSCHED_TESTENV_BIN)|$(KSCHED_TESTENV_PREVIOUS_BIN))/' || true); \
 	if [ -n "$$left" ]; then echo "processes left running by the tests:"; echo "$$left"; exit 1; fi; \
-	echo "no control-plane process left running"
+	containers=$$(pgrep -af '^/usr/bin/conmon .*/ksched-testenv-' || true); \
+	if [ -n "$$containers" ]; then echo "containers left running by the tests:"; echo "$$containers"; exit 1; fi; \
+	echo "no control-plane process or container left running"
 
 ## fidelity: the differential test against upstream kube-scheduler on the whole generated corpus (report: target/fidelity/report.txt; `make test` runs its quick subset)
 fidelity: testenv
@@ -74,9 +79,13 @@ k8s-bump:
 	sed -i -E 's/^K8S_VERSION \?= .*/K8S_VERSION ?= $(VERSION)/' Makefile
 	$(MAKE) --no-print-directory fidelity K8S_VERSION=$(VERSION)
 
-## demo: local control plane, host and leaf kwok nodes, the operator (hybrid profile Embedded), a workload across host and leaf; DEMO_KEEP=1 keeps it running
+# The image the demo's Deployment-mode schedulers run (DEMO_IMAGE_PROFILE=dev reuses the debug build).
+DEMO_IMAGE_PROFILE ?= release
+
+## demo: local control plane, host and leaf kwok nodes, the operator (hybrid profile Embedded; the other sample profiles' schedulers run under podman with the image), a workload across host and leaf; DEMO_KEEP=1 keeps it running
 demo: testenv
-	cargo run --quiet --example demo
+	$(MAKE) --no-print-directory image IMAGE_PROFILE=$(DEMO_IMAGE_PROFILE) IMAGE=ksched:demo
+	KSCHED_DEMO_IMAGE=$(CURDIR)/target/image/ksched-$(VERSION).tar cargo run --quiet --example demo
 
 # The ksched build `make bench` measures: the dist build (what the image ships); BENCH_PROFILE=release builds faster.
 BENCH_PROFILE ?= dist

@@ -5,8 +5,9 @@
 //!
 //! Options (after `--`): `--preset small|default|large|xlarge`, `--workloads A,B` (workload
 //! names, `MemoryFootprint` for the bytes per node and per pod), `--contenders
-//! ksched,upstream,ceiling`, `--rounds N` (default 3); also BENCH_PRESET, BENCH_WORKLOADS,
-//! BENCH_CONTENDERS, BENCH_ROUNDS.
+//! ksched,upstream,ceiling` (the default; `ksched-jemalloc` and `ksched-glibc` are the same
+//! binary with `KSCHED_ALLOCATOR` set, so both allocators run side by side in one bench),
+//! `--rounds N` (default 3); also BENCH_PRESET, BENCH_WORKLOADS, BENCH_CONTENDERS, BENCH_ROUNDS.
 //! Each round runs the contenders one after another (interleaved, so a slow phase of the machine
 //! hits all of them; the order rotates from round to round); a figure is the median over the
 //! rounds, since single runs on a small shared machine vary by tens of percent. A contender that
@@ -26,6 +27,8 @@ mod churn;
 mod contenders;
 #[path = "scheduler_perf/footprint.rs"]
 mod footprint;
+#[path = "scheduler_perf/plot.rs"]
+mod plot;
 #[path = "scheduler_perf/report.rs"]
 mod report;
 #[path = "scheduler_perf/setup.rs"]
@@ -37,37 +40,28 @@ mod workloads;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Config};
 use parking_lot::Mutex;
 use support::{Components, ControlPlane};
 
 use contenders::{Contender, Running};
 use footprint::Footprint;
-use report::{Figures, Round};
+use report::{Figures, Round, Summary, Verdicts};
 use workloads::{Kind, Preset, Role, Workload};
 
 /// The pseudo-workload of the bytes per node and per pod.
 const FOOTPRINT: &str = "MemoryFootprint";
 /// A run fails when no pod it waits for was bound for this long.
 const STALL: Duration = Duration::from_secs(60);
-
-pub async fn client(kubeconfig: &Path) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    let mut config = Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("kubeconfig");
-    config.read_timeout = Some(Duration::from_secs(300));
-    Client::try_from(config).expect("client")
-}
 
 /// Creates `pods` with up to 64 requests in flight; returns when each create returned.
 pub async fn create_pods(api: &Api<Pod>, pods: Vec<Pod>) -> HashMap<String, Instant> {
@@ -561,7 +555,7 @@ fn order(contenders: &[Contender], round: usize) -> Vec<(usize, Contender)> {
     order
 }
 
-const METHOD: &str = "Memory: *peak RSS* is the contender's VmHWM over the run; *steady* RSS and anon RSS are VmRSS and RssAnon once the measured pods were bound, any churn had stopped and the contender had idled 2 s. Anon RSS (private anonymous resident memory: heap, arenas, stacks; not the binary's code) is the one figure measured the same way for both: ksched (glibc malloc) has no heap metric of its own, and glibc's `mallinfo2` can only be called inside the process, so its heap is bounded from above by anon RSS (which also holds freed memory malloc keeps). *Go heap* is upstream's `go_memstats_heap_inuse_bytes` from its /metrics at the same moment.\n\nBytes per node and per pod (`MemoryFootprint`): each contender starts on a cluster of one node and idles; it is sampled, then again once it has seen N more nodes (a pod pinned to a node created after them is bound), then again once it has bound P pods (`pod-default`); each sample after 2 s idle. Per node = difference / N, per pod = difference / P, medians of the rounds. Upstream's Go heap is sampled after a forced garbage collection (`/debug/pprof/heap?gc=1`), so it counts live objects only; anon RSS and RSS are what the processes hold.\n";
+const METHOD: &str = "Memory: *peak RSS* is the contender's VmHWM over the run; *steady* RSS and anon RSS are VmRSS and RssAnon once the measured pods were bound, any churn had stopped and the contender had idled 2 s. Anon RSS (private anonymous resident memory: heap, arenas, stacks; not the binary's code) is the one figure measured the same way for both: ksched has no heap metric of its own (glibc's `mallinfo2` can only be called inside the process; jemalloc's stats likewise), so its heap is bounded from above by anon RSS (which also holds freed memory the allocator keeps). `ksched` runs on its default allocator, `ksched-jemalloc` and `ksched-glibc` on the one named (`KSCHED_ALLOCATOR`). *Go heap* is upstream's `go_memstats_heap_inuse_bytes` from its /metrics at the same moment.\n\nBytes per node and per pod (`MemoryFootprint`): each contender starts on a cluster of one node and idles; it is sampled, then again once it has seen N more nodes (a pod pinned to a node created after them is bound), then again once it has bound P pods (`pod-default`); each sample after 2 s idle. Per node = difference / N, per pod = difference / P, medians of the rounds. Upstream's Go heap is sampled after a forced garbage collection (`/debug/pprof/heap?gc=1`), so it counts live objects only; anon RSS and RSS are what the processes hold.\n";
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -608,9 +602,12 @@ fn main() {
         report::TABLE_HEADER
     );
     let mut every_round = String::from(report::ROUNDS_HEADER);
+    let mut verdicts_table = String::from(report::VERDICTS_HEADER);
+    let mut verdicts = Vec::new();
+    let mut plotted = Vec::new();
     let mut lines = Vec::new();
     runtime.block_on(async {
-        let admin = client(&cp.kubeconfig).await;
+        let admin = contenders::client(&cp.kubeconfig).await;
         setup::priority_classes(&admin).await;
         setup::storage_class(&admin).await;
         for (index, w) in workloads::workloads(preset).iter().enumerate() {
@@ -647,7 +644,7 @@ fn main() {
                     runs.entry(c.name()).or_default().push(r);
                 }
             }
-            let results: Vec<(Contender, Result<Figures, String>)> = opts
+            let results: Vec<(Contender, Result<Summary, String>)> = opts
                 .contenders
                 .iter()
                 .map(|c| {
@@ -663,6 +660,10 @@ fn main() {
             let line = report::bench_line(w, &results);
             println!("{line}");
             lines.push(line);
+            let v = Verdicts::of(&results);
+            verdicts_table.push_str(&report::verdict_row(w, &v));
+            verdicts.push(v);
+            plotted.push(plot::Workload::of(w.name(), &results));
         }
         if selected(FOOTPRINT) {
             let line = footprints(cp, &admin, &opts, &mut report).await;
@@ -671,6 +672,20 @@ fn main() {
         }
     });
     let wall = started.elapsed().as_secs_f64();
+    let _ = write!(
+        report,
+        "\nVerdicts of ksched: ratio of the medians (range over the rounds: least to most favourable pairing).\n\n{verdicts_table}\n{}",
+        report::tally(&verdicts)
+    );
+    let dir = support::repo_root().join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let svg = dir.join(format!("pods-per-second-{}.svg", preset.name()));
+    match plot::pods_per_second(&svg, preset.name(), rounds, &plotted) {
+        Ok(()) => {
+            let _ = writeln!(report, "\nPlot: {}", svg.display());
+        }
+        Err(e) => eprintln!("plot {}: {e}", svg.display()),
+    }
     report.push('\n');
     for l in &lines {
         let _ = writeln!(report, "    {l}");
@@ -681,8 +696,6 @@ fn main() {
         wall,
         wall / 60.0
     );
-    let dir = support::repo_root().join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
     let _ = std::fs::write(dir.join("report.md"), &report);
     println!("\n{report}");
 }

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+ksched::use_selectable_allocator!();
+
 #[derive(Parser)]
 #[command(
     name = "ksched",
@@ -34,8 +36,9 @@ enum Command {
     Render(ksched::operator::command::RenderArgs),
     /// What a profile would do, before it does it: pending pods placed, or why not, with no writes.
     Simulate(ksched::simulate::command::SimulateArgs),
-    /// Finish an uninstall whose operator was gone: remove the taints it added, the policies'
-    /// finalizers and what it rendered.
+    /// Stop the operator and remove what it added and rendered (the taints it added, the
+    /// policies' finalizers, its schedulers), then release its identity: the chart's pre-delete
+    /// hook; by hand, it finishes an uninstall whose operator was gone.
     Uninstall(ksched::operator::command::UninstallArgs),
     /// Print the version.
     Version,
@@ -58,6 +61,10 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    if let Err(err) = ksched::allocator::check_environment() {
+        eprintln!("error: {err}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Scheduler(args) => ksched::scheduler::command::main(*args),

@@ -39,7 +39,7 @@ pub use crate::framework::interface::{
     PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin, ScorePlugin,
     SignFragment, SignPlugin, Status, signer_names,
 };
-pub use crate::framework::listers::{Informer, Listers};
+pub use crate::framework::listers::{Informer, Kind, Listers, ObjectStore, Store, WatchedKind};
 pub use crate::framework::registry::{
     Counter, FloatGauge, Handle, MetricDeclaration, MetricKind, PluginError, PluginRegistration,
     Registry, RegistryError, policy_rule,

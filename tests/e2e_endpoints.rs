@@ -1,7 +1,7 @@
 //! The scheduler's HTTPS endpoint beside upstream kube-scheduler's, on the real control plane:
 //! delegated authentication and authorization (anonymous, a bad token, a ServiceAccount token with
 //! and without `ksched:metrics-reader`, the admin's client certificate), the always-allowed health
-//! paths, `/healthz/leaderElection`, CPU profiles; every `scheduler_*` metric family of
+//! paths, `/healthz/leaderElection`, CPU profiles, heap profiles `go tool pprof` reads; every `scheduler_*` metric family of
 //! kube-scheduler's `/metrics` present in ksched's (or listed below with the reason); and every
 //! flag of `kube-scheduler --help` accepted by `ksched scheduler`.
 
@@ -74,6 +74,65 @@ async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> S
         .await
         .expect("TokenRequest");
     answer.status.expect("token").token.expect("token")
+}
+
+/// `/debug/pprof/heap` as kube-scheduler serves it, behind the same authorization as the CPU
+/// profile: a gzipped pprof protobuf that `go tool pprof` reads, with ksched's functions named.
+/// On glibc's malloc (`KSCHED_ALLOCATOR=glibc`) the answer says how to get one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heap_profile_is_one_go_tool_pprof_reads() {
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "heap").await;
+    let mut yaml = config("ksched-heap", Some(&ns));
+    yaml.push_str("enableProfiling: true\n");
+    let sched = SchedulerProcess::start(cp, "heap", &yaml);
+    let port = sched.secure_port;
+    let logs = || sched.logs();
+    let ca = cp.dir.join("ca.crt");
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let admin = As::Cert(&cert, &key);
+    answers(port, "/readyz", As::Anonymous, 200, logs).await;
+    answers(port, "/debug/pprof/heap", As::Anonymous, 403, logs).await;
+    let (status, profile) = get_bytes(&ca, port, "/debug/pprof/heap", admin)
+        .await
+        .expect("heap profile");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&profile));
+    let file = cp.dir.join("heap.pb.gz");
+    std::fs::write(&file, &profile).expect("write the profile");
+    let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
+    let out = Command::new(&go)
+        .args(["tool", "pprof", "-top", "-sample_index=inuse_space"])
+        .arg(&file)
+        .env("GOTOOLCHAIN", "local")
+        .env("PPROF_TMPDIR", &cp.dir)
+        .output()
+        .expect("run go tool pprof (Go builds the testenv)");
+    let top = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof: {}\n{top}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(top.contains("Type: inuse_space"), "{top}");
+    assert!(
+        top.contains("ksched::"),
+        "no ksched function in the profile:\n{top}"
+    );
+
+    // On glibc's malloc there is no heap profile; the answer says how to get one.
+    let mut yaml = config("ksched-heap-glibc", Some(&ns));
+    yaml.push_str("enableProfiling: true\n");
+    let glibc =
+        SchedulerProcess::start_with_env(cp, "heap-glibc", &yaml, &[("KSCHED_ALLOCATOR", "glibc")]);
+    let logs = || glibc.logs();
+    answers(glibc.secure_port, "/readyz", As::Anonymous, 200, logs).await;
+    let (status, body) = get_bytes(&ca, glibc.secure_port, "/debug/pprof/heap", admin)
+        .await
+        .expect("heap profile");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("KSCHED_ALLOCATOR=jemalloc"), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,12 @@ use super::workloads::{Kind, NODE_LABEL, SCHEDULER_NAME};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contender {
+    /// ksched on its default allocator.
     Ksched,
+    /// The same binary with `KSCHED_ALLOCATOR=jemalloc`.
+    KschedJemalloc,
+    /// The same binary with `KSCHED_ALLOCATOR=glibc`.
+    KschedGlibc,
     Upstream,
     /// The null binder: binds every pending pod round robin, no scheduling logic: what the API
     /// server allows.
@@ -25,27 +30,71 @@ pub enum Contender {
 }
 
 impl Contender {
+    /// The contenders of a run that names none.
     pub const ALL: [Contender; 3] = [Contender::Ksched, Contender::Upstream, Contender::Ceiling];
+    /// Every contender `--contenders` can name.
+    const NAMED: [Contender; 5] = [
+        Contender::Ksched,
+        Contender::KschedJemalloc,
+        Contender::KschedGlibc,
+        Contender::Upstream,
+        Contender::Ceiling,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Contender::Ksched => "ksched",
+            Contender::KschedJemalloc => "ksched-jemalloc",
+            Contender::KschedGlibc => "ksched-glibc",
             Contender::Upstream => "upstream",
             Contender::Ceiling => "ceiling",
         }
     }
 
     pub fn parse(s: &str) -> Result<Contender, String> {
-        Contender::ALL
+        Contender::NAMED
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown contender {s:?}: use ksched, upstream or ceiling"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown contender {s:?}: use {}",
+                    Contender::NAMED.map(Contender::name).join(", ")
+                )
+            })
+    }
+
+    /// Whether it is a ksched build (any allocator).
+    pub fn is_ksched(self) -> bool {
+        matches!(
+            self,
+            Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc
+        )
+    }
+
+    /// The `KSCHED_ALLOCATOR` it runs with; `None` for ksched's default or another scheduler.
+    fn allocator(self) -> Option<&'static str> {
+        match self {
+            Contender::KschedJemalloc => Some("jemalloc"),
+            Contender::KschedGlibc => Some("glibc"),
+            _ => None,
+        }
     }
 
     /// Whether it is a scheduler (serves /metrics, honours constraints).
     pub fn schedules(self) -> bool {
         self != Contender::Ceiling
     }
+}
+
+/// The bench's client (the admin's, or the null binder's): a long read timeout, since removing a
+/// run's pods can take minutes.
+pub async fn client(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.read_timeout = Some(std::time::Duration::from_secs(300));
+    kube::Client::try_from(config).expect("client")
 }
 
 /// A running contender; killed when dropped.
@@ -78,7 +127,7 @@ fn config(cp: &ControlPlane, contender: Contender, kind: Kind) -> String {
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {SCHEDULER_NAME}\n",
         cp.kubeconfig.display()
     );
-    if contender == Contender::Ksched && kind.gang_size().is_some() {
+    if contender.is_ksched() && kind.gang_size().is_some() {
         config.push_str(
             "  plugins:
     queueSort:
@@ -132,12 +181,17 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
         "--v=1".into(),
     ];
     let mut cmd = match contender {
-        Contender::Ksched => {
+        Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc => {
             let mut c = Command::new(support::scheduler::ksched_bin());
             c.args(["scheduler", "--config", support::path_str(&config_path)])
                 .args(["--kubeconfig", &kubeconfig])
                 .args(&auth)
                 .args(&tls);
+            // One binary, both allocators (src/allocator.rs).
+            match contender.allocator() {
+                Some(allocator) => c.env("KSCHED_ALLOCATOR", allocator),
+                None => c.env_remove("KSCHED_ALLOCATOR"),
+            };
             c
         }
         Contender::Upstream => {
@@ -259,7 +313,7 @@ pub fn go_heap_mb(text: &str) -> Option<f64> {
 /// The ceiling: binds every pending pod of the bench scheduler name to the bench nodes round
 /// robin, 64 bindings in flight. Runs as `--null-binder` in a process of its own.
 pub async fn null_binder(kubeconfig: &Path) {
-    let client = super::client(kubeconfig).await;
+    let client = client(kubeconfig).await;
     let nodes: Vec<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{NODE_LABEL}=true")))
         .await

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes test control plane (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok) and helm (for the
-# chart tests) from Go modules into
+# kube-controller-manager, kube-scheduler, kubectl, kwok), helm (for the chart
+# tests) and kstatus-check (Flux's and Helm's health reading, for the status
+# tests) from Go modules into
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ksched/testenv/<K8S_VERSION>/bin/
 # and prints that directory as the last line of stdout:
 #   BIN=$(hack/testenv/build.sh | tail -1)
@@ -24,13 +25,13 @@ modules="v${K8S_VERSION%.*}"
 root="${XDG_CACHE_HOME:-$HOME/.cache}/ksched/testenv/${K8S_VERSION}"
 bin="${root}/bin"
 stamp="${bin}/.stamp"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm kstatus-check)
 
 log() { printf 'testenv: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # Everything that decides what the binaries are: this script (build flags) and
-# the go.mod / go.sum / Go sources of the four modules this version builds from
+# the go.mod / go.sum / Go sources of the five modules this version builds from
 # (another minor's modules are not among them).
 inputs_hash() {
 	(
@@ -38,7 +39,8 @@ inputs_hash() {
 		printf 'version=%s arch=%s\n' "$K8S_VERSION" "$(uname -sm)"
 		for f in build.sh "$modules"/k8s/go.mod "$modules"/k8s/go.sum "$modules"/k8s/*.go \
 			"$modules"/etcd/go.mod "$modules"/etcd/go.sum "$modules"/etcd/*.go \
-			kwok/go.mod kwok/go.sum kwok/*.go helm/go.mod helm/go.sum helm/*.go; do
+			kwok/go.mod kwok/go.sum kwok/*.go helm/go.mod helm/go.sum helm/*.go \
+			kstatus/go.mod kstatus/go.sum kstatus/*.go; do
 			printf '%s ' "$f"
 			sha256sum <"$f"
 		done
@@ -130,6 +132,7 @@ done
 go_build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 helm_version="$(sed -n -E 's/^[[:space:]]*(require[[:space:]]+)?helm\.sh\/helm\/v4[[:space:]]+v([^[:space:]]+).*/\2/p' "${here}/helm/go.mod" | head -1)"
 go_build helm helm helm.sh/helm/v4/cmd/helm "-X helm.sh/helm/v4/internal/version.version=v${helm_version}"
+go_build kstatus kstatus-check .
 
 printf '%s %s\n' "$K8S_VERSION" "$(inputs_hash)" >"${stamp}.tmp.$$"
 mv -f "${stamp}.tmp.$$" "$stamp"

@@ -9,7 +9,7 @@ pub(crate) mod catalog;
 mod convert;
 mod decode;
 pub(crate) mod defaults;
-pub(crate) mod duration;
+pub(crate) use crate::infra::duration;
 mod effective;
 pub(crate) mod error;
 mod output;
@@ -20,6 +20,7 @@ mod validation;
 mod tests;
 
 pub use catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
+pub(crate) use decode::suggest;
 pub use duration::GoDuration;
 pub use error::FieldError;
 pub use output::{profile_plugin_config, profile_plugins, to_v1_yaml, validate_file_output};

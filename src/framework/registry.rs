@@ -20,11 +20,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
-pub use super::api::{ApiError, ApiHandle, RecordedStatusPatch, RecordingApi};
+use super::api_calls::ApiClient;
 use super::args::{PluginArgs, decode_at};
 use super::background::{ApiDispatcher, BackgroundTasks};
 use super::interface::Plugin;
-use super::listers::{Informer, Listers};
+use super::listers::{IN_TREE, Informer, Listers};
 use super::metrics::FrameworkMetrics;
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
@@ -34,6 +34,12 @@ use crate::emulation::Emulation;
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
 pub trait PodNominator: Send + Sync {
     fn nominated_pods_for_node(&self, node_name: &str) -> Vec<Arc<PodInfo>>;
+
+    /// Whether the nominated pod `key` is another scheduler's (its nomination is respected, never
+    /// changed).
+    fn is_foreign(&self, _key: &str) -> bool {
+        false
+    }
 
     /// While no pod is nominated anywhere: a number that changes with every nomination made or
     /// dropped. `None` while some pod is nominated, or when the nominator cannot tell (then
@@ -79,7 +85,7 @@ impl SharedSnapshot {
 pub struct Handle {
     /// For PreBind, Bind and PostBind (its calls are async: a scheduling-cycle extension point
     /// cannot await them).
-    pub api: Arc<dyn ApiHandle>,
+    pub api: Arc<dyn ApiClient>,
     pub waiting_pods: Arc<WaitingPods>,
     pub snapshot: Arc<SharedSnapshot>,
     pub nominator: Option<Arc<dyn PodNominator>>,
@@ -113,7 +119,7 @@ impl fmt::Debug for Handle {
 }
 
 impl Handle {
-    pub fn new(api: Arc<dyn ApiHandle>) -> Handle {
+    pub fn new(api: Arc<dyn ApiClient>) -> Handle {
         let tasks = Arc::new(BackgroundTasks::default());
         let dispatcher = Arc::new(ApiDispatcher::default());
         tasks.register(dispatcher.clone());
@@ -300,6 +306,24 @@ fn profile_labels(profile: &str) -> ProfileLabels {
     ProfileLabels {
         profile: profile.to_string(),
     }
+}
+
+/// Whether `rule` grants everything `needed` asks (its groups, resources and verbs).
+pub fn grants(rule: &PolicyRule, needed: &PolicyRule) -> bool {
+    let covers = |have: &Option<Vec<String>>, want: &Option<Vec<String>>| {
+        let have = have.as_deref().unwrap_or_default();
+        want.as_deref()
+            .unwrap_or_default()
+            .iter()
+            .all(|w| have.iter().any(|h| h == w || h == "*"))
+    };
+    rule.resource_names.is_none()
+        && covers(&rule.api_groups, &needed.api_groups)
+        && covers(&rule.resources, &needed.resources)
+        && needed
+            .verbs
+            .iter()
+            .all(|v| rule.verbs.iter().any(|h| h == v || h == "*"))
 }
 
 /// An RBAC rule (`apiGroups`, `resources`, `verbs`), for the rules a registration declares.
@@ -505,6 +529,22 @@ impl Registry {
             .collect()
     }
 
+    /// Every kind a plugin of this registry may read: the in-tree kinds (in a saved snapshot's
+    /// order), then those only out-of-tree plugins declare.
+    pub fn watched_kinds(&self) -> Vec<Informer> {
+        let mut kinds: Vec<Informer> = IN_TREE.to_vec();
+        for entry in self.entries.values() {
+            if let RegistryEntry::Built(r) = entry {
+                for kind in &r.informers {
+                    if !kinds.contains(kind) {
+                        kinds.push(*kind);
+                    }
+                }
+            }
+        }
+        kinds
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }
@@ -546,11 +586,20 @@ impl PluginCatalog for Registry {
         }
     }
 
+    /// The rules the plugin declared, and `list`/`watch` on each kind it reads that they do
+    /// not grant already.
     fn policy_rules(&self, name: &str) -> Vec<PolicyRule> {
-        match self.entries.get(name) {
-            Some(RegistryEntry::Built(r)) => r.rbac_rules.clone(),
-            _ => Vec::new(),
+        let Some(RegistryEntry::Built(r)) = self.entries.get(name) else {
+            return Vec::new();
+        };
+        let mut rules = r.rbac_rules.clone();
+        for kind in &r.informers {
+            let needed = kind.rbac_rule();
+            if !rules.iter().any(|rule| grants(rule, &needed)) {
+                rules.push(needed);
+            }
         }
+        rules
     }
 }
 

@@ -2014,7 +2014,7 @@ mod tests {
             ["A.PreBind", "A.Bind", "B.Bind", "C.PostBind"]
         );
         assert!(
-            api.bindings.lock().is_empty(),
+            api.requests().is_empty(),
             "DefaultBinder must not run after B bound"
         );
     }

@@ -12,13 +12,13 @@ use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::embedded::{EmbeddedError, EmbeddedSchedulers};
+use super::embedded::{EmbeddedError, EmbeddedSchedulers, OperatorTerm};
 use super::metrics::OperatorMetrics;
 use crate::config;
 use crate::emulation::{Emulation, Minor, OPPORTUNISTIC_BATCHING};
 use crate::framework::registry::Registry;
 use crate::scheduler::queue::DEFAULT_MAX_IN_UNSCHEDULABLE;
-use crate::scheduler::{SchedulerOptions, run};
+use crate::scheduler::{EmbeddedIn, SchedulerOptions, run};
 
 struct Running {
     config_yaml: String,
@@ -33,8 +33,10 @@ pub struct InProcessSchedulers {
     registry: Arc<Registry>,
     /// Where the schedulers' metrics are exported (the operator's `/metrics`).
     metrics: Arc<OperatorMetrics>,
-    /// Leader-election identity prefix (the operator's instance).
+    /// Leader-election identity prefix without an operator term (the operator's instance).
     instance: String,
+    /// The leading operator's term, once it leads.
+    term: parking_lot::Mutex<Option<OperatorTerm>>,
     running: Mutex<HashMap<String, Running>>,
 }
 
@@ -45,6 +47,7 @@ impl InProcessSchedulers {
             registry,
             metrics: Arc::new(OperatorMetrics::new()),
             instance: instance.into(),
+            term: parking_lot::Mutex::new(None),
             running: Mutex::new(HashMap::new()),
         }
     }
@@ -108,7 +111,11 @@ impl EmbeddedSchedulers for InProcessSchedulers {
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let metrics = self.metrics.embedded(profile, minor);
-        let identity = format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..));
+        let term = self.term.lock().clone();
+        let identity = match &term {
+            Some(term) => term.scheduler_identity(profile),
+            None => format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..)),
+        };
         let opportunistic_batching = loaded.config.emulation.enabled(OPPORTUNISTIC_BATCHING);
         let options = SchedulerOptions {
             config: loaded.config,
@@ -120,6 +127,10 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             configz: String::new(),
             pod_max_in_unschedulable_pods_duration: DEFAULT_MAX_IN_UNSCHEDULABLE,
             opportunistic_batching,
+            embedded_in: term.map(|t| EmbeddedIn {
+                takeover: t.takeover(),
+                operator: t.leadership,
+            }),
         };
         let client = self.client.clone();
         let name = profile.to_string();
@@ -160,6 +171,10 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             .get(profile)
             .filter(|r| !r.task.is_finished())
             .map(|r| r.identity.clone())
+    }
+
+    async fn start_term(&self, term: OperatorTerm) {
+        *self.term.lock() = Some(term);
     }
 
     async fn stop_all(&self) -> Vec<String> {

@@ -31,9 +31,9 @@ use super::run::{SchedulerOptions, run};
 use crate::config::{self, GoDuration};
 use crate::emulation::{self, Emulation, FeatureGateError, Minor, OPPORTUNISTIC_BATCHING};
 use crate::framework::registry::Registry;
-use crate::logging::{self, LogFormat, LogOptions};
-use crate::serving::auth::{AuthenticationArgs, AuthorizationArgs};
-use crate::serving::tls::TlsArgs;
+use crate::infra::logging::{self, LogFormat, LogOptions};
+use crate::infra::serving::auth::{AuthenticationArgs, AuthorizationArgs};
+use crate::infra::serving::tls::TlsArgs;
 
 /// The configuration upstream runs without `--config`: its defaults.
 const DEFAULT_CONFIG: &[u8] =
@@ -210,7 +210,8 @@ impl LogsArgs {
     pub fn options(&self) -> LogOptions {
         LogOptions {
             format: self.logging_format,
-            default_filter: crate::logging::verbosity_filter(u32::from(self.verbosity)).to_string(),
+            default_filter: crate::infra::logging::verbosity_filter(u32::from(self.verbosity))
+                .to_string(),
             split_stream: match self.logging_format {
                 LogFormat::Text => self.log_text_split_stream,
                 LogFormat::Json => self.log_json_split_stream,
@@ -498,6 +499,7 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
                     d.to_std().unwrap_or(Duration::ZERO)
                 }),
             opportunistic_batching,
+            embedded_in: None,
         };
         match run(client, options, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -614,7 +616,7 @@ async fn client(
             .parse()
             .map_err(|e| format!("--master={master}: {e}"))?;
     }
-    super::metrics::set_api_host(&config.cluster_url);
+    crate::infra::metrics::set_api_host(&config.cluster_url);
     kube::Client::try_from(with_read_timeout(config))
         .map_err(|e| format!("building the client: {e}"))
 }

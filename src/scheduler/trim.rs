@@ -8,21 +8,9 @@
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume, VolumeMount};
-use kube::Resource;
 
+pub(crate) use crate::framework::listers::trim_metadata;
 use crate::framework::types::AssignedPod;
-
-/// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops the bookkeeping every kind carries that no plugin reads.
-pub(crate) fn trim_metadata<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-}
 
 /// Keeps of a pod what the scheduler's plugins and queue read.
 pub(crate) fn trim_pod(pod: &mut Pod) {
@@ -154,6 +142,9 @@ mod tests {
     use super::*;
     use crate::framework::types::{PodInfo, PodView};
     use serde_json::json;
+
+    /// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
     /// A pod as the API server returns it once admission and the kubelet had their turn.
     fn full_pod() -> Pod {

@@ -5,14 +5,20 @@
 //! by the kernel if the binary itself dies (PR_SET_PDEATHSIG).
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod collect;
 pub mod events;
 pub mod fixtures;
+pub mod helm;
 pub mod https;
+pub mod kstatus;
 pub mod nodes;
 pub mod operator;
 pub mod operator_pods;
 pub mod pki;
+pub mod podman;
+pub mod podman_node;
 pub mod process;
+pub mod registry;
 pub mod relay;
 pub mod scheduler;
 pub mod uninstall;
@@ -233,6 +239,14 @@ impl ControlPlane {
 /// Repository root (where Cargo.toml, crds/ and the Makefile are).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/tmp` (cargo's `CARGO_TARGET_TMPDIR` for tests; examples that share this harness get
+/// the same place).
+pub fn target_tmp() -> PathBuf {
+    option_env!("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/tmp"))
 }
 
 /// The testenv bin directory of the pinned release.

@@ -8,10 +8,11 @@ use async_trait::async_trait;
 
 use super::names;
 use crate::emulation::{self, Minor};
+use crate::framework::api_calls::{ApiClient, ApiError, Bind};
 use crate::framework::args::no_args;
 use crate::framework::interface::{BindPlugin, CycleState, Status};
 use crate::framework::plugins::helper::impl_plugin;
-use crate::framework::registry::{ApiError, ApiHandle, PluginRegistration};
+use crate::framework::registry::PluginRegistration;
 use crate::framework::types::PodInfo;
 
 /// How a failed bind is retried: the tries, the first wait, its growth factor (client-go's
@@ -42,18 +43,18 @@ const DEFAULT_BACKOFF: Retries = Retries {
 const RETRIES: &[(Minor, Retries)] = &[(Minor::V1_36, ONCE), (Minor::V1_37, DEFAULT_BACKOFF)];
 
 pub(crate) struct DefaultBinder {
-    api: Arc<dyn ApiHandle>,
+    api: Arc<dyn ApiClient>,
     retries: Retries,
 }
 
 impl DefaultBinder {
     /// The binder of the newest minor.
     #[cfg(test)]
-    pub(crate) fn new(api: Arc<dyn ApiHandle>) -> DefaultBinder {
+    pub(crate) fn new(api: Arc<dyn ApiClient>) -> DefaultBinder {
         DefaultBinder::at(api, Minor::NEWEST)
     }
 
-    pub(crate) fn at(api: Arc<dyn ApiHandle>, minor: Minor) -> DefaultBinder {
+    pub(crate) fn at(api: Arc<dyn ApiClient>, minor: Minor) -> DefaultBinder {
         DefaultBinder {
             api,
             retries: *emulation::at(RETRIES, minor),
@@ -70,7 +71,7 @@ impl BindPlugin for DefaultBinder {
         let mut wait = self.retries.first_wait;
         let mut tries = 1;
         loop {
-            match self.api.bind(pod, node_name).await {
+            match self.api.call(Bind::new(pod, node_name)).await {
                 Ok(()) => return Status::success(),
                 Err(ApiError::Retriable(msg)) if tries < self.retries.tries => {
                     tracing::debug!(pod = %pod.key(), error = %msg, "binding failed; retrying");
@@ -97,9 +98,10 @@ pub(crate) fn registration() -> PluginRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::api_calls::{ApiError, RecordingApi, Verb};
     use crate::framework::interface::Code;
-    use crate::framework::registry::{ApiError, RecordingApi};
     use crate::framework::testing::PodBuilder;
+    use k8s_openapi::api::core::v1::{Binding, Pod};
 
     #[tokio::test]
     async fn binds_through_the_api() {
@@ -109,11 +111,13 @@ mod tests {
         let s = b.bind(&CycleState::new(), &pod, "n1").await;
         assert!(s.is_success());
         assert_eq!(
-            api.bindings.lock().clone(),
-            vec![("default/p".to_string(), "n1".to_string())]
+            api.keys::<Pod>(Verb::Create, Some("binding")),
+            ["default/p"]
         );
+        let bindings: Vec<Binding> = api.bodies::<Pod, _>(Verb::Create, Some("binding"));
+        assert_eq!(bindings[0].target.name.as_deref(), Some("n1"));
 
-        *api.fail_bind.lock() = Some(ApiError::Conflict("pod already bound".into()));
+        api.fail::<Pod>(Verb::Create, ApiError::Conflict("pod already bound".into()));
         let s = b.bind(&CycleState::new(), &pod, "n1").await;
         assert_eq!(s.code(), Code::Error);
         assert_eq!(s.message(), "conflict: pod already bound");
@@ -122,8 +126,9 @@ mod tests {
     /// An API whose first `failures` binds fail with `error`.
     fn flaky(failures: u32, error: ApiError) -> Arc<RecordingApi> {
         let api = Arc::new(RecordingApi::default());
-        *api.fail_bind.lock() = Some(error);
-        *api.fail_bind_times.lock() = Some(failures);
+        for _ in 0..failures {
+            api.fail_once::<Pod>(Verb::Create, error.clone());
+        }
         api
     }
 
@@ -137,7 +142,7 @@ mod tests {
             let s = DefaultBinder::at(api.clone(), minor)
                 .bind(&CycleState::new(), &PodBuilder::new("p").info(), "n1")
                 .await;
-            (s, *api.bind_attempts.lock())
+            (s, api.sent::<Pod>(Verb::Create, Some("binding")).len())
         };
         // Three failures, then success on the fourth try.
         let (s, calls) = bind(flaky(3, unavailable.clone()), Minor::V1_37).await;

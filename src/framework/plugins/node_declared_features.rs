@@ -382,7 +382,7 @@ mod tests {
         )
         .expect("known gate");
         let handle = crate::framework::registry::Handle::new(std::sync::Arc::new(
-            crate::framework::registry::RecordingApi::default(),
+            crate::framework::api_calls::RecordingApi::default(),
         ))
         .with_emulation(std::sync::Arc::new(emulation));
         let built = (registration().factory)(&serde_json::Value::Null, &handle).expect("built");

@@ -21,7 +21,9 @@ use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterPlugin,
     PreFilterResult, SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{
+    CSI_DRIVERS, CSI_NODES, Listers, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES,
+};
 use crate::framework::plugins::helper::{impl_plugin, queue_if, volume_rules};
 use crate::framework::plugins::volume_binding::binder::{
     claim_class, claim_volume_name, ephemeral_claim_is_for_pod, pod_uses_claim, volume_claim_name,
@@ -74,7 +76,7 @@ impl NodeVolumeLimits {
     fn driver_installed(&self, driver: &str, csi_node: Option<&CSINode>) -> bool {
         let opted_in = self
             .listers
-            .csi_drivers
+            .store(&CSI_DRIVERS)
             .get("", driver)
             .and_then(|d| d.spec.prevent_pod_scheduling_if_missing)
             .unwrap_or(false);
@@ -85,7 +87,7 @@ impl NodeVolumeLimits {
     fn csi_driver_info(&self, pvc: &PersistentVolumeClaim) -> Option<(String, String)> {
         let pv_name = claim_volume_name(pvc);
         if !pv_name.is_empty()
-            && let Some(pv) = self.listers.persistent_volumes.get("", pv_name)
+            && let Some(pv) = self.listers.store(&PERSISTENT_VOLUMES).get("", pv_name)
         {
             let csi = pv.spec.as_ref()?.csi.as_ref()?;
             return Some((csi.driver.clone(), csi.volume_handle.clone()));
@@ -95,7 +97,7 @@ impl NodeVolumeLimits {
         if class_name.is_empty() {
             return None;
         }
-        let class = self.listers.storage_classes.get("", class_name)?;
+        let class = self.listers.store(&STORAGE_CLASSES).get("", class_name)?;
         if class.provisioner.starts_with("kubernetes.io/") {
             // An in-tree provisioner: counted only when migrated to CSI (not supported yet).
             return None;
@@ -124,7 +126,7 @@ impl NodeVolumeLimits {
             if name.is_empty() {
                 return Err("PersistentVolumeClaim had no name".into());
             }
-            let Some(pvc) = self.listers.persistent_volume_claims.get(ns, &name) else {
+            let Some(pvc) = self.listers.store(&PERSISTENT_VOLUME_CLAIMS).get(ns, &name) else {
                 if new_pod {
                     return Err(format!(
                         "looking up PVC {ns}/{name}: persistentvolumeclaim {name:?} not found"
@@ -223,7 +225,7 @@ impl SignPlugin for NodeVolumeLimits {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
         sign_volumes(pod, |name| {
             self.listers
-                .persistent_volume_claims
+                .store(&PERSISTENT_VOLUME_CLAIMS)
                 .get(pod.namespace(), name)
         })
     }
@@ -259,7 +261,7 @@ impl FilterPlugin for NodeVolumeLimits {
         {
             return Status::success();
         }
-        let csi_node = self.listers.csi_nodes.get("", node.name());
+        let csi_node = self.listers.store(&CSI_NODES).get("", node.name());
         let mut new_volumes = BTreeMap::new();
         if let Err(e) = self.attachable_volumes(&pod.pod, true, &mut new_volumes) {
             return if e.contains("not found") {
@@ -318,11 +320,11 @@ pub(crate) fn registration() -> PluginRegistration {
         }) as Arc<dyn Plugin>)
     })
     .with_informers(&[
-        Informer::PersistentVolumes,
-        Informer::PersistentVolumeClaims,
-        Informer::StorageClasses,
-        Informer::CSINodes,
-        Informer::CSIDrivers,
+        &PERSISTENT_VOLUMES,
+        &PERSISTENT_VOLUME_CLAIMS,
+        &STORAGE_CLASSES,
+        &CSI_NODES,
+        &CSI_DRIVERS,
     ])
     .with_rbac_rules(volume_rules(false))
 }
@@ -391,28 +393,29 @@ mod tests {
             ("pv-3", EBS, "vol-3"),
             ("pv-gce", GCE, "disk-1"),
         ] {
-            l.persistent_volumes
+            l.store(&PERSISTENT_VOLUMES)
                 .apply(PvBuilder::new(pv).csi(driver, handle).build());
-            l.persistent_volume_claims
+            l.store(&PERSISTENT_VOLUME_CLAIMS)
                 .apply(PvcBuilder::new(&format!("c-{pv}")).bound(pv).build());
         }
-        l.persistent_volumes.apply(PvBuilder::new("pv-nfs").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUMES)
+            .apply(PvBuilder::new("pv-nfs").build());
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-nfs").bound("pv-nfs").build());
-        l.storage_classes
+        l.store(&STORAGE_CLASSES)
             .apply(storage_class("ebs", EBS, Some("WaitForFirstConsumer")));
-        l.storage_classes.apply(storage_class(
+        l.store(&STORAGE_CLASSES).apply(storage_class(
             "intree",
             "kubernetes.io/aws-ebs",
             Some("WaitForFirstConsumer"),
         ));
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-new").class("ebs").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-new2").class("ebs").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-intree").class("intree").build());
-        l.csi_nodes
+        l.store(&CSI_NODES)
             .apply(csi_node("n", &[(EBS, limit), (GCE, Some(1))]));
         Arc::new(l)
     }
@@ -434,8 +437,8 @@ mod tests {
         let node = |name: &str| NodeBuilder::new(name).info(vec![]);
         let filter = |scaling: bool, prevent: Option<bool>, node_name: &str| {
             let l = listers(Some(5));
-            l.csi_drivers.apply(driver(GCE, prevent));
-            l.csi_drivers.apply(driver(EBS, None));
+            l.store(&CSI_DRIVERS).apply(driver(GCE, prevent));
+            l.store(&CSI_DRIVERS).apply(driver(EBS, None));
             let pl = NodeVolumeLimits {
                 listers: l,
                 volume_limit_scaling: scaling,

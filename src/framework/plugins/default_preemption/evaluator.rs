@@ -19,6 +19,7 @@ use crate::framework::extender::Victims;
 use crate::framework::interface::{
     Code, CycleState, FrameworkHandle, NodeToStatus, PostFilterResult, Status,
 };
+use crate::framework::listers::POD_DISRUPTION_BUDGETS;
 use crate::framework::registry::Handle;
 use crate::framework::schedule::{Diagnosis, FitError};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
@@ -113,7 +114,7 @@ impl Evaluator {
         let (candidates, statuses, errors) = if potential.is_empty() {
             (Vec::new(), NodeToStatus::new(), Vec::new())
         } else {
-            let pdbs = self.handle.listers.pod_disruption_budgets.list();
+            let pdbs = self.handle.listers.store(&POD_DISRUPTION_BUDGETS).list();
             let (offset, num) = plugin.offset_and_num_candidates(potential.len());
             self.dry_run_preemption(plugin, fwk, state, pod, &potential, &pdbs, offset, num)
         };

@@ -34,7 +34,10 @@ use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ReservePlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
-use crate::framework::listers::Informer;
+use crate::framework::listers::{
+    CSI_DRIVERS, CSI_NODES, CSI_STORAGE_CAPACITIES, Informer, PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES, STORAGE_CLASSES,
+};
 use crate::framework::plugins::helper::{
     MAX_CUSTOM_PRIORITY_SCORE, impl_plugin, scaled_shape, volume_rules,
 };
@@ -89,7 +92,10 @@ impl VolumeBinding {
                 continue;
             };
             has = true;
-            let Some(pvc) = listers.persistent_volume_claims.get(pod.namespace(), &name) else {
+            let Some(pvc) = listers
+                .store(&PERSISTENT_VOLUME_CLAIMS)
+                .get(pod.namespace(), &name)
+            else {
                 return Err(if ephemeral {
                     format!(
                         "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
@@ -356,12 +362,12 @@ impl PreBindPlugin for VolumeBinding {
 
 /// The informers VolumeBinding (and wrappers around its binder) read.
 pub(crate) const INFORMERS: &[Informer] = &[
-    Informer::PersistentVolumes,
-    Informer::PersistentVolumeClaims,
-    Informer::StorageClasses,
-    Informer::CSINodes,
-    Informer::CSIDrivers,
-    Informer::CSIStorageCapacities,
+    &PERSISTENT_VOLUMES,
+    &PERSISTENT_VOLUME_CLAIMS,
+    &STORAGE_CLASSES,
+    &CSI_NODES,
+    &CSI_DRIVERS,
+    &CSI_STORAGE_CAPACITIES,
 ];
 
 impl VolumeBinding {
@@ -497,10 +503,22 @@ mod tests {
     use super::binder::ConflictReason;
     use super::*;
     use crate::emulation::Minor;
+    use crate::framework::api_calls::{ApiError, RecordingApi, Verb};
     use crate::framework::args::decode_at;
     use crate::framework::interface::Code;
-    use crate::framework::listers::Listers;
-    use crate::framework::registry::RecordingApi;
+    use crate::framework::listers::{
+        CSI_DRIVERS, CSI_STORAGE_CAPACITIES, Listers, PERSISTENT_VOLUMES, STORAGE_CLASSES,
+    };
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+    /// The claims and the volumes replaced through the API, in order.
+    fn pvc_updates(api: &RecordingApi) -> Vec<PersistentVolumeClaim> {
+        api.bodies::<PersistentVolumeClaim, _>(Verb::Replace, None)
+    }
+
+    fn pv_updates(api: &RecordingApi) -> Vec<PersistentVolume> {
+        api.bodies::<PersistentVolume, _>(Verb::Replace, None)
+    }
     use crate::framework::testing::{
         NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, storage_class, term,
     };
@@ -533,7 +551,7 @@ mod tests {
             ),
             storage_class("unset", "example.com/p", None),
         ] {
-            l.storage_classes.apply(sc);
+            l.store(&STORAGE_CLASSES).apply(sc);
         }
         let on = |n: &str| term(&[(HOST, "In", &[n])], &[]);
         for pv in [
@@ -553,7 +571,8 @@ mod tests {
                 .capacity("1Gi")
                 .node_affinity(on("n2")),
         ] {
-            l.persistent_volumes.apply(pv.resource_version("1").build());
+            l.store(&PERSISTENT_VOLUMES)
+                .apply(pv.resource_version("1").build());
         }
         for pvc in [
             PvcBuilder::new("bound-n1").bound("pv-bound-n1"),
@@ -585,7 +604,7 @@ mod tests {
                 .class(CAPACITY_CLASS)
                 .request("10Gi"),
         ] {
-            l.persistent_volume_claims
+            l.store(&PERSISTENT_VOLUME_CLAIMS)
                 .apply(pvc.resource_version("1").build());
         }
         l
@@ -780,7 +799,7 @@ mod tests {
         );
         // A claim of that name the pod does not own.
         let l = listers();
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("p-scratch").class(WFFC).build());
         let (pl, _, _) = plugin(l);
         assert_eq!(
@@ -800,7 +819,7 @@ mod tests {
             controller: Some(true),
             ..Default::default()
         }]);
-        l.persistent_volume_claims.apply(owned);
+        l.store(&PERSISTENT_VOLUME_CLAIMS).apply(owned);
         let (pl, _, _) = plugin(l);
         let (_, pre, filtered) = filter(&pl, &eph);
         assert!(pre.is_success());
@@ -824,7 +843,7 @@ mod tests {
         // A PV of the class bound to another claim can match no claim of the pod on any node:
         // PreFilter leaves it out, and Filter picks the same PV as before.
         let l = listers();
-        l.persistent_volumes.apply(
+        l.store(&PERSISTENT_VOLUMES).apply(
             PvBuilder::new("pv-local-n1-3g-taken")
                 .class(NO_PROVISIONER)
                 .capacity("3Gi")
@@ -865,7 +884,7 @@ mod tests {
     fn missing_class_for_provisioning_and_capacity() {
         // A delayed claim whose class disappeared between PreFilter and Filter: error.
         let l = listers();
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("ghost").class("ghost").build());
         let (pl, _, _) = plugin(l);
         // The class is unknown: the claim is treated as immediate (upstream IsDelayBindingMode).
@@ -876,7 +895,7 @@ mod tests {
 
         // CSI storage capacity: only nodes with an accessible pool large enough.
         let l = listers();
-        l.csi_drivers.apply(CSIDriver {
+        l.store(&CSI_DRIVERS).apply(CSIDriver {
             metadata: ObjectMeta {
                 name: Some("csi.example.com".into()),
                 ..Default::default()
@@ -900,9 +919,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        l.csi_storage_capacities
+        l.store(&CSI_STORAGE_CAPACITIES)
             .apply(capacity("c1", "n1", "100Gi"));
-        l.csi_storage_capacities.apply(capacity("c2", "n2", "1Gi"));
+        l.store(&CSI_STORAGE_CAPACITIES)
+            .apply(capacity("c2", "n2", "1Gi"));
         let (pl, _, _) = plugin(l);
         let (_, pre, filtered) = filter(&pl, &pod(&["tracked"]));
         assert!(pre.is_success());
@@ -921,7 +941,7 @@ mod tests {
     #[test]
     fn storage_capacity_scoring_prefers_the_emptier_pool_from_1_37() {
         let l = listers();
-        l.csi_drivers.apply(CSIDriver {
+        l.store(&CSI_DRIVERS).apply(CSIDriver {
             metadata: ObjectMeta {
                 name: Some("csi.example.com".into()),
                 ..Default::default()
@@ -932,7 +952,7 @@ mod tests {
             },
         });
         for (name, node, size) in [("c1", "n1", "100Gi"), ("c2", "n2", "20Gi")] {
-            l.csi_storage_capacities.apply(CSIStorageCapacity {
+            l.store(&CSI_STORAGE_CAPACITIES).apply(CSIStorageCapacity {
                 metadata: ObjectMeta {
                     name: Some(name.into()),
                     namespace: Some("default".into()),
@@ -1015,7 +1035,7 @@ mod tests {
             let api = api.clone();
             tokio::spawn(async move {
                 loop {
-                    if let Some(c) = api.pvc_updates.lock().first().cloned() {
+                    if let Some(c) = pvc_updates(&api).first().cloned() {
                         let bound = PvcBuilder::new("wffc")
                             .class(WFFC)
                             .annotation(binder::ANN_SELECTED_NODE, "n2")
@@ -1023,9 +1043,9 @@ mod tests {
                             .resource_version("2")
                             .build();
                         listers
-                            .persistent_volumes
+                            .store(&PERSISTENT_VOLUMES)
                             .apply(PvBuilder::new("pv-new").build());
-                        listers.persistent_volume_claims.apply(bound);
+                        listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(bound);
                         return c;
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -1042,10 +1062,19 @@ mod tests {
 
     #[tokio::test]
     async fn pre_bind_binds_static_pvs_and_times_out_when_nothing_binds() {
-        // The informer still shows the PV without claimRef at the version we wrote: reset.
-        let (pl, _, _) = plugin(listers());
+        // The informer shows the PV at the version our write made (the API's next one), but
+        // without our claimRef: reset.
+        let (pl, _, handle) = plugin(listers());
         let p = pod(&["local-2g"]);
         let cs = reserved(&pl, &p, "n1");
+        handle.listers.store(&PERSISTENT_VOLUMES).apply(
+            PvBuilder::new("pv-local-n1-5g")
+                .class(NO_PROVISIONER)
+                .capacity("5Gi")
+                .node_affinity(term(&[(HOST, "In", &["n1"])], &[]))
+                .resource_version("2")
+                .build(),
+        );
         assert_eq!(
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("ClaimRef got reset for pv \"pv-local-n1-5g\"")
@@ -1054,12 +1083,13 @@ mod tests {
         let (pl, api, handle) = plugin(listers());
         let cs = reserved(&pl, &p, "n1");
         // The informer sees our PV update; nothing (no PV controller here) binds the claim.
-        handle.listers.persistent_volumes.apply(
+        handle.listers.store(&PERSISTENT_VOLUMES).apply(
             PvBuilder::new("pv-local-n1-5g")
                 .class(NO_PROVISIONER)
                 .capacity("5Gi")
+                .node_affinity(term(&[(HOST, "In", &["n1"])], &[]))
                 .claim_ref("default", "local-2g", "local-2g")
-                .resource_version("1")
+                .resource_version("2")
                 .build(),
         );
         let s = pl.pre_bind(&cs, &p, "n1").await;
@@ -1067,7 +1097,7 @@ mod tests {
             s,
             Status::error("binding volumes: context deadline exceeded")
         );
-        let updates = api.pv_updates.lock().clone();
+        let updates = pv_updates(&api);
         assert_eq!(updates.len(), 1);
         let pv = &updates[0];
         assert_eq!(pv.metadata.name.as_deref(), Some("pv-local-n1-5g"));
@@ -1090,7 +1120,7 @@ mod tests {
         let (pl, api, handle) = plugin(listers());
         let p = pod(&["wffc"]);
         let cs = reserved(&pl, &p, "n1");
-        handle.listers.persistent_volume_claims.apply(
+        handle.listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(
             PvcBuilder::new("wffc")
                 .class(WFFC)
                 .annotation("other", "x")
@@ -1101,13 +1131,12 @@ mod tests {
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("provisioning failed for PVC \"wffc\"")
         );
-        assert_eq!(api.pvc_updates.lock().len(), 1);
+        assert_eq!(pvc_updates(&api).len(), 1);
 
         // The API refuses the update: error, and the assumption is dropped.
         let (pl, api, _) = plugin(listers());
-        *api.fail_volume_updates.lock() = Some(crate::framework::registry::ApiError::Conflict(
-            "changed".into(),
-        ));
+        api.fail::<PersistentVolume>(Verb::Replace, ApiError::Conflict("changed".into()));
+        api.fail::<PersistentVolumeClaim>(Verb::Replace, ApiError::Conflict("changed".into()));
         let p = pod(&["local-2g"]);
         let cs = reserved(&pl, &p, "n1");
         assert_eq!(
@@ -1159,8 +1188,8 @@ mod tests {
         let p = pod(&["bound-n1"]);
         let mut cs = reserved(&pl, &p, "n1");
         assert_eq!(pl.pre_bind(&cs, &p, "n1").await, Status::success());
-        assert!(api.pv_updates.lock().is_empty());
-        assert!(api.pvc_updates.lock().is_empty());
+        assert!(pv_updates(&api).is_empty());
+        assert!(pvc_updates(&api).is_empty());
         // Score is off without `shape`.
         assert!(pl.pre_score(&mut cs, &p, &Snapshot::new(), &[]).is_skip());
     }

@@ -24,8 +24,8 @@ use kube::Client;
 use kube::client::Body;
 use tokio::sync::Semaphore;
 
+use super::leader_election::Leadership;
 use super::metrics::rest_client_metrics;
-use crate::leader_election::Leadership;
 
 /// Requests in flight per client at most; 64 keep the API server's binding path saturated (the
 /// benchmark's null binder reaches the ceiling with as many).

@@ -364,9 +364,67 @@ where
     }
 }
 
+/// A kube error as people read it. kube's own text of an API error ends in a debug dump of the
+/// Status (`ApiError: ... (Status { status: Some(Failure), ... })`); this is the API server's
+/// message (which names the object), its reason and the HTTP code.
+pub(crate) fn kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.reason.is_empty() => format!("{} (HTTP {})", s.message, s.code),
+        kube::Error::Api(s) => format!("{} ({}, HTTP {})", s.message, s.reason, s.code),
+        other => other.to_string(),
+    }
+}
+
+/// A watch error as people read it (the API errors inside as [`kube_error`] says them).
+pub(crate) fn watch_error(e: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error;
+    match e {
+        Error::InitialListFailed(k) => {
+            format!("failed to perform initial object list: {}", kube_error(k))
+        }
+        Error::WatchStartFailed(k) => format!("failed to start watching object: {}", kube_error(k)),
+        Error::WatchFailed(k) => format!("watch stream failed: {}", kube_error(k)),
+        other => other.to_string(),
+    }
+}
+
+/// A controller's error as people read it: the watch and API errors inside as [`watch_error`] and
+/// [`kube_error`] say them.
+pub(crate) fn controller_error<E: std::fmt::Display>(
+    e: &kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
+) -> String {
+    use kube::runtime::controller::Error;
+    match e {
+        Error::QueueError(w) => format!("event queue error: {}", watch_error(w)),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kube_api_errors_read_as_the_api_server_says_them() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure",
+            "message": "serviceaccounts \"ksched-operator-uninstall\" not found",
+            "reason": "NotFound",
+            "code": 404,
+        }))
+        .expect("status");
+        let e = kube::Error::Api(Box::new(status));
+        assert!(e.to_string().contains("Status {"), "kube's own text: {e}");
+        assert_eq!(
+            kube_error(&e),
+            "serviceaccounts \"ksched-operator-uninstall\" not found (NotFound, HTTP 404)"
+        );
+        let w = kube::runtime::watcher::Error::InitialListFailed(e);
+        assert_eq!(
+            watch_error(&w),
+            "failed to perform initial object list: serviceaccounts \"ksched-operator-uninstall\" not found (NotFound, HTTP 404)"
+        );
+    }
 
     fn at(start: Instant, secs: f64) -> Instant {
         start + Duration::from_secs_f64(secs)
@@ -480,7 +538,7 @@ mod tests {
             lines[0]["caller"]
                 .as_str()
                 .unwrap()
-                .starts_with("src/logging.rs:")
+                .starts_with("infra/logging.rs:")
         );
         assert_eq!(lines[1]["v"], 4);
         assert_eq!(lines[1]["count"], 3);

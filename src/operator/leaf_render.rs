@@ -20,10 +20,6 @@ use std::fmt;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use super::distribution::{DistributionPolicy, LeafNodeDistributionArgs};
-use super::taint_toleration::{LeafNodeTaintTolerationArgs, LeafTaintPolicy};
-use super::validate_selector;
-use super::volume_binding::{LeafNodeVolumeBindingArgs, VolumePolicy};
 use crate::api::LeafClusterPolicy;
 use crate::api::leaf_cluster_policy::{
     LAST_VALID_SPEC_ANNOTATION, LeafClusterPolicySpec, PlacementMode,
@@ -31,6 +27,12 @@ use crate::api::leaf_cluster_policy::{
 use crate::config::ExtensionPoint::{self, *};
 use crate::config::FieldError;
 use crate::framework::args::{decode, forbidden, invalid};
+use crate::framework::plugins::leaf::distribution::{DistributionPolicy, LeafNodeDistributionArgs};
+use crate::framework::plugins::leaf::taint_toleration::{
+    LeafNodeTaintTolerationArgs, LeafTaintPolicy,
+};
+use crate::framework::plugins::leaf::validate_selector;
+use crate::framework::plugins::leaf::volume_binding::{LeafNodeVolumeBindingArgs, VolumePolicy};
 use crate::framework::plugins::names;
 
 /// The score weight of LeafNodeDistribution in a rendered profile: a placement `weight` of 100

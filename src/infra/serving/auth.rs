@@ -36,7 +36,7 @@ use rustls::pki_types::{CertificateDer, UnixTime, pem::PemObject};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use crate::config::GoDuration;
+use crate::infra::duration::GoDuration;
 
 /// The ConfigMap kube-apiserver publishes its client CA and front-proxy settings in.
 pub(crate) const AUTHENTICATION_CONFIGMAP: (&str, &str) =
@@ -736,7 +736,7 @@ async fn review_client(
         },
     };
     let client = kube::Client::try_from(config).map_err(|e| err(e.to_string()))?;
-    Ok(Some(crate::scheduler::client::limited(client, 200.0, 400)))
+    Ok(Some(crate::infra::client::limited(client, 200.0, 400)))
 }
 
 /// Builds the guard of an endpoint from the flags: reads the CA files, looks the ConfigMap up
@@ -876,7 +876,9 @@ async fn keep_configmap_fresh(api: Api<ConfigMap>, authn: Arc<Authenticator>, fr
                     "authentication configuration updated from configmap/extension-apiserver-authentication"
                 );
             }
-            Err(e) => debug!(error = %e, "watching configmap/extension-apiserver-authentication"),
+            Err(e) => {
+                debug!(error = %crate::infra::logging::watch_error(&e), "watching configmap/extension-apiserver-authentication")
+            }
         }
     }
     info!("stopped watching configmap/extension-apiserver-authentication");

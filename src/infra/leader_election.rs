@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -45,6 +46,25 @@ pub struct LeaderElectionConfig {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// Holders known to have stopped without waiting for the lease to expire (an Embedded
+    /// scheduler of an operator that no longer leads): the lease is taken from them at once.
+    pub takeover: Option<Takeover>,
+}
+
+/// Which holders a candidate may take the lease from at once: identities starting with
+/// `holders` but not with `except` (the candidate's own kind). The caller guarantees such a holder
+/// stopped acting: an Embedded scheduler stops at its operator's renew deadline, which passes
+/// before another operator can lead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Takeover {
+    pub holders: String,
+    pub except: String,
+}
+
+impl Takeover {
+    fn applies_to(&self, holder: &str) -> bool {
+        holder.starts_with(&self.holders) && !holder.starts_with(&self.except)
+    }
 }
 
 impl LeaderElectionConfig {
@@ -114,7 +134,7 @@ enum AttemptError {
     HeldByOther(String),
     #[error("another candidate updated the lease first")]
     Conflict,
-    #[error("{action} the lease failed: {source}")]
+    #[error("{action} the lease failed: {}", crate::infra::logging::kube_error(.source))]
     Api {
         action: &'static str,
         source: kube::Error,
@@ -139,6 +159,9 @@ struct LeadershipState {
     base: Instant,
     until: AtomicU64,
     signal: watch::Sender<bool>,
+    /// A leadership this one lives within (an Embedded scheduler's, within its operator's): it
+    /// ends the moment the parent's does.
+    parent: std::sync::OnceLock<Leadership>,
 }
 
 /// Whether this process may act as leader, shared by everything that acts on it. Cheap to clone.
@@ -166,7 +189,18 @@ impl Leadership {
             base: Instant::now(),
             until: AtomicU64::new(until),
             signal,
+            parent: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Makes this leadership end with `parent`'s: leading only while both lead, its deadline never
+    /// later than the parent's (so an elector renewing it stops at the parent's deadline too).
+    pub(crate) fn within(&self, parent: Leadership) {
+        let _ = self.0.parent.set(parent);
+    }
+
+    fn parent(&self) -> Option<&Leadership> {
+        self.0.parent.get()
     }
 
     /// Leadership of a process that runs without leader election: leading until [`Self::resign`].
@@ -175,7 +209,7 @@ impl Leadership {
     }
 
     fn term(&self) -> Term {
-        match self.0.until.load(Ordering::Acquire) {
+        let own = match self.0.until.load(Ordering::Acquire) {
             NOT_LEADING | LOST | RESIGNED => Term::NotLeading,
             ALWAYS => Term::Always,
             nanos => {
@@ -186,6 +220,12 @@ impl Leadership {
                     Term::NotLeading
                 }
             }
+        };
+        match (own, self.parent().map(Leadership::term)) {
+            (_, Some(Term::NotLeading)) | (Term::NotLeading, _) => Term::NotLeading,
+            (own, None | Some(Term::Always)) => own,
+            (Term::Always, Some(parent)) => parent,
+            (Term::Until(a), Some(Term::Until(b))) => Term::Until(a.min(b)),
         }
     }
 
@@ -226,8 +266,15 @@ impl Leadership {
                     None => std::future::pending().await,
                 }
             };
+            let parent_lost = async {
+                match self.parent() {
+                    Some(p) => Box::pin(p.lost()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = deadline => {}
+                _ = parent_lost => {}
                 changed = signal.changed() => if changed.is_err() { return },
             }
         }
@@ -300,6 +347,7 @@ pub(crate) struct LeaderHealth(Arc<parking_lot::Mutex<Option<LeaderObservation>>
 #[derive(Debug, Clone)]
 struct LeaderObservation {
     lease: String,
+    holder: String,
     holder_is_us: bool,
     seen: Instant,
     lease_duration: Duration,
@@ -309,10 +357,21 @@ impl LeaderHealth {
     fn observe(&self, config: &LeaderElectionConfig, spec: &LeaseSpec, seen: Instant) {
         *self.0.lock() = Some(LeaderObservation {
             lease: config.lease_name.clone(),
+            holder: spec.holder_identity.clone().unwrap_or_default(),
             holder_is_us: spec.holder_identity.as_deref() == Some(config.identity.as_str()),
             seen,
             lease_duration: config.lease_duration,
         });
+    }
+
+    /// Another candidate that held the lease and has not renewed it for `for_at_least` of this
+    /// candidate's clock: with `for_at_least` its renew deadline, it has stopped acting as leader.
+    pub(crate) fn stale_holder(&self, now: Instant, for_at_least: Duration) -> Option<String> {
+        let o = self.0.lock().clone()?;
+        let stale = !o.holder_is_us
+            && !o.holder.is_empty()
+            && now.saturating_duration_since(o.seen) >= for_at_least;
+        stale.then_some(o.holder)
     }
 
     /// client-go's `LeaderElector.Check`: a replica that leads (the last record it saw names it)
@@ -378,7 +437,11 @@ impl LeaderElector {
         let cfg = self.config.clone();
         info!(lease = %cfg.lease(), identity = %cfg.identity, "attempting to acquire leader lease");
         let request_timeout = cfg.request_timeout();
-        // Campaign.
+        // Campaign. Besides every retry period, look again the moment the lease changes (a
+        // watch, when permitted) and the moment the holder's term runs out as observed: a
+        // successor takes over one lease duration after the last renewal it saw, not up to two
+        // retry periods later.
+        let mut changes = lease_changes(self.api.clone(), &cfg.lease_name);
         loop {
             let sent = Instant::now();
             let attempt = tokio::select! {
@@ -396,11 +459,17 @@ impl LeaderElector {
                 }
                 Err(err) => debug!(%err, "failed to acquire lease {}", cfg.lease()),
             }
+            // A term that ran out already (the attempt after it failed, say the API server is
+            // unreachable) is no reason to look again at once: wait the retry period.
+            let expiry = self.observed_expiry().filter(|at| *at > Instant::now());
             tokio::select! {
                 _ = tokio::time::sleep(jittered(cfg.retry_period)) => {}
+                _ = sleep_until_opt(expiry) => {}
+                _ = changes.next() => {}
                 _ = stopped(&mut stop) => return Ok(()),
             }
         }
+        drop(changes);
         info!(identity = %cfg.identity, "successfully acquired lease {}", cfg.lease());
         // Renew. The deadline races every wait and every attempt.
         let mut last = String::from("none finished");
@@ -515,8 +584,16 @@ impl LeaderElector {
         self.observe(spec.clone());
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let we_hold = holder == self.config.identity;
-        if !holder.is_empty() && !we_hold && !self.observed_expired(&spec) {
+        let stopped = self
+            .config
+            .takeover
+            .as_ref()
+            .is_some_and(|t| t.applies_to(&holder));
+        if !holder.is_empty() && !we_hold && !stopped && !self.observed_expired(&spec) {
             return Err(AttemptError::HeldByOther(holder));
+        }
+        if stopped && !we_hold {
+            info!(%holder, "taking over the lease from a holder that stopped with its operator");
         }
         let mut new_spec = spec.clone();
         if !we_hold {
@@ -545,6 +622,24 @@ impl LeaderElector {
             self.health.observe(&self.config, &spec, now);
             self.observed = Some((spec, now));
         }
+    }
+
+    /// When the holder's term runs out, as this candidate observed it: a moment after its last
+    /// seen change plus the lease duration.
+    fn observed_expiry(&self) -> Option<Instant> {
+        let (spec, seen) = self.observed.as_ref()?;
+        if spec
+            .holder_identity
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return None;
+        }
+        let duration = Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        );
+        Some(*seen + duration + Duration::from_millis(10))
     }
 
     fn observed_expired(&self, spec: &LeaseSpec) -> bool {
@@ -607,6 +702,31 @@ pub(crate) fn task_outcome(
     joined.unwrap_or(Ok(()))
 }
 
+/// Sleeps until `at`, forever when None.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One item per change of the Lease `name` (created, renewed, taken, deleted). Without permission
+/// to watch it, nothing ever comes (the campaign polls every retry period).
+fn lease_changes(api: Api<Lease>, name: &str) -> futures::stream::BoxStream<'static, ()> {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(|event| async move {
+            matches!(
+                event,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
+            )
+            .then_some(())
+        })
+        .boxed()
+}
+
 /// Resolves when `stop` turns true or its sender is gone.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -643,6 +763,7 @@ mod tests {
             lease_duration: Duration::from_secs(lease),
             renew_deadline: Duration::from_secs(renew),
             retry_period: Duration::from_secs(retry),
+            takeover: None,
         }
     }
 
@@ -741,6 +862,79 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), leadership.lost())
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_leadership_within_another_ends_at_the_others_deadline() {
+        let operator = Leadership::new(NOT_LEADING);
+        let embedded = Leadership::new(NOT_LEADING);
+        embedded.within(operator.clone());
+        assert!(embedded.lead_until(Instant::now() + Duration::from_secs(60)));
+        // The operator does not lead: neither does its Embedded scheduler.
+        assert!(!embedded.is_leader());
+        let operator_until = Instant::now() + Duration::from_millis(300);
+        assert!(operator.lead_until(operator_until));
+        assert!(embedded.is_leader());
+        assert_eq!(embedded.deadline(), Some(operator_until));
+        let start = Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), embedded.lost())
+            .await
+            .unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(250));
+        assert!(!embedded.is_leader());
+        // Its own renewals cannot bring it back while the operator does not lead.
+        embedded.lead_until(Instant::now() + Duration::from_secs(60));
+        assert!(!embedded.is_leader());
+    }
+
+    #[test]
+    fn a_takeover_applies_to_other_operators_embedded_schedulers_only() {
+        let t = Takeover {
+            holders: "embedded/".into(),
+            except: "embedded/op-b_1/".into(),
+        };
+        assert!(t.applies_to("embedded/op-a_9/p/1234"));
+        assert!(!t.applies_to("embedded/op-b_1/p/1234"));
+        assert!(!t.applies_to("ksched-profile-p-5d8f_abc"));
+        assert!(!t.applies_to(""));
+    }
+
+    #[test]
+    fn a_stale_holder_is_another_one_not_renewed_for_long_enough() {
+        let cfg = config(15, 10, 2);
+        let health = LeaderHealth::default();
+        let start = Instant::now();
+        let other = LeaseSpec {
+            holder_identity: Some("op-a_1".into()),
+            ..LeaseSpec::default()
+        };
+        health.observe(&cfg, &other, start);
+        let deadline = Duration::from_secs(10);
+        assert_eq!(
+            health.stale_holder(start + Duration::from_secs(9), deadline),
+            None
+        );
+        assert_eq!(
+            health
+                .stale_holder(start + Duration::from_secs(10), deadline)
+                .as_deref(),
+            Some("op-a_1")
+        );
+        // Ourselves, or nobody, is never stale.
+        let ours = LeaseSpec {
+            holder_identity: Some("me".into()),
+            ..LeaseSpec::default()
+        };
+        health.observe(&cfg, &ours, start);
+        assert_eq!(
+            health.stale_holder(start + Duration::from_secs(60), deadline),
+            None
+        );
+        health.observe(&cfg, &LeaseSpec::default(), start);
+        assert_eq!(
+            health.stale_holder(start + Duration::from_secs(60), deadline),
+            None
+        );
     }
 
     #[tokio::test]

@@ -1,11 +1,10 @@
 //! `/debug/pprof/profile?seconds=N`: a CPU profile in pprof's protobuf format (what Go's
 //! `net/http/pprof` serves; `go tool pprof https://.../debug/pprof/profile` reads it), sampled at
-//! 100 Hz by the `pprof` crate (SIGPROF, stacks symbolized in process). Served when the
-//! configuration's `enableProfiling` is true, behind the endpoint's authorization.
-//!
-//! Heap profiles are not served: recording live allocations needs an allocator that samples them
-//! (jemalloc's prof, or a sampling wrapper around the system allocator), and ksched keeps glibc's
-//! malloc with one arena, which is what its memory figures are measured with.
+//! 100 Hz by the `pprof` crate (SIGPROF, stacks symbolized in process). `/debug/pprof/heap`: the
+//! live heap, as jemalloc's profiling sampled it (every 512 KiB allocated, as Go's), converted to
+//! pprof (gzipped protobuf, symbolized in process) by `jemalloc_pprof`; only when the process runs
+//! on jemalloc ([`crate::allocator`]). Served when the configuration's `enableProfiling` is true,
+//! behind the endpoint's authorization.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +16,53 @@ pub(crate) const DEFAULT_SECONDS: u64 = 30;
 const FREQUENCY: i32 = 100;
 
 static RUNNING: AtomicBool = AtomicBool::new(false);
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HeapProfileError {
+    #[error(
+        "heap profiles need jemalloc: this process runs on {0} malloc; start it with {env}=jemalloc",
+        env = crate::allocator::ENV
+    )]
+    NotJemalloc(&'static str),
+    /// An out-of-tree binary that did not install ksched's allocator.
+    #[error(
+        "heap profiles need jemalloc: this binary runs on the system's malloc; install ksched's allocator with `ksched::use_selectable_allocator!();` in its crate root"
+    )]
+    NoSelectableAllocator,
+    #[error("heap profiles need jemalloc's profiling, which is off in this process")]
+    ProfilingOff,
+    /// jemalloc writes the profile to a temporary file first.
+    #[error(
+        "Could not write the heap profile: {0} (jemalloc writes it to a file in {dir} first: mount a writable /tmp, an emptyDir, or set TMPDIR)",
+        dir = std::env::temp_dir().display()
+    )]
+    Dump(String),
+}
+
+/// The live heap as a gzipped pprof protobuf (Go's `/debug/pprof/heap` answer), read from
+/// jemalloc's profiling.
+pub(crate) async fn heap_profile() -> Result<Vec<u8>, HeapProfileError> {
+    match crate::allocator::active() {
+        Some(crate::allocator::Kind::Jemalloc) => {}
+        Some(other) => return Err(HeapProfileError::NotJemalloc(other.name())),
+        None => return Err(HeapProfileError::NoSelectableAllocator),
+    }
+    let ctl = jemalloc_pprof::PROF_CTL
+        .as_ref()
+        .ok_or(HeapProfileError::ProfilingOff)?
+        .clone();
+    // Writing, reading and symbolizing the dump is blocking work.
+    tokio::task::spawn_blocking(move || {
+        let mut ctl = ctl.blocking_lock();
+        if !ctl.activated() {
+            return Err(HeapProfileError::ProfilingOff);
+        }
+        ctl.dump_pprof()
+            .map_err(|e| HeapProfileError::Dump(format!("{e:#}")))
+    })
+    .await
+    .unwrap_or_else(|e| Err(HeapProfileError::Dump(e.to_string())))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ProfileError {
@@ -240,6 +286,34 @@ mod tests {
         assert_eq!(seconds(Some("seconds=2")), Ok(2));
         assert!(seconds(Some("seconds=x")).is_err());
         assert!(seconds(Some("seconds=0")).is_err());
+    }
+
+    /// The unit tests run on jemalloc unless KSCHED_ALLOCATOR says otherwise: a live block of
+    /// 64 MiB (sampled for certain) is in the profile, which is gzip.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_heap_profile_holds_a_live_allocation() {
+        if crate::allocator::active() != Some(crate::allocator::Kind::Jemalloc) {
+            assert!(matches!(
+                heap_profile().await,
+                Err(HeapProfileError::NotJemalloc("glibc"))
+            ));
+            return;
+        }
+        let live = std::hint::black_box(vec![1u8; 64 << 20]);
+        let profile = heap_profile().await.unwrap();
+        assert_eq!(&profile[..2], &[0x1f, 0x8b], "not gzip");
+        let mut text = Vec::new();
+        use std::io::Read;
+        flate2::read::GzDecoder::new(&profile[..])
+            .read_to_end(&mut text)
+            .unwrap();
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.contains("inuse_space"), "no inuse_space sample type");
+        assert!(
+            text.contains("a_heap_profile_holds_a_live_allocation"),
+            "the allocating test is not named"
+        );
+        drop(live);
     }
 
     #[test]

@@ -1,0 +1,154 @@
+//! Unit tests of `make bench`'s report and plot (`benches/scheduler_perf/{report,plot}.rs`): the
+//! bench binary has no test harness of its own, so its pure modules are compiled here.
+#![allow(dead_code)] // the bench's modules, of which these tests use a part
+
+#[path = "../benches/scheduler_perf/contenders.rs"]
+mod contenders;
+#[path = "../benches/scheduler_perf/plot.rs"]
+mod plot;
+#[path = "../benches/scheduler_perf/report.rs"]
+mod report;
+#[path = "support/mod.rs"]
+mod support;
+#[path = "../benches/scheduler_perf/workloads.rs"]
+mod workloads;
+
+mod report_tests {
+    use super::contenders::Contender;
+    use super::report::*;
+
+    fn spread(v: &[f64]) -> Spread {
+        Spread::of(v.to_vec())
+    }
+
+    #[test]
+    fn a_ratio_is_a_win_or_a_loss_only_when_the_spreads_do_not_overlap() {
+        let fast = spread(&[300.0, 320.0, 310.0]);
+        let slow = spread(&[200.0, 210.0, 190.0]);
+        let wide = spread(&[180.0, 330.0, 250.0]);
+        assert_eq!(Ratio::of(&fast, &slow).map(|r| r.versus()), Some("win"));
+        assert_eq!(Ratio::of(&slow, &fast).map(|r| r.versus()), Some("loss"));
+        assert_eq!(Ratio::of(&fast, &wide).map(|r| r.versus()), Some("overlap"));
+        let r = Ratio::of(&fast, &slow).unwrap();
+        assert!((r.low - 300.0 / 210.0).abs() < 1e-9);
+        assert!((r.high - 320.0 / 190.0).abs() < 1e-9);
+        assert!((r.median - 310.0 / 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_target_is_met_or_missed_only_by_the_whole_range() {
+        let r = |low, high| Ratio {
+            median: (low + high) / 2.0,
+            low,
+            high,
+        };
+        assert_eq!(r(1.6, 1.9).at_least(1.5), Side::Met);
+        assert_eq!(r(1.2, 1.4).at_least(1.5), Side::Missed);
+        assert_eq!(r(1.4, 1.6).at_least(1.5), Side::Unsure);
+        assert_eq!(r(0.2, 0.3).at_most(1.0 / 3.0), Side::Met);
+        assert_eq!(r(0.4, 0.5).at_most(1.0 / 3.0), Side::Missed);
+        assert_eq!(r(0.3, 0.4).at_most(1.0 / 3.0), Side::Unsure);
+    }
+
+    fn summary_of(pps: &[f64], cpu: &[f64]) -> Result<Summary, String> {
+        let rounds: Vec<Round> = pps
+            .iter()
+            .zip(cpu)
+            .map(|(p, c)| {
+                Ok(Figures {
+                    pods_per_second: *p,
+                    cpu_seconds: *c,
+                    peak_rss_mb: 10.0,
+                    ..Figures::default()
+                })
+            })
+            .collect();
+        summary(&rounds)
+    }
+
+    #[test]
+    fn throughput_is_met_by_the_ceiling_bound_and_missed_below_upstream() {
+        // 1.2x upstream but 0.95x the ceiling: met by the ceiling.
+        let v = Verdicts::of(&[
+            (Contender::Ksched, summary_of(&[950.0, 960.0], &[1.0, 1.0])),
+            (
+                Contender::Upstream,
+                summary_of(&[790.0, 800.0], &[3.5, 3.6]),
+            ),
+            (
+                Contender::Ceiling,
+                summary_of(&[1000.0, 1000.0], &[0.1, 0.1]),
+            ),
+        ]);
+        assert_eq!(v.throughput(), Some(Side::Met));
+        assert_eq!(v.cpu(), Some(Side::Met));
+        // Surely below upstream: missed whatever the ceiling says.
+        let v = Verdicts::of(&[
+            (Contender::Ksched, summary_of(&[300.0, 310.0], &[1.0, 1.0])),
+            (
+                Contender::Upstream,
+                summary_of(&[400.0, 410.0], &[2.0, 2.0]),
+            ),
+            (Contender::Ceiling, summary_of(&[320.0, 320.0], &[0.1, 0.1])),
+        ]);
+        assert_eq!(v.throughput(), Some(Side::Missed));
+        assert_eq!(v.cpu(), Some(Side::Missed));
+    }
+
+    #[test]
+    fn a_failed_round_fails_the_summary() {
+        let rounds: Vec<Round> = vec![Ok(Figures::default()), Err("stalled".into())];
+        assert_eq!(summary(&rounds).err().as_deref(), Some("stalled"));
+        assert_eq!(summary(&[]).err().as_deref(), Some("not run"));
+    }
+}
+
+mod plot_tests {
+    use plotters::style::RGBColor;
+
+    use super::contenders::Contender;
+    use super::plot::*;
+    use super::report::Spread;
+    #[test]
+    fn the_plot_has_a_bar_and_a_whisker_per_contender_and_names_each_workload() {
+        let spread = |m: f64| Spread {
+            median: m,
+            min: m - 5.0,
+            max: m + 5.0,
+        };
+        let workloads = vec![
+            Workload {
+                name: "SchedulingBasic",
+                pods_per_second: vec![
+                    (Contender::Ksched, Some(spread(400.0))),
+                    (Contender::Upstream, Some(spread(300.0))),
+                ],
+            },
+            Workload {
+                name: "PreemptionBasic",
+                pods_per_second: vec![
+                    (Contender::Ksched, Some(spread(40.0))),
+                    (Contender::Upstream, None),
+                ],
+            },
+        ];
+        let dir = std::env::temp_dir().join(format!("ksched-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.svg");
+        pods_per_second(&path, "small", 3, &workloads).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(svg.contains("SchedulingBasic") && svg.contains("PreemptionBasic"));
+        assert!(svg.contains("ksched") && svg.contains("upstream"));
+        // A bar per result (upstream failed on PreemptionBasic) and a swatch in the legend.
+        let fills = |c: Contender| {
+            let RGBColor(r, g, b) = colour(c);
+            svg.matches(&format!("fill=\"#{r:02X}{g:02X}{b:02X}\""))
+                .count()
+        };
+        assert_eq!(fills(Contender::Ksched), 2 + 1, "{svg}");
+        assert_eq!(fills(Contender::Upstream), 1 + 1, "{svg}");
+        // A whisker per bar.
+        assert_eq!(svg.matches("stroke-width=\"2\"").count(), 3, "{svg}");
+    }
+}

@@ -17,9 +17,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
+use support::events::about;
 use support::https::{As, get_as};
 use support::scheduler::{SchedulerProcess, config};
-use support::wait::{poll, unschedulable_message, wait_bound, wait_log};
+use support::wait::{poll, record_unschedulable_messages, wait_bound, wait_log};
 use support::{Components, ControlPlane, Release, control_plane_of};
 
 const MB: i64 = 1024 * 1024;
@@ -153,6 +154,9 @@ async fn run(cp: &'static ControlPlane, want: &Expected) {
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"requests": {"cpu": "1"}}}]}),
     );
+    // The preemptor binds as soon as its victim is gone (no kubelet holds the victim): its
+    // PodScheduled=False message is seen by a watch, its FailedScheduling event stays.
+    let messages = record_unschedulable_messages(pods.clone()).await;
     pods.create(&PostParams::default(), &preemptor)
         .await
         .expect("create the preemptor");
@@ -160,14 +164,37 @@ async fn run(cp: &'static ControlPlane, want: &Expected) {
         "the preemptor's PodScheduled=False message",
         Duration::from_secs(60),
         || ksched.logs(),
-        async || unschedulable_message(&pods.get("preemptor").await.ok()?),
+        async || {
+            let messages = messages.lock();
+            messages
+                .iter()
+                .find(|(pod, _)| pod == "preemptor")
+                .map(|(_, m)| m.clone())
+        },
     )
     .await;
     let want_end = (want.preemption_suffix)("tiny");
+    let want_start = "0/3 nodes are available: 1 Insufficient cpu, ";
     assert!(
-        message.starts_with("0/3 nodes are available: 1 Insufficient cpu, ")
-            && message.ends_with(&want_end),
-        "Kubernetes {}: {message:?} should end with {want_end:?}",
+        message.starts_with(want_start) && message.ends_with(&want_end),
+        "Kubernetes {}: PodScheduled {message:?} should end with {want_end:?}",
+        want.minor
+    );
+    let note = poll(
+        "the preemptor's FailedScheduling event",
+        Duration::from_secs(60),
+        || ksched.logs(),
+        async || {
+            about(&client, &ns, "FailedScheduling", "preemptor")
+                .await
+                .into_iter()
+                .find_map(|e| e.note)
+        },
+    )
+    .await;
+    assert_eq!(
+        note, message,
+        "Kubernetes {}: the event says what PodScheduled said",
         want.minor
     );
 

@@ -827,7 +827,7 @@ mod tests {
         let p3 = &r.pods[2];
         assert_eq!(
             p3.message,
-            "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+            "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
         );
         assert_eq!(p3.node_reasons.len(), 2);
         assert!(

@@ -101,12 +101,15 @@ pub(crate) fn registration() -> PluginRegistration {
                 .filter_timeout
                 .and_then(GoDuration::to_std)
                 .filter(|t| !t.is_zero());
-            Ok(Arc::new(DynamicResources::new(
-                handle.listers.clone(),
-                handle.api.clone(),
-                handle.dispatcher.clone(),
-                timeout,
-            )) as Arc<dyn Plugin>)
+            Ok(Arc::new(
+                DynamicResources::new(
+                    handle.listers.clone(),
+                    handle.api.clone(),
+                    handle.dispatcher.clone(),
+                    timeout,
+                )
+                .at(handle.emulation.minor()),
+            ) as Arc<dyn Plugin>)
         },
     )
     .with_informers(INFORMERS)

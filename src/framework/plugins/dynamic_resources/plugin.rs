@@ -18,6 +18,7 @@ use super::allocator::{AllocateError, Allocator};
 use super::cel::Cache;
 use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
 use super::tracker::ClaimTracker;
+use crate::emulation::{self, Minor};
 use crate::framework::api_calls::{ApiClient, ApiError, Get, PatchStatus, Replace, ReplaceStatus};
 use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
@@ -43,6 +44,12 @@ pub(crate) const ERR_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 pub(crate) const ERR_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
 pub(crate) const NO_NEW_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
 
+/// PostFilter's reason for a pod without claims, per minor: 1.37 rejects it without one.
+const NO_CLAIMS_REASON: &[(Minor, &str)] = &[
+    (Minor::V1_36, NO_NEW_CLAIMS_TO_DEALLOCATE),
+    (Minor::V1_37, ""),
+];
+
 pub(crate) struct DynamicResources {
     listers: Arc<Listers>,
     /// Shared with this plugin in every other profile of the scheduler.
@@ -52,6 +59,8 @@ pub(crate) struct DynamicResources {
     dispatcher: Arc<ApiDispatcher>,
     cel: Arc<Cache>,
     filter_timeout: Option<Duration>,
+    /// PostFilter's reason for a pod without claims (the emulated minor's).
+    no_claims_reason: &'static str,
 }
 
 impl_plugin!(
@@ -143,7 +152,14 @@ impl DynamicResources {
             dispatcher,
             cel: Arc::new(Cache::default()),
             filter_timeout,
+            no_claims_reason: *emulation::at(NO_CLAIMS_REASON, Minor::NEWEST),
         }
+    }
+
+    /// The plugin as `minor`'s kube-scheduler runs it.
+    pub(crate) fn at(mut self, minor: Minor) -> DynamicResources {
+        self.no_claims_reason = *emulation::at(NO_CLAIMS_REASON, minor);
+        self
     }
 
     /// The stores the plugin reads (its queueing hints read the same).
@@ -513,7 +529,7 @@ impl PostFilterPlugin for DynamicResources {
             return (None, Status::error("not found"));
         };
         let Some(claims) = st.claims() else {
-            return (None, Status::unschedulable(NO_NEW_CLAIMS_TO_DEALLOCATE));
+            return (None, Status::unschedulable(self.no_claims_reason));
         };
         // Upstream picks one unavailable claim at random; the first is as good.
         let unavailable: Vec<usize> = st.unavailable.lock().iter().copied().collect();

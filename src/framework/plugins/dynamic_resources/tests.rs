@@ -131,6 +131,13 @@ fn pods_without_claims_skip_and_have_nothing_to_deallocate() {
     let (_, s) = e
         .plugin
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
+    // 1.37 rejects without a reason; 1.36 says there is nothing to deallocate.
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert!(s.reasons().is_empty(), "{:?}", s.reasons());
+    let (_, s) =
+        DynamicResources::new(e.listers.clone(), e.api.clone(), e.dispatcher.clone(), None)
+            .at(crate::emulation::Minor::V1_36)
+            .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(s.message(), NO_NEW_CLAIMS_TO_DEALLOCATE);
     // PreFilter never ran (an earlier one rejected the pod): upstream's "not found" error.

@@ -152,13 +152,13 @@ impl DynamicResources {
             dispatcher,
             cel: Arc::new(Cache::default()),
             filter_timeout,
-            no_claims_reason: *emulation::at(NO_CLAIMS_REASON, Minor::NEWEST),
+            no_claims_reason: emulation::at::<&str>(NO_CLAIMS_REASON, Minor::NEWEST),
         }
     }
 
     /// The plugin as `minor`'s kube-scheduler runs it.
     pub(crate) fn at(mut self, minor: Minor) -> DynamicResources {
-        self.no_claims_reason = *emulation::at(NO_CLAIMS_REASON, minor);
+        self.no_claims_reason = emulation::at::<&str>(NO_CLAIMS_REASON, minor);
         self
     }
 

@@ -579,7 +579,7 @@ fn every_kube_scheduler_flag_is_accepted() {
             "--leader-elect-resource-name=copied",
             "--kube-api-qps=77",
             "--logging-format=json",
-            "--feature-gates=NodeDeclaredFeatures=false,SchedulerAsyncPreemption=false",
+            "--feature-gates=OpportunisticBatching=false,SchedulerAsyncPreemption=false",
             "--vmodule=foo=2",
             "--profiling",
             "-v=2",
@@ -596,7 +596,7 @@ fn every_kube_scheduler_flag_is_accepted() {
         written.contains("qps: 77"),
         "without --config the deprecated flag applies: {written}"
     );
-    assert!(!written.contains("NodeDeclaredFeatures"), "{written}");
+    assert!(!written.contains("OpportunisticBatching"), "{written}");
     let warnings: Vec<serde_json::Value> = stderr
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -612,5 +612,8 @@ fn every_kube_scheduler_flag_is_accepted() {
         flags.contains("--vmodule") && flags.contains("SchedulerAsyncPreemption=false"),
         "{flags}"
     );
-    assert!(!flags.contains("NodeDeclaredFeatures"), "honoured: {flags}");
+    assert!(
+        !flags.contains("OpportunisticBatching"),
+        "honoured: {flags}"
+    );
 }

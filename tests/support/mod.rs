@@ -386,7 +386,7 @@ fn start(
                 &format!("--root-ca-file={}", pki.ca_cert.display()),
                 // Otherwise it creates /usr/libexec/kubernetes/kubelet-plugins on the host.
                 &format!("--flex-volume-plugin-dir={}", dir.join("flexvolume").display()),
-                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander",
+                "--controllers=*,-nodeipam,-nodelifecycle,-persistentvolume-binder,-attachdetach,-persistentvolume-expander",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",
                 "--concurrent-deployment-syncs=10",

@@ -336,7 +336,16 @@ fn kubectl_get_schedulerprofiles_prints_the_declared_columns() {
     assert_eq!(
         header_columns(&out),
         [
-            "NAME", "MODE", "READY", "LEADER", "PENDING", "STATUS", "AGE", "CONFIG", "MESSAGE"
+            "NAME",
+            "MODE",
+            "READY",
+            "LEADER",
+            "PENDING",
+            "STATUS",
+            "AGE",
+            "CONFIG",
+            "KUBERNETES",
+            "MESSAGE"
         ],
         "{out}"
     );

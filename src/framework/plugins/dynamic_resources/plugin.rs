@@ -50,6 +50,11 @@ const NO_CLAIMS_REASON: &[(Minor, &str)] = &[
     (Minor::V1_37, ""),
 ];
 
+/// PostFilter's reason when no claim of the pod could be deallocated, per minor: 1.37 rejects
+/// without one.
+const NOTHING_DEALLOCATED_REASON: &[(Minor, &str)] =
+    &[(Minor::V1_36, "still not schedulable"), (Minor::V1_37, "")];
+
 pub(crate) struct DynamicResources {
     listers: Arc<Listers>,
     /// Shared with this plugin in every other profile of the scheduler.
@@ -61,6 +66,7 @@ pub(crate) struct DynamicResources {
     filter_timeout: Option<Duration>,
     /// PostFilter's reason for a pod without claims (the emulated minor's).
     no_claims_reason: &'static str,
+    nothing_deallocated_reason: &'static str,
 }
 
 impl_plugin!(
@@ -153,12 +159,17 @@ impl DynamicResources {
             cel: Arc::new(Cache::default()),
             filter_timeout,
             no_claims_reason: emulation::at::<&str>(NO_CLAIMS_REASON, Minor::NEWEST),
+            nothing_deallocated_reason: emulation::at::<&str>(
+                NOTHING_DEALLOCATED_REASON,
+                Minor::NEWEST,
+            ),
         }
     }
 
     /// The plugin as `minor`'s kube-scheduler runs it.
     pub(crate) fn at(mut self, minor: Minor) -> DynamicResources {
         self.no_claims_reason = emulation::at::<&str>(NO_CLAIMS_REASON, minor);
+        self.nothing_deallocated_reason = emulation::at::<&str>(NOTHING_DEALLOCATED_REASON, minor);
         self
     }
 
@@ -555,7 +566,7 @@ impl PostFilterPlugin for DynamicResources {
                 Status::unschedulable("deallocation of ResourceClaim completed"),
             );
         }
-        (None, Status::unschedulable("still not schedulable"))
+        (None, Status::unschedulable(self.nothing_deallocated_reason))
     }
 }
 

@@ -417,6 +417,13 @@ fn post_filter_keeps_claims_other_pods_use() {
     let (_, s) = e
         .plugin
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
+    // 1.37 rejects without a reason; 1.36 says it is still not schedulable.
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert!(s.reasons().is_empty(), "{:?}", s.reasons());
+    let (_, s) =
+        DynamicResources::new(e.listers.clone(), e.api.clone(), e.dispatcher.clone(), None)
+            .at(crate::emulation::Minor::V1_36)
+            .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.message(), "still not schedulable");
     assert!(claim_writes(&e.api).is_empty());
 }

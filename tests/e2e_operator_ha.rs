@@ -315,6 +315,21 @@ async fn a_follower_takes_over_the_operator_and_its_embedded_scheduler() {
     // Every replica SIGKILLed: nothing runs the profile, and the next replica to start says so
     // (OperatorStopped, once the dead leader's renew deadline has passed on its clock) before it
     // leads and runs it again.
+    // The profile first names the new leader's scheduler (Running): only a status that names a
+    // scheduler of the dead operator says whose profile stopped.
+    let profiles: Api<ksched::api::SchedulerProfile> = Api::all(client.clone());
+    let ours = format!("embedded/{}_", next.name);
+    poll(
+        "the profile names the new leader's scheduler",
+        Duration::from_secs(60),
+        || next.logs(),
+        async || {
+            let p = profiles.get("ha-embedded").await.ok()?;
+            let leader = p.status?.leader?;
+            leader.starts_with(&ours).then_some(())
+        },
+    )
+    .await;
     let mut last = next;
     last.process.kill();
     let restarted = Operator::start("op-d");

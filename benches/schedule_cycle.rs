@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use ksched::framework::api_calls::RecordingApi;
 use ksched::framework::interface::CycleState;
 use ksched::framework::metrics::FrameworkMetrics;
-use ksched::framework::registry::{Handle, RecordingApi, Registry};
+use ksched::framework::registry::{Handle, Registry};
 use ksched::framework::runtime::{Framework, ProfileSpec};
 use ksched::framework::schedule::Algorithm;
 use ksched::framework::types::{AssignedPod, NodeChange, NodeInfo, PodInfo, Snapshot};

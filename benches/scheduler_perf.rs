@@ -5,8 +5,9 @@
 //!
 //! Options (after `--`): `--preset small|default|large|xlarge`, `--workloads A,B` (workload
 //! names, `MemoryFootprint` for the bytes per node and per pod), `--contenders
-//! ksched,upstream,ceiling`, `--rounds N` (default 3); also BENCH_PRESET, BENCH_WORKLOADS,
-//! BENCH_CONTENDERS, BENCH_ROUNDS.
+//! ksched,upstream,ceiling` (the default; `ksched-jemalloc` and `ksched-glibc` are the same
+//! binary with `KSCHED_ALLOCATOR` set, so both allocators run side by side in one bench),
+//! `--rounds N` (default 3); also BENCH_PRESET, BENCH_WORKLOADS, BENCH_CONTENDERS, BENCH_ROUNDS.
 //! Each round runs the contenders one after another (interleaved, so a slow phase of the machine
 //! hits all of them; the order rotates from round to round); a figure is the median over the
 //! rounds, since single runs on a small shared machine vary by tens of percent. A contender that
@@ -554,7 +555,7 @@ fn order(contenders: &[Contender], round: usize) -> Vec<(usize, Contender)> {
     order
 }
 
-const METHOD: &str = "Memory: *peak RSS* is the contender's VmHWM over the run; *steady* RSS and anon RSS are VmRSS and RssAnon once the measured pods were bound, any churn had stopped and the contender had idled 2 s. Anon RSS (private anonymous resident memory: heap, arenas, stacks; not the binary's code) is the one figure measured the same way for both: ksched (glibc malloc) has no heap metric of its own, and glibc's `mallinfo2` can only be called inside the process, so its heap is bounded from above by anon RSS (which also holds freed memory malloc keeps). *Go heap* is upstream's `go_memstats_heap_inuse_bytes` from its /metrics at the same moment.\n\nBytes per node and per pod (`MemoryFootprint`): each contender starts on a cluster of one node and idles; it is sampled, then again once it has seen N more nodes (a pod pinned to a node created after them is bound), then again once it has bound P pods (`pod-default`); each sample after 2 s idle. Per node = difference / N, per pod = difference / P, medians of the rounds. Upstream's Go heap is sampled after a forced garbage collection (`/debug/pprof/heap?gc=1`), so it counts live objects only; anon RSS and RSS are what the processes hold.\n";
+const METHOD: &str = "Memory: *peak RSS* is the contender's VmHWM over the run; *steady* RSS and anon RSS are VmRSS and RssAnon once the measured pods were bound, any churn had stopped and the contender had idled 2 s. Anon RSS (private anonymous resident memory: heap, arenas, stacks; not the binary's code) is the one figure measured the same way for both: ksched has no heap metric of its own (glibc's `mallinfo2` can only be called inside the process; jemalloc's stats likewise), so its heap is bounded from above by anon RSS (which also holds freed memory the allocator keeps). `ksched` runs on its default allocator, `ksched-jemalloc` and `ksched-glibc` on the one named (`KSCHED_ALLOCATOR`). *Go heap* is upstream's `go_memstats_heap_inuse_bytes` from its /metrics at the same moment.\n\nBytes per node and per pod (`MemoryFootprint`): each contender starts on a cluster of one node and idles; it is sampled, then again once it has seen N more nodes (a pod pinned to a node created after them is bound), then again once it has bound P pods (`pod-default`); each sample after 2 s idle. Per node = difference / N, per pod = difference / P, medians of the rounds. Upstream's Go heap is sampled after a forced garbage collection (`/debug/pprof/heap?gc=1`), so it counts live objects only; anon RSS and RSS are what the processes hold.\n";
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -1,9 +1,17 @@
-//! An out-of-tree plugin: the Rust form of kube-scheduler's
+//! Out-of-tree plugins: the Rust form of kube-scheduler's
 //! `app.NewSchedulerCommand(app.WithPlugin("PreferLabeled", New))`.
 //!
 //! `PreferLabeled` is a Score plugin that prefers nodes carrying a label (`label`, default
-//! `example.com/preferred`): 100 for those nodes, 0 for the others. The binary is the full ksched
-//! scheduler with that one plugin added:
+//! `example.com/preferred`): 100 for those nodes, 0 for the others.
+//!
+//! `NodeWeights` is a Score plugin that reads a kind of its own: it watches the ConfigMaps labelled
+//! `example.com/node-weights` ([`NODE_WEIGHTS`], declared once as a [`Kind`]) and gives each node
+//! the weight they set for it (`data: {<node name>: "<0..100>"}`; the highest when several do).
+//! The scheduler starts the watch when the plugin is enabled, the operator grants `list` and
+//! `watch` on ConfigMaps to a profile that enables it, and `ksched simulate` reads such ConfigMaps
+//! from a snapshot (`kubectl get configmaps -l example.com/node-weights`).
+//!
+//! The binary is the full ksched scheduler with these plugins added:
 //!
 //! ```text
 //! cargo run --example custom_plugin -- scheduler --config sched.yaml --kubeconfig ~/.kube/config
@@ -34,14 +42,26 @@
 //! a [`PluginRegistration`] (extension points, args decoder, factory) added to
 //! [`Registry::in_tree`] under the plugin's name.
 
+use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use k8s_openapi::api::core::v1::ConfigMap;
 use ksched::prelude::*;
 use serde::{Deserialize, Serialize};
 
 const NAME: &str = "PreferLabeled";
+const NODE_WEIGHTS_NAME: &str = "NodeWeights";
+/// The label of the ConfigMaps `NodeWeights` reads.
+const WEIGHTS_LABEL: &str = "example.com/node-weights";
+
+/// The ConfigMaps that weigh nodes: declared once, named by the plugin's registration. Score reads
+/// them, so a change ends opportunistic batching's reuse of scores.
+static NODE_WEIGHTS: Kind<ConfigMap> = Kind::new("NodeWeightConfigMaps")
+    .selected_by(WEIGHTS_LABEL)
+    .read_by_filter_or_score()
+    .in_snapshot("configmaps", false);
 
 /// `PreferLabeledArgs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +101,62 @@ impl ScorePlugin for PreferLabeled {
     }
 }
 
+/// The weights of the nodes, as PreScore read them from the ConfigMaps for this cycle.
+#[derive(Default)]
+struct Weights(HashMap<String, i64>);
+
+const WEIGHTS_KEY: &str = "NodeWeights/weights";
+
+struct NodeWeights {
+    listers: Arc<Listers>,
+}
+
+impl_plugin!(NodeWeights, NODE_WEIGHTS_NAME, [PreScore, Score]);
+
+impl PreScorePlugin for NodeWeights {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        _: &PodInfo,
+        _: &Snapshot,
+        _: &[Arc<NodeInfo>],
+    ) -> Status {
+        let mut weights = Weights::default();
+        for config_map in self.listers.store(&NODE_WEIGHTS).list() {
+            for (node, weight) in config_map.data.iter().flatten() {
+                // A value that is no weight counts as none; weights are clamped to the score range.
+                let Ok(weight) = weight.trim().parse::<i64>() else {
+                    continue;
+                };
+                let weight = weight.clamp(MIN_NODE_SCORE, MAX_NODE_SCORE);
+                let best = weights.0.entry(node.clone()).or_insert(weight);
+                *best = (*best).max(weight);
+            }
+        }
+        state.write(WEIGHTS_KEY, weights);
+        Status::success()
+    }
+}
+
+impl ScorePlugin for NodeWeights {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let weights = state
+            .read::<Weights>(WEIGHTS_KEY)
+            .ok_or_else(|| Status::error("NodeWeights: PreScore did not run"))?;
+        Ok(weights.0.get(node.name()).copied().unwrap_or(0))
+    }
+}
+
+/// `NodeWeights` reads its own kind: the registration names it, and everything else follows.
+fn node_weights_registration() -> PluginRegistration {
+    PluginRegistration::new(NodeWeights::EXTENSION_POINTS, no_args, |_, handle| {
+        Ok(Arc::new(NodeWeights {
+            listers: handle.listers.clone(),
+        }) as Arc<dyn Plugin>)
+    })
+    .with_informers(&[&NODE_WEIGHTS])
+}
+
 /// The registration: what `app.WithPlugin(name, factory)` carries in Go.
 fn registration() -> PluginRegistration {
     PluginRegistration::new(
@@ -114,9 +190,14 @@ fn main() -> ExitCode {
     let Command::Scheduler(args) = Cli::parse().command;
 
     let mut registry = Registry::in_tree();
-    if let Err(err) = registry.register(NAME, registration()) {
-        eprintln!("error: {err}");
-        return ExitCode::FAILURE;
+    for (name, registration) in [
+        (NAME, registration()),
+        (NODE_WEIGHTS_NAME, node_weights_registration()),
+    ] {
+        if let Err(err) = registry.register(name, registration) {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
     }
     main_with_registry(args, registry)
 }

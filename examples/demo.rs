@@ -2,8 +2,12 @@
 //! kube-controller-manager, kwok, and upstream kube-scheduler as the cluster's default scheduler):
 //! two host nodes and two leaf-cluster nodes (Kosmos-style virtual nodes), ksched's CRDs and sample
 //! profiles, the operator running with the `hybrid` profile in Embedded mode, and a Deployment that
-//! the hybrid scheduler places across host and leaf nodes. Prints `kubectl get sp,lcp` and the pods,
-//! then exits cleanly; with DEMO_KEEP=1 it keeps running until Ctrl-C and prints the KUBECONFIG.
+//! the hybrid scheduler places across host and leaf nodes. The other sample profiles run in
+//! Deployment mode: their scheduler pods run for real under podman, with the image `make image`
+//! built (`KSCHED_DEMO_IMAGE`, its OCI archive), on the test support's podman node (a stand-in
+//! for a kubelet, tests/support/podman_node.rs), so every profile shows Ready with its leader.
+//! Prints `kubectl get sp,lcp` and the pods, then exits cleanly; with DEMO_KEEP=1 it keeps
+//! running until Ctrl-C and prints the KUBECONFIG.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -14,11 +18,14 @@ use std::time::{Duration, Instant};
 use ksched::framework::registry::Registry;
 use ksched::operator::in_process::InProcessSchedulers;
 use ksched::operator::{OperatorOptions, run as run_operator};
+use support::podman_node::{self, PodmanNode};
 use support::process::LoggedChild;
 use support::scheduler::kube_scheduler_command;
 use support::{Components, ControlPlane, control_plane, fixtures::kwok_node};
 
 const NAMESPACE: &str = "ksched-system";
+/// The image the operator renders into the Deployments, as `make demo` builds it.
+const IMAGE: &str = "ksched:demo";
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     let (ok, out, err) = cp.kubectl_run(args);
@@ -80,9 +87,27 @@ fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 }
 
 fn main() {
+    let Some(image) = std::env::var_os("KSCHED_DEMO_IMAGE").map(std::path::PathBuf::from) else {
+        eprintln!("KSCHED_DEMO_IMAGE is not set: run `make demo`, which builds the image first");
+        std::process::exit(2);
+    };
     let cp = control_plane(Components::FULL);
     let mut scheduler = default_scheduler(cp);
     println!("control plane up; KUBECONFIG={}", cp.kubeconfig.display());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let podman_node = runtime.block_on(async {
+        PodmanNode::start(cp, cp.client().await, "podman-node", &[image.as_path()]).await
+    });
+    let podman_node = match podman_node {
+        Ok(node) => node,
+        Err(err) => {
+            eprintln!("the podman node cannot run: {err}");
+            std::process::exit(1);
+        }
+    };
 
     for i in 1..=2 {
         apply(cp, &kwok_node(&format!("host-{i}"), "4", "16Gi", &[]));
@@ -126,16 +151,39 @@ fn main() {
             support::path_str(&support::repo_root().join("manifests/samples")),
         ],
     );
+    // The Deployment-mode profiles' scheduler pods go to the podman node, where they really run.
+    let (node_selector, tolerations) = podman_node::placement();
+    let placement =
+        serde_json::json!({"spec": {"nodeSelector": node_selector, "tolerations": tolerations}});
+    for profile in kubectl(
+        cp,
+        &[
+            "get",
+            "sp",
+            "-o",
+            "jsonpath={range .items[?(@.spec.mode!=\"Embedded\")]}{.metadata.name} {end}",
+        ],
+    )
+    .split_whitespace()
+    {
+        kubectl(
+            cp,
+            &[
+                "patch",
+                "sp",
+                profile,
+                "--type=merge",
+                "-p",
+                &placement.to_string(),
+            ],
+        );
+    }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let operator = runtime.spawn(async move {
         let client = cp.client().await;
         let registry = Arc::new(Registry::in_tree());
-        let mut opts = OperatorOptions::new(NAMESPACE, "ksched:demo", registry.clone());
+        let mut opts = OperatorOptions::new(NAMESPACE, IMAGE, registry.clone());
         opts.instance = "demo-operator".into();
         let embedded = Arc::new(InProcessSchedulers::new(
             client.clone(),
@@ -160,6 +208,22 @@ fn main() {
             "sp/hybrid",
         ],
     );
+    // The Deployment-mode schedulers start in containers: Ready once one of each leads.
+    let (ready, _, err) = cp.kubectl_run(&[
+        "wait",
+        "--for=condition=Ready",
+        "--timeout=300s",
+        "sp",
+        "--all",
+    ]);
+    if !ready {
+        eprintln!(
+            "not every profile became Ready: {err}\n{}\n{}",
+            kubectl(cp, &["get", "sp", "-o", "wide"]),
+            podman_node.logs()
+        );
+        std::process::exit(1);
+    }
     wait_for(
         "the leaf nodes to be tainted",
         Duration::from_secs(60),
@@ -195,6 +259,10 @@ fn main() {
         kubectl(cp, &["get", "sp,lcp"])
     );
     println!(
+        "$ kubectl get pods -n {NAMESPACE} -o wide   # the schedulers, run by podman\n{}",
+        kubectl(cp, &["get", "pods", "-n", NAMESPACE, "-o", "wide"])
+    );
+    println!(
         "$ kubectl get pods -n demo -o wide\n{}",
         kubectl(cp, &["get", "pods", "-n", "demo", "-o", "wide"])
     );
@@ -222,6 +290,7 @@ fn main() {
     let _ =
         runtime.block_on(async { tokio::time::timeout(Duration::from_secs(15), operator).await });
     scheduler.kill();
+    drop(podman_node);
     println!("demo done; everything stopped (DEMO_KEEP=1 keeps it running)");
 }
 

@@ -16,7 +16,8 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/ksched-manifests.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 # helm keeps caches under these; nothing of the user's is read or written.
 export HELM_CACHE_HOME="$work/helm" HELM_CONFIG_HOME="$work/helm" HELM_DATA_HOME="$work/helm"
-"$helm" template ksched "$root/charts/ksched" --namespace ksched-system --output-dir "$work/out" >/dev/null
+# No hooks: kubectl apply -k would run the uninstall hook at install.
+"$helm" template ksched "$root/charts/ksched" --namespace ksched-system --no-hooks --output-dir "$work/out" >/dev/null
 
 mkdir -p "$out"
 for f in "$work"/out/ksched/templates/*.yaml; do

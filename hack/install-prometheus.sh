@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs Prometheus (Debian's `prometheus` package) for the NetworkTraffic e2e test
-# (tests/e2e_network_traffic.rs), unless a `prometheus` binary is already on PATH.
+# Installs Prometheus and promtool (Debian's `prometheus` package) for the NetworkTraffic e2e test
+# (tests/e2e_network_traffic.rs) and the chart's alert tests (tests/monitoring.rs), unless
+# `prometheus` and `promtool` are already on PATH.
 # `apt-get update` runs only when the package is not known to apt yet.
 set -euo pipefail
 
-if command -v prometheus >/dev/null 2>&1; then
+if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
   echo "prometheus: $(command -v prometheus)"
   exit 0
 fi

@@ -9,14 +9,18 @@
 
 #![warn(unreachable_pub)]
 
+pub mod allocator;
 pub mod api;
 pub mod config;
+pub mod emulation;
 pub mod framework;
-mod leader_election;
-mod logging;
+pub mod infra;
 pub mod operator;
 pub mod prelude;
 pub mod quantity;
 pub mod scheduler;
-mod serving;
 pub mod simulate;
+
+// The unit tests run on the allocator the binary runs on.
+#[cfg(test)]
+crate::use_selectable_allocator!();

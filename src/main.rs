@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+ksched::use_selectable_allocator!();
+
 #[derive(Parser)]
 #[command(
     name = "ksched",
@@ -34,8 +36,9 @@ enum Command {
     Render(ksched::operator::command::RenderArgs),
     /// What a profile would do, before it does it: pending pods placed, or why not, with no writes.
     Simulate(ksched::simulate::command::SimulateArgs),
-    /// Finish an uninstall whose operator was gone: remove the taints it added, the policies'
-    /// finalizers and what it rendered.
+    /// Stop the operator and remove what it added and rendered (the taints it added, the
+    /// policies' finalizers, its schedulers), then release its identity: the chart's pre-delete
+    /// hook; by hand, it finishes an uninstall whose operator was gone.
     Uninstall(ksched::operator::command::UninstallArgs),
     /// Print the version.
     Version,
@@ -47,14 +50,29 @@ enum ConfigCommand {
     Validate {
         /// The KubeSchedulerConfiguration file.
         file: std::path::PathBuf,
+        /// The Kubernetes minor whose kube-scheduler reads the file (its fields, defaults and
+        /// validation): 1.36 or 1.37; default the newest.
+        #[arg(long)]
+        emulated_version: Option<String>,
+        /// Feature gates, as `ksched scheduler --feature-gates` (checked against that minor).
+        #[arg(long)]
+        feature_gates: Vec<String>,
     },
 }
 
 fn main() -> ExitCode {
+    if let Err(err) = ksched::allocator::check_environment() {
+        eprintln!("error: {err}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Scheduler(args) => ksched::scheduler::command::main(*args),
-        Command::Config(ConfigCommand::Validate { file }) => validate_config(&file),
+        Command::Config(ConfigCommand::Validate {
+            file,
+            emulated_version,
+            feature_gates,
+        }) => validate_config(&file, emulated_version.as_deref(), &feature_gates),
         Command::Operator(args) => ksched::operator::command::operator_main(*args),
         Command::Render(args) => ksched::operator::command::render_main(args),
         Command::Simulate(args) => ksched::simulate::command::main(args),
@@ -98,7 +116,31 @@ fn crds(output_dir: Option<&std::path::Path>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn validate_config(file: &std::path::Path) -> ExitCode {
+fn validate_config(
+    file: &std::path::Path,
+    emulated_version: Option<&str>,
+    feature_gates: &[String],
+) -> ExitCode {
+    use ksched::emulation::{Emulation, Minor, minor_from_flag};
+    let minor = match minor_from_flag(
+        &emulated_version
+            .map(String::from)
+            .into_iter()
+            .collect::<Vec<_>>(),
+    ) {
+        Ok(m) => m.unwrap_or(Minor::NEWEST),
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let emulation = match Emulation::with_gates(minor, feature_gates) {
+        Ok(e) => e,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let bytes = match std::fs::read(file) {
         Ok(b) => b,
         Err(err) => {
@@ -107,7 +149,8 @@ fn validate_config(file: &std::path::Path) -> ExitCode {
         }
     };
     let registry = ksched::framework::registry::Registry::in_tree();
-    let (code, stdout, stderr) = ksched::config::validate_file_output(&bytes, &registry);
+    let (code, stdout, stderr) =
+        ksched::config::validate_file_output(&bytes, &registry, &emulation);
     print!("{stdout}");
     eprint!("{stderr}");
     if code == 0 {

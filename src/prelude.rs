@@ -8,7 +8,11 @@
 //!    plugin that rejects pods also implements [`EnqueueExtensions`] (the cluster events, with a
 //!    [`QueueingHint`] each, that may make them schedulable);
 //! 2. its args, if any: a serde struct implementing [`PluginArgs`] (strict decoding with
-//!    [`decode`], defaults, validation errors naming the field: [`required`], [`invalid`], ...);
+//!    [`decode`], defaults, validation errors naming the field: [`required`], [`invalid`], ...;
+//!    defaults or validation that depend on the emulated Kubernetes minor or a feature gate:
+//!    [`PluginArgs::set_defaults_at`], [`PluginArgs::validate_at`] and
+//!    [`PluginRegistration::with_emulated_args`]); the factory reads the [`Emulation`] the
+//!    scheduler runs as from [`Handle::emulation`];
 //! 3. a factory `Fn(&Value, &Handle) -> Result<Arc<dyn Plugin>, PluginError>` that reads its args
 //!    back ([`typed`]) and builds it; `?` turns an args or `String` error into a [`PluginError`];
 //! 4. a [`PluginRegistration`] (extension points, args decoder, factory; the informers, RBAC
@@ -22,8 +26,10 @@
 //! [`Handle`] (`handle()`), score helpers (`score_nodes`) and queueing-hint helpers.
 
 pub use crate::config::{ExtensionPoint, FieldError};
+pub use crate::emulation::{Emulation, Minor};
 pub use crate::framework::args::{
-    PluginArgs, decode, duplicate, forbidden, invalid, no_args, not_supported, required, typed,
+    PluginArgs, decode, decode_at, duplicate, forbidden, invalid, no_args, not_supported, required,
+    typed,
 };
 pub use crate::framework::background::{BackgroundTask, TaskContext};
 pub use crate::framework::interface::{
@@ -33,7 +39,7 @@ pub use crate::framework::interface::{
     PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin, ScorePlugin,
     SignFragment, SignPlugin, Status, signer_names,
 };
-pub use crate::framework::listers::{Informer, Listers};
+pub use crate::framework::listers::{Informer, Kind, Listers, ObjectStore, Store, WatchedKind};
 pub use crate::framework::registry::{
     Counter, FloatGauge, Handle, MetricDeclaration, MetricKind, PluginError, PluginRegistration,
     Registry, RegistryError, policy_rule,

@@ -115,6 +115,36 @@ fn a_conflicting_policy_is_degraded() {
     );
 }
 
+/// The reasons that say nothing runs, or that a name is taken (issue 31): a profile whose
+/// scheduler stopped renewing its Lease, or whose operator stopped, is Progressing while an
+/// operator works on it; one left behind by an uninstall, or whose object names are taken, needs
+/// the user: Degraded.
+#[test]
+fn nothing_running_and_names_taken_read_as_they_are() {
+    let (status, message) = health(&fixture("schedulerprofile-noleader"));
+    assert_eq!(status, "Progressing", "{message}");
+    assert!(message.starts_with("NoLeader: "), "{message}");
+    let (status, message) = health(&fixture("schedulerprofile-operatorstopped"));
+    assert_eq!(status, "Progressing", "{message}");
+    assert!(message.starts_with("OperatorStopped: "), "{message}");
+    let (status, message) = health(&fixture("schedulerprofile-uninstalled"));
+    assert_eq!(status, "Degraded", "{message}");
+    assert!(
+        message.starts_with("OperatorStopped: ksched was uninstalled"),
+        "{message}"
+    );
+    let (status, message) = health(&fixture("schedulerprofile-nameinuse"));
+    assert_eq!(status, "Degraded", "{message}");
+    assert!(
+        message.starts_with("NameInUse: ConfigMap ") && message.contains("never adopts"),
+        "{message}"
+    );
+    assert_eq!(
+        health(&without_stalled("schedulerprofile-nameinuse")).0,
+        "Degraded"
+    );
+}
+
 #[test]
 fn argocd_cm_carries_the_script_verbatim() {
     let script = std::fs::read_to_string(root().join("manifests/argocd/health.lua")).expect("lua");

@@ -253,8 +253,9 @@ fn default_profile_has_upstreams_plugins_and_weights_with_affinity_and_spread_bu
     let defaults: [(&str, &[ExtensionPoint], i32); 20] = [
         ("SchedulingGates", &[PreEnqueue], 0),
         ("PrioritySort", &[QueueSort], 0),
-        ("NodeUnschedulable", &[Filter], 0),
+        // 1.37's order (1.36 had NodeUnschedulable first).
         ("NodeName", &[Filter], 0),
+        ("NodeUnschedulable", &[Filter], 0),
         ("TaintToleration", &[Filter, PreScore, Score], 3),
         ("NodeAffinity", &[PreFilter, Filter, PreScore, Score], 2),
         ("NodePorts", &[PreFilter, Filter], 0),

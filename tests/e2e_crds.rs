@@ -170,6 +170,51 @@ const INVALID: &[(&str, &str, &str)] = &[
         "selectAllNodes: true goes only with leafNodeSelector: {}",
     ),
     (
+        "a misspelt field",
+        "kind: SchedulerProfile\nmetadata: {name: bad-field}\nspec: {plugin: {}}",
+        "unknown field \"spec.plugin\"",
+    ),
+    (
+        "a score weight out of range",
+        "kind: SchedulerProfile\nmetadata: {name: bad-weight}\nspec: {plugins: {score: {enabled: [{name: NodeResourcesFit, weight: 1000}]}}}",
+        "should be less than or equal to 100",
+    ),
+    (
+        "negative replicas",
+        "kind: SchedulerProfile\nmetadata: {name: bad-negative}\nspec: {replicas: -1}",
+        "replicas must be between 0 and 10",
+    ),
+    (
+        "a log level above 10",
+        "kind: SchedulerProfile\nmetadata: {name: bad-verbosity}\nspec: {logLevel: 11}",
+        "should be less than or equal to 10",
+    ),
+    (
+        "negative qps",
+        "kind: SchedulerProfile\nmetadata: {name: bad-qps}\nspec: {clientConnection: {qps: -5}}",
+        "should be greater than or equal to 0",
+    ),
+    (
+        "an absurd qps",
+        "kind: SchedulerProfile\nmetadata: {name: huge-qps}\nspec: {clientConnection: {qps: 1e300}}",
+        "should be less than or equal to 100000",
+    ),
+    (
+        "a lease of 292 years",
+        "kind: SchedulerProfile\nmetadata: {name: bad-lease-duration}\nspec: {leaderElection: {leaseDuration: 2562047h}}",
+        "leaderElection.leaseDuration must be between 1s and 1h",
+    ),
+    (
+        "an image reference no runtime can pull",
+        "kind: SchedulerProfile\nmetadata: {name: bad-reference}\nspec: {image: 'ksched:::bad'}",
+        "image must be a container image reference",
+    ),
+    (
+        "a cpu limit in words",
+        "kind: SchedulerProfile\nmetadata: {name: bad-cpu}\nspec: {resources: {limits: {cpu: 1 core}}}",
+        "resources.limits values must be quantities",
+    ),
+    (
         "unknown placement mode",
         "kind: LeafClusterPolicy\nmetadata: {name: bad-placement}\nspec: {profiles: [a], placement: {mode: Anywhere}}",
         "spec.placement.mode: Unsupported value: \"Anywhere\": supported values: ",
@@ -190,6 +235,37 @@ fn invalid_resources_are_rejected_with_our_messages() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(INVALID.len() >= 8);
+}
+
+/// `ksched render -f` (the CI gate of GitOps users) refuses what the API server refuses, with the
+/// same words: the CRD's own schema and rules, read from the same generated CRDs.
+#[test]
+fn render_refuses_what_the_api_server_refuses() {
+    let mut failures = Vec::new();
+    for (what, body, message) in INVALID {
+        let doc = format!("apiVersion: ksched.io/v1alpha1\n{body}\n");
+        let out = std::process::Command::new(support::scheduler::ksched_bin())
+            .args(["render", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                if let Some(mut stdin) = child.stdin.take() {
+                    stdin.write_all(doc.as_bytes())?;
+                }
+                child.wait_with_output()
+            })
+            .expect("run ksched render");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            failures.push(format!("{what}: ksched render accepted it:\n{stderr}"));
+        } else if !stderr.contains(message) {
+            failures.push(format!("{what}: expected {message:?} in:\n{stderr}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]
@@ -260,7 +336,16 @@ fn kubectl_get_schedulerprofiles_prints_the_declared_columns() {
     assert_eq!(
         header_columns(&out),
         [
-            "NAME", "MODE", "READY", "LEADER", "PENDING", "STATUS", "AGE", "CONFIG", "MESSAGE"
+            "NAME",
+            "MODE",
+            "READY",
+            "LEADER",
+            "PENDING",
+            "STATUS",
+            "AGE",
+            "CONFIG",
+            "KUBERNETES",
+            "MESSAGE"
         ],
         "{out}"
     );

@@ -1,7 +1,7 @@
 //! The scheduler's HTTPS endpoint beside upstream kube-scheduler's, on the real control plane:
 //! delegated authentication and authorization (anonymous, a bad token, a ServiceAccount token with
 //! and without `ksched:metrics-reader`, the admin's client certificate), the always-allowed health
-//! paths, `/healthz/leaderElection`, CPU profiles; every `scheduler_*` metric family of
+//! paths, `/healthz/leaderElection`, CPU profiles, heap profiles `go tool pprof` reads; every `scheduler_*` metric family of
 //! kube-scheduler's `/metrics` present in ksched's (or listed below with the reason); and every
 //! flag of `kube-scheduler --help` accepted by `ksched scheduler`.
 
@@ -74,6 +74,65 @@ async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> S
         .await
         .expect("TokenRequest");
     answer.status.expect("token").token.expect("token")
+}
+
+/// `/debug/pprof/heap` as kube-scheduler serves it, behind the same authorization as the CPU
+/// profile: a gzipped pprof protobuf that `go tool pprof` reads, with ksched's functions named.
+/// On glibc's malloc (`KSCHED_ALLOCATOR=glibc`) the answer says how to get one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heap_profile_is_one_go_tool_pprof_reads() {
+    let cp = cp();
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "heap").await;
+    let mut yaml = config("ksched-heap", Some(&ns));
+    yaml.push_str("enableProfiling: true\n");
+    let sched = SchedulerProcess::start(cp, "heap", &yaml);
+    let port = sched.secure_port;
+    let logs = || sched.logs();
+    let ca = cp.dir.join("ca.crt");
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let admin = As::Cert(&cert, &key);
+    answers(port, "/readyz", As::Anonymous, 200, logs).await;
+    answers(port, "/debug/pprof/heap", As::Anonymous, 403, logs).await;
+    let (status, profile) = get_bytes(&ca, port, "/debug/pprof/heap", admin)
+        .await
+        .expect("heap profile");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&profile));
+    let file = cp.dir.join("heap.pb.gz");
+    std::fs::write(&file, &profile).expect("write the profile");
+    let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
+    let out = Command::new(&go)
+        .args(["tool", "pprof", "-top", "-sample_index=inuse_space"])
+        .arg(&file)
+        .env("GOTOOLCHAIN", "local")
+        .env("PPROF_TMPDIR", &cp.dir)
+        .output()
+        .expect("run go tool pprof (Go builds the testenv)");
+    let top = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof: {}\n{top}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(top.contains("Type: inuse_space"), "{top}");
+    assert!(
+        top.contains("ksched::"),
+        "no ksched function in the profile:\n{top}"
+    );
+
+    // On glibc's malloc there is no heap profile; the answer says how to get one.
+    let mut yaml = config("ksched-heap-glibc", Some(&ns));
+    yaml.push_str("enableProfiling: true\n");
+    let glibc =
+        SchedulerProcess::start_with_env(cp, "heap-glibc", &yaml, &[("KSCHED_ALLOCATOR", "glibc")]);
+    let logs = || glibc.logs();
+    answers(glibc.secure_port, "/readyz", As::Anonymous, 200, logs).await;
+    let (status, body) = get_bytes(&ca, glibc.secure_port, "/debug/pprof/heap", admin)
+        .await
+        .expect("heap profile");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("KSCHED_ALLOCATOR=jemalloc"), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,7 +282,7 @@ async fn the_endpoint_authenticates_and_authorizes_as_kube_schedulers() {
 const NOT_IN_KSCHED: &[(&str, &str)] = &[
     (
         "scheduler_pending_async_api_calls",
-        "SchedulerAsyncAPICalls (off by default in 1.36) is not implemented: ksched makes its API calls from the binding cycle and the failure handler",
+        "SchedulerAsyncAPICalls (off by default in 1.36 and 1.37) is not implemented: ksched makes its API calls from the binding cycle and the failure handler",
     ),
     (
         "scheduler_async_api_call_execution",
@@ -242,9 +301,15 @@ const EXPORTED_ON_EVENT: &[(&str, &str)] = &[(
     "ksched counts a batch dropped when one existed (here: when some store, such as another test's namespace, changed during the one cycle); upstream counts pod_not_batchable for every pod its default spread constraints leave unsigned",
 )];
 
-/// The `scheduler_*` families with at least one sample in an exposition (text 0.0.4 or
-/// OpenMetrics), counters without their `_total`.
-fn scheduler_families(exposition: &str) -> BTreeSet<String> {
+/// The families of kube-scheduler's own exposition that ksched answers for: the scheduler's,
+/// component-base's (`kubernetes_build_info`, `kubernetes_feature_enabled`), the process's and
+/// client-go's informers' (from 1.37). Go runtime, workqueue and the API libraries' families are
+/// not compared.
+const COMPARED_PREFIXES: &[&str] = &["scheduler_", "kubernetes_", "process_", "informer_"];
+
+/// The compared families ([`COMPARED_PREFIXES`]) with at least one sample in an exposition (text
+/// 0.0.4 or OpenMetrics), counters without their `_total`.
+fn compared_families(exposition: &str) -> BTreeSet<String> {
     let mut declared: Vec<String> = exposition
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -264,7 +329,7 @@ fn scheduler_families(exposition: &str) -> BTreeSet<String> {
                 || ["_total", "_bucket", "_sum", "_count"]
                     .iter()
                     .any(|s| name.strip_prefix(f.as_str()) == Some(s))
-        }) && family.starts_with("scheduler_")
+        }) && COMPARED_PREFIXES.iter().any(|p| family.starts_with(p))
         {
             with_samples.insert(family.clone());
         }
@@ -306,8 +371,9 @@ fn sample_value(exposition: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-/// Upstream kube-scheduler and ksched each schedule a pod on the same control plane; each of
-/// upstream's `scheduler_*` families is in ksched's `/metrics`, or in [`NOT_IN_KSCHED`] (and an
+/// Upstream kube-scheduler (the testenv's, 1.37.2) and ksched (emulating the API server's minor)
+/// each schedule a pod on the same control plane; each of upstream's compared families
+/// ([`COMPARED_PREFIXES`]) is in ksched's `/metrics`, or in [`NOT_IN_KSCHED`] (and an
 /// entry there that ksched does export fails the test, so the list stays true) or
 /// [`EXPORTED_ON_EVENT`], with upstream's
 /// buckets; and the pod ksched scheduled left samples for its profile at every extension point
@@ -368,8 +434,8 @@ async fn every_kube_scheduler_metric_family_is_exported_or_listed() {
     let upstream_metrics = answers(upstream_port, "/metrics", admin, 200, || upstream.logs()).await;
     let ours = answers(ksched.secure_port, "/metrics", admin, 200, || ksched.logs()).await;
 
-    let upstream_families = scheduler_families(&upstream_metrics);
-    let our_families = scheduler_families(&ours);
+    let upstream_families = compared_families(&upstream_metrics);
+    let our_families = compared_families(&ours);
     assert!(
         upstream_families.len() > 10,
         "too few upstream families: {upstream_families:?}"
@@ -398,7 +464,7 @@ async fn every_kube_scheduler_metric_family_is_exported_or_listed() {
         "listed as not exported, but exported: {stale:?}"
     );
     eprintln!(
-        "metric families: upstream {} scheduler_* families, ksched exports {} of them",
+        "metric families: upstream {} compared families, ksched exports {} of them",
         upstream_families.len(),
         upstream_families.intersection(&our_families).count(),
     );
@@ -513,7 +579,7 @@ fn every_kube_scheduler_flag_is_accepted() {
             "--leader-elect-resource-name=copied",
             "--kube-api-qps=77",
             "--logging-format=json",
-            "--feature-gates=NodeDeclaredFeatures=false,SchedulerAsyncPreemption=false",
+            "--feature-gates=OpportunisticBatching=false,SchedulerAsyncPreemption=false",
             "--vmodule=foo=2",
             "--profiling",
             "-v=2",
@@ -530,7 +596,7 @@ fn every_kube_scheduler_flag_is_accepted() {
         written.contains("qps: 77"),
         "without --config the deprecated flag applies: {written}"
     );
-    assert!(!written.contains("NodeDeclaredFeatures"), "{written}");
+    assert!(!written.contains("OpportunisticBatching"), "{written}");
     let warnings: Vec<serde_json::Value> = stderr
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -546,5 +612,8 @@ fn every_kube_scheduler_flag_is_accepted() {
         flags.contains("--vmodule") && flags.contains("SchedulerAsyncPreemption=false"),
         "{flags}"
     );
-    assert!(!flags.contains("NodeDeclaredFeatures"), "honoured: {flags}");
+    assert!(
+        !flags.contains("OpportunisticBatching"),
+        "honoured: {flags}"
+    );
 }

@@ -10,7 +10,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -20,58 +20,18 @@ use serde_json::{Value, json};
 
 use support::nodes::Nodes;
 use support::operator::{http_get, sample, wait_profile_ready};
+use support::podman::{IMAGE, Podman};
 use support::wait::{create_bound, poll, tail};
-use support::{Components, ControlPlane, control_plane, free_port, path_str, repo_root};
+use support::{Components, ControlPlane, control_plane, free_port, path_str};
 
-const IMAGE: &str = "ksched:e2e";
 const NS: &str = "ksched-system";
 
 fn cp() -> &'static ControlPlane {
     control_plane(Components::WITH_KWOK)
 }
 
-/// podman on a storage of its own under the control plane's directory (removed at exit), with
-/// the flags these machines need: vfs, runc (crun fails on hybrid cgroups), cgroupfs.
-struct Podman {
-    dir: PathBuf,
-}
-
-impl Podman {
-    fn command(&self) -> Command {
-        let mut cmd = Command::new("podman");
-        cmd.arg(format!("--root={}", self.dir.join("storage").display()))
-            .arg(format!("--runroot={}", self.dir.join("run").display()))
-            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
-            .args([
-                "--storage-driver=vfs",
-                "--runtime=runc",
-                "--cgroup-manager=cgroupfs",
-                "--events-backend=file",
-            ]);
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command()
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("podman {}: {e}", args.join(" ")))
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "podman {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-/// The image built and loaded once per test binary, with its archive; `None` (and the reason
-/// printed) when podman cannot run here.
+/// The image (built once per run, shared by the test binaries) loaded once per test binary, with
+/// its archive; `None` (and the reason printed) when podman cannot run here.
 struct Image {
     podman: Podman,
     archive: PathBuf,
@@ -84,37 +44,12 @@ fn image() -> Option<&'static Image> {
     IMAGE_ONCE
         .get_or_init(|| {
             let cp = cp();
-            let podman = Podman {
-                dir: cp.dir.join("podman"),
-            };
-            match podman.command().arg("info").output() {
-                Err(e) => {
-                    eprintln!("SKIPPED: podman cannot run here ({e}); make testenv installs it");
-                    return None;
-                }
-                Ok(out) if !out.status.success() => {
-                    eprintln!(
-                        "SKIPPED: podman cannot run here: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    return None;
-                }
-                Ok(_) => {}
+            let podman = Podman::new(cp.dir.join("podman"));
+            if let Err(why) = podman.usable() {
+                support::podman::cannot_run(&why);
+                return None;
             }
-            let archive = cp.dir.join("ksched-e2e.tar");
-            let out = Command::new(repo_root().join("hack/image.sh"))
-                .arg(support::scheduler::ksched_bin())
-                .arg(&archive)
-                .arg(IMAGE)
-                .output()
-                .expect("run hack/image.sh");
-            assert!(
-                out.status.success(),
-                "hack/image.sh failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let loaded = podman.ok(&["load", "--input", path_str(&archive)]);
-            assert!(loaded.contains("docker.io/library/ksched:e2e"), "{loaded}");
+            let archive = podman.load_image();
 
             let config_dir = cp.dir.join("image-config");
             std::fs::create_dir_all(&config_dir).expect("config dir");

@@ -22,7 +22,7 @@ use support::wait::{node_of, poll, tail};
 use support::{Components, ControlPlane, control_plane, path_str};
 
 use ksched::api::LeafClusterPolicy;
-use ksched::framework::plugins::leaf::render_leaf_policies;
+use ksched::operator::leaf_render::render_leaf_policies;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

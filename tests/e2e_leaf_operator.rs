@@ -220,7 +220,7 @@ async fn placement_modes_take_effect_through_the_operator() {
         .as_ref()
         .and_then(|s| s.leader.clone())
         .unwrap_or_default();
-    assert!(leader.starts_with("leaf-e2e_leafy_"), "{leader}");
+    assert!(leader.starts_with("embedded/leaf-e2e/leafy/"), "{leader}");
     assert_eq!(
         lease_holder(&client).await.as_deref(),
         Some(leader.as_str())
@@ -255,7 +255,7 @@ async fn placement_modes_take_effect_through_the_operator() {
                 "configmap",
                 "-n",
                 NS,
-                "ksched-leafy",
+                "ksched-profile-leafy",
                 "-o",
                 "jsonpath={.data.config\\.yaml}",
             ]);
@@ -353,7 +353,7 @@ fn ready_reason(p: &SchedulerProfile) -> Option<String> {
 
 async fn lease_holder(client: &kube::Client) -> Option<String> {
     Api::<Lease>::namespaced(client.clone(), NS)
-        .get("ksched-leafy")
+        .get(&ksched::operator::object_name("leafy"))
         .await
         .ok()?
         .spec?

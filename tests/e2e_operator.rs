@@ -6,6 +6,10 @@
 
 #[path = "support/argocd_lua.rs"]
 mod argocd_lua;
+#[path = "e2e_operator/security.rs"]
+mod security;
+#[path = "e2e_operator/status_truth.rs"]
+mod status_truth;
 mod support;
 
 use std::collections::BTreeMap;
@@ -29,6 +33,7 @@ use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use ksched::framework::registry::Registry;
 use ksched::operator::in_process::InProcessSchedulers;
 use ksched::operator::{EmbeddedError, EmbeddedSchedulers};
+use support::fixtures::save_argocd_fixture as save_fixture;
 use support::operator::{InProcessOperator, OPERATOR_SA};
 use support::process::killed_with_parent;
 use support::scheduler::{SchedulerProcess, kube_scheduler_command};
@@ -53,13 +58,18 @@ struct RecordingEmbedded {
 
 #[async_trait]
 impl EmbeddedSchedulers for RecordingEmbedded {
-    async fn ensure(&self, profile: &str, config_yaml: &str) -> Result<(), EmbeddedError> {
+    async fn ensure(
+        &self,
+        profile: &str,
+        config_yaml: &str,
+        minor: ksched::emulation::Minor,
+    ) -> Result<(), EmbeddedError> {
         self.calls.lock().expect("lock").push((
             "ensure".into(),
             profile.into(),
             Some(config_yaml.into()),
         ));
-        self.inner().ensure(profile, config_yaml).await
+        self.inner().ensure(profile, config_yaml, minor).await
     }
     async fn stop(&self, profile: &str) {
         self.calls
@@ -139,7 +149,13 @@ fn env() -> &'static Arc<RecordingEmbedded> {
     &ENV.get_or_init(|| {
         let cp = cp();
         let install = repo_root().join("manifests/install");
-        for file in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
+        // The operator's RBAC and the admission policy that narrows it: every test runs under both.
+        for file in [
+            "namespace.yaml",
+            "serviceaccount.yaml",
+            "rbac.yaml",
+            "admission-policy.yaml",
+        ] {
             let (ok, _, err) = cp.kubectl_run(&[
                 "apply",
                 "--server-side",
@@ -381,8 +397,7 @@ async fn rendered_objects(
     name: &str,
 ) -> Vec<(&'static str, Option<Vec<OwnerReference>>)> {
     let obj = obj_name(name);
-    let svc = format!("{obj}-metrics");
-    let cluster = format!("ksched:{name}");
+    let cluster = ksched::operator::cluster_object_name(name);
     vec![
         ("ConfigMap", owners::<ConfigMap>(c, NS, &obj).await),
         (
@@ -397,7 +412,7 @@ async fn rendered_objects(
         ),
         ("Lease", owners::<Lease>(c, NS, &obj).await),
         ("Deployment", owners::<Deployment>(c, NS, &obj).await),
-        ("Service", owners::<Service>(c, NS, &svc).await),
+        ("Service", owners::<Service>(c, NS, &obj).await),
         (
             "ClusterRole",
             cluster_owners::<ClusterRole>(c, &cluster).await,
@@ -437,23 +452,6 @@ fn profile_yaml(name: &str, spec: &str) -> String {
 }
 
 /// Saves `obj` as tests/fixtures/argocd/<file>.json when KSCHED_UPDATE_FIXTURES=1.
-fn save_fixture<T: serde::Serialize>(file: &str, obj: &T) {
-    if std::env::var("KSCHED_UPDATE_FIXTURES").as_deref() == Ok("1") {
-        let mut v = serde_json::to_value(obj).expect("json");
-        if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-            m.remove("managedFields");
-        }
-        let path = repo_root()
-            .join("tests/fixtures/argocd")
-            .join(format!("{file}.json"));
-        std::fs::write(
-            &path,
-            serde_json::to_string_pretty(&v).expect("json") + "\n",
-        )
-        .expect("write fixture");
-    }
-}
-
 fn argo_health<T: serde::Serialize>(obj: &T) -> (String, String) {
     let v = serde_json::to_value(obj).expect("json");
     argocd_lua::health(&repo_root().join("manifests/argocd/health.lua"), &v)
@@ -472,7 +470,7 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
     assert!(!is_true(&p, "Ready"));
     assert!(is_true(&p, "Reconciling") && cond(&p, "Stalled").is_none());
     let uid = p.uid().expect("uid");
-    let obj = format!("ksched-{name}");
+    let obj = ksched::operator::object_name(name);
     let owned_by_profile = |refs: &[OwnerReference]| {
         refs.iter()
             .any(|o| o.uid == uid && o.kind == "SchedulerProfile" && o.controller == Some(true))
@@ -504,14 +502,17 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
         .expect("Deployment");
     let crb = get_opt(
         &Api::<ClusterRoleBinding>::all(c.clone()),
-        &format!("ksched:{name}"),
+        &ksched::operator::cluster_object_name(name),
     )
     .await
     .expect("CRB");
-    assert_eq!(crb.role_ref.name, format!("ksched:{name}"));
+    assert_eq!(
+        crb.role_ref.name,
+        ksched::operator::cluster_object_name(name)
+    );
     let role = get_opt(
         &Api::<ClusterRole>::all(c.clone()),
-        &format!("ksched:{name}"),
+        &ksched::operator::cluster_object_name(name),
     )
     .await
     .expect("ClusterRole");
@@ -536,8 +537,9 @@ async fn profile_renders_every_object_becomes_ready_and_elects_a_leader() {
         .expect("configHash");
     let annotation = dep
         .spec
+        .template
+        .metadata
         .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get("ksched.io/config-hash").cloned());
     assert_eq!(annotation.as_deref(), Some(hash.as_str()));
@@ -652,7 +654,7 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     let name = "op-repair";
     kubectl_apply(&profile_yaml(name, "  replicas: 1\n"));
     wait_rolled_out(&c, name).await;
-    let obj = format!("ksched-{name}");
+    let obj = ksched::operator::object_name(name);
 
     // No scheduler runs for this profile (kwok runs no containers): its pods stay Pending.
     let ns = cp().namespace(&c, "op-repair").await;
@@ -692,11 +694,14 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     let again = cms.get(&obj).await.expect("cm");
     assert_eq!(again.data, before.data);
     let crs: Api<ClusterRole> = Api::all(c.clone());
-    crs.delete(&format!("ksched:{name}"), &DeleteParams::default())
-        .await
-        .expect("delete cr");
+    crs.delete(
+        &ksched::operator::cluster_object_name(name),
+        &DeleteParams::default(),
+    )
+    .await
+    .expect("delete cr");
     eventually("ClusterRole recreated", async || {
-        crs.get_opt(&format!("ksched:{name}"))
+        crs.get_opt(&ksched::operator::cluster_object_name(name))
             .await
             .ok()
             .flatten()
@@ -713,13 +718,13 @@ async fn pending_pods_are_counted_and_children_edited_by_hand_are_put_back() {
     .await
     .expect("scale");
     eventually("replicas put back to 1", async || {
-        (deps.get(&obj_name(name)).await.ok()?.spec?.replicas == Some(1)).then_some(())
+        (deps.get(&obj_name(name)).await.ok()?.spec.replicas == Some(1)).then_some(())
     })
     .await;
 }
 
 fn obj_name(profile: &str) -> String {
-    format!("ksched-{profile}")
+    ksched::operator::object_name(profile)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -732,8 +737,9 @@ async fn spec_change_rolls_out_and_an_invalid_change_leaves_everything_as_it_was
     let cms: Api<ConfigMap> = Api::namespaced(c.clone(), NS);
     let template_hash = |d: &Deployment| {
         d.spec
+            .template
+            .metadata
             .as_ref()
-            .and_then(|s| s.template.metadata.as_ref())
             .and_then(|m| m.annotations.as_ref())
             .and_then(|a| a.get("ksched.io/config-hash").cloned())
     };
@@ -837,6 +843,82 @@ async fn a_profile_that_cannot_roll_out_is_progressing() {
     let mut unobserved = p.clone();
     unobserved.metadata.generation = Some(p.metadata.generation.unwrap_or(1) + 1);
     assert_eq!(argo_health(&unobserved).0, "Progressing");
+}
+
+/// A PriorityClass that does not exist: the ReplicaSet cannot create the scheduler pods, and the
+/// profile's status says so with the field to fix, instead of RollingOut forever in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_priority_class_is_named_in_the_status() {
+    let c = client().await;
+    let name = "op-no-priority-class";
+    kubectl_apply(&profile_yaml(
+        name,
+        "  priorityClassName: no-such-priority-class\n",
+    ));
+    let p = wait_profile(&c, name, "FailedCreate in Ready", |p| {
+        cond(p, "Ready").is_some_and(|c| c.message.contains("FailedCreate"))
+    })
+    .await;
+    let ready = cond(&p, "Ready").expect("Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "RollingOut")
+    );
+    assert!(
+        ready
+            .message
+            .contains("no PriorityClass with name no-such-priority-class was found")
+            && ready.message.contains("fix spec.priorityClassName"),
+        "{}",
+        ready.message
+    );
+}
+
+/// A leaf selector that also selects a node where kube-scheduler placed pods: a Warning names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_selector_matching_host_nodes_is_warned_about() {
+    let c = client().await;
+    let label = ("ksched-e2e/hostleaf", "yes");
+    kubectl_apply(&fixtures::kwok_node(
+        "op-hostleaf-host",
+        "8",
+        "16Gi",
+        &[label],
+    ));
+    kubectl_apply(&fixtures::kwok_node(
+        "op-hostleaf-leaf",
+        "8",
+        "16Gi",
+        &[label],
+    ));
+    let ns = cp().namespace(&c, "op-hostleaf").await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"nodeName": "op-hostleaf-host", "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    kubectl_apply(&profile_yaml("op-hostleaf-profile", "  replicas: 0\n"));
+    kubectl_apply(
+        "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: op-hostleaf\nspec:\n  leafNodeSelector:\n    matchLabels:\n      ksched-e2e/hostleaf: \"yes\"\n  taint:\n    key: ksched-e2e/hostleaf\n    effect: NoSchedule\n  profiles: [\"op-hostleaf-profile\"]\n",
+    );
+    let note = eventually("LeafSelectorMatchesHostNodes event", async || {
+        support::events::latest_note(&c, "default", "LeafSelectorMatchesHostNodes", "op-hostleaf")
+            .await
+    })
+    .await;
+    assert!(
+        note.starts_with("spec.leafNodeSelector also selects node(s) op-hostleaf-host (pods of default-scheduler)")
+            && !note.contains("op-hostleaf-leaf")
+            && note.contains("Narrow spec.leafNodeSelector"),
+        "{note}"
+    );
+    let (ok, _, err) =
+        cp().kubectl_run(&["delete", "leafclusterpolicy", "op-hostleaf", "--wait=true"]);
+    assert!(ok, "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -946,7 +1028,7 @@ async fn suspend_scales_to_zero_and_keeps_the_config() {
         .get(&obj_name(name))
         .await
         .expect("deployment");
-    assert_eq!(d.spec.and_then(|s| s.replicas), Some(0));
+    assert_eq!(d.spec.replicas, Some(0));
     assert!(owners::<ConfigMap>(&c, NS, &obj_name(name)).await.is_some());
 }
 
@@ -1187,7 +1269,7 @@ async fn a_misspelled_scheduler_name_gets_one_warning() {
     assert_eq!(first.type_.as_deref(), Some("Warning"));
     let note = first.note.clone().unwrap_or_default();
     assert!(
-        note.contains("defualt-scheduler") && note.contains("default-scheduler"),
+        note.contains("spec.schedulerName \"defualt-scheduler\" (did you mean default-scheduler?)"),
         "{note}"
     );
     // The pod changes (the watch sees it again): still one warning.
@@ -1238,7 +1320,7 @@ async fn an_unapplyable_deployment_is_stalled_in_plain_words_and_backs_off() {
         .map(|c| c.message.clone())
         .unwrap_or_default();
     assert!(
-        message.contains(&format!("applying Deployment {NS}/ksched-{name}"))
+        message.contains(&format!("applying Deployment {NS}/ksched-profile-{name}"))
             && message.contains("must be less than or equal to cpu limit")
             && message.contains("HTTP 422")
             && !message.contains("Status {")

@@ -11,14 +11,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
 use kube::api::Api;
+use kube::{Client, ResourceExt};
 
-use ksched::api::LeafClusterPolicy;
-use ksched::operator::uninstall::KIT_NAME;
+use ksched::api::{LeafClusterPolicy, SchedulerProfile};
 use support::operator_pods::OperatorPods;
 use support::scheduler::{default_scheduler, ksched_bin};
 use support::uninstall::{Kept, Scenario, leaf_tainted, wait_finished};
@@ -167,8 +167,7 @@ fn diagnostics(pods: &OperatorPods) -> String {
 }
 
 /// `kubectl apply -k manifests/install`, then the operator pods (processes, see OperatorPods)
-/// with one leading and every one holding the uninstall identity, then the scenario's profiles
-/// and policy. The pods and the leader's.
+/// with one leading, then the scenario's profiles and policy. The pods and the leader's.
 async fn install_and_use(
     cp: &'static ControlPlane,
     client: &Client,
@@ -208,20 +207,6 @@ async fn install_and_use(
     ]);
     let pods = OperatorPods::start(cp, client.clone(), NS);
     let leader = pods.wait_leader(client, NS).await;
-    poll(
-        "the uninstall identity",
-        Duration::from_secs(60),
-        || diagnostics(&pods),
-        async || {
-            Api::<ClusterRole>::all(client.clone())
-                .get_opt(KIT_NAME)
-                .await
-                .ok()
-                .flatten()
-        },
-    )
-    .await;
-    pods.wait_logged("holding the uninstall identity").await;
     scenario.apply(cp, client, || diagnostics(&pods)).await;
     (pods, leader)
 }
@@ -239,6 +224,83 @@ fn ksched_uninstall(cp: &ControlPlane) -> (bool, String, String) {
     )
 }
 
+/// Reproduction 3: deleting the operator's ClusterRoleBinding and creating it again (`kubectl
+/// replace --force`, an RBAC clean-up script, an Argo CD `Replace=true` sync) is not an
+/// uninstall: the binding is released after a grace and goes, the new one is taken as it comes,
+/// and nothing the operator made is torn down; no operator process exits.
+async fn replacing_the_binding_tears_nothing_down(
+    cp: &ControlPlane,
+    client: &Client,
+    scenario: &Scenario,
+    pods: &OperatorPods,
+) {
+    let replaced = Instant::now();
+    cp.kubectl_ok(&[
+        "delete",
+        "clusterrolebinding",
+        "ksched-operator",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    let gone_after = replaced.elapsed();
+    let install = repo_root().join("manifests/install/rbac.yaml");
+    cp.kubectl_ok(&["apply", "--server-side", "-f", path_str(&install)]);
+    eprintln!("ClusterRoleBinding ksched-operator replaced: released after {gone_after:?}");
+    let crb = Api::<ClusterRoleBinding>::all(client.clone())
+        .get("ksched-operator")
+        .await
+        .expect("the new binding");
+    assert!(
+        crb.finalizers()
+            .iter()
+            .any(|f| f == ksched::operator::uninstall::HOLD_FINALIZER),
+        "{:?}",
+        crb.metadata
+    );
+    // Give a wrongly started uninstall every chance to show.
+    tokio::time::sleep(ksched::operator::uninstall::DEPARTURE_GRACE * 3).await;
+    let scheduler = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get_opt(&ksched::operator::object_name(&scenario.deployment_profile))
+        .await
+        .expect("get Deployment");
+    assert!(
+        scheduler.is_some(),
+        "a profile's scheduler Deployment was torn down"
+    );
+    let policy = Api::<LeafClusterPolicy>::all(client.clone())
+        .get(&scenario.policy)
+        .await
+        .expect("policy");
+    assert!(
+        policy
+            .finalizers()
+            .iter()
+            .any(|f| f == ksched::operator::FINALIZER),
+        "the policy lost its finalizer"
+    );
+    let tainted = Api::<Node>::all(client.clone())
+        .get(&scenario.tainted)
+        .await
+        .expect("node");
+    assert!(leaf_tainted(&tainted), "the policy's taint went");
+    let profile = Api::<SchedulerProfile>::all(client.clone())
+        .get(&scenario.embedded_profile)
+        .await
+        .expect("profile");
+    let ready = profile
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    assert_eq!(ready, Some(("True".into(), "Running".into())));
+    assert_eq!(pods.running().len(), 2, "{}", pods.logs());
+    assert!(
+        !pods.logs().contains("ksched is being uninstalled"),
+        "{}",
+        pods.logs()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_ksched_uninstall_finishes_after_a_lost_operator()
  {
@@ -249,11 +311,10 @@ async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_k
     let install = path_str(&repo_root().join("manifests/install")).to_string();
 
     // Everything at once (CRDs, namespace, RBAC, operator; profiles and policy still there): done
-    // within a minute, every operator process stopped by itself, nothing left.
+    // within a minute, every operator process stopped by itself, nothing left (the release
+    // identity made for the last step deleted too).
     let (pods, _) = install_and_use(cp, &client, &scenario).await;
-    // While installed, `ksched uninstall` refuses (it finishes uninstalls, it does not start one).
-    let (ok, _, err) = ksched_uninstall(cp);
-    assert!(!ok && err.contains("still installed"), "{err}");
+    replacing_the_binding_tears_nothing_down(cp, &client, &scenario, &pods).await;
     let started = Instant::now();
     cp.kubectl_ok(&["delete", "-k", &install, "--wait", "--timeout=60s"]);
     let kubectl_done = started.elapsed();
@@ -269,6 +330,11 @@ async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_k
     .await;
     eprintln!(
         "kubectl delete -k: returned after {kubectl_done:?}, nothing of ksched left after {took:?}"
+    );
+    assert!(
+        pods.logs().contains("the release identity deleted itself"),
+        "{}",
+        pods.logs()
     );
     drop(pods);
 
@@ -291,9 +357,10 @@ async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_k
     eprintln!("kubectl delete -k with the leader dead: nothing of ksched left after {took:?}");
     drop(pods);
 
-    // The operator gone (its pods cannot run) before the uninstall: the namespace, the operator's
-    // RBAC and the profiles (no finalizer; the garbage collector takes what they own) still go;
-    // the policy waits on its finalizer, so its CRD stays Terminating, and the taint stays.
+    // The operator gone (its pods cannot run) before the uninstall: the profiles (no finalizer;
+    // the garbage collector takes what they own) still go; the policy waits on its finalizer, so
+    // its CRD stays Terminating, the taint stays, and the operator's identity stays held, so the
+    // namespace stays Terminating too.
     let (pods, _) = install_and_use(cp, &client, &scenario).await;
     pods.kill_all();
     cp.kubectl_ok(&["delete", "-k", &install, "--wait=false"]);
@@ -305,7 +372,13 @@ async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_k
         Duration::from_secs(60),
         || diagnostics(&pods),
         async || {
-            let ns_gone = namespaces.get_opt(NS).await.ok()?.is_none();
+            let ns_waits = namespaces
+                .get_opt(NS)
+                .await
+                .ok()??
+                .metadata
+                .deletion_timestamp
+                .is_some();
             let profiles_gone = crds
                 .get_opt("schedulerprofiles.ksched.io")
                 .await
@@ -325,7 +398,7 @@ async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_k
                 .metadata
                 .deletion_timestamp
                 .is_some();
-            (ns_gone && profiles_gone && policy_crd_waits && policy_waits).then_some(())
+            (ns_waits && profiles_gone && policy_crd_waits && policy_waits).then_some(())
         },
     )
     .await;
@@ -343,7 +416,8 @@ async fn kubectl_delete_k_uninstalls_in_one_step_also_with_the_leader_dead_and_k
     let (ok, stdout, stderr) = ksched_uninstall(cp);
     assert!(ok, "ksched uninstall: {stdout}{stderr}");
     assert!(
-        stdout.contains("uninstalled: taints removed from 1 node(s)"),
+        stdout.contains("taints removed from 1 node(s)")
+            && stdout.contains("7 object(s) of the operator's identity released"),
         "{stdout}"
     );
     scenario

@@ -232,9 +232,7 @@ async fn never_policy_pod_does_not_preempt() {
         "{message}"
     );
     assert!(
-        message.ends_with(
-            ". no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never."
-        ),
+        message.ends_with(". preemption: not eligible due to preemptionPolicy=Never."),
         "{message}"
     );
     // A few more scheduling attempts' worth of time: nothing changes.

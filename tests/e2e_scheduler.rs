@@ -143,7 +143,7 @@ async fn resources_taints_affinity_and_host_ports_decide_placement() {
         // Filters run in upstream's order (TaintToleration before NodeAffinity before NodePorts);
         // each node reports the first filter that rejected it. DefaultPreemption (default profile)
         // finds no lower-priority pods on the port-conflict nodes.
-        "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint(s), 2 node(s) didn't have free ports for the requested pod ports. no new claims to deallocate, preemption: 0/4 nodes are available: 2 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
+        "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint(s), 2 node(s) didn't have free ports for the requested pod ports. preemption: 0/4 nodes are available: 2 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
     );
 }
 
@@ -200,7 +200,7 @@ async fn unschedulable_pod_is_told_why_and_binds_once_a_fitting_node_joins() {
     assert_eq!(
         message,
         // 2 CPUs exceed the small nodes' allocatable: preemption cannot help anywhere (upstream).
-        "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu. no new claims to deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     );
     // A node that fits joins: the pod is retried on that event, long before the 5-minute flush.
     let started = Instant::now();

@@ -1,6 +1,7 @@
 //! Out-of-tree plugins. The example (`examples/custom_plugin.rs`) built with cargo and run as the
 //! full scheduler against the real control plane: its `PreferLabeled` Score plugin decides
-//! placement. And a plugin written and unit-tested as its author would, with `ksched::prelude`
+//! placement, and its `NodeWeights` plugin scores from a kind it watches itself (ConfigMaps with
+//! its label). And a plugin written and unit-tested as its author would, with `ksched::prelude`
 //! and the `testing` feature's builders only.
 
 mod support;
@@ -9,10 +10,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use ksched::prelude::testing::{NodeBuilder, PodBuilder, handle};
 use ksched::prelude::*;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams, PostParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::fixtures::pause_pod;
@@ -94,6 +95,89 @@ async fn example_plugin_decides_placement() {
     drop(nodes);
 }
 
+const WEIGHTS_CONFIG: &str = r#"apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: weights-scheduler
+  plugins:
+    multiPoint:
+      enabled:
+      - name: NodeWeights
+        weight: 10
+"#;
+
+/// A ConfigMap of node weights as `NodeWeights` reads them.
+fn weights(name: &str, ns: &str, data: &[(&str, &str)]) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {"example.com/node-weights": "true"}},
+        "data": data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+    }))
+    .expect("ConfigMap")
+}
+
+/// The example's `NodeWeights` reads a kind no in-tree plugin reads: the ConfigMaps present when
+/// the scheduler starts decide the first placement (its informer listed them before scheduling
+/// began), and one created later decides the next once its watch delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_tree_plugin_scores_from_the_kind_it_watches() {
+    let bin = build_example();
+    let cp = control_plane(Components::WITH_KWOK);
+    let client = cp.client().await;
+    let ns = cp.namespace(&client, "oot-weights").await;
+    let nodes = Nodes::new(cp, "oot-weights");
+    // The default scorers prefer the big, empty node; the weights say otherwise.
+    nodes.add("big", "64", &[]);
+    let small = nodes.add("small", "4", &[]);
+    let medium = nodes.add("medium", "8", &[]);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    config_maps
+        .create(
+            &PostParams::default(),
+            &weights("first", &ns, &[(&small, "100")]),
+        )
+        .await
+        .expect("weights");
+
+    let config = cp.dir.join("node-weights-config.yaml");
+    std::fs::write(&config, WEIGHTS_CONFIG).expect("config");
+    let mut cmd = scheduler_command(&bin, cp, &config);
+    cmd.args(["--secure-port=0", "--v=4"]);
+    let example = LoggedChild::spawn(cmd, cp.dir.join("node-weights.log"));
+    wait_log(|| example.logs(), "starting to schedule").await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = |name: &str| pause_pod(name, "weights-scheduler", "100m", &[], json!({}));
+    let node = create_bound(&pods, &pod("listed"), || example.logs()).await;
+    assert_eq!(node, small, "{}", example.logs());
+
+    // A second ConfigMap weighs the medium node higher; the watch brings it in.
+    config_maps
+        .delete("first", &DeleteParams::default())
+        .await
+        .expect("delete weights");
+    config_maps
+        .create(
+            &PostParams::default(),
+            &weights("second", &ns, &[(&medium, "100")]),
+        )
+        .await
+        .expect("weights");
+    let mut placed = Vec::new();
+    for attempt in 0..20 {
+        let name = format!("watched-{attempt}");
+        let node = create_bound(&pods, &pod(&name), || example.logs()).await;
+        placed.push(node.clone());
+        if node == medium {
+            break;
+        }
+    }
+    assert_eq!(placed.last(), Some(&medium), "placed on {placed:?}");
+    drop(nodes);
+}
+
 /// `RequireLabel`: a Filter plugin keeping pods off nodes without a label, as an out-of-tree
 /// author writes it.
 struct RequireLabel {
@@ -158,11 +242,21 @@ fn a_plugin_written_with_the_prelude_registers_and_filters() {
     );
     let registration = require_label();
     // Args: strict, defaulted and validated as an in-tree plugin's.
-    let errs = (registration.decode_args)(Some(&json!({}))).expect_err("label missing");
+    let errs = (registration.decode_args)(Some(&json!({})), &Emulation::default())
+        .expect_err("label missing");
     assert_eq!(errs[0].path, "label");
-    assert!((registration.decode_args)(Some(&json!({"label": "a", "lable": "b"}))).is_err());
-    let args =
-        (registration.decode_args)(Some(&json!({"label": "example.com/ssd"}))).expect("valid");
+    assert!(
+        (registration.decode_args)(
+            Some(&json!({"label": "a", "lable": "b"})),
+            &Emulation::default()
+        )
+        .is_err()
+    );
+    let args = (registration.decode_args)(
+        Some(&json!({"label": "example.com/ssd"})),
+        &Emulation::default(),
+    )
+    .expect("valid");
     // Its factory's error, typed.
     let (h, _) = handle();
     let bad = json!({"label": "not a key"});

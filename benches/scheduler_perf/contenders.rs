@@ -17,7 +17,12 @@ use super::workloads::{Kind, NODE_LABEL, SCHEDULER_NAME};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contender {
+    /// ksched on its default allocator.
     Ksched,
+    /// The same binary with `KSCHED_ALLOCATOR=jemalloc`.
+    KschedJemalloc,
+    /// The same binary with `KSCHED_ALLOCATOR=glibc`.
+    KschedGlibc,
     Upstream,
     /// The null binder: binds every pending pod round robin, no scheduling logic: what the API
     /// server allows.
@@ -25,21 +30,54 @@ pub enum Contender {
 }
 
 impl Contender {
+    /// The contenders of a run that names none.
     pub const ALL: [Contender; 3] = [Contender::Ksched, Contender::Upstream, Contender::Ceiling];
+    /// Every contender `--contenders` can name.
+    const NAMED: [Contender; 5] = [
+        Contender::Ksched,
+        Contender::KschedJemalloc,
+        Contender::KschedGlibc,
+        Contender::Upstream,
+        Contender::Ceiling,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Contender::Ksched => "ksched",
+            Contender::KschedJemalloc => "ksched-jemalloc",
+            Contender::KschedGlibc => "ksched-glibc",
             Contender::Upstream => "upstream",
             Contender::Ceiling => "ceiling",
         }
     }
 
     pub fn parse(s: &str) -> Result<Contender, String> {
-        Contender::ALL
+        Contender::NAMED
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown contender {s:?}: use ksched, upstream or ceiling"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown contender {s:?}: use {}",
+                    Contender::NAMED.map(Contender::name).join(", ")
+                )
+            })
+    }
+
+    /// Whether it is a ksched build (any allocator).
+    pub fn is_ksched(self) -> bool {
+        matches!(
+            self,
+            Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc
+        )
+    }
+
+    /// The `KSCHED_ALLOCATOR` it runs with; `None` for ksched's default or another scheduler.
+    fn allocator(self) -> Option<&'static str> {
+        match self {
+            Contender::KschedJemalloc => Some("jemalloc"),
+            Contender::KschedGlibc => Some("glibc"),
+            _ => None,
+        }
     }
 
     /// Whether it is a scheduler (serves /metrics, honours constraints).
@@ -89,7 +127,7 @@ fn config(cp: &ControlPlane, contender: Contender, kind: Kind) -> String {
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {SCHEDULER_NAME}\n",
         cp.kubeconfig.display()
     );
-    if contender == Contender::Ksched && kind.gang_size().is_some() {
+    if contender.is_ksched() && kind.gang_size().is_some() {
         config.push_str(
             "  plugins:
     queueSort:
@@ -143,12 +181,17 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
         "--v=1".into(),
     ];
     let mut cmd = match contender {
-        Contender::Ksched => {
+        Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc => {
             let mut c = Command::new(support::scheduler::ksched_bin());
             c.args(["scheduler", "--config", support::path_str(&config_path)])
                 .args(["--kubeconfig", &kubeconfig])
                 .args(&auth)
                 .args(&tls);
+            // One binary, both allocators (src/allocator.rs).
+            match contender.allocator() {
+                Some(allocator) => c.env("KSCHED_ALLOCATOR", allocator),
+                None => c.env_remove("KSCHED_ALLOCATOR"),
+            };
             c
         }
         Contender::Upstream => {

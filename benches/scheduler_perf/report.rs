@@ -420,6 +420,11 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
     let range = |r: Option<Ratio>| r.map_or("-".into(), |r| r.range());
     let side = |s: Option<Side>| s.map_or("-", Side::name);
     let (k, u, c) = (Contender::Ksched, Contender::Upstream, Contender::Ceiling);
+    // ksched on a chosen allocator, when the run has it: the same figures beside the default's.
+    let allocators: Vec<Contender> = [Contender::KschedJemalloc, Contender::KschedGlibc]
+        .into_iter()
+        .filter(|a| get(*a).is_some())
+        .collect();
     let mut line = format!(
         "BENCH workload={} nodes={} pods={} ksched_pps={} upstream_pps={} ceiling_pps={} ratio_upstream={} ratio_upstream_range={} vs_upstream={} ratio_ceiling={} target_pps={}",
         w.name(),
@@ -434,6 +439,20 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
         median(v.pps_vs_ceiling),
         side(v.throughput()),
     );
+    for a in &allocators {
+        let vs_upstream = match (get(*a), get(u)) {
+            (Some(Ok(x)), Some(Ok(y))) => Ratio::of(&x.pods_per_second, &y.pods_per_second),
+            _ => None,
+        };
+        let name = a.name();
+        let _ = write!(
+            line,
+            " {name}_pps={} {name}_ratio_upstream={} {name}_ratio_upstream_range={}",
+            value(*a, |s| Some(s.median.pods_per_second), 1),
+            median(vs_upstream),
+            range(vs_upstream),
+        );
+    }
     for (key, f, precision) in [
         (
             "p99_ms",
@@ -445,7 +464,7 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
         ("steady_rss_mb", |s| Some(s.median.steady_rss_mb), 1),
         ("steady_anon_mb", |s| Some(s.median.steady_anon_mb), 1),
     ] {
-        for contender in [k, u] {
+        for contender in [k].into_iter().chain(allocators.iter().copied()).chain([u]) {
             let _ = write!(
                 line,
                 " {}_{key}={}",

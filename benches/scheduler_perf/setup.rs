@@ -330,7 +330,9 @@ pub async fn pod_groups(
         return Ok(());
     };
     let (resource, spec) = match contender {
-        Contender::Ksched => (coscheduling_groups(), json!({"minMember": size})),
+        Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc => {
+            (coscheduling_groups(), json!({"minMember": size}))
+        }
         Contender::Upstream => (
             workload_groups(),
             json!({"schedulingPolicy": {"gang": {"minCount": size}}}),

@@ -1,37 +1,46 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes test control plane (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok) and helm (for the
-# chart tests) from Go modules into
+# kube-controller-manager, kube-scheduler, kubectl, kwok), helm (for the chart
+# tests) and kstatus-check (Flux's and Helm's health reading, for the status
+# tests) from Go modules into
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ksched/testenv/<K8S_VERSION>/bin/
 # and prints that directory as the last line of stdout:
 #   BIN=$(hack/testenv/build.sh | tail -1)
 # Progress goes to stderr. When the binaries and a matching stamp are already
 # there it returns at once, without running go.
 #
-# K8S_VERSION (e.g. 1.36.3, no leading v) comes from the top-level Makefile;
-# the default below is only a fallback and must match k8s/go.mod.
+# K8S_VERSION (e.g. 1.37.2, no leading v): any release whose minor has its
+# modules in v<major>.<minor>/ (written by set-version.sh); unset, the pin of
+# the top-level Makefile. Several versions build side by side, each into its
+# own directory.
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-1.36.3}"
-K8S_VERSION="${K8S_VERSION#v}"
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ -z "${K8S_VERSION:-}" ]]; then
+	K8S_VERSION="$(sed -n -E 's/^K8S_VERSION[[:space:]]*\??=[[:space:]]*([^[:space:]]+).*/\1/p' "${here}/../../Makefile" | head -1)"
+fi
+K8S_VERSION="${K8S_VERSION#v}"
+[[ "$K8S_VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "testenv: error: K8S_VERSION=${K8S_VERSION} is not a release version" >&2; exit 1; }
+modules="v${K8S_VERSION%.*}"
 root="${XDG_CACHE_HOME:-$HOME/.cache}/ksched/testenv/${K8S_VERSION}"
 bin="${root}/bin"
 stamp="${bin}/.stamp"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm kstatus-check)
 
 log() { printf 'testenv: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # Everything that decides what the binaries are: this script (build flags) and
-# the four modules' go.mod / go.sum / Go sources.
+# the go.mod / go.sum / Go sources of the five modules this version builds from
+# (another minor's modules are not among them).
 inputs_hash() {
 	(
 		cd "$here"
 		printf 'version=%s arch=%s\n' "$K8S_VERSION" "$(uname -sm)"
-		for f in build.sh k8s/go.mod k8s/go.sum k8s/*.go etcd/go.mod etcd/go.sum etcd/*.go \
-			kwok/go.mod kwok/go.sum kwok/*.go helm/go.mod helm/go.sum helm/*.go; do
+		for f in build.sh "$modules"/k8s/go.mod "$modules"/k8s/go.sum "$modules"/k8s/*.go \
+			"$modules"/etcd/go.mod "$modules"/etcd/go.sum "$modules"/etcd/*.go \
+			kwok/go.mod kwok/go.sum kwok/*.go helm/go.mod helm/go.sum helm/*.go \
+			kstatus/go.mod kstatus/go.sum kstatus/*.go; do
 			printf '%s ' "$f"
 			sha256sum <"$f"
 		done
@@ -54,10 +63,12 @@ fi
 
 command -v go >/dev/null 2>&1 || die "go is not on PATH"
 
-# The k8s module pins the version; K8S_VERSION must agree with it.
-pinned="$(sed -n -E 's/^[[:space:]]*(require[[:space:]]+)?k8s\.io\/kubernetes[[:space:]]+v([0-9][^[:space:]]*).*/\2/p' "${here}/k8s/go.mod" | head -1)"
+# The minor's k8s module pins the patch release; K8S_VERSION must agree with it.
+[[ -f "${here}/${modules}/k8s/go.mod" ]] ||
+	die "no modules for Kubernetes ${K8S_VERSION%.*} (hack/testenv/${modules}/); run hack/testenv/set-version.sh ${K8S_VERSION}"
+pinned="$(sed -n -E 's/^[[:space:]]*(require[[:space:]]+)?k8s\.io\/kubernetes[[:space:]]+v([0-9][^[:space:]]*).*/\2/p' "${here}/${modules}/k8s/go.mod" | head -1)"
 [[ "$pinned" == "$K8S_VERSION" ]] ||
-	die "K8S_VERSION=${K8S_VERSION} but hack/testenv/k8s/go.mod pins k8s.io/kubernetes v${pinned}; run hack/testenv/set-version.sh ${K8S_VERSION}"
+	die "K8S_VERSION=${K8S_VERSION} but hack/testenv/${modules}/k8s/go.mod pins k8s.io/kubernetes v${pinned}; run hack/testenv/set-version.sh ${K8S_VERSION}"
 
 mkdir -p "$bin"
 # Serialise concurrent callers (e.g. parallel test binaries); the winner
@@ -112,15 +123,16 @@ for p in "$kv" "$cv"; do
 	)
 done
 
-etcd_version="$(sed -n -E 's/^[[:space:]]*(require[[:space:]]+)?go\.etcd\.io\/etcd\/server\/v3[[:space:]]+v([^[:space:]]+).*/\2/p' "${here}/etcd/go.mod" | head -1)"
+etcd_version="$(sed -n -E 's/^[[:space:]]*(require[[:space:]]+)?go\.etcd\.io\/etcd\/server\/v3[[:space:]]+v([^[:space:]]+).*/\2/p' "${here}/${modules}/etcd/go.mod" | head -1)"
 
-go_build etcd etcd . "-X go.etcd.io/etcd/api/v3/version.GitSHA=gomod-v${etcd_version}"
+go_build "${modules}/etcd" etcd . "-X go.etcd.io/etcd/api/v3/version.GitSHA=gomod-v${etcd_version}"
 for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-	go_build k8s "$c" "k8s.io/kubernetes/cmd/${c}" "${k8s_ldflags[@]}"
+	go_build "${modules}/k8s" "$c" "k8s.io/kubernetes/cmd/${c}" "${k8s_ldflags[@]}"
 done
 go_build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 helm_version="$(sed -n -E 's/^[[:space:]]*(require[[:space:]]+)?helm\.sh\/helm\/v4[[:space:]]+v([^[:space:]]+).*/\2/p' "${here}/helm/go.mod" | head -1)"
 go_build helm helm helm.sh/helm/v4/cmd/helm "-X helm.sh/helm/v4/internal/version.version=v${helm_version}"
+go_build kstatus kstatus-check .
 
 printf '%s %s\n' "$K8S_VERSION" "$(inputs_hash)" >"${stamp}.tmp.$$"
 mv -f "${stamp}.tmp.$$" "$stamp"

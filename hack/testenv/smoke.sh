@@ -107,6 +107,7 @@ wait_for 30 "etcd /health" curl -fsS "http://127.0.0.1:${etcd_client}/health"
 	--etcd-servers="http://127.0.0.1:${etcd_client}" \
 	--bind-address=127.0.0.1 \
 	--advertise-address=127.0.0.1 \
+	--endpoint-reconciler-type=none \
 	--secure-port="${apiserver_port}" \
 	--cert-dir="$tmp/apiserver-certs" \
 	--tls-cert-file="$pki/apiserver.crt" \

@@ -1,7 +1,9 @@
 -- Argo CD health check for ksched.io SchedulerProfile and LeafClusterPolicy (kstatus conditions).
 -- Healthy: Ready=True for the current generation. Progressing: not observed yet, or Reconciling.
--- Degraded: Stalled=True, or Ready=False for a reason that needs the user to act (ApplyFailed,
--- Conflict, InvalidConfiguration, ...).
+-- Degraded: Stalled=True (also OperatorStopped after ksched was uninstalled), or Ready=False for a
+-- reason that needs the user to act (ApplyFailed, Conflict, InvalidConfiguration, NameInUse, ...).
+-- Ready=False while Reconciling (NoLeader: no scheduler renews the Lease; OperatorStopped: the
+-- operator that ran an Embedded scheduler stopped and another takes over) is Progressing.
 -- Lua 5.1 compatible (Argo CD runs gopher-lua).
 local hs = { status = "Progressing", message = "Waiting for the ksched operator" }
 if obj.status == nil then
@@ -28,7 +30,7 @@ end
 -- Reasons that need a change by the user (to the spec, or to what it conflicts with).
 local stalled_reasons = {
   InvalidConfiguration = true, InvalidSpec = true, ApplyFailed = true, SchedulerNameInUse = true,
-  Conflict = true, ForeignTaint = true, ProfileNotFound = true,
+  NameInUse = true, Conflict = true, ForeignTaint = true, ProfileNotFound = true,
 }
 if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"

@@ -15,6 +15,8 @@ pub const KOSMOS_NODE_KEY: &str = "kosmos.io/node";
 /// rendering that spec while the current one is invalid.
 pub const LAST_VALID_SPEC_ANNOTATION: &str = "ksched.io/last-valid-spec";
 
+/// Spec of a `LeafClusterPolicy`: which nodes stand for leaf clusters, the taint that keeps other
+/// schedulers off them, and which profiles may place which pods there.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "ksched.io",
@@ -59,35 +61,42 @@ pub const LAST_VALID_SPEC_ANNOTATION: &str = "ksched.io/last-valid-spec";
 #[x_kube(validation = Rule::new("!(has(self.selectAllNodes) && self.selectAllNodes) || ((!has(self.leafNodeSelector.matchLabels) || self.leafNodeSelector.matchLabels.size() == 0) && (!has(self.leafNodeSelector.matchExpressions) || self.leafNodeSelector.matchExpressions.size() == 0))").message("selectAllNodes: true goes only with leafNodeSelector: {}: remove selectAllNodes to use the selector, or empty the selector"))]
 #[serde(rename_all = "camelCase")]
 pub struct LeafClusterPolicySpec {
-    /// Which nodes are virtual nodes standing for leaf clusters (default `kosmos.io/node=true`).
-    /// An empty selector (`{}`) matches every node and is refused unless `selectAllNodes` is true.
+    /// Which nodes are virtual nodes standing for leaf clusters, a label selector (default
+    /// `matchLabels: {kosmos.io/node: "true"}`, the label Kosmos puts on them). An empty selector
+    /// (`{}`) matches every node and is refused unless `selectAllNodes` is true.
     #[serde(default = "default_leaf_node_selector")]
     pub leaf_node_selector: LabelSelector,
 
     /// Opt-in for `leafNodeSelector: {}`: every node of the cluster is a leaf node (and gets the
-    /// taint). Without it an empty selector is refused, as it would taint the host nodes too.
+    /// taint). Default false: an empty selector is refused, as it would taint the host nodes too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub select_all_nodes: bool,
 
-    /// The taint kept on every leaf node (default `kosmos.io/node=true:NoSchedule`).
+    /// The taint kept on every leaf node while `manageTaint` is true (default
+    /// `kosmos.io/node=true:NoSchedule`, Kosmos's own). Pods of the profiles in `profiles` may
+    /// go there; every other scheduler keeps respecting it.
     #[serde(default)]
     pub taint: LeafTaint,
 
-    /// Keep `taint` on exactly the matching nodes (add, and remove when they stop matching).
+    /// Keep `taint` on exactly the matching nodes (default true): add it, and remove the taints
+    /// the operator added when nodes stop matching or the policy goes. A taint that was there
+    /// before is never removed. false: node taints are left alone (placement only).
     #[serde(default = "default_true")]
     pub manage_taint: bool,
 
-    /// SchedulerProfiles that may place pods on these leaf nodes; `["*"]` means all.
+    /// SchedulerProfiles that may place pods on these leaf nodes, by name (1-32 names); `["*"]`
+    /// means every profile. Required.
     #[schemars(schema_with = "super::schema::name_list")]
     #[x_kube(validation = Rule::new("!self.exists(p, p == '*') || self.size() == 1").message("profiles: '*' already means every profile; list either '*' alone or profile names"))]
     #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q == p))").message("profiles lists the same profile more than once: remove the duplicate"))]
     pub profiles: Vec<String>,
 
-    /// Which pods go where.
+    /// Which pods of those profiles go to leaf nodes, host nodes or either (default: mode `Mix`,
+    /// every pod).
     #[serde(default)]
     pub placement: Placement,
 
-    /// How volumes of pods placed on leaf nodes are provisioned.
+    /// How volumes of pods placed on leaf nodes are provisioned (default: mode `LeafProvisioned`).
     #[serde(default)]
     pub volumes: Volumes,
 }
@@ -109,12 +118,16 @@ fn default_leaf_node_selector() -> LabelSelector {
 /// A node taint (no `timeAdded`: the policy keeps it, it does not evict).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 pub struct LeafTaint {
+    /// The taint's key, a qualified name such as `kosmos.io/node` (required).
     #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')").message("taint.key must be a qualified name such as kosmos.io/node (an optional DNS prefix and '/', then letters, digits, '-', '_' or '.')"))]
     #[schemars(length(min = 1, max = 316))]
     pub key: String,
+    /// The taint's value, at most 63 characters (default empty).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 63))]
     pub value: String,
+    /// The taint's effect: `NoSchedule`, `PreferNoSchedule` or `NoExecute` (required; `NoExecute`
+    /// also evicts running pods that do not tolerate it).
     #[x_kube(validation = Rule::new("self in ['NoSchedule', 'PreferNoSchedule', 'NoExecute']").message("taint.effect must be one of NoSchedule, PreferNoSchedule or NoExecute (case matters)"))]
     pub effect: String,
 }
@@ -134,16 +147,28 @@ impl Default for LeafTaint {
 #[x_kube(validation = Rule::new("!has(self.weight) || self.mode == 'PreferHost' || self.mode == 'PreferLeaf'").message("placement.weight only applies to mode PreferHost or PreferLeaf: remove weight or change the mode"))]
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
+    /// Where the selected pods of the profiles may go (default `Mix`):
+    /// `Mix`: host and leaf nodes alike, no preference (Kosmos's default);
+    /// `HostOnly`: never on leaf nodes;
+    /// `LeafOnly`: only on this policy's leaf nodes, never on host nodes;
+    /// `PreferHost`: anywhere, host nodes score `weight` more;
+    /// `PreferLeaf`: anywhere, this policy's leaf nodes score `weight` more.
+    /// Pods outside `namespaceSelector`/`podSelector` stay on host nodes; DaemonSet pods never
+    /// go to leaf nodes. When several policies select a pod, the most restrictive filter wins
+    /// (HostOnly with LeafOnly leaves no node, and the pod's FailedScheduling event says so).
     #[serde(default)]
     pub mode: PlacementMode,
-    /// Score weight of the preference (1-100), PreferHost/PreferLeaf only.
+    /// Score weight of the preference (1-100; default 100), a node score added to the preferred
+    /// nodes; PreferHost/PreferLeaf only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("placement.weight must be between 1 and 100"))]
     pub weight: Option<i32>,
-    /// Namespaces whose pods this placement applies to (unset: all).
+    /// Namespaces whose pods this placement applies to, a label selector over the namespaces'
+    /// labels (default: unset, every namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
-    /// Pods this placement applies to (unset: all). Pods outside the selectors stay on host nodes.
+    /// Pods this placement applies to, a label selector over the pods' labels (default: unset,
+    /// every pod). Pods outside the selectors stay on host nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<LabelSelector>,
 }
@@ -163,6 +188,12 @@ pub enum PlacementMode {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 pub struct Volumes {
+    /// How a pod's volumes are bound when it goes to a leaf node (default `LeafProvisioned`):
+    /// `LeafProvisioned`: the leaf cluster provisions them, so the host-side volume binding is
+    /// skipped on leaf nodes (Kosmos's LeafNodeVolumeBinding); only a bound host PV's node
+    /// affinity is still checked. `Default`: volumes bind on the host side as for any node.
+    /// In both modes a claim owned by a leaf cluster (annotation `kosmos-io/cluster-owners`)
+    /// pins its pod to that cluster's leaf nodes (`kosmos-io/owned-by-cluster`).
     #[serde(default)]
     pub mode: VolumeMode,
 }
@@ -178,11 +209,17 @@ pub enum VolumeMode {
     Default,
 }
 
+/// Observed state, kstatus-compatible: `Ready` always present; `Reconciling` and `Stalled` only
+/// while true.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeafClusterPolicyStatus {
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Ready` (always; reason TaintsApplied, TaintNotManaged, Conflict, ForeignTaint,
+    /// ProfileNotFound, InvalidSpec, ...), `ProfilesResolved`, and `Reconciling` or `Stalled`
+    /// while true (kstatus).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Nodes matching leafNodeSelector.

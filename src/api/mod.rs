@@ -9,6 +9,7 @@ pub mod pod_group;
 #[allow(unreachable_pub)]
 pub mod scheduler_profile;
 mod schema;
+pub(crate) mod validate;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

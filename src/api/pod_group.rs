@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 /// Label a pod carries to join a PodGroup in its namespace.
 pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 
+/// Spec of a `PodGroup`: how many members must be schedulable together, and for how long they
+/// wait for each other.
 #[derive(
     CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema,
 )]
@@ -41,18 +43,22 @@ pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
-    /// Minimal number of members that must be schedulable together.
+    /// Minimal number of members (pods) that must be schedulable together before any of them is
+    /// bound (at least 1; unset: the group does not gang-schedule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub min_member: Option<i32>,
-    /// Minimal resources the group needs as a whole.
+    /// Minimal resources the group needs as a whole, as resource quantities (`cpu` in cores,
+    /// `memory` in bytes, ...); pods wait in PreFilter until the cluster has them. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_resources: Option<BTreeMap<String, Quantity>>,
-    /// How long members wait in Permit for the rest of the group.
+    /// Seconds members wait in Permit for the rest of the group before the attempt fails (default:
+    /// Coscheduling's `permitWaitingTimeSeconds`, 60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_timeout_seconds: Option<i32>,
 }
 
+/// Observed state of a `PodGroup`, written by the Coscheduling plugin's status loop.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupStatus {
@@ -62,12 +68,16 @@ pub struct PodGroupStatus {
     /// The object (e.g. a Job) that owns the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occupied_by: Option<String>,
+    /// Members in phase Running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<i32>,
+    /// Members in phase Succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub succeeded: Option<i32>,
+    /// Members in phase Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<i32>,
+    /// When a member first reached Permit (the group started scheduling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_start_time: Option<Time>,
 }

@@ -26,7 +26,7 @@ use super::schema;
     derive = "PartialEq",
     derive = "Default",
     doc = "A scheduler profile: the operator runs a leader-elected scheduler named after it.",
-    validation = Rule::new("self.metadata.name.size() <= 48 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name names the scheduler and its objects (ksched-<name>-metrics): use at most 48 lowercase letters, digits and '-', starting with a letter"),
+    validation = Rule::new("self.metadata.name.size() <= 48 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name names the scheduler and its objects (ksched-profile-<name>): use at most 48 lowercase letters, digits and '-', starting with a letter"),
     validation = Rule::new("self.metadata.name != 'default-scheduler'").message("metadata.name default-scheduler is the name kube-scheduler serves: a second scheduler of that name would race it for every pod of the cluster. Pick another name and set spec.schedulerName of the pods that should use this profile to it"),
     printcolumn(name = "MODE", type_ = "string", json_path = ".spec.mode"),
     printcolumn(name = "READY", type_ = "string", json_path = ".status.ready"),
@@ -49,6 +49,12 @@ use super::schema;
         priority = 1
     ),
     printcolumn(
+        name = "KUBERNETES",
+        type_ = "string",
+        json_path = ".status.kubernetesVersion",
+        priority = 1
+    ),
+    printcolumn(
         name = "MESSAGE",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].message",
@@ -59,84 +65,122 @@ use super::schema;
 #[x_kube(validation = Rule::new("self.mode != 'Embedded' || self.replicas <= 1").message("mode Embedded runs one scheduler inside the operator: set replicas to 1, or use mode Deployment for more replicas"))]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulerProfileSpec {
-    /// Plugins enabled and disabled per extension point, as in a KubeSchedulerConfiguration profile.
+    /// Plugins enabled and disabled per extension point, exactly as `profiles[].plugins` of a
+    /// KubeSchedulerConfiguration. Unset: upstream kube-scheduler's default plugins, with their
+    /// weights. What is set here is merged with the defaults as upstream merges it: an enabled
+    /// plugin is added, a disabled one removed, `"*"` disables every default at that point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugins: Option<Plugins>,
 
-    /// Arguments per plugin, as in a KubeSchedulerConfiguration profile.
+    /// Arguments per plugin, exactly as `profiles[].pluginConfig` of a KubeSchedulerConfiguration
+    /// (at most 32 entries, one per plugin). A plugin without an entry gets its default args.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new("self.all(c, self.exists_one(d, d.name == c.name))").message("pluginConfig lists the same plugin more than once: merge the args into a single entry per plugin"))]
     pub plugin_config: Vec<PluginConfig>,
 
-    /// Percentage of feasible nodes to find before scoring (0 or unset = adaptive, as upstream).
+    /// Percentage (0-100) of the cluster's nodes to find feasible before the scheduler stops
+    /// filtering and scores them. Default: unset or 0, adaptive as upstream (50% less 1% per 125
+    /// nodes, at least 5%, and never fewer than 100 nodes); 100 scores every feasible node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub percentage_of_nodes_to_score: Option<i32>,
 
-    /// Where the scheduler runs: in its own Deployment, or inside the operator process.
+    /// Where the scheduler runs. `Deployment` (the default): a Deployment `ksched-profile-<name>` in the
+    /// operator namespace runs `replicas` scheduler pods that elect a leader. `Embedded`: the
+    /// operator runs the scheduler inside its own process (one replica; for small clusters,
+    /// development and demos); `image`, `resources` and the pod placement fields are then unused.
     #[serde(default)]
     pub mode: ProfileMode,
 
-    /// Scheduler replicas (leader-elected; one schedules at a time).
+    /// Scheduler pods (0-10; default 1). They elect a leader on the Lease `ksched-profile-<name>`: one
+    /// schedules, the others stand by. 0 runs no scheduler (pods naming the profile stay
+    /// Pending); `Embedded` allows at most 1.
     #[serde(default = "default_replicas")]
     #[x_kube(validation = Rule::new("self >= 0 && self <= 10").message("replicas must be between 0 and 10 (only the leader schedules; use suspend: true to stop scheduling)"))]
     pub replicas: i32,
 
-    /// Scheduler image; defaults to the operator's own image.
+    /// Container image of the scheduler pods, a reference such as
+    /// `registry.example.com/ksched:0.1.0` (at most 1024 characters). Default: the operator's own
+    /// image (`KSCHED_IMAGE`, the chart's `schedulerImage`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     #[x_kube(validation = Rule::new("self != ''").message("image must not be empty: remove the field to use the operator's image"))]
+    #[x_kube(validation = Rule::new(IMAGE_RULE).message("image must be a container image reference, [registry[:port]/]path[:tag][@sha256:digest] with a lowercase path, such as registry.example.com/ksched:0.1.0: fix spec.image, or remove it to use the operator's image"))]
     pub image: Option<String>,
 
-    /// Resources of the scheduler container.
+    /// Compute resources of the scheduler container: `requests` and `limits` of `cpu` (cores, e.g.
+    /// `100m` or `1`) and `memory` (bytes, e.g. `256Mi`). Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::container_resources)]
     pub resources: Option<ResourceRequirements>,
 
-    /// Node selector of the scheduler pods.
+    /// Node labels the scheduler pods require (`key: value`). Default: none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
 
-    /// Tolerations of the scheduler pods.
+    /// Tolerations of the scheduler pods (at most 64; operator `Exists` or `Equal`). Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])").message("tolerations[].operator must be Exists or Equal (the API server refuses any other operator in the scheduler's Deployment)"))]
     #[x_kube(validation = Rule::new("self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])").message("tolerations[].effect must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"))]
     pub tolerations: Vec<Toleration>,
 
-    /// Affinity of the scheduler pods.
+    /// Node and pod (anti-)affinity of the scheduler pods. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
 
-    /// PriorityClass of the scheduler pods.
+    /// PriorityClass of the scheduler pods; it must exist (the scheduler pods are not created
+    /// otherwise, and the profile's status says so). Default: none (priority 0 or the cluster's
+    /// global default class); `system-cluster-critical` as kube-scheduler uses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
 
-    /// Log verbosity, as kube-scheduler's `-v` (0-10).
+    /// The Kubernetes minor the scheduler behaves as: that minor's kube-scheduler defaults,
+    /// plugins, feature gates, messages and metric names (rendered as `--emulated-version`).
+    /// One of the minors this ksched emulates (1.36, 1.37). Unset: the API server's minor,
+    /// decided when the scheduler starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::emulation::supported_cel()).message(crate::emulation::supported_cel_message().as_str()))]
+    pub kubernetes_version: Option<String>,
+
+    /// Log verbosity of the scheduler, as kube-scheduler's `-v` (0-10; default 2). 4 logs every
+    /// scheduling decision, 5 and more the plugins' details.
     #[serde(default = "default_log_level")]
     #[schemars(range(min = 0, max = 10))]
     pub log_level: i32,
 
-    /// Leader election timings; the lease is always the profile's own (`ksched-<name>`).
+    /// Leader election timings of the scheduler replicas (Go durations). The Lease is always the
+    /// profile's own, `ksched-profile-<name>` in the operator namespace. Default: 15s, 10s, 2s.
     #[serde(default)]
     pub leader_election: LeaderElection,
 
-    /// Client rate limits towards the API server.
+    /// The scheduler's rate limits towards the API server, as `clientConnection` of a
+    /// KubeSchedulerConfiguration. Default: 50 requests per second, bursts of 100.
     #[serde(default)]
     pub client_connection: ClientConnection,
 
-    /// Initial backoff of a pod that failed to schedule.
+    /// Seconds a pod that failed to schedule waits before its first retry (at least 1; default
+    /// 1); it doubles with every failed attempt up to `podMaxBackoffSeconds`.
     #[serde(default = "default_initial_backoff")]
     #[x_kube(validation = Rule::new("self >= 1").message("podInitialBackoffSeconds must be at least 1"))]
     pub pod_initial_backoff_seconds: i64,
 
-    /// Maximum backoff of a pod that failed to schedule.
+    /// Seconds a pod that failed to schedule waits at most before its next retry (default 10; at
+    /// least `podInitialBackoffSeconds`).
     #[serde(default = "default_max_backoff")]
     pub pod_max_backoff_seconds: i64,
 
-    /// Stop scheduling but keep everything rendered.
+    /// Stop scheduling but keep everything rendered (default false): the Deployment is scaled to 0,
+    /// or the Embedded scheduler stopped; its configuration, RBAC and Lease stay.
     #[serde(default)]
     pub suspend: bool,
 }
+
+/// An image reference as the container runtimes parse it (distribution's reference grammar): an
+/// optional registry host (DNS labels, optional port), lowercase path components, an optional tag
+/// and an optional digest. An empty string has its own rule.
+const IMAGE_RULE: &str = "self == '' || self.matches('^(([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])([.]([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9]))*(:[0-9]+)?/)?[a-z0-9]+(([.]|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([.]|_|__|-+)[a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$')";
 
 fn default_replicas() -> i32 {
     1
@@ -167,30 +211,44 @@ pub enum ProfileMode {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Plugins {
+    /// PreEnqueue: before a pod enters the active queue (e.g. SchedulingGates). Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_enqueue: Option<PluginSet>,
+    /// QueueSort: orders the queue; exactly one plugin (default PrioritySort). Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_sort: Option<PluginSet>,
+    /// PreFilter: checks and precomputes per pod before filtering. Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_filter: Option<PluginSet>,
+    /// Filter: rejects nodes that cannot run the pod. Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<PluginSet>,
+    /// PostFilter: runs when no node fits (DefaultPreemption). Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_filter: Option<PluginSet>,
+    /// PreScore: precomputes per pod before scoring. Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_score: Option<PluginSet>,
+    /// Score: ranks the feasible nodes; each plugin's score (0-100) times its `weight`. Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<PluginSet>,
+    /// Reserve: reserves resources on the chosen node (VolumeBinding, DynamicResources). Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<PluginSet>,
+    /// Permit: approves, rejects or holds the pod before binding (Coscheduling). Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permit: Option<PluginSet>,
+    /// PreBind: runs before binding (binds volumes, allocates claims). Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_bind: Option<PluginSet>,
+    /// Bind: binds the pod to the node (DefaultBinder). Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind: Option<PluginSet>,
+    /// PostBind: runs after a successful binding. Unset: the defaults at this extension point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_bind: Option<PluginSet>,
+    /// Plugins enabled (or disabled) at every extension point they implement, as upstream's
+    /// `multiPoint`; an entry at a specific point overrides it there. Unset: the defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multi_point: Option<PluginSet>,
 }
@@ -198,8 +256,11 @@ pub struct Plugins {
 /// Plugins enabled and disabled at one extension point.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 pub struct PluginSet {
+    /// Plugins to run at this point, after the defaults that are not disabled, in this order.
+    /// Default: none beyond the defaults.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enabled: Vec<Plugin>,
+    /// Default plugins not to run at this point; `name: "*"` disables all of them. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled: Vec<Plugin>,
 }
@@ -207,8 +268,13 @@ pub struct PluginSet {
 /// One plugin, by its upstream name; `weight` only matters at score.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 pub struct Plugin {
+    /// The plugin's name as registered, e.g. `NodeResourcesFit` (upstream's names; `ksched config
+    /// validate` lists them); `"*"` in `disabled` means every default plugin.
     #[schemars(length(min = 1, max = 128))]
     pub name: String,
+    /// Score weight (0-100), a multiplier of the plugin's 0-100 node score; used at score and
+    /// multiPoint only. Default: unset or 0 means 1 for a plugin listed here; the default
+    /// plugins keep upstream's weights.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub weight: Option<i32>,
@@ -217,28 +283,42 @@ pub struct Plugin {
 /// Args of one plugin, as `profiles[].pluginConfig[]`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 pub struct PluginConfig {
+    /// The plugin these args are for, e.g. `NodeResourcesFit`.
     #[schemars(length(min = 1, max = 128))]
     pub name: String,
+    /// The plugin's args, the same object as in a KubeSchedulerConfiguration (e.g.
+    /// `scoringStrategy` for NodeResourcesFit); validated by the plugin, with the field named in
+    /// the error. Unset: the plugin's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::preserve_unknown_object")]
     pub args: Option<serde_json::Value>,
 }
 
 /// Leader election timings (Go durations). The lease name and namespace are not settable: each
-/// profile has its own Lease `ksched-<name>`, so no two schedulers ever share one.
+/// profile has its own Lease `ksched-profile-<name>`, so no two schedulers ever share one.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("duration(self.leaseDuration) > duration(self.renewDeadline)").message("leaderElection.leaseDuration must be longer than leaderElection.renewDeadline"))]
 #[x_kube(validation = Rule::new("duration(self.renewDeadline) > duration(self.retryPeriod)").message("leaderElection.renewDeadline must be longer than leaderElection.retryPeriod"))]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderElection {
+    /// How long a standby replica waits after the leader's last renewal before it takes the Lease
+    /// (a Go duration such as `15s`, 1s to 1h; default `15s`): how long a dead leader leaves the
+    /// profile without a scheduler.
     #[serde(default = "default_lease_duration")]
     #[schemars(schema_with = "schema::go_duration")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('1h')").message("leaderElection.leaseDuration must be between 1s and 1h (the Lease records whole seconds, and a dead leader leaves the profile without a scheduler this long): the default is 15s"))]
     pub lease_duration: String,
+    /// How long the leader keeps leading without a successful renewal before it stops scheduling
+    /// (a Go duration, up to 1h; default `10s`); shorter than `leaseDuration`.
     #[serde(default = "default_renew_deadline")]
     #[schemars(schema_with = "schema::go_duration")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('1h')").message("leaderElection.renewDeadline must be more than 0s and at most 1h: the default is 10s"))]
     pub renew_deadline: String,
+    /// How often replicas try to acquire or renew the Lease (a Go duration, up to 1h; default
+    /// `2s`); shorter than `renewDeadline`.
     #[serde(default = "default_retry_period")]
     #[schemars(schema_with = "schema::go_duration")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('1h')").message("leaderElection.retryPeriod must be more than 0s and at most 1h: the default is 2s"))]
     pub retry_period: String,
 }
 
@@ -265,11 +345,14 @@ fn default_retry_period() -> String {
 /// Client rate limits, as `clientConnection` of a KubeSchedulerConfiguration.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 pub struct ClientConnection {
+    /// Sustained requests per second the scheduler sends to the API server (0-100000; default 50).
+    /// Watches are not limited.
     #[serde(default = "default_qps")]
-    #[schemars(range(min = 0.0))]
+    #[schemars(range(min = 0.0, max = 100000.0))]
     pub qps: f64,
+    /// Requests the scheduler may send at once above `qps` (0-100000; default 100).
     #[serde(default = "default_burst")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 100000))]
     pub burst: i32,
 }
 
@@ -294,12 +377,19 @@ fn default_burst() -> i32 {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulerProfileStatus {
+    /// The `metadata.generation` this status describes; older than the generation while the
+    /// operator has not seen the latest spec yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Ready` (always; its reason is the STATUS column: Running, RollingOut, NoLeader,
+    /// InvalidConfiguration, ...), `ConfigValid`, `LeaderElected`, `LeafPoliciesValid`, and
+    /// `Reconciling` or `Stalled` while true (kstatus).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Scheduler pods that exist (1 for a running Embedded scheduler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+    /// Scheduler pods that are ready (1 for a running Embedded scheduler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
     /// `readyReplicas/replicas`, for the READY column.
@@ -311,10 +401,14 @@ pub struct SchedulerProfileStatus {
     /// Hash of the rendered scheduler configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
-    /// LeafClusterPolicies rendered into this profile.
+    /// LeafClusterPolicies rendered into this profile, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leaf_policies: Vec<String>,
     /// Pods Pending with this scheduler name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_pods: Option<i32>,
+    /// The Kubernetes minor the scheduler runs as: `spec.kubernetesVersion`, else the API
+    /// server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
 }

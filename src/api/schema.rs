@@ -27,3 +27,37 @@ pub(super) fn name_list(_: &mut SchemaGenerator) -> Schema {
         "items": {"type": "string", "minLength": 1, "maxLength": 253},
     })
 }
+
+/// A resource quantity as the API server parses one (`500m`, `2`, `1.5Gi`, `1e3`), without the
+/// sign the API server would refuse in a container's resources.
+const QUANTITY: &str = "^(([0-9]+([.][0-9]*)?)|([.][0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+([.][0-9]*)?)|([.][0-9]+))))?$";
+
+/// The container resources' `limits` and `requests`: each value must be a quantity, checked when
+/// the profile is applied (the API server would otherwise refuse only the rendered Deployment).
+pub(super) fn container_resources(schema: &mut Schema) {
+    for field in ["limits", "requests"] {
+        let Some(map) = schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(field))
+            .and_then(|m| m.as_object_mut())
+        else {
+            continue;
+        };
+        map.insert(
+            "additionalProperties".into(),
+            serde_json::json!({
+                "type": "string",
+                "maxLength": 64,
+                "description": "A quantity: cpu in cores (500m, 2), memory and storage in bytes (256Mi, 1Gi)."
+            }),
+        );
+        map.insert("maxProperties".into(), 16.into());
+        map.insert(
+            "x-kubernetes-validations".into(),
+            serde_json::json!([{
+                "rule": format!("self.all(k, self[k].matches('{QUANTITY}'))"),
+                "message": format!("resources.{field} values must be quantities: cpu in cores such as 500m or 2, memory in bytes such as 256Mi or 1Gi (no spaces or words)"),
+            }]),
+        );
+    }
+}

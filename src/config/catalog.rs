@@ -89,10 +89,12 @@ pub trait PluginCatalog {
     /// Returns the normalized args as JSON (camelCase, every defaulted field present), or errors whose
     /// paths are relative to `args` (the caller prefixes `profiles[i].pluginConfig[j].args`).
     /// Plugins with no args return `Ok(Value::Null)` for `None` and an error for any non-empty args.
+    /// Defaults and validation are those of `emulation`'s minor and gates.
     fn decode_args(
         &self,
         name: &str,
         args: Option<&serde_json::Value>,
+        emulation: &crate::emulation::Emulation,
     ) -> Result<serde_json::Value, Vec<FieldError>>;
 
     /// The RBAC rules the plugin declares it needs (the operator grants a profile's scheduler

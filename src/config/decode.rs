@@ -15,6 +15,7 @@ use super::types::{
     ExtenderTLSConfig, GROUP, KIND, KubeSchedulerConfiguration, KubeSchedulerProfile,
     LeaderElectionConfiguration, Plugin, PluginConfig, PluginSet, Plugins,
 };
+use crate::emulation::Minor;
 
 /// The decoded document plus what only older versions can say.
 #[derive(Debug, Clone, Default)]
@@ -341,11 +342,20 @@ fn is_point_like(key: &str) -> bool {
     point_from_field(key).is_some()
         || matches!(
             key,
-            "multiPoint" | "unreserve" | "placementGenerate" | "placementScore" | "normalizeScore"
+            "multiPoint"
+                | "unreserve"
+                | "placementGenerate"
+                | "placementScore"
+                | "podGroupPostFilter"
+                | "normalizeScore"
         )
 }
 
-fn allowed_fields(ctx: Ctx, version: ApiVersion) -> Vec<&'static str> {
+/// `plugins` fields of v1 that a Kubernetes minor added: kube-scheduler of an older minor calls
+/// them unknown.
+const PLUGINS_FIELDS_SINCE: &[(&str, Minor)] = &[("podGroupPostFilter", Minor::V1_37)];
+
+fn allowed_fields(ctx: Ctx, version: ApiVersion, minor: Minor) -> Vec<&'static str> {
     match ctx {
         Ctx::Top => {
             let mut f = vec![
@@ -393,6 +403,12 @@ fn allowed_fields(ctx: Ctx, version: ApiVersion) -> Vec<&'static str> {
             if version == ApiVersion::V1 {
                 f.push("placementGenerate");
                 f.push("placementScore");
+                f.extend(
+                    PLUGINS_FIELDS_SINCE
+                        .iter()
+                        .filter(|(_, since)| minor >= *since)
+                        .map(|(field, _)| *field),
+                );
             }
             if version == ApiVersion::V1Beta1 {
                 f.push("unreserve");
@@ -431,7 +447,21 @@ fn allowed_fields(ctx: Ctx, version: ApiVersion) -> Vec<&'static str> {
 }
 
 /// Why `key` is not allowed here and where it belongs, when we can tell.
-fn misplaced_hint(ctx: Ctx, key: &str, version: ApiVersion, parent: &str) -> Option<String> {
+fn misplaced_hint(
+    ctx: Ctx,
+    key: &str,
+    version: ApiVersion,
+    minor: Minor,
+    parent: &str,
+) -> Option<String> {
+    if ctx == Ctx::Plugins
+        && let Some((_, since)) = PLUGINS_FIELDS_SINCE.iter().find(|(f, _)| *f == key)
+        && minor < *since
+    {
+        return Some(format!(
+            "`{key}` exists from Kubernetes {since} on, and this scheduler emulates {minor} (kube-scheduler {minor} does not know it either): remove it, or emulate {since} or later"
+        ));
+    }
     let v1 = API_VERSION_V1;
     let ver = version.api_version();
     match ctx {
@@ -514,7 +544,7 @@ fn misplaced_hint(ctx: Ctx, key: &str, version: ApiVersion, parent: &str) -> Opt
             "multiPoint" | "preEnqueue" => Some(format!(
                 "`{key}` does not exist in {ver} (it was added in v1beta3): move the file to `apiVersion: {v1}`"
             )),
-            "placementGenerate" | "placementScore" => Some(format!(
+            "placementGenerate" | "placementScore" | "podGroupPostFilter" => Some(format!(
                 "`{key}` does not exist in {ver}: it exists only in {v1}"
             )),
             k if k.chars().next().is_some_and(|c| c.is_ascii_uppercase()) => Some(format!(
@@ -552,6 +582,8 @@ fn misplaced_hint(ctx: Ctx, key: &str, version: ApiVersion, parent: &str) -> Opt
 
 pub(crate) struct Walker {
     pub version: ApiVersion,
+    /// The emulated Kubernetes minor: which v1 fields exist.
+    pub minor: Minor,
     pub errors: Vec<FieldError>,
 }
 
@@ -565,7 +597,7 @@ impl Walker {
     }
 
     fn check_fields(&mut self, map: &Map<String, Value>, path: &str, ctx: Ctx) {
-        let allowed = allowed_fields(ctx, self.version);
+        let allowed = allowed_fields(ctx, self.version, self.minor);
         for key in map.keys() {
             if allowed.contains(&key.as_str()) {
                 continue;
@@ -577,7 +609,7 @@ impl Walker {
                 path
             };
             let mut reason = format!("unknown field {key:?}");
-            if let Some(hint) = misplaced_hint(ctx, key, self.version, parent) {
+            if let Some(hint) = misplaced_hint(ctx, key, self.version, self.minor, parent) {
                 reason = format!("{reason}: {hint}");
             } else if let Some(s) = suggest(key, &allowed) {
                 reason = format!("{reason}: did you mean `{s}`?");
@@ -908,7 +940,7 @@ impl Walker {
 
     fn plugins(&mut self, map: &Map<String, Value>, path: &str) -> (Plugins, Option<PluginSet>) {
         self.check_fields(map, path, Ctx::Plugins);
-        let allowed = allowed_fields(Ctx::Plugins, self.version);
+        let allowed = allowed_fields(Ctx::Plugins, self.version, self.minor);
         let mut plugins = Plugins::default();
         let mut unreserve = None;
         for (key, v) in map {
@@ -924,6 +956,7 @@ impl Walker {
                 "multiPoint" => plugins.multi_point = set,
                 "placementGenerate" => plugins.placement_generate = set,
                 "placementScore" => plugins.placement_score = set,
+                "podGroupPostFilter" => plugins.pod_group_post_filter = set,
                 "unreserve" => unreserve = Some(set),
                 other => {
                     if let Some(point) = point_from_field(other) {
@@ -1108,11 +1141,13 @@ fn is_base64(s: &str) -> bool {
 }
 
 /// Decodes the whole file: the document (converted to v1 types) or every error found.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded, Vec<FieldError>> {
+/// Decodes a document strictly, with the fields of the emulated `minor`.
+pub(crate) fn decode(bytes: &[u8], minor: Minor) -> Result<Decoded, Vec<FieldError>> {
     let map = parse_document(bytes).map_err(|e| vec![e])?;
     let version = check_type_meta(&map)?;
     let mut walker = Walker {
         version,
+        minor,
         errors: Vec::new(),
     };
     let decoded = walker.top(&map);
@@ -1128,7 +1163,7 @@ mod tests {
     use super::*;
 
     fn decode_str(s: &str) -> Result<Decoded, Vec<FieldError>> {
-        decode(s.as_bytes())
+        decode(s.as_bytes(), Minor::NEWEST)
     }
 
     fn only_error(s: &str) -> FieldError {
@@ -1200,7 +1235,7 @@ mod tests {
             b"a: [\n",
             b"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n---\napiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
         ] {
-            let errs = decode(input).expect_err("must fail");
+            let errs = decode(input, Minor::NEWEST).expect_err("must fail");
             assert!(!errs.is_empty());
             assert!(errs.iter().all(|e| !e.reason.is_empty()));
         }

@@ -1,6 +1,6 @@
-//! Defaults as upstream 1.36's `SetDefaults_KubeSchedulerConfiguration`, the default plugin set of
-//! `pkg/scheduler/apis/config/v1/default_plugins.go` (tag v1.36.3, default feature gates) and its
-//! `mergePlugins` rules.
+//! Defaults as upstream's `SetDefaults_KubeSchedulerConfiguration`, the default plugin set of
+//! `pkg/scheduler/apis/config/v1/default_plugins.go` per emulated minor (tags v1.36.3 and
+//! v1.37.2, with the feature gates the scheduler runs with) and its `mergePlugins` rules.
 
 use super::catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
 use super::duration::GoDuration;
@@ -9,6 +9,7 @@ use super::types::{
     KubeSchedulerConfiguration, KubeSchedulerProfile, LeaderElection, LeaderElectionConfiguration,
     Plugin, PluginSet, Plugins,
 };
+use crate::emulation::{Emulation, Minor};
 
 pub(crate) const DEFAULT_PARALLELISM: i32 = 16;
 /// `config.DefaultPercentageOfNodesToScore`: 0 means adaptive.
@@ -25,38 +26,90 @@ pub(crate) const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protob
 pub(crate) const DEFAULT_QPS: f32 = 50.0;
 pub(crate) const DEFAULT_BURST: i32 = 100;
 
-/// Upstream 1.36's default plugins, all in `multiPoint`, in order, with their weights (weights are
-/// used at score only). With 1.36's default feature gates: DynamicResourceAllocation (GA, locked on)
-/// inserts DynamicResources (weight 2) before DefaultPreemption; NodeDeclaredFeatures (beta, on)
-/// appends NodeDeclaredFeatures; GangScheduling and TopologyAwareWorkloadScheduling are alpha, off.
-pub(crate) const DEFAULT_MULTI_POINT: [(&str, Option<i32>); 20] = [
-    ("SchedulingGates", None),
-    ("PrioritySort", None),
-    ("NodeUnschedulable", None),
-    ("NodeName", None),
-    ("TaintToleration", Some(3)),
-    ("NodeAffinity", Some(2)),
-    ("NodePorts", None),
-    ("NodeResourcesFit", Some(1)),
-    ("VolumeRestrictions", None),
-    ("NodeVolumeLimits", None),
-    ("VolumeBinding", None),
-    ("VolumeZone", None),
-    ("PodTopologySpread", Some(2)),
-    ("InterPodAffinity", Some(2)),
-    ("DynamicResources", Some(2)),
-    ("DefaultPreemption", None),
-    ("NodeResourcesBalancedAllocation", Some(1)),
-    ("ImageLocality", Some(1)),
-    ("DefaultBinder", None),
-    ("NodeDeclaredFeatures", None),
+/// A default plugin: name, weight (used at score only), and the feature gate that must be on for
+/// upstream's `applyFeatureGates` to add it (`None`: always there).
+type DefaultPlugin = (&'static str, Option<i32>, Option<&'static str>);
+
+/// Upstream's default plugins at 1.36, all in `multiPoint`, in order. DynamicResourceAllocation
+/// (GA, locked on) inserts DynamicResources (weight 2) before DefaultPreemption;
+/// NodeDeclaredFeatures (beta, on) appends NodeDeclaredFeatures; GangScheduling and
+/// TopologyAwareWorkloadScheduling (alpha, off) would append plugins ksched does not have.
+const DEFAULT_MULTI_POINT: &[DefaultPlugin] = &[
+    ("SchedulingGates", None, None),
+    ("PrioritySort", None, None),
+    ("NodeUnschedulable", None, None),
+    ("NodeName", None, None),
+    ("TaintToleration", Some(3), None),
+    ("NodeAffinity", Some(2), None),
+    ("NodePorts", None, None),
+    ("NodeResourcesFit", Some(1), None),
+    ("VolumeRestrictions", None, None),
+    ("NodeVolumeLimits", None, None),
+    ("VolumeBinding", None, None),
+    ("VolumeZone", None, None),
+    ("PodTopologySpread", Some(2), None),
+    ("InterPodAffinity", Some(2), None),
+    ("DynamicResources", Some(2), None),
+    ("DefaultPreemption", None, None),
+    ("NodeResourcesBalancedAllocation", Some(1), None),
+    ("ImageLocality", Some(1), None),
+    ("DefaultBinder", None, None),
+    ("NodeDeclaredFeatures", None, Some("NodeDeclaredFeatures")),
 ];
 
-/// The default `plugins` of a profile (`getDefaultPlugins`), leaving out plugins this binary cannot
-/// run: unknown to the catalog (logged) or known but not built (reported by [`left_out_defaults`]).
-pub(crate) fn default_plugins(catalog: &dyn PluginCatalog) -> Plugins {
+/// A change of the default list at a minor.
+enum DefaultsChange {
+    /// The first plugin moves to just before the second.
+    MoveBefore(&'static str, &'static str),
+}
+
+/// What changed in the default plugins at which minor. 1.37: NodeName runs before
+/// NodeUnschedulable (a pod bound to a node by name fails on NodeName first). 1.37's gated
+/// additions (DeferredPodScheduling: InPlacePodVerticalScalingSchedulerPreemption, alpha;
+/// GangScheduling: GenericWorkload, beta) are off by default and not ksched plugins.
+const DEFAULTS_CHANGES: &[(Minor, DefaultsChange)] = &[(
+    Minor::V1_37,
+    DefaultsChange::MoveBefore("NodeName", "NodeUnschedulable"),
+)];
+
+/// Upstream's default `multiPoint` plugins at `emulation`'s minor, with its gates: name and weight,
+/// in order.
+pub(crate) fn default_multi_point(emulation: &Emulation) -> Vec<(&'static str, Option<i32>)> {
+    let mut list: Vec<DefaultPlugin> = DEFAULT_MULTI_POINT.to_vec();
+    for (since, change) in DEFAULTS_CHANGES {
+        if emulation.minor() < *since {
+            continue;
+        }
+        match change {
+            DefaultsChange::MoveBefore(moved, before) => {
+                if let Some(from) = list.iter().position(|p| p.0 == *moved) {
+                    let entry = list.remove(from);
+                    let to = list
+                        .iter()
+                        .position(|p| p.0 == *before)
+                        .unwrap_or(list.len());
+                    list.insert(to, entry);
+                }
+            }
+        }
+    }
+    list.into_iter()
+        .filter(|(_, _, gate)| gate.is_none_or(|g| emulation.enabled(g)))
+        .map(|(name, weight, _)| (name, weight))
+        .collect()
+}
+
+/// Whether `name` is a default plugin of some supported minor.
+pub(crate) fn is_default_plugin(name: &str) -> bool {
+    DEFAULT_MULTI_POINT.iter().any(|(n, _, _)| *n == name)
+}
+
+/// The default `plugins` of a profile (`getDefaultPlugins`) at `emulation`, leaving out plugins this
+/// binary cannot run: unknown to the catalog (logged) or known but not built (reported by
+/// [`left_out_defaults`]).
+pub(crate) fn default_plugins(catalog: &dyn PluginCatalog, emulation: &Emulation) -> Plugins {
     let mut plugins = Plugins::default();
-    for (name, weight) in DEFAULT_MULTI_POINT {
+    for (name, weight) in default_multi_point(emulation) {
         match catalog.availability(name) {
             PluginAvailability::Built(_) => {}
             PluginAvailability::NotBuiltYet { .. } => continue,
@@ -131,6 +184,10 @@ pub(crate) fn merge_plugins(defaults: &Plugins, custom: Option<&Plugins>) -> Plu
             &custom.placement_generate,
         ),
         placement_score: merge_plugin_set(&defaults.placement_score, &custom.placement_score),
+        pod_group_post_filter: merge_plugin_set(
+            &defaults.pod_group_post_filter,
+            &custom.pod_group_post_filter,
+        ),
         ..Plugins::default()
     };
     for point in ExtensionPoint::ALL {
@@ -195,9 +252,9 @@ pub(crate) fn client_connection(cc: &ClientConnectionConfiguration) -> ClientCon
 
 /// One warning per upstream default plugin this ksched knows but cannot run yet: it is left out of
 /// every profile's defaults (enabling it explicitly is an error).
-pub(crate) fn left_out_defaults(catalog: &dyn PluginCatalog) -> Vec<String> {
-    DEFAULT_MULTI_POINT
-        .iter()
+pub(crate) fn left_out_defaults(catalog: &dyn PluginCatalog, emulation: &Emulation) -> Vec<String> {
+    default_multi_point(emulation)
+        .into_iter()
         .filter_map(|(name, _)| match catalog.availability(name) {
             PluginAvailability::NotBuiltYet { reason, .. } => Some(format!(
                 "default plugin {name} is left out of the default profile: not supported by this ksched yet ({reason})"
@@ -229,6 +286,44 @@ mod tests {
                 .collect(),
             disabled: disabled.iter().map(|n| Plugin::named(*n)).collect(),
         }
+    }
+
+    #[test]
+    fn default_plugins_per_minor() {
+        let names = |e: &Emulation| -> Vec<&str> {
+            default_multi_point(e).into_iter().map(|(n, _)| n).collect()
+        };
+        let old = names(&Emulation::of(Minor::V1_36));
+        let new = names(&Emulation::of(Minor::V1_37));
+        assert_eq!(old.len(), 20);
+        assert_eq!(
+            old[..5],
+            [
+                "SchedulingGates",
+                "PrioritySort",
+                "NodeUnschedulable",
+                "NodeName",
+                "TaintToleration"
+            ]
+        );
+        // 1.37 (default_plugins.go at v1.37.2): NodeName before NodeUnschedulable, the rest alike.
+        assert_eq!(
+            new[..5],
+            [
+                "SchedulingGates",
+                "PrioritySort",
+                "NodeName",
+                "NodeUnschedulable",
+                "TaintToleration"
+            ]
+        );
+        assert_eq!(old[4..], new[4..]);
+        assert_eq!(new.last(), Some(&"NodeDeclaredFeatures"));
+        // The gate can be turned off at 1.36 (beta); 1.37 locks it on (GA).
+        let gate_off = Emulation::with_gates(Minor::V1_36, &["NodeDeclaredFeatures=false".into()])
+            .expect("known gate");
+        assert!(!names(&gate_off).contains(&"NodeDeclaredFeatures"));
+        assert!(is_default_plugin("ImageLocality") && !is_default_plugin("Coscheduling"));
     }
 
     #[test]

@@ -12,24 +12,36 @@ use super::types::{
     ALL_PLUGINS, EffectivePlugin, EffectiveProfile, KubeSchedulerProfile, Plugin, PluginSet,
     Plugins,
 };
+use crate::emulation::Emulation;
 
 /// `framework.MaxNodeScore`.
 pub(super) const MAX_NODE_SCORE: i64 = 100;
 
-/// Availability of plugin names, asked of the catalog once per name.
+/// Availability of plugin names, asked of the catalog once per name; args are decoded at the
+/// emulated minor.
 pub(crate) struct Availability<'c> {
     catalog: &'c dyn PluginCatalog,
+    emulation: &'c Emulation,
     cache: BTreeMap<String, PluginAvailability>,
     names: Option<Vec<String>>,
 }
 
 impl<'c> Availability<'c> {
-    pub(super) fn new(catalog: &'c dyn PluginCatalog) -> Self {
+    pub(super) fn new(catalog: &'c dyn PluginCatalog, emulation: &'c Emulation) -> Self {
         Availability {
             catalog,
+            emulation,
             cache: BTreeMap::new(),
             names: None,
         }
+    }
+
+    fn decode_args(
+        &self,
+        name: &str,
+        args: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value, Vec<FieldError>> {
+        self.catalog.decode_args(name, args, self.emulation)
     }
 
     pub(super) fn get(&mut self, name: &str) -> &PluginAvailability {
@@ -85,6 +97,7 @@ fn user_sets(plugins: &Plugins) -> Vec<(&'static str, Option<ExtensionPoint>, &P
     sets.push(("multiPoint", None, &plugins.multi_point));
     sets.push(("placementGenerate", None, &plugins.placement_generate));
     sets.push(("placementScore", None, &plugins.placement_score));
+    sets.push(("podGroupPostFilter", None, &plugins.pod_group_post_filter));
     sets
 }
 
@@ -109,6 +122,15 @@ fn check_user_plugins(
                 errors.push(FieldError::new(
                     &entry,
                     "\"*\" can only be used in `disabled` (to disable every default plugin of this extension point)",
+                ));
+                continue;
+            }
+            if field == "podGroupPostFilter" {
+                errors.push(FieldError::new(
+                    &entry,
+                    format!(
+                        "plugin {name} cannot run at podGroupPostFilter: that extension point belongs to group scheduling (Kubernetes 1.37's workload-aware scheduling, the GenericWorkload feature: PodGroups scheduled as one entity), which this ksched does not implement yet; remove this entry (single pods keep using postFilter)"
+                    ),
                 ));
                 continue;
             }
@@ -354,7 +376,7 @@ pub(crate) fn resolve_profile(
             ));
             continue;
         }
-        match avail.catalog.decode_args(&pc.name, pc.args.as_ref()) {
+        match avail.decode_args(&pc.name, pc.args.as_ref()) {
             Ok(args) => {
                 if enabled.contains(&pc.name) {
                     plugin_args.insert(pc.name.clone(), args);
@@ -375,7 +397,7 @@ pub(crate) fn resolve_profile(
         if configured.contains_key(name.as_str()) {
             continue;
         }
-        match avail.catalog.decode_args(name, None) {
+        match avail.decode_args(name, None) {
             Ok(args) => {
                 plugin_args.insert(name.clone(), args);
             }

@@ -9,7 +9,7 @@ pub(crate) mod catalog;
 mod convert;
 mod decode;
 pub(crate) mod defaults;
-pub(crate) mod duration;
+pub(crate) use crate::infra::duration;
 mod effective;
 pub(crate) mod error;
 mod output;
@@ -20,6 +20,7 @@ mod validation;
 mod tests;
 
 pub use catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
+pub(crate) use decode::suggest;
 pub use duration::GoDuration;
 pub use error::FieldError;
 pub use output::{profile_plugin_config, profile_plugins, to_v1_yaml, validate_file_output};
@@ -29,6 +30,9 @@ pub use types::{
     PluginSet, Plugins,
 };
 
+use std::sync::Arc;
+
+use crate::emulation::Emulation;
 use effective::Availability;
 
 /// A loaded configuration and what the user should know about it (deprecated versions, converted
@@ -65,19 +69,31 @@ impl ConfigErrors {
     }
 }
 
-/// Loads a `KubeSchedulerConfiguration` (YAML or JSON, v1 or v1beta1..v1beta3) from any bytes:
-/// decodes strictly, converts older versions to v1, fills upstream 1.36's defaults, merges and
-/// expands each profile's plugins using `catalog`, decodes every plugin's args, and validates.
+/// Loads a `KubeSchedulerConfiguration` (YAML or JSON, v1 or v1beta1..v1beta3) from any bytes, as
+/// the kube-scheduler of the newest supported minor would: [`load_at`] for another.
 pub fn load(bytes: &[u8], catalog: &dyn PluginCatalog) -> Result<Loaded, ConfigErrors> {
-    let mut decoded = decode::decode(bytes).map_err(ConfigErrors::new)?;
+    load_at(bytes, catalog, &Emulation::default())
+}
+
+/// Loads a `KubeSchedulerConfiguration` as the kube-scheduler of `emulation`'s minor, with its
+/// feature gates: decodes strictly (that minor's fields), converts older versions to v1, fills that
+/// minor's defaults, merges and expands each profile's plugins using `catalog`, decodes every
+/// plugin's args (that minor's defaults and validation), and validates. The configuration keeps
+/// the emulation for everything built from it.
+pub fn load_at(
+    bytes: &[u8],
+    catalog: &dyn PluginCatalog,
+    emulation: &Emulation,
+) -> Result<Loaded, ConfigErrors> {
+    let mut decoded = decode::decode(bytes, emulation.minor()).map_err(ConfigErrors::new)?;
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     convert::convert(&mut decoded, catalog, &mut errors, &mut warnings);
     let mut doc = decoded.doc;
     defaults::default_profiles(&mut doc);
 
-    let default_plugins = defaults::default_plugins(catalog);
-    let mut avail = Availability::new(catalog);
+    let default_plugins = defaults::default_plugins(catalog, emulation);
+    let mut avail = Availability::new(catalog, emulation);
     let profiles: Vec<EffectiveProfile> = doc
         .profiles
         .iter()
@@ -113,9 +129,10 @@ pub fn load(bytes: &[u8], catalog: &dyn PluginCatalog) -> Result<Loaded, ConfigE
         profiles,
         extenders: doc.extenders,
         delay_cache_until_active: doc.delay_cache_until_active.unwrap_or(false),
+        emulation: Arc::new(emulation.clone()),
     };
     validation::validate(&config, &mut errors);
-    warnings.extend(defaults::left_out_defaults(catalog));
+    warnings.extend(defaults::left_out_defaults(catalog, emulation));
 
     let mut seen = std::collections::BTreeSet::new();
     warnings.retain(|w| seen.insert(w.clone()));
@@ -131,10 +148,12 @@ pub fn load(bytes: &[u8], catalog: &dyn PluginCatalog) -> Result<Loaded, ConfigE
     }
 }
 
-/// Loads a document built in code (the operator's renderer) exactly as if it had been read from a file.
+/// Loads a document built in code (the operator's renderer) exactly as if it had been read from a
+/// file, as the kube-scheduler of `emulation`'s minor.
 pub fn load_document(
     doc: &KubeSchedulerConfiguration,
     catalog: &dyn PluginCatalog,
+    emulation: &Emulation,
 ) -> Result<Loaded, ConfigErrors> {
     let bytes = serde_json::to_vec(doc).map_err(|e| {
         ConfigErrors::new(vec![FieldError::new(
@@ -142,5 +161,5 @@ pub fn load_document(
             format!("cannot serialize the configuration: {e}"),
         )])
     })?;
-    load(&bytes, catalog)
+    load_at(&bytes, catalog, emulation)
 }

@@ -3,13 +3,13 @@
 
 use serde::Serialize;
 
+use super::ConfigErrors;
 use super::catalog::{ExtensionPoint, PluginCatalog};
 use super::duration::GoDuration;
 use super::types::{
     ALL_PLUGINS, API_VERSION_V1, Config, EffectiveProfile, Extender, KIND, Plugin, PluginConfig,
     PluginSet, Plugins,
 };
-use super::{ConfigErrors, load};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -153,11 +153,15 @@ pub fn to_v1_yaml(config: &Config) -> String {
 /// What `ksched config validate FILE` prints: `(exit code, stdout, stderr)`.
 /// Valid: exit 0, the normalized v1 YAML on stdout, `warning: ...` lines on stderr.
 /// Invalid: exit 1, `error: <path>: <reason>` lines and a count line on stderr (warnings too).
-pub fn validate_file_output(bytes: &[u8], catalog: &dyn PluginCatalog) -> (i32, String, String) {
+pub fn validate_file_output(
+    bytes: &[u8],
+    catalog: &dyn PluginCatalog,
+    emulation: &crate::emulation::Emulation,
+) -> (i32, String, String) {
     let warning_lines = |warnings: &[String]| -> String {
         warnings.iter().map(|w| format!("warning: {w}\n")).collect()
     };
-    match load(bytes, catalog) {
+    match super::load_at(bytes, catalog, emulation) {
         Ok(loaded) => (
             0,
             to_v1_yaml(&loaded.config),

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::config::ExtensionPoint as P;
+use crate::emulation::{Emulation, Minor};
 
 /// Upstream 1.36's plugins with the extension points each implements (from the `var _ fwk.XPlugin`
 /// assertions in pkg/scheduler/framework/plugins at v1.36.3), the removed in-tree volume limits
@@ -75,7 +76,12 @@ impl PluginCatalog for TestCatalog {
 
     /// Accepts any args as-is, except one strict rule to test error paths:
     /// VolumeBinding's `bindTimeoutSeconds` must be a non-negative integer.
-    fn decode_args(&self, name: &str, args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
+    fn decode_args(
+        &self,
+        name: &str,
+        args: Option<&Value>,
+        _emulation: &Emulation,
+    ) -> Result<Value, Vec<FieldError>> {
         if name == "VolumeBinding"
             && let Some(v) = args.and_then(|a| a.get("bindTimeoutSeconds"))
             && v.as_u64().is_none()
@@ -95,6 +101,14 @@ impl PluginCatalog for TestCatalog {
 
 fn load_str(yaml: &str) -> Result<Loaded, ConfigErrors> {
     load(yaml.as_bytes(), &TestCatalog)
+}
+
+/// [`ok`] as the kube-scheduler of `minor` reads it.
+fn ok_at(minor: Minor, yaml: &str) -> Loaded {
+    match load_at(yaml.as_bytes(), &TestCatalog, &Emulation::of(minor)) {
+        Ok(l) => l,
+        Err(e) => panic!("expected the config to load at {minor}, got:\n{e}"),
+    }
 }
 
 fn ok(yaml: &str) -> Loaded {
@@ -181,7 +195,10 @@ fn assert_round_trip(config: &Config) {
 /// gates) expanded as the framework does; it equals upstream's testing/defaults ExpandedPluginsV1.
 #[test]
 fn empty_profile_gets_upstream_1_36_defaults() {
-    let loaded = ok(&v1("profiles:\n- schedulerName: default-scheduler\n"));
+    let loaded = ok_at(
+        Minor::V1_36,
+        &v1("profiles:\n- schedulerName: default-scheduler\n"),
+    );
     let p = &loaded.config.profiles[0];
     assert_eq!(
         names(p, P::PreEnqueue),
@@ -264,6 +281,60 @@ fn empty_profile_gets_upstream_1_36_defaults() {
     assert_eq!(p.plugin_args.len(), 20);
 }
 
+/// 1.37's defaults (default_plugins.go at v1.37.2): NodeName runs before NodeUnschedulable; the
+/// rest as 1.36.
+#[test]
+fn empty_profile_gets_upstream_1_37_defaults() {
+    let v1_36 = ok_at(Minor::V1_36, &v1(""));
+    let v1_37 = ok_at(Minor::V1_37, &v1(""));
+    let (old, new) = (&v1_36.config.profiles[0], &v1_37.config.profiles[0]);
+    assert_eq!(
+        names(new, P::Filter)[..3],
+        ["NodeName", "NodeUnschedulable", "TaintToleration"]
+    );
+    assert_eq!(names(old, P::Filter)[2..], names(new, P::Filter)[2..]);
+    for point in P::ALL {
+        if point != P::Filter {
+            assert_eq!(names(old, point), names(new, point), "{point:?}");
+        }
+    }
+    assert_eq!(weights(old), weights(new));
+}
+
+/// `podGroupPostFilter` exists from 1.37: accepted there (an empty or disabling set), and a
+/// plugin enabled there is refused naming the group scheduling ksched does not have; 1.36's
+/// kube-scheduler does not know the field.
+#[test]
+fn pod_group_post_filter_is_a_1_37_field() {
+    let disabled = v1(
+        "profiles:\n- schedulerName: p\n  plugins:\n    podGroupPostFilter:\n      disabled: [{name: \"*\"}]\n",
+    );
+    ok_at(Minor::V1_37, &disabled);
+    let load = |minor, yaml: &str| {
+        load_at(yaml.as_bytes(), &TestCatalog, &Emulation::of(minor))
+            .expect_err("invalid")
+            .errors
+    };
+    let e = load(Minor::V1_36, &disabled);
+    assert_eq!(e[0].path, "profiles[0].plugins.podGroupPostFilter");
+    assert!(
+        e[0].reason.contains("unknown field") && e[0].reason.contains("from Kubernetes 1.37 on"),
+        "{e:?}"
+    );
+    let enabled = v1(
+        "profiles:\n- schedulerName: p\n  plugins:\n    podGroupPostFilter:\n      enabled: [{name: DefaultPreemption}]\n",
+    );
+    let e = load(Minor::V1_37, &enabled);
+    assert_eq!(
+        e[0].path,
+        "profiles[0].plugins.podGroupPostFilter.enabled[0]"
+    );
+    assert!(
+        e[0].reason.contains("group scheduling") && e[0].reason.contains("GenericWorkload"),
+        "{e:?}"
+    );
+}
+
 /// The test catalog, except that DynamicResources is known but not built (as in ksched's registry).
 struct NotBuiltCatalog;
 
@@ -284,8 +355,13 @@ impl PluginCatalog for NotBuiltCatalog {
         }
     }
 
-    fn decode_args(&self, name: &str, args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
-        TestCatalog.decode_args(name, args)
+    fn decode_args(
+        &self,
+        name: &str,
+        args: Option<&Value>,
+        emulation: &Emulation,
+    ) -> Result<Value, Vec<FieldError>> {
+        TestCatalog.decode_args(name, args, emulation)
     }
 
     fn policy_rules(&self, name: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
@@ -1090,9 +1166,10 @@ fn normalized_yaml_shape() {
         score["enabled"][0],
         json!({"name": "TaintToleration", "weight": 3})
     );
+    // 1.37's default order: NodeName first.
     assert_eq!(
         doc["profiles"][0]["plugins"]["filter"]["enabled"][0],
-        json!({"name": "NodeUnschedulable"})
+        json!({"name": "NodeName"})
     );
 }
 
@@ -1141,7 +1218,7 @@ fn load_document_matches_load() {
         }],
         ..KubeSchedulerConfiguration::v1()
     };
-    let from_doc = load_document(&doc, &TestCatalog).map(|l| l.config);
+    let from_doc = load_document(&doc, &TestCatalog, &Emulation::default()).map(|l| l.config);
     let from_yaml = load_str(&v1(
         "profiles:\n- schedulerName: p\n  plugins:\n    score:\n      enabled: [{name: NetworkTraffic, weight: 5}]\n      disabled: [{name: \"*\"}]\n",
     ))
@@ -1154,6 +1231,7 @@ fn validate_file_output_formats() {
     let (code, stdout, stderr) = validate_file_output(
         fixture("seed_002_coscheduling_v1beta2.yaml").as_bytes(),
         &TestCatalog,
+        &Emulation::default(),
     );
     assert_eq!(code, 0);
     assert!(stdout.starts_with("apiVersion: kubescheduler.config.k8s.io/v1\n"));
@@ -1164,6 +1242,7 @@ fn validate_file_output_formats() {
     let (code, stdout, stderr) = validate_file_output(
         fixture("seed_001_custom_scheduler_leader_election.yaml").as_bytes(),
         &TestCatalog,
+        &Emulation::default(),
     );
     assert_eq!(code, 1);
     assert!(stdout.is_empty());
@@ -1175,7 +1254,7 @@ fn validate_file_output_formats() {
         stderr.ends_with("the configuration is invalid: 1 error\n"),
         "{stderr}"
     );
-    let (code, _, stderr) = validate_file_output(b"", &TestCatalog);
+    let (code, _, stderr) = validate_file_output(b"", &TestCatalog, &Emulation::default());
     assert_eq!(code, 1);
     assert!(stderr.starts_with("error: the file is empty"), "{stderr}");
 }

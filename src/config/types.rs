@@ -220,6 +220,10 @@ pub struct Plugins {
     /// Upstream 1.36 alpha (TopologyAwareWorkloadScheduling); ksched accepts only `disabled` here.
     #[serde(default, skip_serializing_if = "PluginSet::is_empty")]
     pub placement_score: PluginSet,
+    /// Upstream 1.37 (group scheduling's PostFilter, GenericWorkload): accepted from 1.37 on;
+    /// ksched has no group scheduling yet, so only `disabled` is accepted here.
+    #[serde(default, skip_serializing_if = "PluginSet::is_empty")]
+    pub pod_group_post_filter: PluginSet,
 }
 
 impl Plugins {
@@ -407,6 +411,9 @@ pub struct Config {
     pub profiles: Vec<EffectiveProfile>,
     pub extenders: Vec<Extender>,
     pub delay_cache_until_active: bool,
+    /// The Kubernetes minor and feature gates the configuration was loaded for: its defaults
+    /// and validation, and what the scheduler built from it emulates.
+    pub emulation: std::sync::Arc<crate::emulation::Emulation>,
 }
 
 impl Config {

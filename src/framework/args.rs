@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::config::FieldError;
 use crate::config::error::join_path;
+use crate::emulation::Emulation;
 
 /// A plugin's args type: `#[serde(deny_unknown_fields, rename_all = "camelCase", default)]`.
 pub trait PluginArgs: DeserializeOwned + Serialize + Default {
@@ -23,10 +24,32 @@ pub trait PluginArgs: DeserializeOwned + Serialize + Default {
     fn validate(&self) -> Vec<FieldError> {
         Vec::new()
     }
+
+    /// Defaults that depend on the emulated minor's feature gates, as some of upstream's
+    /// `SetDefaults_XxxArgs` do; [`set_defaults`](Self::set_defaults) unless overridden. Used by
+    /// registrations with [`PluginRegistration::with_emulated_args`](super::registry::PluginRegistration::with_emulated_args).
+    fn set_defaults_at(&mut self, _emulation: &Emulation) {
+        self.set_defaults();
+    }
+
+    /// Validation that depends on the emulated minor's feature gates;
+    /// [`validate`](Self::validate) unless overridden.
+    fn validate_at(&self, _emulation: &Emulation) -> Vec<FieldError> {
+        self.validate()
+    }
 }
 
-/// Decodes, defaults and validates `args` as `T`, returning the normalized JSON.
+/// Decodes, defaults and validates `args` as `T`, returning the normalized JSON (at the newest
+/// minor: [`decode_at`] for another).
 pub fn decode<T: PluginArgs>(args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
+    decode_at::<T>(args, &Emulation::default())
+}
+
+/// [`decode`] with the defaults and validation of `emulation`'s minor and gates.
+pub fn decode_at<T: PluginArgs>(
+    args: Option<&Value>,
+    emulation: &Emulation,
+) -> Result<Value, Vec<FieldError>> {
     let mut v: T = match args {
         None | Some(Value::Null) => T::default(),
         Some(Value::Object(map)) => {
@@ -41,8 +64,8 @@ pub fn decode<T: PluginArgs>(args: Option<&Value>) -> Result<Value, Vec<FieldErr
             )]);
         }
     };
-    v.set_defaults();
-    let errors = v.validate();
+    v.set_defaults_at(emulation);
+    let errors = v.validate_at(emulation);
     if !errors.is_empty() {
         return Err(errors);
     }

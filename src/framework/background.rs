@@ -4,7 +4,8 @@
 //! needs from outside is kept in memory by a [`BackgroundTask`] of its own (NetworkTraffic's
 //! Prometheus refresher, Coscheduling's PodGroup status loop), and the API writes that follow a
 //! decision made in the cycle (preemption's evictions, DynamicResources' deallocation) are handed
-//! to the [`ApiDispatcher`] (upstream's `APIDispatcher`), which runs them.
+//! to the [`ApiDispatcher`] (upstream's `APIDispatcher`), which runs them: a typed call
+//! ([`ApiDispatcher::dispatch_call`]) or a sequence of calls ([`ApiDispatcher::dispatch`]).
 //!
 //! A plugin's factory registers its tasks with `Handle::tasks`; it never starts them. The scheduler
 //! takes them once its caches are synced, runs each with a [`TaskContext`] (the API, and whether
@@ -19,13 +20,13 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-use super::api::ApiHandle;
+use super::api_calls::{ApiCall, ApiClient};
 
 /// What a running task gets from the scheduler.
 #[derive(Clone)]
 pub struct TaskContext {
     /// The scheduler's API client (writes are refused once this replica stops leading).
-    pub api: Arc<dyn ApiHandle>,
+    pub api: Arc<dyn ApiClient>,
     /// True while this replica leads (always true without leader election). A task that writes
     /// waits for it, so a standby replica writes nothing.
     pub leading: watch::Receiver<bool>,
@@ -77,14 +78,14 @@ impl BackgroundTasks {
     }
 }
 
-/// One queued API call: given the API, the future that makes it (and reports its own failure).
-pub type ApiCall = Box<dyn FnOnce(Arc<dyn ApiHandle>) -> BoxFuture<'static, ()> + Send>;
+/// Queued API work: given the API, the future that makes its calls (and reports their failures).
+type QueuedCalls = Box<dyn FnOnce(Arc<dyn ApiClient>) -> BoxFuture<'static, ()> + Send>;
 
 /// Runs API calls handed over from the scheduling cycle, concurrently, outside it (upstream's
 /// `APIDispatcher`). Handing a call over never blocks.
 pub struct ApiDispatcher {
-    tx: mpsc::UnboundedSender<ApiCall>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<ApiCall>>>,
+    tx: mpsc::UnboundedSender<QueuedCalls>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<QueuedCalls>>>,
 }
 
 impl Default for ApiDispatcher {
@@ -98,22 +99,35 @@ impl Default for ApiDispatcher {
 }
 
 impl ApiDispatcher {
-    /// Queues `call`; it runs once the dispatcher's task (or [`ApiDispatcher::run_queued`]) gets
-    /// to it.
-    pub fn dispatch<F, Fut>(&self, call: F)
+    /// Queues `calls`, a future that makes API calls one after the other (a preemption's
+    /// evictions); it runs once the dispatcher's task (or [`ApiDispatcher::run_queued`]) gets to
+    /// it.
+    pub fn dispatch<F, Fut>(&self, calls: F)
     where
-        F: FnOnce(Arc<dyn ApiHandle>) -> Fut + Send + 'static,
+        F: FnOnce(Arc<dyn ApiClient>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let call: ApiCall = Box::new(move |api| Box::pin(call(api)));
+        let calls: QueuedCalls = Box::new(move |api| Box::pin(calls(api)));
         // The receiver lives as long as the dispatcher: sending does not fail.
-        let _ = self.tx.send(call);
+        let _ = self.tx.send(calls);
+    }
+
+    /// Queues one call; a failure is logged as `what` failing on the call's object (nobody
+    /// waits for the outcome: the pods it concerns are retried by the events it causes).
+    pub fn dispatch_call<C: ApiCall>(&self, call: C, what: &'static str) {
+        let request = call.into_request();
+        self.dispatch(move |api| async move {
+            let object = request.key();
+            if let Err(error) = api.send(request).await {
+                tracing::warn!(%object, %error, "{what} failed");
+            }
+        });
     }
 
     /// Runs the calls queued so far, one after the other, on this thread: for `ksched simulate`
     /// and tests, whose in-memory API answers at once. Does nothing once the dispatcher's task
     /// runs (it owns the queue then).
-    pub fn run_queued(&self, api: &Arc<dyn ApiHandle>) {
+    pub fn run_queued(&self, api: &Arc<dyn ApiClient>) {
         let mut rx = self.rx.lock();
         let Some(rx) = rx.as_mut() else {
             return;
@@ -152,27 +166,27 @@ impl BackgroundTask for ApiDispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::api::RecordingApi;
+    use crate::framework::api_calls::{Delete, RecordingApi, Verb};
+    use k8s_openapi::api::core::v1::Pod;
 
     fn delete(dispatcher: &ApiDispatcher, name: &'static str) {
-        dispatcher.dispatch(move |api| async move {
-            let _ = api.delete_pod("ns", name, "uid").await;
-        });
+        dispatcher.dispatch_call(Delete::<Pod>::new("ns", name, "uid"), "deleting");
+    }
+
+    fn deleted(api: &RecordingApi) -> Vec<String> {
+        api.keys::<Pod>(Verb::Delete, None)
     }
 
     #[test]
     fn queued_calls_run_in_order_when_asked() {
         let recording = Arc::new(RecordingApi::default());
-        let api: Arc<dyn ApiHandle> = recording.clone();
+        let api: Arc<dyn ApiClient> = recording.clone();
         let d = ApiDispatcher::default();
         delete(&d, "a");
         delete(&d, "b");
-        assert!(
-            recording.deletions.lock().is_empty(),
-            "dispatching runs nothing"
-        );
+        assert!(deleted(&recording).is_empty(), "dispatching runs nothing");
         d.run_queued(&api);
-        assert_eq!(*recording.deletions.lock(), ["ns/a", "ns/b"]);
+        assert_eq!(deleted(&recording), ["ns/a", "ns/b"]);
     }
 
     #[tokio::test]
@@ -188,12 +202,12 @@ mod tests {
         let task = tokio::spawn(d.clone().run(ctx));
         delete(&d, "after");
         for _ in 0..100 {
-            if recording.deletions.lock().len() == 2 {
+            if deleted(&recording).len() == 2 {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        assert_eq!(*recording.deletions.lock(), ["ns/before", "ns/after"]);
+        assert_eq!(deleted(&recording), ["ns/before", "ns/after"]);
         task.abort();
     }
 

@@ -1,7 +1,7 @@
 //! A guard for "no blocking I/O in a scheduling cycle" (ARCHITECTURE.md, "What a plugin may do").
 //!
 //! The types do most of it: the scheduling-cycle extension points are synchronous and every
-//! [`ApiHandle`](super::api::ApiHandle) call is async, so a cycle can only reach the API by
+//! [`ApiClient`](super::api_calls::ApiClient) call is async, so a cycle can only reach the API by
 //! running a future itself, or by doing I/O of its own. This test reads the production code of
 //! every module under `framework/plugins/` and fails on the ways to do either: executors and
 //! spawning (`tokio::spawn`, `block_on`, `block_in_place`, threads), and sockets, files, processes

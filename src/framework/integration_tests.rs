@@ -74,8 +74,9 @@ fn default_profile_builds_with_every_built_plugin() {
     assert_eq!(
         names(ExtensionPoint::Filter),
         [
-            "NodeUnschedulable",
+            // 1.37's order (the newest minor's defaults).
             "NodeName",
+            "NodeUnschedulable",
             "TaintToleration",
             "NodeAffinity",
             "NodePorts",

@@ -6,9 +6,9 @@
 //! Scheduling-cycle extension points (PreEnqueue .. Permit) are synchronous and are called from
 //! worker threads; Filter and Score are called concurrently for many nodes, so plugins are
 //! `Send + Sync` and keep per-cycle data in the [`CycleState`], not in themselves.
-//! PreBind, Bind and PostBind are `async` (they may do API calls through the [`ApiHandle`]).
+//! PreBind, Bind and PostBind are `async` (they may do API calls through the [`ApiClient`]).
 //!
-//! [`ApiHandle`]: super::registry::ApiHandle
+//! [`ApiClient`]: super::api_calls::ApiClient
 
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap};

@@ -9,8 +9,9 @@
 //!   `NodeSchedulingPropertiesChange` ...) and a profile's [`events::QueueingHintMap`].
 //! - [`listers`], [`waiting_pods`], [`extender`]: what plugins read besides the snapshot, pods
 //!   waiting at Permit, the extenders' interface.
-//! - [`api`]: the [`api::ApiHandle`] trait the scheduler implements for the few API calls plugins
-//!   make (all async), and the in-memory [`api::RecordingApi`].
+//! - [`api_calls`]: the API calls plugins make, as values ([`api_calls::ApiCall`]), sent by an
+//!   [`api_calls::ApiClient`]: the scheduler's over kube, or the in-memory
+//!   [`api_calls::RecordingApi`].
 //! - [`background`]: the work plugins do outside the scheduling cycle (their
 //!   [`background::BackgroundTask`]s, the [`background::ApiDispatcher`]), which the scheduler
 //!   starts.
@@ -29,7 +30,7 @@
 //! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
 //!
 //! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
-//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `api`, `background`,
+//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `api_calls`, `background`,
 //! `registry`, `batch`, `runtime`, `schedule`, `plugins`. Plugins never name the runtime: preemption runs
 //! its profile's plugins through `FrameworkHandle`.
 //!
@@ -48,7 +49,7 @@
 //! }
 //! ```
 
-pub(crate) mod api;
+pub mod api_calls;
 pub mod args;
 pub mod background;
 pub mod batch;

@@ -20,18 +20,26 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
-pub use super::api::{ApiError, ApiHandle, RecordedStatusPatch, RecordingApi};
+use super::api_calls::ApiClient;
+use super::args::{PluginArgs, decode_at};
 use super::background::{ApiDispatcher, BackgroundTasks};
 use super::interface::Plugin;
-use super::listers::{Informer, Listers};
+use super::listers::{IN_TREE, Informer, Listers};
 use super::metrics::FrameworkMetrics;
 use super::types::{PodInfo, Snapshot};
 use super::waiting_pods::WaitingPods;
 use crate::config::{ExtensionPoint, FieldError, PluginAvailability, PluginCatalog};
+use crate::emulation::Emulation;
 
 /// Pods nominated to run on a node (preemptors); the scheduler's queue implements it.
 pub trait PodNominator: Send + Sync {
     fn nominated_pods_for_node(&self, node_name: &str) -> Vec<Arc<PodInfo>>;
+
+    /// Whether the nominated pod `key` is another scheduler's (its nomination is respected, never
+    /// changed).
+    fn is_foreign(&self, _key: &str) -> bool {
+        false
+    }
 
     /// While no pod is nominated anywhere: a number that changes with every nomination made or
     /// dropped. `None` while some pod is nominated, or when the nominator cannot tell (then
@@ -77,7 +85,7 @@ impl SharedSnapshot {
 pub struct Handle {
     /// For PreBind, Bind and PostBind (its calls are async: a scheduling-cycle extension point
     /// cannot await them).
-    pub api: Arc<dyn ApiHandle>,
+    pub api: Arc<dyn ApiClient>,
     pub waiting_pods: Arc<WaitingPods>,
     pub snapshot: Arc<SharedSnapshot>,
     pub nominator: Option<Arc<dyn PodNominator>>,
@@ -97,6 +105,9 @@ pub struct Handle {
     pub tasks: Arc<BackgroundTasks>,
     /// Runs the API calls the scheduling cycle hands over (a background task itself).
     pub dispatcher: Arc<ApiDispatcher>,
+    /// The Kubernetes minor the scheduler emulates and its feature gates: what a plugin's
+    /// behaviour per minor is read from (its table, `emulation::at`).
+    pub emulation: Arc<Emulation>,
 }
 
 impl fmt::Debug for Handle {
@@ -108,7 +119,7 @@ impl fmt::Debug for Handle {
 }
 
 impl Handle {
-    pub fn new(api: Arc<dyn ApiHandle>) -> Handle {
+    pub fn new(api: Arc<dyn ApiClient>) -> Handle {
         let tasks = Arc::new(BackgroundTasks::default());
         let dispatcher = Arc::new(ApiDispatcher::default());
         tasks.register(dispatcher.clone());
@@ -124,7 +135,14 @@ impl Handle {
             profile_name: Arc::from(""),
             tasks,
             dispatcher,
+            emulation: Arc::new(Emulation::default()),
         }
+    }
+
+    /// The handle of a scheduler emulating `emulation`.
+    pub fn with_emulation(mut self, emulation: Arc<Emulation>) -> Handle {
+        self.emulation = emulation;
+        self
     }
 
     pub fn with_nominator(mut self, nominator: Arc<dyn PodNominator>) -> Handle {
@@ -143,8 +161,16 @@ impl Handle {
     }
 }
 
-/// Decodes, defaults and validates a plugin's args (see [`super::args`]).
-pub type ArgsDecoder = Arc<dyn Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync>;
+/// Decodes, defaults and validates a plugin's args (see [`super::args`]) at the emulated minor.
+pub type ArgsDecoder =
+    Arc<dyn Fn(Option<&Value>, &Emulation) -> Result<Value, Vec<FieldError>> + Send + Sync>;
+
+/// An args decoder that does not depend on the emulated minor, as an [`ArgsDecoder`].
+fn unversioned(
+    decode_args: impl Fn(Option<&Value>) -> Result<Value, Vec<FieldError>> + Send + Sync + 'static,
+) -> ArgsDecoder {
+    Arc::new(move |args, _| decode_args(args))
+}
 
 /// Builds a plugin instance from its normalized args.
 pub type PluginFactory =
@@ -282,6 +308,24 @@ fn profile_labels(profile: &str) -> ProfileLabels {
     }
 }
 
+/// Whether `rule` grants everything `needed` asks (its groups, resources and verbs).
+pub fn grants(rule: &PolicyRule, needed: &PolicyRule) -> bool {
+    let covers = |have: &Option<Vec<String>>, want: &Option<Vec<String>>| {
+        let have = have.as_deref().unwrap_or_default();
+        want.as_deref()
+            .unwrap_or_default()
+            .iter()
+            .all(|w| have.iter().any(|h| h == w || h == "*"))
+    };
+    rule.resource_names.is_none()
+        && covers(&rule.api_groups, &needed.api_groups)
+        && covers(&rule.resources, &needed.resources)
+        && needed
+            .verbs
+            .iter()
+            .all(|v| rule.verbs.iter().any(|h| h == v || h == "*"))
+}
+
 /// An RBAC rule (`apiGroups`, `resources`, `verbs`), for the rules a registration declares.
 pub fn policy_rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -321,12 +365,20 @@ impl PluginRegistration {
     ) -> PluginRegistration {
         PluginRegistration {
             extension_points: extension_points.to_vec(),
-            decode_args: Arc::new(decode_args),
+            decode_args: unversioned(decode_args),
             factory: Arc::new(factory),
             informers: Vec::new(),
             rbac_rules: Vec::new(),
             metrics: Vec::new(),
         }
+    }
+
+    /// Decodes the plugin's args with the emulated minor's defaults and validation
+    /// ([`PluginArgs::set_defaults_at`], [`PluginArgs::validate_at`]), in place of the decoder
+    /// given to [`new`](Self::new).
+    pub fn with_emulated_args<T: PluginArgs + 'static>(mut self) -> PluginRegistration {
+        self.decode_args = Arc::new(decode_at::<T>);
+        self
     }
 
     /// Declares the object kinds the plugin reads.
@@ -424,7 +476,7 @@ impl Registry {
             RegistryEntry::NotBuiltYet {
                 extension_points: extension_points.to_vec(),
                 reason: reason.into(),
-                decode_args: Arc::new(decode_args),
+                decode_args: unversioned(decode_args),
             },
         )
     }
@@ -477,6 +529,22 @@ impl Registry {
             .collect()
     }
 
+    /// Every kind a plugin of this registry may read: the in-tree kinds (in a saved snapshot's
+    /// order), then those only out-of-tree plugins declare.
+    pub fn watched_kinds(&self) -> Vec<Informer> {
+        let mut kinds: Vec<Informer> = IN_TREE.to_vec();
+        for entry in self.entries.values() {
+            if let RegistryEntry::Built(r) = entry {
+                for kind in &r.informers {
+                    if !kinds.contains(kind) {
+                        kinds.push(*kind);
+                    }
+                }
+            }
+        }
+        kinds
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }
@@ -503,9 +571,14 @@ impl PluginCatalog for Registry {
         }
     }
 
-    fn decode_args(&self, name: &str, args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
+    fn decode_args(
+        &self,
+        name: &str,
+        args: Option<&Value>,
+        emulation: &Emulation,
+    ) -> Result<Value, Vec<FieldError>> {
         match self.entries.get(name) {
-            Some(e) => (e.decoder())(args),
+            Some(e) => (e.decoder())(args, emulation),
             None => Err(vec![FieldError::new(
                 "",
                 format!("Invalid value: {name:?}: unknown plugin"),
@@ -513,11 +586,20 @@ impl PluginCatalog for Registry {
         }
     }
 
+    /// The rules the plugin declared, and `list`/`watch` on each kind it reads that they do
+    /// not grant already.
     fn policy_rules(&self, name: &str) -> Vec<PolicyRule> {
-        match self.entries.get(name) {
-            Some(RegistryEntry::Built(r)) => r.rbac_rules.clone(),
-            _ => Vec::new(),
+        let Some(RegistryEntry::Built(r)) = self.entries.get(name) else {
+            return Vec::new();
+        };
+        let mut rules = r.rbac_rules.clone();
+        for kind in &r.informers {
+            let needed = kind.rbac_rule();
+            if !rules.iter().any(|rule| grants(rule, &needed)) {
+                rules.push(needed);
+            }
         }
+        rules
     }
 }
 

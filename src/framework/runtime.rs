@@ -1547,7 +1547,7 @@ fn instantiate(
     let args = match args {
         Some(a) => a.clone(),
         None => registry
-            .decode_args(name, None)
+            .decode_args(name, None, &handle.emulation)
             .map_err(|errs| FrameworkError::Factory {
                 profile: profile.into(),
                 plugin: name.into(),
@@ -2014,7 +2014,7 @@ mod tests {
             ["A.PreBind", "A.Bind", "B.Bind", "C.PostBind"]
         );
         assert!(
-            api.bindings.lock().is_empty(),
+            api.requests().is_empty(),
             "DefaultBinder must not run after B bound"
         );
     }

@@ -7,18 +7,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use super::in_process::InProcessSchedulers;
 use super::render::{DEFAULT_NAMESPACE, RenderOptions};
 use super::{LEASE_NAME, OPERATOR_NAME, OperatorOptions, http, render_cli, uninstall};
-use crate::config::duration::GoDuration;
 use crate::framework::registry::Registry;
-use crate::leader_election::{LeaderElectionConfig, default_identity};
+use crate::infra::duration::GoDuration;
+use crate::infra::leader_election::{LeaderElectionConfig, default_identity};
 
 /// The scheduler image when neither `--image` nor `KSCHED_IMAGE` says: this build's own tag.
 pub const DEFAULT_IMAGE: &str = concat!("ksched:", env!("CARGO_PKG_VERSION"));
@@ -49,18 +46,18 @@ pub struct OperatorArgs {
     /// scheduler's); `/metrics` moves there from the plain port. 0 (default): none.
     #[arg(long, default_value_t = 0)]
     pub secure_port: u16,
-    /// Serve `/debug/pprof/profile` on the secure port.
+    /// Serve `/debug/pprof/profile` and `/debug/pprof/heap` on the secure port.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub profiling: bool,
     #[command(flatten)]
-    pub tls: crate::serving::tls::TlsArgs,
+    pub tls: crate::infra::serving::tls::TlsArgs,
     #[command(flatten)]
-    pub authentication: crate::serving::auth::AuthenticationArgs,
+    pub authentication: crate::infra::serving::auth::AuthenticationArgs,
     #[command(flatten)]
-    pub authorization: crate::serving::auth::AuthorizationArgs,
+    pub authorization: crate::infra::serving::auth::AuthorizationArgs,
     /// Log format: "text" or "json" (klog's JSON keys).
     #[arg(long, value_enum, default_value = "text")]
-    pub logging_format: crate::logging::LogFormat,
+    pub logging_format: crate::infra::logging::LogFormat,
     /// Elect a leader among replicas on the Lease `ksched-operator` in the operator namespace; only
     /// the leader reconciles and runs Embedded schedulers (`--leader-elect=false`: this one leads).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -100,6 +97,7 @@ impl OperatorArgs {
                 self.leader_elect_renew_deadline,
             )?,
             retry_period: std("leader-elect-retry-period", self.leader_elect_retry_period)?,
+            takeover: None,
         };
         config
             .validate()
@@ -127,6 +125,7 @@ pub fn render_main(args: RenderArgs) -> ExitCode {
     let opts = RenderOptions {
         namespace: args.namespace,
         image: args.image,
+        cluster_minor: None,
     };
     let out = render_cli::render_paths(&args.files, &opts, &Registry::in_tree());
     print!("{}", out.stdout);
@@ -140,7 +139,7 @@ pub fn render_main(args: RenderArgs) -> ExitCode {
 
 /// Runs `ksched operator` until SIGINT or SIGTERM.
 pub fn operator_main(args: OperatorArgs) -> ExitCode {
-    crate::logging::init(&crate::logging::LogOptions {
+    crate::infra::logging::init(&crate::infra::logging::LogOptions {
         format: args.logging_format,
         default_filter: "info,kube_runtime=warn".into(),
         split_stream: false,
@@ -234,7 +233,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<(Client, Con
             .await
             .map_err(|e| format!("no cluster configuration: {e}"))?,
     };
-    crate::scheduler::metrics::set_api_host(&config.cluster_url);
+    crate::infra::metrics::set_api_host(&config.cluster_url);
     let client =
         Client::try_from(config.clone()).map_err(|e| format!("creating the client: {e}"))?;
     Ok((client, config))
@@ -251,13 +250,15 @@ pub struct UninstallArgs {
     pub namespace: String,
 }
 
-/// Runs `ksched uninstall`: finishes an uninstall whose operator was gone (its pods could not
-/// run): the taints it added, the LeafClusterPolicies' finalizers, what it rendered, its uninstall
-/// identity. Refuses while ksched is still installed.
+/// Runs `ksched uninstall`: stops the operator (its Deployment scaled to 0) and waits until no
+/// replica leads, removes the taints it added, the LeafClusterPolicies' finalizers and what it
+/// rendered, marks the profiles left behind, and releases the objects of the operator's identity
+/// (so deleting the installation finishes at once). The chart's pre-delete hook runs it; by hand,
+/// it finishes an uninstall whose operator was gone.
 pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
-    crate::logging::init(&crate::logging::LogOptions {
-        format: crate::logging::LogFormat::default(),
-        default_filter: "warn".into(),
+    crate::infra::logging::init(&crate::infra::logging::LogOptions {
+        format: crate::infra::logging::LogFormat::default(),
+        default_filter: "warn,ksched=info".into(),
         split_stream: false,
     });
     let Some(runtime) = runtime() else {
@@ -271,23 +272,9 @@ pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match still_installed(&client, &args.namespace).await {
-            Ok(false) => {}
-            Ok(true) => {
-                eprintln!(
-                    "error: ksched is still installed (ClusterRoleBinding {OPERATOR_NAME} and namespace {ns} exist): uninstall it first (helm uninstall ksched -n {ns}, or kubectl delete -k manifests/install); `ksched uninstall` finishes an uninstall whose operator was gone",
-                    ns = args.namespace
-                );
-                return ExitCode::FAILURE;
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-        match uninstall::teardown(&client, &args.namespace).await {
-            Ok(removed) => {
-                println!("uninstalled: {removed}; uninstall identity {} deleted", uninstall::KIT_NAME);
+        match uninstall(&client, &args.namespace).await {
+            Ok(summary) => {
+                println!("uninstalled: {summary}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -298,18 +285,20 @@ pub fn uninstall_main(args: UninstallArgs) -> ExitCode {
     })
 }
 
-/// The installation's ClusterRoleBinding and namespace both exist and neither is being deleted.
-async fn still_installed(client: &Client, namespace: &str) -> Result<bool, kube::Error> {
-    let live = |deleting: Option<bool>| deleting == Some(false);
-    let binding = Api::<ClusterRoleBinding>::all(client.clone())
-        .get_opt(OPERATOR_NAME)
-        .await?
-        .map(|b| b.metadata.deletion_timestamp.is_some());
-    let ns = Api::<Namespace>::all(client.clone())
-        .get_opt(namespace)
-        .await?
-        .map(|n| n.metadata.deletion_timestamp.is_some());
-    Ok(live(binding) && live(ns))
+/// What `ksched uninstall` does (see [`uninstall_main`]); what it did.
+async fn uninstall(client: &Client, namespace: &str) -> Result<String, super::Error> {
+    let stopped = uninstall::stop_operator(client, namespace).await?;
+    let removed = uninstall::teardown(client, namespace).await?;
+    let released = uninstall::release(client, namespace).await?;
+    uninstall::delete_leftover_release(client).await?;
+    let operator = if stopped {
+        format!("operator {namespace}/{OPERATOR_NAME} stopped; ")
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "{operator}{removed}; {released} object(s) of the operator's identity released"
+    ))
 }
 
 /// Resolves on SIGINT or SIGTERM.

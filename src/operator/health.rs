@@ -51,7 +51,10 @@ impl OperatorHealth {
 
     fn watch_failed(&self, what: &str, err: &watcher::Error) {
         if !self.ready.load(Ordering::Acquire) {
-            *self.not_ready.lock() = Some(format!("watching {what}: {err}"));
+            *self.not_ready.lock() = Some(format!(
+                "watching {what}: {}",
+                crate::infra::logging::watch_error(err)
+            ));
         }
     }
 }
@@ -132,7 +135,7 @@ where
                         health.metrics.set_queue_depth(controller, depth);
                     }
                     Err(err) => {
-                        tracing::debug!(%err, controller, "watch failed; retrying");
+                        tracing::debug!(err = %crate::infra::logging::watch_error(&err), controller, "watch failed; retrying");
                         health.watch_failed(controller, &err);
                     }
                 }

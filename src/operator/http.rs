@@ -1,8 +1,8 @@
 //! The operator's endpoints: plain HTTP on `--http-port` (default 8080) with `/healthz` and
 //! `/livez` (the process serves), `/readyz` (its caches have synced) and `/metrics`; and, with
 //! `--secure-port`, HTTPS with the scheduler's delegated authentication and authorization
-//! ([`crate::serving::auth`]), where `/metrics` (and `/debug/pprof/profile` with `--profiling`)
-//! move: the plain port then answers the probes only.
+//! ([`crate::infra::serving::auth`]), where `/metrics` (and `/debug/pprof/profile`, `/heap` with
+//! `--profiling`) move: the plain port then answers the probes only.
 //!
 //! Plain HTTP stays the default, as operators built on kube-rs and controller-runtime without
 //! `--metrics-secure` serve: the operator's metrics carry no secret (counts, durations, profile
@@ -18,9 +18,9 @@ use hyper::{Request, Response, StatusCode};
 use tokio::sync::watch;
 
 use super::health::OperatorHealth;
-use crate::serving::auth::{AuthenticationArgs, AuthorizationArgs};
-use crate::serving::tls::TlsArgs;
-use crate::serving::{self, Serving};
+use crate::infra::serving::auth::{AuthenticationArgs, AuthorizationArgs};
+use crate::infra::serving::tls::TlsArgs;
+use crate::infra::serving::{self, Serving};
 
 /// Default port of the operator's plain endpoint.
 pub const DEFAULT_PORT: u16 = 8080;

@@ -12,15 +12,17 @@ use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::embedded::{EmbeddedError, EmbeddedSchedulers};
+use super::embedded::{EmbeddedError, EmbeddedSchedulers, OperatorTerm};
 use super::metrics::OperatorMetrics;
 use crate::config;
+use crate::emulation::{Emulation, Minor, OPPORTUNISTIC_BATCHING};
 use crate::framework::registry::Registry;
 use crate::scheduler::queue::DEFAULT_MAX_IN_UNSCHEDULABLE;
-use crate::scheduler::{SchedulerOptions, run};
+use crate::scheduler::{EmbeddedIn, SchedulerOptions, run};
 
 struct Running {
     config_yaml: String,
+    minor: Minor,
     identity: String,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -31,8 +33,10 @@ pub struct InProcessSchedulers {
     registry: Arc<Registry>,
     /// Where the schedulers' metrics are exported (the operator's `/metrics`).
     metrics: Arc<OperatorMetrics>,
-    /// Leader-election identity prefix (the operator's instance).
+    /// Leader-election identity prefix without an operator term (the operator's instance).
     instance: String,
+    /// The leading operator's term, once it leads.
+    term: parking_lot::Mutex<Option<OperatorTerm>>,
     running: Mutex<HashMap<String, Running>>,
 }
 
@@ -43,6 +47,7 @@ impl InProcessSchedulers {
             registry,
             metrics: Arc::new(OperatorMetrics::new()),
             instance: instance.into(),
+            term: parking_lot::Mutex::new(None),
             running: Mutex::new(HashMap::new()),
         }
     }
@@ -76,17 +81,27 @@ async fn shut_down(profile: &str, r: Running) {
 
 #[async_trait]
 impl EmbeddedSchedulers for InProcessSchedulers {
-    async fn ensure(&self, profile: &str, config_yaml: &str) -> Result<(), EmbeddedError> {
+    async fn ensure(
+        &self,
+        profile: &str,
+        config_yaml: &str,
+        minor: Minor,
+    ) -> Result<(), EmbeddedError> {
         let mut running = self.running.lock().await;
         if let Some(r) = running.get(profile)
             && r.config_yaml == config_yaml
+            && r.minor == minor
             && !r.task.is_finished()
         {
             return Ok(());
         }
         // Validate before stopping anything: a bad config never replaces a working scheduler.
-        let loaded = config::load(config_yaml.as_bytes(), self.registry.as_ref())
-            .map_err(|e| EmbeddedError::Failed(e.to_string()))?;
+        let loaded = config::load_at(
+            config_yaml.as_bytes(),
+            self.registry.as_ref(),
+            &Emulation::of(minor),
+        )
+        .map_err(|e| EmbeddedError::Failed(e.to_string()))?;
         if let Some(old) = running.remove(profile) {
             info!(
                 profile,
@@ -95,8 +110,13 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             shut_down(profile, old).await;
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let metrics = self.metrics.embedded(profile);
-        let identity = format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..));
+        let metrics = self.metrics.embedded(profile, minor);
+        let term = self.term.lock().clone();
+        let identity = match &term {
+            Some(term) => term.scheduler_identity(profile),
+            None => format!("{}_{profile}_{:08x}", self.instance, fastrand::u32(..)),
+        };
+        let opportunistic_batching = loaded.config.emulation.enabled(OPPORTUNISTIC_BATCHING);
         let options = SchedulerOptions {
             config: loaded.config,
             registry: self.registry.clone(),
@@ -106,7 +126,11 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             identity: identity.clone(),
             configz: String::new(),
             pod_max_in_unschedulable_pods_duration: DEFAULT_MAX_IN_UNSCHEDULABLE,
-            opportunistic_batching: true,
+            opportunistic_batching,
+            embedded_in: term.map(|t| EmbeddedIn {
+                takeover: t.takeover(),
+                operator: t.leadership,
+            }),
         };
         let client = self.client.clone();
         let name = profile.to_string();
@@ -123,6 +147,7 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             profile.to_string(),
             Running {
                 config_yaml: config_yaml.to_string(),
+                minor,
                 identity,
                 shutdown,
                 task,
@@ -146,6 +171,10 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             .get(profile)
             .filter(|r| !r.task.is_finished())
             .map(|r| r.identity.clone())
+    }
+
+    async fn start_term(&self, term: OperatorTerm) {
+        *self.term.lock() = Some(term);
     }
 
     async fn stop_all(&self) -> Vec<String> {

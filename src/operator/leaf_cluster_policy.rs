@@ -9,8 +9,9 @@
 //! nothing there.
 //!
 //! Triggers: the policy; any policy created, deleted or changed (ownership depends on all of them);
-//! any Node whose labels, taints or ownership annotation change; any SchedulerProfile created or
-//! deleted (`profiles: ["*"]` and missing profiles); a periodic resync.
+//! any Node added or deleted, or whose labels, taints or ownership annotation change (the counts
+//! and conflicts follow); any SchedulerProfile created or deleted (`profiles: ["*"]` and missing
+//! profiles); a periodic resync.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -30,13 +31,13 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::leaf_render::validate_policy;
 use super::render::FIELD_MANAGER;
 use super::status::{self, BlockedNode, PolicyConflict, PolicyObservation};
 use super::taints::{self, Claim, Claimant, NodePlan, NodeView, Records, Standing};
-use super::{Context, Error, FINALIZER, Shutdown, announce, is_conflict, is_not_found};
+use super::{Context, Error, FINALIZER, Shutdown, announce, host_nodes, is_conflict, is_not_found};
 use crate::api::leaf_cluster_policy::LAST_VALID_SPEC_ANNOTATION;
 use crate::api::{LeafClusterPolicy, LeafClusterPolicyStatus, SchedulerProfile};
-use crate::framework::plugins::leaf::render::validate_policy;
 
 /// Attempts to update one Node before giving up until the next reconcile.
 const NODE_UPDATE_ATTEMPTS: u32 = 10;
@@ -47,13 +48,10 @@ const RETRY: Duration = Duration::from_secs(5);
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let client = ctx.client.clone();
-    let node_changes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(node_ownership_inputs, Default::default())
-        .filter_map(|n| async move { n.ok().map(|_| ()) });
-    let profile_changes = lifecycle_changes(Api::<SchedulerProfile>::all(client.clone()));
-    let policy_changes = lifecycle_changes(Api::<LeafClusterPolicy>::all(client.clone()));
+    // A deleted node changes the counts too (and may end a conflict or a foreign taint).
+    let node_changes = changes(Api::<Node>::all(client.clone()), node_ownership_inputs);
+    let profile_changes = changes(Api::<SchedulerProfile>::all(client.clone()), lifecycle);
+    let policy_changes = changes(Api::<LeafClusterPolicy>::all(client.clone()), lifecycle);
     Controller::new(
         Api::<LeafClusterPolicy>::all(client),
         watcher::Config::default(),
@@ -74,28 +72,24 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     .for_each(|res| async move {
         match res {
             Ok((obj, _)) => tracing::debug!(policy = %obj.name, "reconciled"),
-            Err(e) => tracing::debug!(error = %e, "policy reconcile failed"),
+            Err(e) => tracing::debug!(error = %crate::infra::logging::controller_error(&e), "policy reconcile failed"),
         }
     })
     .await;
 }
 
-/// One item whenever an object of `api` is created, deleted, changes its generation or starts
-/// being deleted (status updates and the like are not reported).
-fn lifecycle_changes<K>(api: Api<K>) -> impl Stream<Item = ()> + Send + 'static
+/// One item whenever an object of `api` is created or deleted, or `key` of it changes.
+fn changes<K>(api: Api<K>, key: fn(&K) -> u64) -> impl Stream<Item = ()> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    // Per object: its generation and whether it is being deleted.
-    type Seen = HashMap<String, (Option<i64>, bool)>;
-    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let seen: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     watcher(api, watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| {
             let seen = seen.clone();
             async move {
                 let mut seen = seen.lock().ok()?;
-                let key = |o: &K| (o.meta().generation, o.meta().deletion_timestamp.is_some());
                 match event.ok()? {
                     watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                         let now = key(&o);
@@ -108,8 +102,16 @@ where
         })
 }
 
+/// Hash of an object's generation and whether it is being deleted (status updates and the like
+/// do not change it).
+fn lifecycle<K: Resource>(o: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    (o.meta().generation, o.meta().deletion_timestamp.is_some()).hash(&mut h);
+    h.finish()
+}
+
 /// Hash of what decides a node's taints: its labels, taints and ownership records.
-fn node_ownership_inputs(node: &Node) -> Option<u64> {
+fn node_ownership_inputs(node: &Node) -> u64 {
     let mut h = DefaultHasher::new();
     node.labels().hash(&mut h);
     node.annotations()
@@ -119,7 +121,7 @@ fn node_ownership_inputs(node: &Node) -> Option<u64> {
     serde_json::to_string(&taints)
         .unwrap_or_default()
         .hash(&mut h);
-    Some(h.finish())
+    h.finish()
 }
 
 fn error_policy(policy: Arc<LeafClusterPolicy>, err: &Error, _ctx: Arc<Context>) -> Action {
@@ -259,6 +261,7 @@ async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Erro
     let nodes = nodes_api.list(&ListParams::default()).await?.items;
     let mut errors = Vec::new();
     let mut conflicts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut matched = Vec::new();
     for node in &nodes {
         let node_name = node.name_any();
         let plan =
@@ -278,6 +281,7 @@ async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Erro
             }
             Standing::Writer | Standing::Selected => {}
         }
+        matched.push(node.name_any());
         obs.leaf_nodes += 1;
         if outcome.tainted {
             obs.tainted_nodes += 1;
@@ -302,6 +306,9 @@ async fn apply(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Erro
         .collect();
     if !errors.is_empty() {
         obs.error = Some(errors.join("; "));
+    }
+    if policy.spec.manage_taint {
+        host_nodes::check(ctx, policy, &matched, &obs.profiles).await?;
     }
     write_status(policy, &obs, ctx).await?;
     Ok(Action::requeue(if obs.error.is_some() {
@@ -397,7 +404,7 @@ pub(crate) async fn update_node(
             .await
         {
             Ok(_) => {
-                tracing::info!(node = %name, taints = ?change.taints.iter().map(taint_text).collect::<Vec<_>>(), owned = ?change.records.to_annotation(), "node taints updated");
+                tracing::info!(node = %name, taints = %change.taints.iter().map(taint_text).collect::<Vec<_>>().join(", "), owned = %change.records.to_annotation().unwrap_or_else(|| "none".into()), "node taints updated");
                 return Ok(Some(p));
             }
             Err(e) if is_conflict(&e) => {
@@ -424,6 +431,12 @@ async fn write_status(
 ) -> Result<(), Error> {
     let previous = policy.status.clone().unwrap_or_default();
     let new_status = status::policy_status(&previous, obs);
+    let ready = status::condition(&new_status.conditions, status::READY);
+    ctx.opts.health.metrics.record_policy(
+        &policy.name_any(),
+        ready.is_some_and(|c| c.status == "True"),
+        ready.map_or("", |c| c.reason.as_str()),
+    );
     if policy.status.as_ref() == Some(&new_status) {
         return Ok(());
     }
@@ -511,6 +524,7 @@ async fn cleanup(policy: &LeafClusterPolicy, ctx: &Context) -> Result<Action, Er
             errors.join("; ")
         )));
     }
+    ctx.opts.health.metrics.forget_policy(&name);
     tracing::info!(policy = %name, "policy deleted: the taints it added are gone from every node");
     Ok(Action::await_change())
 }

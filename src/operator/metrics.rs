@@ -1,7 +1,9 @@
 //! The operator's Prometheus metrics, under the names controller-runtime operators export
 //! (`controller_runtime_reconcile_*`, `controller_runtime_active_workers`) and client-go's
 //! `leader_election_master_status`, so existing operator dashboards and alerts work; and
-//! `ksched_operator_queue_depth`, the objects still waiting for the operator. Also the process's
+//! `ksched_operator_queue_depth`, the objects still waiting for the operator; and the state of each
+//! SchedulerProfile and LeafClusterPolicy as their status says it (`ksched_scheduler_profile_*`,
+//! `ksched_leaf_cluster_policy_ready`), which the chart's alerts read. Also the process's
 //! and the API clients' metrics (as the scheduler's), and the scheduler metrics of the Embedded
 //! profiles running inside the operator, each sample labelled `profile="<name>"`.
 
@@ -20,8 +22,12 @@ use std::collections::BTreeMap;
 
 use parking_lot::Mutex;
 
-use crate::scheduler::metrics::{Metrics, register_process_metrics};
-use crate::serving::register;
+use super::status::{READY, condition};
+use crate::api::scheduler_profile::ProfileMode;
+use crate::api::{SchedulerProfile, SchedulerProfileStatus};
+use crate::emulation::Minor;
+use crate::infra::metrics::{register, register_process_metrics};
+use crate::scheduler::metrics::Metrics;
 
 /// Controller names in the `controller` label.
 pub(crate) const SCHEDULER_PROFILE: &str = "schedulerprofile";
@@ -46,6 +52,57 @@ pub struct LeaderLabels {
     pub name: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileLabels {
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileReadyLabels {
+    pub profile: String,
+    /// The Ready condition's reason (`Running`, `NoLeader`, `InvalidConfiguration`, ...).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyReadyLabels {
+    pub policy: String,
+    /// The Ready condition's reason (`TaintsApplied`, `Conflict`, ...).
+    pub reason: String,
+}
+
+/// What a profile's status says, as its gauges export it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProfileState {
+    pub ready: bool,
+    pub reason: String,
+    pub leader: bool,
+    /// Scheduler replicas the spec asks for (0 when suspended).
+    pub desired_replicas: i32,
+    pub ready_replicas: i32,
+    pub pending_pods: i32,
+}
+
+impl ProfileState {
+    /// The state of `profile` once `status` is written.
+    pub(crate) fn of(profile: &SchedulerProfile, status: &SchedulerProfileStatus) -> Self {
+        let ready = condition(&status.conditions, READY);
+        let spec = &profile.spec;
+        ProfileState {
+            ready: ready.is_some_and(|c| c.status == "True"),
+            reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+            leader: status.leader.is_some(),
+            desired_replicas: match (spec.suspend, spec.mode) {
+                (true, _) => 0,
+                (false, ProfileMode::Embedded) => spec.replicas.min(1),
+                (false, ProfileMode::Deployment) => spec.replicas,
+            },
+            ready_replicas: status.ready_replicas.unwrap_or(0),
+            pending_pods: status.pending_pods.unwrap_or(0),
+        }
+    }
+}
+
 fn reconcile_histogram() -> Histogram {
     // controller-runtime's buckets span 5ms to 60s; exponential from 5ms by 2 reaches 40s.
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
@@ -55,13 +112,24 @@ fn reconcile_histogram() -> Histogram {
 pub struct OperatorMetrics {
     registry: Registry,
     /// The metrics of the Embedded schedulers, by profile.
-    embedded: Mutex<BTreeMap<String, Arc<Metrics>>>,
+    /// Per Embedded profile: the minor its scheduler emulates, and its metrics.
+    embedded: Mutex<BTreeMap<String, (Minor, Arc<Metrics>)>>,
     pub reconcile_total: Family<ReconcileLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub reconcile_time: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     pub active_workers: Family<ControllerLabels, Gauge>,
     pub queue_depth: Family<ControllerLabels, Gauge>,
     pub leader: Family<LeaderLabels, Gauge>,
+    pub profile_ready: Family<ProfileReadyLabels, Gauge>,
+    pub profile_leader: Family<ProfileLabels, Gauge>,
+    pub profile_desired_replicas: Family<ProfileLabels, Gauge>,
+    pub profile_ready_replicas: Family<ProfileLabels, Gauge>,
+    pub profile_pending_pods: Family<ProfileLabels, Gauge>,
+    pub policy_ready: Family<PolicyReadyLabels, Gauge>,
+    /// The Ready reason last exported per profile and per policy: its series goes when the
+    /// reason changes.
+    profile_reasons: Mutex<BTreeMap<String, String>>,
+    policy_reasons: Mutex<BTreeMap<String, String>>,
 }
 
 impl Default for OperatorMetrics {
@@ -119,6 +187,44 @@ impl OperatorMetrics {
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
                 Family::default(),
             ),
+            profile_ready: register(
+                r,
+                "ksched_scheduler_profile_ready",
+                "1 when the SchedulerProfile's Ready condition is True; reason is the condition's reason",
+                Family::default(),
+            ),
+            profile_leader: register(
+                r,
+                "ksched_scheduler_profile_leader",
+                "1 when a scheduler of the SchedulerProfile holds its Lease (renewed within its duration)",
+                Family::default(),
+            ),
+            profile_desired_replicas: register(
+                r,
+                "ksched_scheduler_profile_desired_replicas",
+                "Scheduler replicas the SchedulerProfile asks for (0 when suspended; 1 for a running Embedded profile)",
+                Family::default(),
+            ),
+            profile_ready_replicas: register(
+                r,
+                "ksched_scheduler_profile_ready_replicas",
+                "Scheduler replicas of the SchedulerProfile that are ready",
+                Family::default(),
+            ),
+            profile_pending_pods: register(
+                r,
+                "ksched_scheduler_profile_pending_pods",
+                "Pods Pending with the SchedulerProfile's scheduler name and no node",
+                Family::default(),
+            ),
+            policy_ready: register(
+                r,
+                "ksched_leaf_cluster_policy_ready",
+                "1 when the LeafClusterPolicy's Ready condition is True; reason is the condition's reason (Conflict, ForeignTaint, ...)",
+                Family::default(),
+            ),
+            profile_reasons: Mutex::new(BTreeMap::new()),
+            policy_reasons: Mutex::new(BTreeMap::new()),
             registry,
         }
     }
@@ -195,14 +301,104 @@ impl OperatorMetrics {
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
-    /// The metrics of `profile`'s Embedded scheduler (kept across its restarts, so its counters
-    /// go on).
-    pub fn embedded(&self, profile: &str) -> Arc<Metrics> {
-        self.embedded
+    /// Exports what `profile`'s status says.
+    pub(crate) fn record_profile(&self, profile: &str, state: &ProfileState) {
+        let labels = ProfileLabels {
+            profile: profile.to_string(),
+        };
+        let previous = self
+            .profile_reasons
             .lock()
-            .entry(profile.to_string())
-            .or_insert_with(|| Arc::new(Metrics::scheduler_only()))
-            .clone()
+            .insert(profile.to_string(), state.reason.clone());
+        if let Some(old) = previous.filter(|old| *old != state.reason) {
+            self.profile_ready.remove(&ProfileReadyLabels {
+                profile: profile.to_string(),
+                reason: old,
+            });
+        }
+        self.profile_ready
+            .get_or_create(&ProfileReadyLabels {
+                profile: profile.to_string(),
+                reason: state.reason.clone(),
+            })
+            .set(i64::from(state.ready));
+        self.profile_leader
+            .get_or_create(&labels)
+            .set(i64::from(state.leader));
+        self.profile_desired_replicas
+            .get_or_create(&labels)
+            .set(i64::from(state.desired_replicas));
+        self.profile_ready_replicas
+            .get_or_create(&labels)
+            .set(i64::from(state.ready_replicas));
+        self.profile_pending_pods
+            .get_or_create(&labels)
+            .set(i64::from(state.pending_pods));
+    }
+
+    /// Drops the series of a profile that was deleted.
+    pub(crate) fn forget_profile(&self, profile: &str) {
+        let labels = ProfileLabels {
+            profile: profile.to_string(),
+        };
+        if let Some(reason) = self.profile_reasons.lock().remove(profile) {
+            self.profile_ready.remove(&ProfileReadyLabels {
+                profile: profile.to_string(),
+                reason,
+            });
+        }
+        for family in [
+            &self.profile_leader,
+            &self.profile_desired_replicas,
+            &self.profile_ready_replicas,
+            &self.profile_pending_pods,
+        ] {
+            family.remove(&labels);
+        }
+    }
+
+    /// Exports whether `policy` is Ready, and why (not).
+    pub(crate) fn record_policy(&self, policy: &str, ready: bool, reason: &str) {
+        let previous = self
+            .policy_reasons
+            .lock()
+            .insert(policy.to_string(), reason.to_string());
+        if let Some(old) = previous.filter(|old| old != reason) {
+            self.policy_ready.remove(&PolicyReadyLabels {
+                policy: policy.to_string(),
+                reason: old,
+            });
+        }
+        self.policy_ready
+            .get_or_create(&PolicyReadyLabels {
+                policy: policy.to_string(),
+                reason: reason.to_string(),
+            })
+            .set(i64::from(ready));
+    }
+
+    /// Drops the series of a policy that was deleted.
+    pub(crate) fn forget_policy(&self, policy: &str) {
+        if let Some(reason) = self.policy_reasons.lock().remove(policy) {
+            self.policy_ready.remove(&PolicyReadyLabels {
+                policy: policy.to_string(),
+                reason,
+            });
+        }
+    }
+
+    /// The metrics of `profile`'s Embedded scheduler emulating `minor` (kept across its
+    /// restarts, so its counters go on; a new minor starts over with that minor's families).
+    pub fn embedded(&self, profile: &str, minor: Minor) -> Arc<Metrics> {
+        let mut embedded = self.embedded.lock();
+        match embedded.get(profile) {
+            Some((m, metrics)) if *m == minor => metrics.clone(),
+            _ => {
+                let metrics = Arc::new(Metrics::scheduler_only(minor));
+                embedded.insert(profile.to_string(), (minor, metrics.clone()));
+                metrics
+            }
+        }
     }
 
     /// Forgets `profile`'s Embedded scheduler's metrics (it stopped for good).
@@ -212,18 +408,40 @@ impl OperatorMetrics {
 
     /// The exposition of every metric: the operator's and the Embedded schedulers'.
     pub fn encode(&self) -> String {
-        let mut parts = vec![(None, crate::serving::encode(&self.registry))];
+        let mut parts = vec![(None, crate::infra::metrics::encode(&self.registry))];
         let embedded: Vec<(String, Arc<Metrics>)> = self
             .embedded
             .lock()
             .iter()
-            .map(|(p, m)| (p.clone(), m.clone()))
+            .map(|(p, (_, m))| (p.clone(), m.clone()))
             .collect();
         for (profile, metrics) in &embedded {
             parts.push((Some(("profile", profile.as_str())), metrics.encode()));
         }
-        crate::serving::merge_expositions(&parts)
+        crate::infra::metrics::merge_expositions(&parts)
     }
+}
+
+/// Every metric family the scheduler and the operator export, name -> type (`counter`, `gauge`,
+/// `histogram`): what their `/metrics` carry once each has samples (an exposition leaves out a
+/// family without any). Plugins' own families (`with_metrics`) are not included.
+pub fn metric_families() -> BTreeMap<String, String> {
+    let scheduler = Metrics::new();
+    let operator = OperatorMetrics::new();
+    let mut families = crate::infra::metrics::declared_families();
+    // Collectors (the process's families) register no family; their samples are always there.
+    for exposition in [scheduler.encode(), operator.encode()] {
+        for line in exposition.lines() {
+            let mut words = line
+                .strip_prefix("# TYPE ")
+                .unwrap_or("")
+                .split_whitespace();
+            if let (Some(name), Some(kind)) = (words.next(), words.next()) {
+                families.insert(name.to_string(), kind.to_string());
+            }
+        }
+    }
+    families
 }
 
 #[cfg(test)]
@@ -309,10 +527,66 @@ mod tests {
     }
 
     #[test]
+    fn every_family_is_declared_also_without_samples() {
+        let families = metric_families();
+        for (name, kind) in [
+            ("scheduler_schedule_attempts", "counter"),
+            ("scheduler_unschedulable_pods", "gauge"),
+            ("controller_runtime_reconcile_errors", "counter"),
+            ("ksched_leaf_cluster_policy_ready", "gauge"),
+            ("scheduler_pod_scheduling_sli_duration_seconds", "histogram"),
+            ("process_resident_memory_bytes", "gauge"),
+        ] {
+            assert_eq!(families.get(name).map(String::as_str), Some(kind), "{name}");
+        }
+    }
+
+    #[test]
+    fn profile_and_policy_states_follow_their_status() {
+        let m = OperatorMetrics::new();
+        let mut state = ProfileState {
+            ready: false,
+            reason: "RollingOut".into(),
+            leader: false,
+            desired_replicas: 2,
+            ready_replicas: 1,
+            pending_pods: 4,
+        };
+        m.record_profile("p", &state);
+        state.ready = true;
+        state.reason = "Running".into();
+        state.leader = true;
+        m.record_profile("p", &state);
+        m.record_policy("leaves", false, "Conflict");
+        let text = m.encode();
+        for line in [
+            r#"ksched_scheduler_profile_ready{profile="p",reason="Running"} 1"#,
+            r#"ksched_scheduler_profile_leader{profile="p"} 1"#,
+            r#"ksched_scheduler_profile_desired_replicas{profile="p"} 2"#,
+            r#"ksched_scheduler_profile_ready_replicas{profile="p"} 1"#,
+            r#"ksched_scheduler_profile_pending_pods{profile="p"} 4"#,
+            r#"ksched_leaf_cluster_policy_ready{policy="leaves",reason="Conflict"} 0"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing:
+{text}"
+            );
+        }
+        // The old reason's series is gone, so an alert on it resolves.
+        assert!(!text.contains(r#"reason="RollingOut""#), "{text}");
+        m.forget_profile("p");
+        m.forget_policy("leaves");
+        let text = m.encode();
+        assert!(!text.contains(r#"profile="p""#), "{text}");
+        assert!(!text.contains(r#"policy="leaves""#), "{text}");
+    }
+
+    #[test]
     fn embedded_schedulers_metrics_are_served_with_their_profile() {
         let m = OperatorMetrics::new();
-        let a = m.embedded("a");
-        let b = m.embedded("b");
+        let a = m.embedded("a", Minor::V1_37);
+        let b = m.embedded("b", Minor::V1_37);
         for (metrics, profile) in [(&a, "a"), (&b, "b")] {
             metrics
                 .schedule_attempts
@@ -343,7 +617,9 @@ mod tests {
         );
         assert!(text.contains("process_cpu_seconds_total"));
         // The same handle after a restart; gone once removed.
-        assert!(Arc::ptr_eq(&a, &m.embedded("a")));
+        assert!(Arc::ptr_eq(&a, &m.embedded("a", Minor::V1_37)));
+        // Another minor: that minor's families, counters from zero.
+        assert!(!Arc::ptr_eq(&a, &m.embedded("a", Minor::V1_36)));
         m.remove_embedded("a");
         assert!(!m.encode().contains(r#"profile="a""#));
     }

@@ -9,14 +9,18 @@ pub(crate) mod backoff;
 pub mod command;
 pub mod embedded;
 pub(crate) mod health;
+pub(crate) mod host_nodes;
 pub mod http;
 pub mod in_process;
 pub(crate) mod leaf_cluster_policy;
+pub mod leaf_render;
 pub(crate) mod metrics;
 pub(crate) mod render;
 pub(crate) mod render_cli;
 pub(crate) mod scheduler_profile;
 pub(crate) mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod status_samples;
 pub(crate) mod taints;
 pub mod uninstall;
 pub(crate) mod unknown_scheduler;
@@ -34,12 +38,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::PluginCatalog;
-use crate::leader_election::{
+use crate::emulation::Minor;
+use crate::infra::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership, task_outcome,
 };
 
-pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers};
-pub use render::{FIELD_MANAGER, RenderOptions, Rendered, render};
+pub use embedded::{EmbeddedError, EmbeddedSchedulers, NoEmbeddedSchedulers, OperatorTerm};
+pub use metrics::metric_families;
+pub use render::{
+    CLUSTER_PROFILE_PREFIX, FIELD_MANAGER, PROFILE_PREFIX, RenderOptions, Rendered,
+    cluster_object_name, object_name, render,
+};
 
 /// Finalizer of LeafClusterPolicies: removes the taints the policy added (no owner reference can).
 pub const FINALIZER: &str = "ksched.io/cleanup";
@@ -83,9 +92,12 @@ pub struct OperatorOptions {
     /// leader reconciles and runs Embedded schedulers. None: this process leads alone.
     pub leader_election: Option<LeaderElectionConfig>,
     /// The configuration the client was made from (its cluster address and CA): with it, an
-    /// installed operator prepares the identity that cleans up when it is uninstalled
-    /// ([`uninstall`]). None: no cleanup on uninstall (`ksched uninstall` does it).
+    /// installed operator watches for its uninstall and cleans up after itself ([`uninstall`]).
+    /// None: no cleanup on uninstall (`ksched uninstall` does it).
     pub client_config: Option<kube::Config>,
+    /// The API server's Kubernetes minor: what a profile without `spec.kubernetesVersion` runs
+    /// as (its validation, `status.kubernetesVersion`). None: asked of the API server at start.
+    pub cluster_minor: Option<Minor>,
 }
 
 impl OperatorOptions {
@@ -108,6 +120,7 @@ impl OperatorOptions {
             retry_max: Duration::from_secs(300),
             leader_election: None,
             client_config: None,
+            cluster_minor: None,
         }
     }
 
@@ -115,6 +128,7 @@ impl OperatorOptions {
         RenderOptions {
             namespace: self.namespace.clone(),
             image: self.image.clone(),
+            cluster_minor: self.cluster_minor,
         }
     }
 }
@@ -138,7 +152,7 @@ impl std::fmt::Debug for OperatorOptions {
 /// What can go wrong while reconciling.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API: {0}")]
+    #[error("kubernetes API: {}", crate::infra::logging::kube_error(.0))]
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -180,9 +194,10 @@ pub(crate) type Shutdown = Shared<BoxFuture<'static, ()>>;
 /// leadership was lost (controllers and Embedded schedulers stopped first; the process should exit
 /// and start over as a follower, as kube-controller-manager does).
 ///
-/// With [`OperatorOptions::client_config`], an installed operator also watches its installation:
-/// when it is being uninstalled the controllers stop and the operator removes what it added and
-/// rendered before it returns ([`uninstall`]).
+/// With [`OperatorOptions::client_config`], an installed operator (its Deployment exists) also
+/// watches its installation: when it is being uninstalled the controllers stop and the operator
+/// removes what it added and rendered, and releases the objects of its identity, before it
+/// returns ([`uninstall`]).
 pub async fn run(
     client: Client,
     opts: OperatorOptions,
@@ -190,6 +205,21 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let shutdown: Shutdown = shutdown.boxed().shared();
+    let mut opts = opts;
+    if opts.cluster_minor.is_none() {
+        // Once, as the schedulers it renders decide theirs.
+        match client.apiserver_version().await {
+            Ok(info) => match Minor::from_server(&info) {
+                Ok(minor) => opts.cluster_minor = Some(minor),
+                Err(err) => {
+                    tracing::warn!(%err, "the API server's version is not a Kubernetes minor: profiles are validated as the newest one ksched emulates")
+                }
+            },
+            Err(err) => {
+                tracing::warn!(%err, "asking the API server for its version failed: profiles are validated as the newest minor ksched emulates")
+            }
+        }
+    }
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -291,9 +321,13 @@ async fn lead(
     if let Some(elector) = elector {
         // Followers show 0 (client-go's gauge exists from the start).
         metrics.set_leader(false);
+        let health = elector.health();
         let mut task = tokio::spawn(elector.run(elector_stop));
+        // Meanwhile, the profiles a leader that stopped ran in its process say so.
+        let follower = scheduler_profile::mark_orphaned_embedded(ctx, health);
         tokio::select! {
             _ = leadership.acquired() => {}
+            _ = follower => {}
             r = &mut task => return Ok(task_outcome(r).map(|()| false)?),
             _ = shutdown.clone() => {
                 let _ = stop_elector.send(true);
@@ -304,9 +338,15 @@ async fn lead(
         elector_task = Some(task);
     }
     metrics.set_leader(true);
-    if let Some(departure) = departure {
-        prepare_uninstall(ctx, departure).await;
-    }
+    // The Embedded schedulers lead only within this term.
+    let identity = ctx
+        .opts
+        .leader_election
+        .as_ref()
+        .map_or_else(|| ctx.opts.instance.clone(), |c| c.identity.clone());
+    ctx.embedded
+        .start_term(OperatorTerm::new(leadership.clone(), identity))
+        .await;
     let lost = leadership.clone();
     let stop: Shutdown = {
         let shutdown = shutdown.clone();
@@ -356,27 +396,6 @@ async fn lead(
     let _ = stop_elector.send(true);
     task_outcome(task.await)?;
     Ok(!lost)
-}
-
-/// The leader makes sure the identity that cleans up on uninstall exists, and holds its token
-/// before it changes anything ([`uninstall`]).
-async fn prepare_uninstall(ctx: &Context, departure: &uninstall::Departure) {
-    match uninstall::ensure_kit(&ctx.client, &ctx.opts.namespace).await {
-        Ok(true) => {
-            departure.kit_created().await;
-            tracing::info!(
-                kit = uninstall::KIT_NAME,
-                "uninstall identity ready: deleting the installation removes what the operator added"
-            )
-        }
-        Ok(false) => tracing::info!(
-            "no ClusterRoleBinding {OPERATOR_NAME}: not an installation, nothing prepared for an uninstall"
-        ),
-        Err(e) => tracing::warn!(
-            error = %e,
-            "cannot prepare the uninstall identity: an uninstall will leave the operator's taints, the policies' finalizers and the rendered objects until `ksched uninstall` runs"
-        ),
-    }
 }
 
 /// Publishes an Event about `obj` unless the last one this operator announced about it on `topic`
@@ -435,7 +454,7 @@ where
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
-        tracing::warn!(object = ?obj.meta().name, error = %e, "publishing event failed");
+        tracing::warn!(object = %obj.meta().name.as_deref().unwrap_or_default(), error = %crate::infra::logging::kube_error(&e), "publishing event failed");
     }
 }
 

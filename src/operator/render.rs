@@ -3,17 +3,24 @@
 //! `ksched render` prints it.
 //!
 //! For profile `P` in operator namespace `NS`:
-//! - ConfigMap `NS/ksched-P` with `config.yaml`: a complete, validated, normalized
-//!   `kubescheduler.config.k8s.io/v1` configuration (leader election on Lease `NS/ksched-P`);
-//! - ServiceAccount `NS/ksched-P`;
-//! - ClusterRole and ClusterRoleBinding `ksched:P`, least privilege for the enabled plugins;
-//! - Role and RoleBinding `NS/ksched-P`: the profile's own Lease only;
-//! - RoleBinding `kube-system/ksched-P` to `extension-apiserver-authentication-reader`;
-//! - Lease `NS/ksched-P` (metadata only: labels and owner reference, so it goes with the profile;
-//!   the scheduler owns its spec);
-//! - Deployment `NS/ksched-P` and Service `NS/ksched-P-metrics` — in `Deployment` mode only. An
-//!   `Embedded` profile runs inside the operator process, so neither is rendered (the reconciler
-//!   removes them when a profile switches to `Embedded`).
+//! - ConfigMap `NS/ksched-profile-P` with `config.yaml`: a complete, validated, normalized
+//!   `kubescheduler.config.k8s.io/v1` configuration (leader election on Lease
+//!   `NS/ksched-profile-P`);
+//! - ServiceAccount `NS/ksched-profile-P`;
+//! - ClusterRole and ClusterRoleBinding `ksched:profile:P`, least privilege for the enabled plugins;
+//! - Role and RoleBinding `NS/ksched-profile-P`: the profile's own Lease only;
+//! - RoleBinding `kube-system/ksched-profile-P` to `extension-apiserver-authentication-reader`;
+//! - Lease `NS/ksched-profile-P` (metadata only: labels and owner reference, so it goes with the
+//!   profile; the scheduler owns its spec);
+//! - Deployment and Service `NS/ksched-profile-P` — in `Deployment` mode only. An `Embedded`
+//!   profile runs inside the operator process, so neither is rendered (the reconciler removes them
+//!   when a profile switches to `Embedded`).
+//!
+//! Names cannot collide by construction: every rendered name starts with [`PROFILE_PREFIX`] (or
+//! [`CLUSTER_PROFILE_PREFIX`]), which no object of the chart or of the uninstall machinery uses
+//! (those are `ksched-operator*` and `ksched:metrics-reader`), and is followed by the profile's
+//! name, unique among profiles. The reconciler still never adopts an object it did not create
+//! (`NameInUse`).
 //!
 //! Every object carries an owner reference to the profile when it has a uid (a profile read from a
 //! file, as `ksched render` does, has none): the garbage collector removes them all when the profile
@@ -41,14 +48,15 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::leaf_render::IgnoredPolicy;
+use super::leaf_render::{LeafPluginConfig, render_leaf_policies};
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicy, SchedulerProfile};
 use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfiguration};
 use crate::config::{
     self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
 };
-use crate::framework::plugins::leaf::render::IgnoredPolicy;
-use crate::framework::plugins::leaf::{LeafPluginConfig, render_leaf_policies};
+use crate::emulation::{Emulation, Minor};
 use crate::framework::registry::policy_rule;
 
 /// Field manager of every server-side apply the operator makes.
@@ -77,9 +85,14 @@ pub(crate) const APP_NAME: &str = "ksched";
 /// Value of `app.kubernetes.io/managed-by` (also the label selector of the operator's watches).
 pub(crate) const MANAGED_BY: &str = "ksched-operator";
 
-/// Longest profile name whose rendered names are all valid (`ksched-<name>-metrics` must be a
-/// DNS-1035 label of at most 63 characters).
-pub(crate) const MAX_PROFILE_NAME: usize = 63 - "ksched--metrics".len();
+/// Start of the name of every namespaced object rendered for a profile.
+pub const PROFILE_PREFIX: &str = "ksched-profile-";
+/// Start of the name of every cluster-scoped object rendered for a profile.
+pub const CLUSTER_PROFILE_PREFIX: &str = "ksched:profile:";
+
+/// Longest profile name whose rendered names are all valid (the Service `ksched-profile-<name>`
+/// must be a DNS-1035 label of at most 63 characters).
+pub(crate) const MAX_PROFILE_NAME: usize = 63 - PROFILE_PREFIX.len();
 
 /// Where the rendered objects go and what they run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,21 +101,20 @@ pub struct RenderOptions {
     pub namespace: String,
     /// The scheduler image when the profile sets none: the operator's own image.
     pub image: String,
+    /// The API server's minor (what a profile without `kubernetesVersion` runs as); `None`
+    /// without a cluster (`ksched render`): the newest minor ksched emulates.
+    pub cluster_minor: Option<Minor>,
 }
 
-/// `ksched-P`: ConfigMap, ServiceAccount, Deployment, Lease, Role, RoleBinding.
-pub(crate) fn object_name(profile: &str) -> String {
-    format!("ksched-{profile}")
+/// `ksched-profile-P`: the name of every namespaced object rendered for profile `P` (ConfigMap,
+/// ServiceAccount, Deployment, Service, Lease, Role, RoleBindings).
+pub fn object_name(profile: &str) -> String {
+    format!("{PROFILE_PREFIX}{profile}")
 }
 
-/// `ksched:P`: ClusterRole and ClusterRoleBinding.
-pub(crate) fn cluster_object_name(profile: &str) -> String {
-    format!("ksched:{profile}")
-}
-
-/// `ksched-P-metrics`: the Service.
-pub(crate) fn service_name(profile: &str) -> String {
-    format!("ksched-{profile}-metrics")
+/// `ksched:profile:P`: the ClusterRole and ClusterRoleBinding of profile `P`.
+pub fn cluster_object_name(profile: &str) -> String {
+    format!("{CLUSTER_PROFILE_PREFIX}{profile}")
 }
 
 /// Everything rendered for one profile.
@@ -122,6 +134,8 @@ pub struct Rendered {
     pub ignored_policies: Vec<IgnoredPolicy>,
     /// Plugins enabled at some extension point of the effective profile, sorted.
     pub enabled_plugins: Vec<String>,
+    /// The Kubernetes minor the scheduler runs as (`status.kubernetesVersion`).
+    pub kubernetes_version: Minor,
     pub config_map: ConfigMap,
     pub service_account: ServiceAccount,
     pub cluster_role: ClusterRole,
@@ -198,10 +212,12 @@ pub fn render(
         });
     };
     let leaf = apply_leaf_policies(&mut doc, &name, policies)?;
-    let loaded = config::load_document(&doc, catalog).map_err(|e| InvalidSpec {
-        errors: e.errors.into_iter().map(to_spec_error).collect(),
-        warnings: e.warnings,
-    })?;
+    let minor = emulated_minor(profile, opts)?;
+    let loaded =
+        config::load_document(&doc, catalog, &Emulation::of(minor)).map_err(|e| InvalidSpec {
+            errors: e.errors.into_iter().map(to_spec_error).collect(),
+            warnings: e.warnings,
+        })?;
     let enabled_plugins: Vec<String> = loaded
         .config
         .profile(&name)
@@ -292,7 +308,7 @@ pub fn render(
                 &meta,
             )),
             Some(Service {
-                metadata: meta(service_name(&name), Some(ns)),
+                metadata: meta(obj.clone(), Some(ns)),
                 spec: Some(ServiceSpec {
                     selector: Some(selector_labels(&name)),
                     ports: Some(vec![ServicePort {
@@ -318,6 +334,7 @@ pub fn render(
         leaf_policies,
         ignored_policies,
         enabled_plugins,
+        kubernetes_version: minor,
         config_map,
         service_account,
         cluster_role,
@@ -329,6 +346,29 @@ pub fn render(
         deployment,
         service,
     })
+}
+
+/// The minor the profile's scheduler runs as: `spec.kubernetesVersion` (rendered as
+/// `--emulated-version`), else the API server's, which must be one ksched emulates.
+fn emulated_minor(profile: &SchedulerProfile, opts: &RenderOptions) -> Result<Minor, InvalidSpec> {
+    let invalid = |reason: String| InvalidSpec {
+        errors: vec![FieldError::new("spec.kubernetesVersion", reason)],
+        warnings: Vec::new(),
+    };
+    match &profile.spec.kubernetes_version {
+        Some(v) => match Minor::parse(v) {
+            Ok(m) if m.is_supported() => Ok(m),
+            _ => Err(invalid(crate::emulation::supported_cel_message())),
+        },
+        None => match opts.cluster_minor {
+            None => Ok(Minor::NEWEST),
+            Some(m) if m.is_supported() => Ok(m),
+            Some(m) => Err(invalid(format!(
+                "not set, and the API server runs Kubernetes {m}, which this ksched does not emulate: set it to one it does ({})",
+                crate::emulation::supported_list()
+            ))),
+        },
+    }
 }
 
 /// The profile name must make valid object names and label values.
@@ -352,7 +392,7 @@ fn validate_name(name: &str) -> Vec<FieldError> {
         errors.push(FieldError::new(
             "metadata.name",
             format!(
-                "Invalid value: {name:?}: a profile name must consist of lower case letters, digits and '-', start with a letter and end with a letter or digit (it names the Service ksched-<name>-metrics)"
+                "Invalid value: {name:?}: a profile name must consist of lower case letters, digits and '-', start with a letter and end with a letter or digit (it names the Service {PROFILE_PREFIX}<name>)"
             ),
         ));
     }
@@ -360,7 +400,7 @@ fn validate_name(name: &str) -> Vec<FieldError> {
         errors.push(FieldError::new(
             "metadata.name",
             format!(
-                "Too long: {name:?} has {} characters, at most {MAX_PROFILE_NAME} (ksched-<name>-metrics must fit a 63-character Service name and the name is a label value)",
+                "Too long: {name:?} has {} characters, at most {MAX_PROFILE_NAME} ({PROFILE_PREFIX}<name> must fit a 63-character Service name and the name is a label value)",
                 name.len()
             ),
         ));
@@ -601,13 +641,18 @@ pub(crate) fn cluster_rules<S: AsRef<str>>(
 }
 
 /// The Role on the profile's own Lease: `create` (which cannot be limited by name) and get/update of
-/// that one Lease.
+/// that one Lease, and watching it (a candidate sees the holder's renewals as they happen, so it
+/// takes over one lease duration after the last).
 pub(crate) fn lease_rules(lease: &str) -> Vec<PolicyRule> {
     vec![
         policy_rule(&["coordination.k8s.io"], &["leases"], &["create"]),
         PolicyRule {
             resource_names: Some(vec![lease.to_string()]),
-            ..policy_rule(&["coordination.k8s.io"], &["leases"], &["get", "update"])
+            ..policy_rule(
+                &["coordination.k8s.io"],
+                &["leases"],
+                &["get", "list", "watch", "update"],
+            )
         },
     ]
 }
@@ -650,12 +695,22 @@ fn deployment(
     let container = Container {
         name: CONTAINER_NAME.into(),
         image: Some(spec.image.clone().unwrap_or_else(|| image.to_string())),
-        args: Some(vec![
-            "scheduler".into(),
-            "--config".into(),
-            format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-            format!("-v={}", spec.log_level),
-        ]),
+        args: Some(
+            [
+                "scheduler".into(),
+                "--config".into(),
+                format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+                format!("-v={}", spec.log_level),
+            ]
+            .into_iter()
+            // Unset, the scheduler follows the API server's minor, as kube-scheduler would.
+            .chain(
+                spec.kubernetes_version
+                    .as_ref()
+                    .map(|v| format!("--emulated-version={v}")),
+            )
+            .collect(),
+        ),
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -697,7 +752,7 @@ fn deployment(
     };
     Deployment {
         metadata: meta(obj.clone(), Some(ns)),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(name)),
@@ -756,7 +811,7 @@ fn deployment(
                 }),
             },
             ..DeploymentSpec::default()
-        }),
+        },
         status: None,
     }
 }

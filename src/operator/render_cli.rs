@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use kube::ResourceExt;
 
 use super::render::{self, RenderOptions};
+use crate::api::validate::validate;
 use crate::api::{LeafClusterPolicy, SchedulerProfile};
 use crate::config::PluginCatalog;
+use crate::operator::leaf_render::validate_policy;
 
 /// What a run of `ksched render` printed, and its exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,9 +81,27 @@ pub(crate) fn parse_inputs(inputs: &[Input]) -> ParsedInputs {
             if doc.is_null() {
                 continue;
             }
-            let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+            let kind = doc
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .unwrap_or("")
+                .to_string();
             let at = format!("{} (document {})", input.name, i + 1);
-            match kind {
+            let mut doc = doc;
+            if let ("SchedulerProfile" | "LeafClusterPolicy", Err(errors)) =
+                (kind.as_str(), validate(&kind, &mut doc))
+            {
+                // What `kubectl apply` would refuse, with the CRD's own schema and rules.
+                let name = doc["metadata"]["name"].as_str().unwrap_or("(no name)");
+                out.errors.push(format!(
+                    "error: {at}: {kind} {name} is refused by its CRD ({} problem(s)):",
+                    errors.len()
+                ));
+                out.errors
+                    .extend(errors.iter().map(|e| format!("error:   {e}")));
+                continue;
+            }
+            match kind.as_str() {
                 "SchedulerProfile" => match serde_json::from_value::<SchedulerProfile>(doc) {
                     Ok(p) => out.profiles.push((input.name.clone(), p)),
                     Err(e) => out
@@ -119,8 +139,30 @@ pub(crate) fn render_inputs(
     let mut failed = !errors.is_empty();
     let mut stderr: String = errors.iter().map(|e| format!("{e}\n")).collect();
     if profiles.is_empty() && !failed {
-        stderr.push_str("error: no SchedulerProfile in the input\n");
-        failed = true;
+        if policies.is_empty() {
+            stderr.push_str("error: no SchedulerProfile or LeafClusterPolicy in the input\n");
+            failed = true;
+        } else {
+            // A policy alone renders nothing of its own: it goes into the profiles it names.
+            for policy in &policies {
+                let problems = validate_policy(&policy.spec);
+                if !problems.is_empty() {
+                    failed = true;
+                    for e in problems {
+                        stderr.push_str(&format!(
+                            "error: LeafClusterPolicy {}: {e}\n",
+                            policy.name_any()
+                        ));
+                    }
+                    continue;
+                }
+                stderr.push_str(&format!(
+                    "LeafClusterPolicy {} is valid; it renders into the configuration of the profiles it names ({}): give them with -f to see it\n",
+                    policy.name_any(),
+                    policy.spec.profiles.join(", ")
+                ));
+            }
+        }
     }
     let mut stdout = String::new();
     for (file, profile) in &profiles {
@@ -185,6 +227,7 @@ mod tests {
             &RenderOptions {
                 namespace: "ops".into(),
                 image: "img:1".into(),
+                cluster_minor: None,
             },
             &Registry::in_tree(),
         )
@@ -205,19 +248,109 @@ mod tests {
         assert!(!out.stdout.contains("ownerReferences"), "no uid offline");
     }
 
+    const POLICY: &str = "apiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: leaves\nspec:\n  profiles: [p]\n";
+
     #[test]
     fn an_invalid_policy_is_an_error_naming_its_field() {
-        let out = run(&format!(
-            "{PROFILE}---\napiVersion: ksched.io/v1alpha1\nkind: LeafClusterPolicy\nmetadata:\n  name: leaves\nspec:\n  profiles: [p]\n  leafNodeSelector: {{}}\n"
-        ));
+        // What the CRD's rules refuse.
+        let out = run(&format!("{PROFILE}---\n{POLICY}  leafNodeSelector: {{}}\n"));
         assert_eq!(out.code, 1);
         assert!(out.stdout.is_empty());
         assert!(
-            out.stderr
-                .contains("error: LeafClusterPolicy leaves: spec.leafNodeSelector: Invalid value"),
+            out.stderr.contains(
+                "error: in.yaml (document 2): LeafClusterPolicy leaves is refused by its CRD"
+            ) && out.stderr.contains(
+                "error:   spec: Invalid value: \"object\": leafNodeSelector: {} selects every node"
+            ),
             "{}",
             out.stderr
         );
+        // What only the operator checks: a selector operator the schema cannot know.
+        let out = run(&format!(
+            "{PROFILE}---\n{POLICY}  leafNodeSelector:\n    matchExpressions: [{{key: k, operator: Contains}}]\n"
+        ));
+        assert_eq!(out.code, 1);
+        assert!(
+            out.stderr.contains(
+                "error: LeafClusterPolicy leaves: spec.leafNodeSelector.matchExpressions[0].operator"
+            ),
+            "{}",
+            out.stderr
+        );
+    }
+
+    #[test]
+    fn a_policy_alone_is_checked_and_renders_nothing() {
+        let out = run(POLICY);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(out.stdout.is_empty());
+        assert!(
+            out.stderr.contains("LeafClusterPolicy leaves is valid; it renders into the configuration of the profiles it names (p)"),
+            "{}",
+            out.stderr
+        );
+        let out = run(&format!(
+            "{POLICY}  leafNodeSelector:\n    matchExpressions: [{{key: k, operator: Contains}}]\n"
+        ));
+        assert_eq!(out.code, 1, "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("error: LeafClusterPolicy leaves: spec.leafNodeSelector.matchExpressions[0].operator"),
+            "{}",
+            out.stderr
+        );
+        let out = run(&format!("{POLICY}  placement: {{mode: Mix, weight: 3}}\n"));
+        assert_eq!(out.code, 1);
+        assert!(
+            out.stderr.contains("spec.placement: Invalid value: \"object\": placement.weight only applies to mode PreferHost or PreferLeaf"),
+            "{}",
+            out.stderr
+        );
+    }
+
+    /// The inputs the API server refuses are refused here too, each with its field.
+    #[test]
+    fn what_kubectl_apply_refuses_is_refused() {
+        for (spec, field) in [
+            ("plugin: {}", "spec.plugin: unknown field"),
+            (
+                "plugins: {score: {enabled: [{name: NodeResourcesFit, weight: 1000}]}}",
+                "spec.plugins.score.enabled[0].weight: Invalid value: 1000",
+            ),
+            ("replicas: -1", "spec.replicas: Invalid value: -1"),
+            ("mode: Embedded, replicas: 3", "spec: Invalid value"),
+            ("image: ''", "spec.image: Invalid value"),
+            ("image: 'ksched:::bad'", "spec.image: Invalid value"),
+            ("logLevel: 11", "spec.logLevel: Invalid value: 11"),
+            (
+                "clientConnection: {qps: -5}",
+                "spec.clientConnection.qps: Invalid value",
+            ),
+            (
+                "clientConnection: {qps: 1e300}",
+                "spec.clientConnection.qps: Invalid value",
+            ),
+            (
+                "tolerations: [{key: k, operator: Contains}]",
+                "spec.tolerations: Invalid value",
+            ),
+            (
+                "resources: {limits: {cpu: '1 core'}}",
+                "spec.resources.limits: Invalid value",
+            ),
+            (
+                "leaderElection: {leaseDuration: 2562047h}",
+                "spec.leaderElection.leaseDuration: Invalid value",
+            ),
+        ] {
+            let text = format!(
+                "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {{name: p}}\nspec: {{{spec}}}\n"
+            );
+            let out = run(&text);
+            assert_eq!(out.code, 1, "{spec}: accepted");
+            assert!(out.stdout.is_empty(), "{spec}");
+            assert!(out.stderr.contains(field), "{spec}: {}", out.stderr);
+        }
     }
 
     #[test]
@@ -245,7 +378,8 @@ mod tests {
         let out = run("kind: SchedulerProfile\nmetadata: {name: p}\nspec: {replicas: many}\n");
         assert_eq!(out.code, 1);
         assert!(
-            out.stderr.contains("not a valid SchedulerProfile"),
+            out.stderr
+                .contains("spec.replicas: Invalid value: \"many\": must be of type integer"),
             "{}",
             out.stderr
         );

@@ -14,6 +14,7 @@ fn opts() -> RenderOptions {
     RenderOptions {
         namespace: "ksched-system".into(),
         image: "example.com/ksched:1.0".into(),
+        cluster_minor: None,
     }
 }
 
@@ -68,8 +69,9 @@ fn deployment_of(r: &Rendered) -> &Deployment {
 fn pod_spec(r: &Rendered) -> &PodSpec {
     deployment_of(r)
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .unwrap_or_else(|| panic!("no pod spec"))
 }
 
@@ -81,35 +83,94 @@ fn has_rule(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bo
     })
 }
 
+/// Every rendered name is the profile's name behind a prefix of its own, so no profile name can
+/// reach an object of the installation (the chart's `ksched-operator*`, `ksched:metrics-reader`)
+/// or another profile's.
+#[test]
+fn rendered_names_cannot_collide_with_the_installation_or_another_profile() {
+    let installation = [
+        "ksched-operator",
+        "ksched-operator-metrics",
+        "ksched-operator-auth-reader",
+        "ksched-operator-uninstall",
+        "ksched:metrics-reader",
+    ];
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    for name in [
+        "operator",
+        "operator-uninstall",
+        "operator-auth-reader",
+        "operator-metrics",
+        "metrics-reader",
+        "plain",
+        "profile-plain",
+        "plain-metrics",
+    ] {
+        let r = ok(&profile(name, json!({})));
+        for obj in r.objects() {
+            let described = obj.describe();
+            let object = described
+                .rsplit(['/', ' '])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            assert!(
+                object.starts_with(super::PROFILE_PREFIX)
+                    || object.starts_with(super::CLUSTER_PROFILE_PREFIX),
+                "{described}"
+            );
+            assert!(!installation.contains(&object.as_str()), "{described}");
+            let kind = described.split(' ').next().unwrap_or_default();
+            let namespace = described.rsplit_once('/').map(|(k, _)| k.to_string());
+            let key = format!("{kind} {namespace:?} {object}");
+            if let Some(other) = seen.insert(key.clone(), name.to_string()) {
+                assert_eq!(
+                    other, name,
+                    "{key} rendered for profiles {other} and {name}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn names_labels_and_owner_references() {
     let r = ok(&profile("plain", json!({})));
-    assert_eq!(r.config_map.metadata.name.as_deref(), Some("ksched-plain"));
+    assert_eq!(
+        r.config_map.metadata.name.as_deref(),
+        Some("ksched-profile-plain")
+    );
     assert_eq!(
         r.service_account.metadata.name.as_deref(),
-        Some("ksched-plain")
+        Some("ksched-profile-plain")
     );
     assert_eq!(
         r.cluster_role.metadata.name.as_deref(),
-        Some("ksched:plain")
+        Some("ksched:profile:plain")
     );
     assert_eq!(
         r.cluster_role_binding.metadata.name.as_deref(),
-        Some("ksched:plain")
+        Some("ksched:profile:plain")
     );
-    assert_eq!(r.lease_role.metadata.name.as_deref(), Some("ksched-plain"));
+    assert_eq!(
+        r.lease_role.metadata.name.as_deref(),
+        Some("ksched-profile-plain")
+    );
     assert_eq!(
         r.lease_role_binding.metadata.name.as_deref(),
-        Some("ksched-plain")
+        Some("ksched-profile-plain")
     );
-    assert_eq!(r.lease.metadata.name.as_deref(), Some("ksched-plain"));
+    assert_eq!(
+        r.lease.metadata.name.as_deref(),
+        Some("ksched-profile-plain")
+    );
     assert_eq!(
         deployment_of(&r).metadata.name.as_deref(),
-        Some("ksched-plain")
+        Some("ksched-profile-plain")
     );
     assert_eq!(
         r.service.as_ref().and_then(|s| s.metadata.name.as_deref()),
-        Some("ksched-plain-metrics")
+        Some("ksched-profile-plain")
     );
     assert_eq!(
         r.auth_reader_binding.metadata.namespace.as_deref(),
@@ -192,7 +253,7 @@ fn config_is_complete_valid_and_normalized() {
     let c = loaded(&r);
     assert!(c.leader_election.leader_elect);
     assert_eq!(c.leader_election.resource_lock, "leases");
-    assert_eq!(c.leader_election.resource_name, "ksched-tuned");
+    assert_eq!(c.leader_election.resource_name, "ksched-profile-tuned");
     assert_eq!(c.leader_election.resource_namespace, "ksched-system");
     assert_eq!(c.leader_election.lease_duration, GoDuration::from_secs(30));
     assert_eq!(c.leader_election.renew_deadline, GoDuration::from_secs(20));
@@ -232,8 +293,9 @@ fn config_hash_is_sha256_of_the_config_and_on_the_pod_template() {
     assert_eq!(r.config_hash.len(), 64);
     let annotations = deployment_of(&r)
         .spec
+        .template
+        .metadata
         .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.clone())
         .unwrap_or_default();
     assert_eq!(
@@ -268,7 +330,7 @@ fn deployment_runs_the_scheduler_safely() {
     );
     let r = ok(&p);
     let d = deployment_of(&r);
-    let spec = d.spec.as_ref().unwrap_or_else(|| panic!("spec"));
+    let spec = &d.spec;
     assert_eq!(spec.replicas, Some(2));
     let ru = spec
         .strategy
@@ -282,7 +344,10 @@ fn deployment_runs_the_scheduler_safely() {
         "selector"
     );
     let pod = pod_spec(&r);
-    assert_eq!(pod.service_account_name.as_deref(), Some("ksched-dep"));
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("ksched-profile-dep")
+    );
     assert_eq!(
         pod.node_selector,
         Some(BTreeMap::from([("role".into(), "control".into())]))
@@ -364,7 +429,7 @@ fn deployment_runs_the_scheduler_safely() {
         .find(|v| v.name == "config")
         .and_then(|v| v.config_map.as_ref())
         .unwrap_or_else(|| panic!("config volume"));
-    assert_eq!(vol.name, "ksched-dep");
+    assert_eq!(vol.name, "ksched-profile-dep");
 
     let svc = r
         .service
@@ -390,7 +455,7 @@ fn image_from_the_spec_wins() {
 fn suspend_scales_to_zero_and_keeps_the_config() {
     let running = ok(&profile("s", json!({"replicas": 3})));
     let suspended = ok(&profile("s", json!({"replicas": 3, "suspend": true})));
-    let replicas = |r: &Rendered| deployment_of(r).spec.as_ref().and_then(|s| s.replicas);
+    let replicas = |r: &Rendered| deployment_of(r).spec.replicas;
     assert_eq!(replicas(&running), Some(3));
     assert_eq!(replicas(&suspended), Some(0));
     assert_eq!(running.config_map, suspended.config_map);
@@ -624,40 +689,29 @@ fn plugin_rules_merge_into_the_base_ones_and_are_ordered() {
     assert_eq!(rules.len(), 8 + 4);
 }
 
-/// What the operator grants is what the plugins declare: every in-tree plugin's informers are
-/// covered by list and watch rules it declares, so a profile never watches a kind it may not list.
+/// What the operator grants covers what the plugins watch: every in-tree plugin's kinds are
+/// covered by list and watch rules, so a profile never watches a kind it may not list.
 #[test]
 fn every_declared_informer_is_granted() {
-    use crate::framework::listers::Informer;
     let registry = Registry::in_tree();
-    let kind = |i: Informer| match i {
-        Informer::PersistentVolumes => ("", "persistentvolumes"),
-        Informer::PersistentVolumeClaims => ("", "persistentvolumeclaims"),
-        Informer::StorageClasses => ("storage.k8s.io", "storageclasses"),
-        Informer::CSINodes => ("storage.k8s.io", "csinodes"),
-        Informer::CSIDrivers => ("storage.k8s.io", "csidrivers"),
-        Informer::CSIStorageCapacities => ("storage.k8s.io", "csistoragecapacities"),
-        Informer::PodDisruptionBudgets => ("policy", "poddisruptionbudgets"),
-        Informer::Namespaces => ("", "namespaces"),
-        Informer::PodGroups => ("scheduling.x-k8s.io", "podgroups"),
-        Informer::PodGroupMembers => ("", "pods"),
-        Informer::Services => ("", "services"),
-        Informer::ReplicationControllers => ("", "replicationcontrollers"),
-        Informer::ReplicaSets => ("apps", "replicasets"),
-        Informer::StatefulSets => ("apps", "statefulsets"),
-        Informer::ResourceClaims => ("resource.k8s.io", "resourceclaims"),
-        Informer::ResourceSlices => ("resource.k8s.io", "resourceslices"),
-        Informer::DeviceClasses => ("resource.k8s.io", "deviceclasses"),
-    };
     for name in registry.names() {
         let rules = cluster_rules(&[name], &registry);
-        for informer in registry.informers_for([name]) {
-            let (group, resource) = kind(informer);
-            for verb in ["list", "watch"] {
-                assert!(
-                    has_rule(&rules, group, resource, verb),
-                    "{name} watches {resource} without {verb}"
-                );
+        for kind in registry.informers_for([name]) {
+            let needed = kind.rbac_rule();
+            let group = needed
+                .api_groups
+                .iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_default();
+            for resource in needed.resources.iter().flatten() {
+                for verb in ["list", "watch"] {
+                    assert!(
+                        has_rule(&rules, &group, resource, verb),
+                        "{name} watches {resource} without {verb}"
+                    );
+                }
             }
         }
     }
@@ -670,8 +724,11 @@ fn lease_role_is_limited_to_the_profile_lease() {
     assert_eq!(rules.len(), 2);
     assert_eq!(rules[0].verbs, vec!["create"]);
     assert_eq!(rules[0].resource_names, None);
-    assert_eq!(rules[1].verbs, vec!["get", "update"]);
-    assert_eq!(rules[1].resource_names, Some(vec!["ksched-le".to_string()]));
+    assert_eq!(rules[1].verbs, vec!["get", "list", "watch", "update"]);
+    assert_eq!(
+        rules[1].resource_names,
+        Some(vec!["ksched-profile-le".to_string()])
+    );
     assert!(
         rules
             .iter()
@@ -684,9 +741,9 @@ fn lease_role_is_limited_to_the_profile_lease() {
     );
     let subjects = r.lease_role_binding.subjects.clone().unwrap_or_default();
     assert_eq!(subjects[0].kind, "ServiceAccount");
-    assert_eq!(subjects[0].name, "ksched-le");
+    assert_eq!(subjects[0].name, "ksched-profile-le");
     assert_eq!(subjects[0].namespace.as_deref(), Some("ksched-system"));
-    assert_eq!(r.cluster_role_binding.role_ref.name, "ksched:le");
+    assert_eq!(r.cluster_role_binding.role_ref.name, "ksched:profile:le");
 }
 
 #[test]

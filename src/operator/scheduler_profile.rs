@@ -33,6 +33,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::backoff::ApplyFailure;
+use super::embedded::operator_scheduler_prefix;
+use super::metrics::ProfileState;
 use super::render::{
     self, FIELD_MANAGER, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Rendered, RenderedObject,
 };
@@ -46,6 +48,7 @@ use super::{
 use crate::api::scheduler_profile::ProfileMode;
 use crate::api::{LeafClusterPolicy, SchedulerProfile, SchedulerProfileStatus};
 use crate::config::GoDuration;
+use crate::infra::leader_election::LeaderHealth;
 
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     futures::join!(
@@ -125,7 +128,7 @@ async fn reconcile_profiles(ctx: Arc<Context>, shutdown: Shutdown) {
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => tracing::debug!(profile = %obj.name, "reconciled"),
-                Err(e) => tracing::debug!(error = %e, "profile reconcile failed"),
+                Err(e) => tracing::debug!(error = %crate::infra::logging::controller_error(&e), "profile reconcile failed"),
             }
         })
         .await;
@@ -173,22 +176,18 @@ async fn release_legacy_finalizer(profile: &SchedulerProfile, ctx: &Context) -> 
     if profile.metadata.deletion_timestamp.is_some() {
         ctx.embedded.stop(&name).await;
         let cluster_name = render::cluster_object_name(&name);
-        for res in [
-            Api::<ClusterRoleBinding>::all(ctx.client.clone())
-                .delete(&cluster_name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-            Api::<ClusterRole>::all(ctx.client.clone())
-                .delete(&cluster_name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        ] {
-            match res {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        delete_if_rendered_for(
+            Api::<ClusterRoleBinding>::all(ctx.client.clone()),
+            &cluster_name,
+            &name,
+        )
+        .await?;
+        delete_if_rendered_for(
+            Api::<ClusterRole>::all(ctx.client.clone()),
+            &cluster_name,
+            &name,
+        )
+        .await?;
     }
     remove_finalizer(
         &Api::<SchedulerProfile>::all(ctx.client.clone()),
@@ -198,6 +197,28 @@ async fn release_legacy_finalizer(profile: &SchedulerProfile, ctx: &Context) -> 
     .await?;
     tracing::info!(profile = %name, "removed the finalizer of an older operator (owner references do its work now)");
     Ok(())
+}
+
+/// Deletes `name` when the operator rendered it for `profile` (its labels say so): an object
+/// of that name that someone else made is never touched.
+async fn delete_if_rendered_for<K>(api: Api<K>, name: &str, profile: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let Some(obj) = api.get_metadata_opt(name).await? else {
+        return Ok(());
+    };
+    let labels = obj.labels();
+    let ours = labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
+        && labels.get(LABEL_INSTANCE).map(String::as_str) == Some(profile);
+    if !ours {
+        return Ok(());
+    }
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Stops the Embedded scheduler of every profile that is deleted (profiles have no finalizer, so
@@ -236,12 +257,13 @@ async fn stop_deleted_embedded(ctx: Arc<Context>, shutdown: Shutdown) {
                 gone
             }
             Err(e) => {
-                tracing::debug!(error = %e, "watching profiles for deletions");
+                tracing::debug!(error = %crate::infra::logging::watch_error(&e), "watching profiles for deletions");
                 Vec::new()
             }
         };
         for name in gone {
             ctx.embedded.stop(&name).await;
+            ctx.opts.health.metrics.forget_profile(&name);
             tracing::info!(profile = %name, "profile deleted: its objects go by garbage collection");
         }
     }
@@ -272,6 +294,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
     let mut embedded = None;
     let mut embedded_identity = None;
     let mut ignored_policies = Vec::new();
+    let mut objects_in_use = Vec::new();
     let config = match rendered {
         None => {
             let message = in_use.unwrap_or_default();
@@ -285,16 +308,25 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
             forget_announced(ctx, profile, REFUSAL);
             ignored_policies = r.ignored_policies.iter().map(ToString::to_string).collect();
             report_ignored_policies(ctx, profile, &previous, &ignored_policies).await;
-            if let Some((error, wait)) = apply_with_backoff(&r, profile, ctx).await {
-                apply_error = Some(error);
-                retry_in = Some(wait.max(Duration::from_secs(1)));
+            objects_in_use = foreign_objects(&r, profile, ctx).await?;
+            report_objects_in_use(ctx, profile, &objects_in_use).await;
+            // An object of that name that ksched did not create is never overwritten: nothing is
+            // applied, and whatever runs for the profile keeps running unchanged.
+            if objects_in_use.is_empty() {
+                if let Some((error, wait)) = apply_with_backoff(&r, profile, ctx).await {
+                    apply_error = Some(error);
+                    retry_in = Some(wait.max(Duration::from_secs(1)));
+                }
+                embedded = sync_embedded(profile, &r, ctx).await;
+            } else {
+                embedded = ctx.embedded.identity(&name).await.map(|_| Ok(()));
             }
-            embedded = sync_embedded(profile, &r, ctx).await;
             if matches!(embedded, Some(Ok(()))) {
                 embedded_identity = ctx.embedded.identity(&name).await;
             }
             if previous.config_hash.as_deref() != Some(r.config_hash.as_str())
                 && apply_error.is_none()
+                && objects_in_use.is_empty()
             {
                 publish(
                     ctx,
@@ -313,6 +345,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
                 hash: r.config_hash.clone(),
                 warnings: r.warnings.clone(),
                 leaf_policies: r.leaf_policies.clone(),
+                kubernetes_version: r.kubernetes_version.to_string(),
             }
         }
         Some(Err(invalid)) => {
@@ -357,6 +390,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         config,
         ignored_policies,
         apply_error,
+        objects_in_use,
         deployment,
         embedded,
         embedded_identity,
@@ -367,6 +401,10 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
         now: Timestamp::now(),
     };
     let new_status = status::profile_status(&previous, &obs);
+    ctx.opts
+        .health
+        .metrics
+        .record_profile(&name, &ProfileState::of(profile, &new_status));
     if profile.status.as_ref() != Some(&new_status) {
         let patch = serde_json::json!({
             "apiVersion": SchedulerProfile::api_version(&()),
@@ -391,6 +429,15 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
     if waiting_for_leader {
         next = next.min(LEADER_POLL);
     }
+    // Ready follows the Lease's renewals: look again the moment the holder's term would run out,
+    // so a scheduler that stopped renewing makes the profile NoLeader within the lease duration.
+    if let Some(expiry) = obs
+        .lease
+        .as_ref()
+        .and_then(|l| l.fresh_until(obs.now, obs.lease_duration_seconds))
+    {
+        next = next.min(expiry + LEASE_EXPIRY_MARGIN);
+    }
     Ok(Action::requeue(next))
 }
 
@@ -399,6 +446,10 @@ const REFUSAL: &str = "Refusal";
 
 /// How soon a profile waiting for its scheduler to take the Lease is looked at again.
 const LEADER_POLL: Duration = Duration::from_secs(5);
+
+/// How long after its holder's term would end a Lease is read again (a renewal just in time is
+/// seen as one).
+const LEASE_EXPIRY_MARGIN: Duration = Duration::from_millis(500);
 
 fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
@@ -470,7 +521,7 @@ async fn report_ignored_policies(
 /// elects its leader there: upstream's `leaderElection.resourceName` is usually the scheduler's
 /// name).
 async fn name_in_use(name: &str, ctx: &Context) -> Result<Option<String>, Error> {
-    let fix = "rename the SchedulerProfile (its name is the schedulerName pods select it by)";
+    let fix = "rename the SchedulerProfile (metadata.name is the schedulerName pods select it by)";
     if name == super::DEFAULT_SCHEDULER {
         return Ok(Some(format!(
             "metadata.name {name} is kube-scheduler's scheduler name: a second scheduler of that name would race it for every pod of the cluster; {fix}"
@@ -513,6 +564,91 @@ async fn name_in_use(name: &str, ctx: &Context) -> Result<Option<String>, Error>
     Ok(None)
 }
 
+/// Topic of the Events that name objects in the way of a profile (see [`announce`]).
+const OBJECTS_IN_USE: &str = "NameInUse";
+
+/// A Warning Event naming the objects in the way, once per set of objects.
+async fn report_objects_in_use(ctx: &Context, profile: &SchedulerProfile, objects: &[String]) {
+    if objects.is_empty() {
+        forget_announced(ctx, profile, OBJECTS_IN_USE);
+        return;
+    }
+    let message = status::objects_in_use_message(objects);
+    tracing::warn!(profile = %profile.name_any(), %message, "profile refused: its objects' names are taken");
+    announce(
+        ctx,
+        profile,
+        OBJECTS_IN_USE,
+        EventType::Warning,
+        "NameInUse",
+        message,
+    )
+    .await;
+}
+
+/// The rendered objects that exist but were not created for this profile (`Kind ns/name` each):
+/// their owner references do not name it. A Lease with no owner at all is this profile's
+/// scheduler's own (its elector creates the Lease when it is missing) and is taken over.
+async fn foreign_objects(
+    r: &Rendered,
+    profile: &SchedulerProfile,
+    ctx: &Context,
+) -> Result<Vec<String>, Error> {
+    let Some(uid) = profile.metadata.uid.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let c = &ctx.client;
+    let ns = ctx.opts.namespace.as_str();
+    let mut foreign = Vec::new();
+    for obj in r.objects() {
+        let taken = match obj {
+            RenderedObject::ConfigMap(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+            RenderedObject::ServiceAccount(o) => {
+                taken(Api::namespaced(c.clone(), ns), o, uid).await?
+            }
+            RenderedObject::ClusterRole(o) => taken(Api::all(c.clone()), o, uid).await?,
+            RenderedObject::ClusterRoleBinding(o) => taken(Api::all(c.clone()), o, uid).await?,
+            RenderedObject::Role(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+            RenderedObject::RoleBinding(o) => {
+                let obj_ns = o.metadata.namespace.as_deref().unwrap_or(ns);
+                taken(Api::namespaced(c.clone(), obj_ns), o, uid).await?
+            }
+            RenderedObject::Lease(o) => {
+                let api: Api<Lease> = Api::namespaced(c.clone(), ns);
+                let name = o.metadata.name.as_deref().unwrap_or_default();
+                api.get_metadata_opt(name).await?.is_some_and(|l| {
+                    !l.owner_references().is_empty() && !owned_by(l.owner_references(), uid)
+                })
+            }
+            RenderedObject::Deployment(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+            RenderedObject::Service(o) => taken(Api::namespaced(c.clone(), ns), o, uid).await?,
+        };
+        if taken {
+            foreign.push(obj.describe());
+        }
+    }
+    Ok(foreign)
+}
+
+/// Whether `obj`'s name is taken by an object not owned by the profile with `uid`.
+async fn taken<K>(api: Api<K>, obj: &K, uid: &str) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    Ok(api
+        .get_metadata_opt(name)
+        .await?
+        .is_some_and(|existing| !owned_by(existing.owner_references(), uid)))
+}
+
+fn owned_by(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    uid: &str,
+) -> bool {
+    owners.iter().any(|o| o.uid == uid)
+}
+
 /// Applies the rendered objects unless these very objects failed and their retry is not due.
 /// `Some` when they are not applied: why, and how long until the next attempt.
 async fn apply_with_backoff(
@@ -535,12 +671,17 @@ async fn apply_with_backoff(
             }
             Err(failure) => {
                 tracing::warn!(profile = %name, error = %failure, "applying rendered objects failed");
+                let fix = if failure.permanent() {
+                    "the API server refuses an object rendered from this SchedulerProfile: change the field behind it (spec.resources, spec.image, spec.nodeSelector, spec.tolerations, spec.affinity, spec.priorityClassName), or what refuses it (an admission webhook, a policy, a quota)"
+                } else {
+                    "the API server or the network failed, not the spec: retried with backoff"
+                };
                 publish(
                     ctx,
                     profile,
                     EventType::Warning,
                     "ApplyFailed",
-                    failure.to_string(),
+                    format!("{failure}; {fix}"),
                 )
                 .await;
                 backoff.failed(&name, &fingerprint, failure, Instant::now())
@@ -591,7 +732,7 @@ async fn apply_all(
         .await?;
         delete_if_owned::<Service>(
             Api::namespaced(c.clone(), ns),
-            &render::service_name(&name),
+            &render::object_name(&name),
             uid,
         )
         .await?;
@@ -675,7 +816,7 @@ async fn sync_embedded(
     if profile.spec.mode == ProfileMode::Embedded && !profile.spec.suspend {
         let res = ctx
             .embedded
-            .ensure(&name, &r.config_yaml)
+            .ensure(&name, &r.config_yaml, r.kubernetes_version)
             .await
             .map_err(|e| e.to_string());
         if let Err(e) = &res {
@@ -698,7 +839,7 @@ pub(crate) async fn embedded_stopped(ctx: &Context) {
             Ok(Some(p)) => p,
             Ok(None) => continue,
             Err(e) => {
-                tracing::warn!(profile = %name, error = %e, "reading a profile to mark its embedded scheduler stopped");
+                tracing::warn!(profile = %name, error = %crate::infra::logging::kube_error(&e), "reading a profile to mark its embedded scheduler stopped");
                 continue;
             }
         };
@@ -730,4 +871,77 @@ pub(crate) async fn embedded_stopped(ctx: &Context) {
             }
         }
     }
+}
+
+/// On a replica that does not lead: once the leader has not renewed the operator Lease for a renew
+/// deadline (so it stopped acting as leader, and its Embedded schedulers with it), the Embedded
+/// profiles whose scheduler ran in it say `OperatorStopped` until a new leader runs them. Never
+/// returns.
+pub(crate) async fn mark_orphaned_embedded(ctx: &Context, health: LeaderHealth) {
+    let Some(renew_deadline) = ctx.opts.leader_election.as_ref().map(|c| c.renew_deadline) else {
+        return std::future::pending().await;
+    };
+    let mut marked: Option<String> = None;
+    loop {
+        tokio::time::sleep(ORPHAN_POLL).await;
+        let Some(holder) = health.stale_holder(Instant::now(), renew_deadline) else {
+            continue;
+        };
+        if marked.as_deref() == Some(holder.as_str()) {
+            continue;
+        }
+        match mark_stopped_by(ctx, &holder).await {
+            Ok(()) => marked = Some(holder),
+            Err(e) => {
+                tracing::warn!(operator = %holder, error = %e, "marking the profiles of an operator that stopped")
+            }
+        }
+    }
+}
+
+/// How often a replica that does not lead looks whether the leader stopped.
+const ORPHAN_POLL: Duration = Duration::from_millis(500);
+
+/// The Embedded profiles led by a scheduler of the operator `holder` say `OperatorStopped`
+/// (unless their status changed meanwhile: a new leader's is newer).
+async fn mark_stopped_by(ctx: &Context, holder: &str) -> Result<(), kube::Error> {
+    let prefix = operator_scheduler_prefix(holder);
+    let api: Api<SchedulerProfile> = Api::all(ctx.client.clone());
+    for p in api.list(&ListParams::default()).await?.items {
+        let Some(previous) = &p.status else { continue };
+        if !previous
+            .leader
+            .as_deref()
+            .is_some_and(|l| l.starts_with(&prefix))
+        {
+            continue;
+        }
+        let new_status = status::operator_stopped(
+            previous,
+            previous.observed_generation,
+            holder,
+            Timestamp::now(),
+        );
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": p.resource_version()},
+            "status": new_status,
+        });
+        match api
+            .patch_status(
+                &p.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(
+                profile = %p.name_any(),
+                operator = %holder,
+                "the operator that ran this Embedded profile's scheduler stopped leading: profile marked OperatorStopped"
+            ),
+            Err(e) if super::is_conflict(&e) || is_not_found(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -82,6 +82,8 @@ pub(crate) enum ConfigOutcome {
         hash: String,
         warnings: Vec<String>,
         leaf_policies: Vec<String>,
+        /// The Kubernetes minor the scheduler runs as.
+        kubernetes_version: String,
     },
     /// `message` lists every `path: reason`.
     Invalid { message: String },
@@ -98,11 +100,26 @@ pub(crate) struct DeploymentState {
     pub updated_replicas: i32,
     pub ready_replicas: i32,
     pub available_replicas: i32,
+    /// Why the ReplicaSet cannot create pods (the Deployment's `ReplicaFailure` condition, which
+    /// the controller copies from the ReplicaSet's `FailedCreate`), e.g. a missing PriorityClass.
+    pub replica_failure: Option<String>,
 }
 
 impl DeploymentState {
     pub(crate) fn from_deployment(d: &Deployment) -> Self {
         let s = d.status.clone().unwrap_or_default();
+        let replica_failure = s
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| {
+                c.type_.as_deref() == Some("ReplicaFailure") && c.status.as_deref() == Some("True")
+            })
+            .map(|c| {
+                c.message
+                    .clone()
+                    .unwrap_or_else(|| c.reason.clone().unwrap_or_default())
+            });
         DeploymentState {
             generation: d.metadata.generation.unwrap_or(0),
             observed_generation: s.observed_generation.unwrap_or(0),
@@ -110,8 +127,23 @@ impl DeploymentState {
             updated_replicas: s.updated_replicas.unwrap_or(0),
             ready_replicas: s.ready_replicas.unwrap_or(0),
             available_replicas: s.available_replicas.unwrap_or(0),
+            replica_failure,
         }
     }
+}
+
+/// What a ReplicaSet's FailedCreate means for the profile, and the field that fixes it.
+fn replica_failure_hint(failure: &str) -> String {
+    let fix = if failure.contains("PriorityClass") {
+        "fix spec.priorityClassName of the SchedulerProfile, or create that PriorityClass"
+    } else if failure.contains("exceeded quota") {
+        "lower spec.resources of the SchedulerProfile, or raise the ResourceQuota of the operator namespace"
+    } else if failure.contains("PodSecurity") {
+        "the operator namespace's Pod Security level refuses the scheduler pods: keep it at restricted or baseline, which they meet"
+    } else {
+        "kubectl describe replicaset in the operator namespace shows the events"
+    };
+    format!("the ReplicaSet cannot create the scheduler pods (FailedCreate: {failure}): {fix}")
 }
 
 /// The profile's Lease as observed.
@@ -136,15 +168,31 @@ impl LeaseState {
     /// not say).
     pub(crate) fn fresh_holder(&self, now: Timestamp, fallback_seconds: i64) -> Option<&str> {
         let holder = self.holder.as_deref()?;
+        let expires = self.expires(fallback_seconds)?;
+        (expires > now).then_some(holder)
+    }
+
+    /// How long the holder's term still runs from `now`, when it is fresh.
+    pub(crate) fn fresh_until(
+        &self,
+        now: Timestamp,
+        fallback_seconds: i64,
+    ) -> Option<std::time::Duration> {
+        self.fresh_holder(now, fallback_seconds)?;
+        let left = self.expires(fallback_seconds)?.duration_since(now);
+        std::time::Duration::try_from(left).ok()
+    }
+
+    /// When the holder's term ends unless it renews: its last renewal plus the lease duration.
+    fn expires(&self, fallback_seconds: i64) -> Option<Timestamp> {
         let renewed = self.renew_time?;
         let duration = self
             .lease_duration_seconds
             .map(i64::from)
             .unwrap_or(fallback_seconds);
-        let expires = renewed
+        renewed
             .checked_add(SignedDuration::from_secs(duration))
-            .ok()?;
-        (expires > now).then_some(holder)
+            .ok()
     }
 }
 
@@ -176,6 +224,9 @@ pub(crate) struct ProfileObservation {
     /// the profile makes of it.
     pub ignored_policies: Vec<String>,
     pub apply_error: Option<ApplyError>,
+    /// Rendered objects whose names are taken by objects ksched did not create for this profile
+    /// (`Kind ns/name`): nothing is applied while there are any.
+    pub objects_in_use: Vec<String>,
     /// Deployment mode: the Deployment, when it exists.
     pub deployment: Option<DeploymentState>,
     /// Embedded mode: whether the in-process scheduler runs (`Err` says why not).
@@ -277,9 +328,10 @@ pub(crate) fn profile_status(
     };
     match &obs.config {
         ConfigOutcome::Invalid { message } => {
-            // The last valid configuration keeps running: keep its hash and policies.
+            // The last valid configuration keeps running: keep its hash, policies and minor.
             status.config_hash = previous.config_hash.clone();
             status.leaf_policies = previous.leaf_policies.clone();
+            status.kubernetes_version = previous.kubernetes_version.clone();
             refused(
                 "InvalidConfiguration",
                 &format!("invalid spec: {message}"),
@@ -295,15 +347,18 @@ pub(crate) fn profile_status(
         ConfigOutcome::NameInUse { message } => {
             status.config_hash = previous.config_hash.clone();
             status.leaf_policies = previous.leaf_policies.clone();
+            status.kubernetes_version = previous.kubernetes_version.clone();
             refused("SchedulerNameInUse", message, &mut conds);
         }
         ConfigOutcome::Valid {
             hash,
             warnings,
             leaf_policies,
+            kubernetes_version,
         } => {
             status.config_hash = Some(hash.clone());
             status.leaf_policies = leaf_policies.clone();
+            status.kubernetes_version = Some(kubernetes_version.clone());
             let valid_msg = if warnings.is_empty() {
                 "the configuration is valid".to_string()
             } else {
@@ -349,6 +404,13 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
             Some(Cond::new(RECONCILING, true, reason, message)),
         )
     };
+    if !obs.objects_in_use.is_empty() {
+        let message = objects_in_use_message(&obs.objects_in_use);
+        return (
+            Cond::new(READY, false, "NameInUse", message.clone()),
+            Some(Cond::new(STALLED, true, "NameInUse", message)),
+        );
+    }
     if let Some(err) = &obs.apply_error {
         let message = format!(
             "{}; attempt {}, retried after {}s",
@@ -433,14 +495,15 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
                 && d.available_replicas >= desired
                 && d.replicas == desired;
             if !done {
-                return progressing(
-                    "RollingOut",
-                    format!(
-                        "{} of {desired} scheduler replicas updated and ready ({} running)",
-                        d.ready_replicas.min(d.updated_replicas),
-                        d.replicas
-                    ),
+                let mut message = format!(
+                    "{} of {desired} scheduler replicas updated and ready ({} running)",
+                    d.ready_replicas.min(d.updated_replicas),
+                    d.replicas
                 );
+                if let Some(failure) = &d.replica_failure {
+                    message = format!("{message}; {}", replica_failure_hint(failure));
+                }
+                return progressing("RollingOut", message);
             }
             if obs.suspend {
                 return (
@@ -481,6 +544,17 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
     }
 }
 
+/// Why a profile whose objects' names are taken renders nothing, and what to do.
+pub(crate) fn objects_in_use_message(objects: &[String]) -> String {
+    format!(
+        "{} already exist{} and {} not created by ksched for this profile: ksched never adopts, changes or deletes an object it did not create, so nothing was applied; delete or rename {}, or give the profile another metadata.name",
+        some_names(objects),
+        if objects.len() == 1 { "s" } else { "" },
+        if objects.len() == 1 { "was" } else { "were" },
+        if objects.len() == 1 { "it" } else { "them" },
+    )
+}
+
 /// The status of an Embedded profile whose operator stopped (with it, its scheduler): not Ready
 /// until an operator runs it again.
 pub(crate) fn operator_stopped(
@@ -492,14 +566,42 @@ pub(crate) fn operator_stopped(
     let message = format!(
         "the operator ({instance}) that ran this Embedded profile's scheduler stopped, and the scheduler with it: no pod is scheduled until an operator runs again"
     );
+    nothing_runs(previous, generation, RECONCILING, &message, now)
+}
+
+/// The status of a profile left behind by an uninstall (Helm keeps the CRDs): nothing runs for
+/// it, and nothing will until ksched is installed again.
+pub(crate) fn uninstalled(
+    previous: &SchedulerProfileStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> SchedulerProfileStatus {
+    nothing_runs(
+        previous,
+        generation,
+        STALLED,
+        "ksched was uninstalled: no scheduler runs for this profile and nothing reconciles it; install ksched again to run it, or delete the profile",
+        now,
+    )
+}
+
+/// `Ready=False` (`OperatorStopped`) with `progress` (`Reconciling` while an operator may come
+/// back, `Stalled` when none will), no leader and no replica; the configuration's conditions kept.
+fn nothing_runs(
+    previous: &SchedulerProfileStatus,
+    generation: Option<i64>,
+    progress: &'static str,
+    message: &str,
+    now: Timestamp,
+) -> SchedulerProfileStatus {
     let wanted = vec![
-        Cond::new(READY, false, "OperatorStopped", message.clone()),
-        Cond::new(RECONCILING, true, "OperatorStopped", message),
+        Cond::new(READY, false, OPERATOR_STOPPED, message),
+        Cond::new(progress, true, OPERATOR_STOPPED, message),
         Cond::new(
             LEADER_ELECTED,
             false,
-            "OperatorStopped",
-            "the embedded scheduler stopped and released its Lease",
+            OPERATOR_STOPPED,
+            "no scheduler runs for this profile",
         ),
     ];
     let mut conditions = set_conditions(&previous.conditions, wanted, generation, now);
@@ -510,15 +612,25 @@ pub(crate) fn operator_stopped(
             .filter(|c| [CONFIG_VALID, LEAF_POLICIES_VALID].contains(&c.type_.as_str()))
             .cloned(),
     );
+    let desired = previous
+        .ready
+        .as_deref()
+        .and_then(|r| r.split_once('/'))
+        .map_or("0", |(_, d)| d)
+        .to_string();
     SchedulerProfileStatus {
         conditions,
         replicas: Some(0),
         ready_replicas: Some(0),
-        ready: Some("0/1".into()),
+        ready: Some(format!("0/{desired}")),
         leader: None,
         ..previous.clone()
     }
 }
+
+/// The reason of a profile whose scheduler stopped with the operator that ran it, or was
+/// uninstalled.
+pub(crate) const OPERATOR_STOPPED: &str = "OperatorStopped";
 
 /// Nodes a policy leaves to an older one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -598,7 +710,7 @@ fn policy_problems(obs: &PolicyObservation) -> Vec<(&'static str, String)> {
         out.push((
             "Conflict",
             format!(
-                "node(s) {} are also selected by the older LeafClusterPolicy {} ({why}): {} keeps them and this policy leaves them alone; make the leafNodeSelectors disjoint, or set manageTaint: false on this policy if it only adds placement for its profiles to the same leaf nodes with the same taint",
+                "node(s) {} are also selected by the older LeafClusterPolicy {} ({why}): {} keeps them and this policy leaves them alone; make the spec.leafNodeSelectors disjoint, or set spec.manageTaint: false on this policy if it only adds placement for its profiles to the same leaf nodes with the same taint",
                 some_names(&c.nodes),
                 c.with,
                 c.with
@@ -715,10 +827,7 @@ pub(crate) fn policy_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn now() -> Timestamp {
-        Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
-    }
+    use crate::operator::status_samples::{lease as held_by, now, seconds_later as later};
 
     fn obs() -> ProfileObservation {
         ProfileObservation {
@@ -730,9 +839,11 @@ mod tests {
                 hash: "abc".into(),
                 warnings: vec![],
                 leaf_policies: vec!["leaves".into()],
+                kubernetes_version: "1.37".into(),
             },
             ignored_policies: vec![],
             apply_error: None,
+            objects_in_use: Vec::new(),
             deployment: Some(DeploymentState {
                 generation: 2,
                 observed_generation: 2,
@@ -740,6 +851,7 @@ mod tests {
                 updated_replicas: 1,
                 ready_replicas: 1,
                 available_replicas: 1,
+                replica_failure: None,
             }),
             embedded: None,
             embedded_identity: None,
@@ -749,20 +861,6 @@ mod tests {
             pending_pods: 2,
             now: now(),
         }
-    }
-
-    fn held_by(holder: &str) -> LeaseState {
-        LeaseState {
-            holder: Some(holder.into()),
-            renew_time: Some(now()),
-            lease_duration_seconds: Some(15),
-        }
-    }
-
-    fn later(seconds: i64) -> Timestamp {
-        now()
-            .checked_add(SignedDuration::from_secs(seconds))
-            .unwrap_or(now())
     }
 
     fn reason(s: &SchedulerProfileStatus, t: &str) -> Option<String> {
@@ -832,6 +930,29 @@ mod tests {
         let s = profile_status(&SchedulerProfileStatus::default(), &o);
         assert_eq!(reason(&s, READY).as_deref(), Some("ScaledToZero"));
         assert_eq!(status_of(&s, READY).as_deref(), Some("True"));
+    }
+
+    #[test]
+    fn a_replicaset_that_cannot_create_pods_says_why_and_what_to_fix() {
+        let mut o = obs();
+        o.deployment = Some(DeploymentState {
+            generation: 2,
+            observed_generation: 2,
+            replica_failure: Some(
+                "pods \"ksched-p-5d8f-\" is forbidden: no PriorityClass with name nope was found"
+                    .into(),
+            ),
+            ..DeploymentState::default()
+        });
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("RollingOut"));
+        let message = get(&s, READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.contains("the ReplicaSet cannot create the scheduler pods (FailedCreate: pods \"ksched-p-5d8f-\" is forbidden: no PriorityClass with name nope was found): fix spec.priorityClassName"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -907,6 +1028,26 @@ mod tests {
         assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
         assert!(get(&s, READY).is_some_and(|c| c.message.contains("Lease kube-system/p")));
         assert_eq!(s.config_hash, None);
+    }
+
+    #[test]
+    fn an_object_name_taken_by_someone_else_is_stalled_and_names_the_object() {
+        let mut o = obs();
+        o.objects_in_use = vec!["ClusterRole ksched:profile:p".into()];
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, READY).as_deref(), Some("NameInUse"));
+        assert_eq!(reason(&s, STALLED).as_deref(), Some("NameInUse"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        let message = get(&s, READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.starts_with("ClusterRole ksched:profile:p already exists and was not created")
+                && message.contains("never adopts"),
+            "{message}"
+        );
+        // The configuration itself is fine.
+        assert_eq!(status_of(&s, CONFIG_VALID).as_deref(), Some("True"));
     }
 
     #[test]
@@ -1074,6 +1215,43 @@ mod tests {
             get(&s, READY).map(|c| c.last_transition_time.0),
             Some(later(5))
         );
+    }
+
+    #[test]
+    fn a_profile_left_behind_by_an_uninstall_is_stalled_not_ready() {
+        let running = profile_status(&SchedulerProfileStatus::default(), &obs());
+        assert_eq!(running.ready.as_deref(), Some("1/1"));
+        let s = uninstalled(&running, Some(3), later(5));
+        assert_eq!(reason(&s, READY).as_deref(), Some("OperatorStopped"));
+        assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
+        // Nothing will reconcile it: Stalled (kstatus: Failed; Argo CD: Degraded), not Reconciling.
+        assert_eq!(reason(&s, STALLED).as_deref(), Some("OperatorStopped"));
+        assert!(get(&s, RECONCILING).is_none());
+        assert!(
+            get(&s, READY).is_some_and(|c| c.message.contains("ksched was uninstalled")),
+            "{s:?}"
+        );
+        assert_eq!(s.ready.as_deref(), Some("0/1"));
+        assert_eq!(s.leader, None);
+    }
+
+    #[test]
+    fn a_fresh_lease_says_how_long_its_term_still_runs() {
+        let l = LeaseState {
+            holder: Some("a".into()),
+            renew_time: Some(now()),
+            lease_duration_seconds: Some(15),
+        };
+        assert_eq!(
+            l.fresh_until(later(5), 15),
+            Some(std::time::Duration::from_secs(10))
+        );
+        assert_eq!(l.fresh_until(later(15), 15), None);
+        let released = LeaseState {
+            holder: None,
+            ..l.clone()
+        };
+        assert_eq!(released.fresh_until(later(1), 15), None);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use kube::{Resource, ResourceExt};
 
 use super::{Context, DEFAULT_SCHEDULER, Shutdown};
 use crate::api::SchedulerProfile;
+use crate::config::suggest;
 
 /// Event reason.
 pub(crate) const REASON: &str = "UnknownSchedulerName";
@@ -40,7 +41,9 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
                 }
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
-            Err(e) => tracing::debug!(error = %e, "pod watch error; retrying"),
+            Err(e) => {
+                tracing::debug!(error = %crate::infra::logging::watch_error(&e), "pod watch error; retrying")
+            }
         }
     }
 }
@@ -75,17 +78,14 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
     let known = match known_names(ctx).await {
         Ok(k) => k,
         Err(e) => {
-            tracing::debug!(error = %e, "listing profiles failed; will check the pod again");
+            tracing::debug!(error = %crate::infra::logging::kube_error(&e), "listing profiles failed; will check the pod again");
             return;
         }
     };
     if known.contains(&wanted) {
         return;
     }
-    let note = format!(
-        "no scheduler serves schedulerName {wanted:?}: the pod stays Pending until one does. Schedulers that exist: {}. Fix spec.schedulerName, or create a SchedulerProfile named {wanted:?}",
-        known.join(", ")
-    );
+    let note = unknown_name_note(&wanted, &known);
     let ev = KubeEvent {
         type_: EventType::Warning,
         reason: REASON.into(),
@@ -95,9 +95,50 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
     };
     match ctx.recorder.publish(&ev, &pod.object_ref(&())).await {
         Ok(()) => {
-            tracing::info!(pod = %pod.name_any(), namespace = ?pod.namespace(), scheduler = %wanted, "warned about an unknown schedulerName");
+            tracing::info!(pod = %pod.name_any(), namespace = %pod.namespace().unwrap_or_default(), scheduler = %wanted, "warned about an unknown schedulerName");
             warned.insert(uid);
         }
-        Err(e) => tracing::warn!(pod = %pod.name_any(), error = %e, "publishing event failed"),
+        Err(e) => {
+            tracing::warn!(pod = %pod.name_any(), error = %crate::infra::logging::kube_error(&e), "publishing event failed")
+        }
+    }
+}
+
+/// The event's note: what is wrong, the closest existing name (as `ksched config validate`
+/// suggests plugin names), and the two fixes.
+fn unknown_name_note(wanted: &str, known: &[String]) -> String {
+    let refs: Vec<&str> = known.iter().map(String::as_str).collect();
+    let close = suggest(wanted, &refs).map_or(String::new(), |s| format!(" (did you mean {s}?)"));
+    format!(
+        "no scheduler serves spec.schedulerName {wanted:?}{close}: the pod stays Pending until one does. Schedulers that exist: {}. Fix spec.schedulerName, or create a SchedulerProfile named {wanted:?}",
+        known.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_note_suggests_the_closest_scheduler() {
+        let known = vec![
+            "default-scheduler".to_string(),
+            "gpu-batch".to_string(),
+            "ksched-default".to_string(),
+        ];
+        let note = unknown_name_note("ksched-defualt", &known);
+        assert!(
+            note.starts_with(
+                "no scheduler serves spec.schedulerName \"ksched-defualt\" (did you mean ksched-default?): "
+            ),
+            "{note}"
+        );
+        assert!(
+            note.contains("Schedulers that exist: default-scheduler, gpu-batch, ksched-default."),
+            "{note}"
+        );
+        // Nothing close: no guess.
+        let note = unknown_name_note("cluster-autoscaler", &known);
+        assert!(!note.contains("did you mean"), "{note}");
     }
 }

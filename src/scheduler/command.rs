@@ -1,4 +1,10 @@
-//! `ksched scheduler`: every flag of kube-scheduler 1.36, then [`super::run`].
+//! `ksched scheduler`: every flag of kube-scheduler (1.36 and 1.37 have the same), then
+//! [`super::run`].
+//!
+//! The Kubernetes minor ksched emulates is decided once, before the configuration is read:
+//! `--emulated-version`, else the API server's minor from discovery (`--write-config-to`, which
+//! needs no cluster: the newest supported minor); `--feature-gates` and the configuration are then
+//! read as that minor's kube-scheduler reads them.
 //!
 //! Each flag is accepted as upstream spells it (pflag syntax: `--flag=value`, `--flag value`,
 //! bare booleans, comma-separated lists). Those that mean something to ksched are honoured, with
@@ -18,16 +24,16 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use super::features::{FeatureGates, OPPORTUNISTIC_BATCHING};
 use super::http::Endpoint;
 use super::leader_election::default_identity;
 use super::queue::DEFAULT_MAX_IN_UNSCHEDULABLE;
 use super::run::{SchedulerOptions, run};
 use crate::config::{self, GoDuration};
+use crate::emulation::{self, Emulation, FeatureGateError, Minor, OPPORTUNISTIC_BATCHING};
 use crate::framework::registry::Registry;
-use crate::logging::{self, LogFormat, LogOptions};
-use crate::serving::auth::{AuthenticationArgs, AuthorizationArgs};
-use crate::serving::tls::TlsArgs;
+use crate::infra::logging::{self, LogFormat, LogOptions};
+use crate::infra::serving::auth::{AuthenticationArgs, AuthorizationArgs};
+use crate::infra::serving::tls::TlsArgs;
 
 /// The configuration upstream runs without `--config`: its defaults.
 const DEFAULT_CONFIG: &[u8] =
@@ -142,7 +148,8 @@ pub struct FeatureGateArgs {
     /// Comma-separated list of component:key=value pairs that describe feature gates.
     #[arg(long)]
     pub feature_gates: Vec<String>,
-    /// The versions different components emulate their capabilities (APIs, features, ...) of.
+    /// The Kubernetes minor to behave as (`1.36` or `kube=1.36`): its defaults, plugins, feature
+    /// gates, messages and metrics. Default: the API server's minor. Options are: 1.36, 1.37.
     #[arg(long, value_delimiter = ',')]
     pub emulated_version: Vec<String>,
     /// The min version a component's behavior is compatible with.
@@ -203,7 +210,8 @@ impl LogsArgs {
     pub fn options(&self) -> LogOptions {
         LogOptions {
             format: self.logging_format,
-            default_filter: crate::logging::verbosity_filter(u32::from(self.verbosity)).to_string(),
+            default_filter: crate::infra::logging::verbosity_filter(u32::from(self.verbosity))
+                .to_string(),
             split_stream: match self.logging_format {
                 LogFormat::Text => self.log_text_split_stream,
                 LogFormat::Json => self.log_json_split_stream,
@@ -214,7 +222,7 @@ impl LogsArgs {
 
 impl SchedulerArgs {
     /// The flags given that ksched accepts without acting on them, for the start-up warning.
-    pub fn not_honoured(&self, features: &FeatureGates) -> Vec<String> {
+    pub fn not_honoured(&self, emulation: &Emulation) -> Vec<String> {
         let mut flags: Vec<String> = self
             .tls
             .not_honoured()
@@ -225,16 +233,15 @@ impl SchedulerArgs {
         if self.config.is_none() && d.kube_api_content_type.is_some() {
             flags.push("--kube-api-content-type (ksched speaks JSON)".into());
         }
-        if !features.not_honoured().is_empty() {
+        let gates = emulation.gates.not_honoured();
+        if !gates.is_empty() {
             flags.push(format!(
-                "--feature-gates {} (ksched implements these gates at their 1.36 default, or they are not scheduling gates)",
-                features.not_honoured().join(",")
+                "--feature-gates {} (ksched implements these gates at their {} default, or they are not scheduling gates)",
+                gates.join(","),
+                emulation.minor()
             ));
         }
         let fg = &self.feature_gate;
-        if !fg.emulated_version.is_empty() {
-            flags.push("--emulated-version".into());
-        }
         if !fg.min_compatibility_version.is_empty() {
             flags.push("--min-compatibility-version".into());
         }
@@ -354,8 +361,8 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
         }
     }
     logging::init(&args.logs.options());
-    let features = match FeatureGates::parse(&args.feature_gate.feature_gates) {
-        Ok(f) => f,
+    let flag_minor = match emulation::minor_from_flag(&args.feature_gate.emulated_version) {
+        Ok(m) => m,
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::FAILURE;
@@ -372,50 +379,35 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
         None => DEFAULT_CONFIG.to_vec(),
     };
     let registry = Arc::new(registry);
-    let loaded = match config::load(&bytes, registry.as_ref()) {
-        Ok(l) => l,
-        Err(errors) => {
-            for e in &errors.errors {
-                eprintln!("error: {e}");
-            }
-            let file = args
-                .config
-                .as_deref()
-                .map_or_else(|| "(default)".into(), |p| p.display().to_string());
-            eprintln!(
-                "the configuration {file} is invalid; `ksched config validate` shows the same errors"
-            );
-            return ExitCode::FAILURE;
-        }
+    // Before connecting (and so before discovery decides the minor): the gates and the
+    // configuration must be valid for some minor this run may emulate; the newest such minor's
+    // configuration names the kubeconfig.
+    let candidates: Vec<Minor> = match flag_minor {
+        Some(m) => vec![m],
+        None if args.write_config_to.is_some() => vec![Minor::NEWEST],
+        None => emulation::SUPPORTED.iter().rev().copied().collect(),
     };
-    for w in &loaded.warnings {
-        warn!("{w}");
+    let mut first_error = None;
+    let mut preliminary = None;
+    for minor in &candidates {
+        match load_config(&args, &bytes, &registry, *minor) {
+            Ok(loaded) => {
+                preliminary = Some(loaded);
+                break;
+            }
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
     }
-    let mut cfg = loaded.config;
-    args.apply_to(&mut cfg);
-    features.apply(&mut cfg);
-    if cfg.leader_election.resource_lock != "leases" {
-        eprintln!(
-            "error: leaderElection.resourceLock: Invalid value: {:?}: resourceLock value must be \"leases\"",
-            cfg.leader_election.resource_lock
-        );
+    let Some((cfg, warnings)) = preliminary else {
+        if let Some(err) = first_error {
+            err.report(&args);
+        }
         return ExitCode::FAILURE;
-    }
-    let ignored = args.ignored_with_config();
-    if !ignored.is_empty() {
-        warn!(
-            flags = %ignored.join(", "),
-            "these deprecated flags are ignored because --config is given, as kube-scheduler ignores them"
-        );
-    }
-    let not_honoured = args.not_honoured(&features);
-    if !not_honoured.is_empty() {
-        warn!(
-            flags = %not_honoured.join("; "),
-            "these kube-scheduler flags are accepted but have no effect in ksched"
-        );
-    }
+    };
     if let Some(path) = &args.write_config_to {
+        report_warnings(&args, &cfg, &warnings);
         return match std::fs::write(path, config::to_v1_yaml(&cfg)) {
             Ok(()) => {
                 info!(file = %path.display(), "Wrote configuration");
@@ -427,9 +419,6 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
             }
         };
     }
-    let configz = serde_saphyr::from_str::<serde_json::Value>(&config::to_v1_yaml(&cfg))
-        .map(|v| serde_json::json!({ "componentconfig": v }).to_string())
-        .unwrap_or_default();
     let kubeconfig = args.deprecated.kubeconfig.clone().or_else(|| {
         (!cfg.client_connection.kubeconfig.is_empty())
             .then(|| PathBuf::from(&cfg.client_connection.kubeconfig))
@@ -455,6 +444,38 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let minor = match flag_minor {
+            Some(m) => {
+                info!(emulated = %m, "emulating Kubernetes {m} (--emulated-version)");
+                m
+            }
+            None => match discover_minor(&client).await {
+                Ok(m) => {
+                    info!(emulated = %m, "emulating Kubernetes {m}, the API server's minor");
+                    m
+                }
+                Err(err) => {
+                    error!("{err}");
+                    return ExitCode::FAILURE;
+                }
+            },
+        };
+        let (cfg, warnings) = if cfg.emulation.minor() == minor {
+            (cfg, warnings)
+        } else {
+            match load_config(&args, &bytes, &registry, minor) {
+                Ok(loaded) => loaded,
+                Err(err) => {
+                    err.report(&args);
+                    return ExitCode::FAILURE;
+                }
+            }
+        };
+        report_warnings(&args, &cfg, &warnings);
+        let configz = serde_saphyr::from_str::<serde_json::Value>(&config::to_v1_yaml(&cfg))
+            .map(|v| serde_json::json!({ "componentconfig": v }).to_string())
+            .unwrap_or_default();
+        let opportunistic_batching = cfg.emulation.enabled(OPPORTUNISTIC_BATCHING);
         let (shutdown_tx, shutdown) = watch::channel(false);
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -477,7 +498,8 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
                 .map_or(DEFAULT_MAX_IN_UNSCHEDULABLE, |d| {
                     d.to_std().unwrap_or(Duration::ZERO)
                 }),
-            opportunistic_batching: features.enabled(OPPORTUNISTIC_BATCHING),
+            opportunistic_batching,
+            embedded_in: None,
         };
         match run(client, options, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -487,6 +509,90 @@ pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
             }
         }
     })
+}
+
+/// Why the configuration cannot run, at one minor.
+enum StartError {
+    Gates(Minor, FeatureGateError),
+    Config(Minor, config::ConfigErrors),
+    ResourceLock(String),
+}
+
+impl StartError {
+    fn report(&self, args: &SchedulerArgs) {
+        match self {
+            StartError::Gates(minor, err) => {
+                eprintln!("error: {err} (the gates of Kubernetes {minor}, which ksched emulates)");
+            }
+            StartError::Config(minor, errors) => {
+                for e in &errors.errors {
+                    eprintln!("error: {e}");
+                }
+                let file = args
+                    .config
+                    .as_deref()
+                    .map_or_else(|| "(default)".into(), |p| p.display().to_string());
+                eprintln!(
+                    "the configuration {file} is invalid for Kubernetes {minor} (the minor ksched emulates); `ksched config validate` shows the same errors"
+                );
+            }
+            StartError::ResourceLock(lock) => eprintln!(
+                "error: leaderElection.resourceLock: Invalid value: {lock:?}: resourceLock value must be \"leases\""
+            ),
+        }
+    }
+}
+
+/// The configuration as the kube-scheduler of `minor` with the given gates reads it, the flags
+/// that override it applied; and its warnings.
+fn load_config(
+    args: &SchedulerArgs,
+    bytes: &[u8],
+    registry: &Registry,
+    minor: Minor,
+) -> Result<(config::Config, Vec<String>), StartError> {
+    let emulation = Emulation::with_gates(minor, &args.feature_gate.feature_gates)
+        .map_err(|e| StartError::Gates(minor, e))?;
+    let loaded =
+        config::load_at(bytes, registry, &emulation).map_err(|e| StartError::Config(minor, e))?;
+    let mut cfg = loaded.config;
+    args.apply_to(&mut cfg);
+    if cfg.leader_election.resource_lock != "leases" {
+        return Err(StartError::ResourceLock(
+            cfg.leader_election.resource_lock.clone(),
+        ));
+    }
+    Ok((cfg, loaded.warnings))
+}
+
+/// The configuration's warnings, deprecated flags ignored with `--config`, flags without effect.
+fn report_warnings(args: &SchedulerArgs, cfg: &config::Config, warnings: &[String]) {
+    for w in warnings {
+        warn!("{w}");
+    }
+    let ignored = args.ignored_with_config();
+    if !ignored.is_empty() {
+        warn!(
+            flags = %ignored.join(", "),
+            "these deprecated flags are ignored because --config is given, as kube-scheduler ignores them"
+        );
+    }
+    let not_honoured = args.not_honoured(&cfg.emulation);
+    if !not_honoured.is_empty() {
+        warn!(
+            flags = %not_honoured.join("; "),
+            "these kube-scheduler flags are accepted but have no effect in ksched"
+        );
+    }
+}
+
+/// The API server's minor (discovery's `/version`), which ksched must emulate.
+async fn discover_minor(client: &kube::Client) -> Result<Minor, String> {
+    let info = client
+        .apiserver_version()
+        .await
+        .map_err(|e| format!("asking the API server for its version (to decide which Kubernetes minor to emulate; --emulated-version decides without asking): {e}"))?;
+    emulation::minor_from_server(&info).map_err(|e| e.to_string())
 }
 
 async fn client(
@@ -510,7 +616,7 @@ async fn client(
             .parse()
             .map_err(|e| format!("--master={master}: {e}"))?;
     }
-    super::metrics::set_api_host(&config.cluster_url);
+    crate::infra::metrics::set_api_host(&config.cluster_url);
     kube::Client::try_from(with_read_timeout(config))
         .map_err(|e| format!("building the client: {e}"))
 }

@@ -19,6 +19,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use crate::framework::api_calls::ApiEvent;
+
 /// `PodScheduled=False` reason for pods no node fits.
 pub(crate) const REASON_UNSCHEDULABLE: &str = "Unschedulable";
 /// `PodScheduled=False` reason for internal errors.
@@ -36,6 +38,21 @@ const EVENT_QUEUE: usize = 1000;
 /// burst of bindings left the queue hundreds of events behind (lost when the leader was killed); 16
 /// keep up with the binding rate, and the events client's own token bucket still bounds the rate.
 const EVENT_WRITES_IN_FLIGHT: usize = 16;
+
+/// What users see of a pod's scheduling attempts: the scheduler tells its profile's reporter
+/// how each attempt ended. [`PodReporter`] writes it to the API server.
+#[async_trait::async_trait]
+pub(crate) trait Reporter: Send + Sync {
+    /// The pod was bound to `node`.
+    fn scheduled(&self, pod: &Pod, node: &str);
+
+    /// The attempt failed with `reason` (Unschedulable or SchedulerError) and `message`;
+    /// `nominated_node` is where preemption nominated the pod (`""` clears a nomination).
+    async fn failed(&self, pod: &Pod, reason: &str, message: &str, nominated_node: Option<&str>);
+
+    /// The pod is about to be bound to `node` (PreBind will act or Permit waits).
+    async fn nominate(&self, pod: &Pod, node: &str);
+}
 
 /// Publishes events and condition updates for one scheduler profile. Events go to the process's
 /// [`EventQueue`], so a binding cycle never waits for one; the condition update goes through the
@@ -83,6 +100,8 @@ impl EventFlusher {
 struct PendingEvent {
     controller: Arc<str>,
     regarding: ObjectReference,
+    /// The other object the event is about (a victim's preemptor).
+    related: Option<ObjectReference>,
     type_: &'static str,
     reason: &'static str,
     action: &'static str,
@@ -156,6 +175,22 @@ fn series_key(controller: &str, reference: &ObjectReference, reason: &str, actio
 }
 
 impl EventQueue {
+    /// Queues an event a plugin recorded (see [`ApiEvent`]); dropped when the queue is full.
+    pub(crate) fn record(&self, event: ApiEvent) {
+        let pending = PendingEvent {
+            controller: event.reporting_controller.into(),
+            regarding: event.regarding,
+            related: event.related,
+            type_: event.type_,
+            reason: event.reason,
+            action: event.action,
+            note: event.note,
+        };
+        if self.0.try_send(pending).is_err() {
+            debug!(reason = event.reason, "event queue full; event dropped");
+        }
+    }
+
     /// Spawns the writer; `events_client` writes, `instance` is the reporting instance.
     pub(crate) fn start(events_client: Client, instance: &str) -> (Self, EventFlusher) {
         let (events, mut queue) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
@@ -212,6 +247,7 @@ impl PodReporter {
         let event = PendingEvent {
             controller: self.controller.clone(),
             regarding: pod.object_ref(&()),
+            related: None,
             type_,
             reason,
             action,
@@ -219,58 +255,6 @@ impl PodReporter {
         };
         if self.events.0.try_send(event).is_err() {
             debug!(reason, "event queue full; event dropped");
-        }
-    }
-
-    /// `Scheduled`: "Successfully assigned ns/name to node".
-    pub(crate) fn scheduled(&self, pod: &Pod, node: &str) {
-        let note = format!(
-            "Successfully assigned {}/{} to {node}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        );
-        self.publish(pod, "Normal", "Scheduled", "Binding", note);
-    }
-
-    /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
-    /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
-    /// when preemption chose one. A pod that already shows all of it is not patched again.
-    pub(crate) async fn failed(
-        &self,
-        pod: &Pod,
-        reason: &str,
-        message: &str,
-        nominated_node: Option<&str>,
-    ) {
-        self.publish(
-            pod,
-            "Warning",
-            "FailedScheduling",
-            "Scheduling",
-            message.to_string(),
-        );
-        if let Some(status) =
-            pod_scheduled_patch(pod, reason, message, nominated_node, Timestamp::now())
-        {
-            self.patch_status(pod, status, "the PodScheduled condition")
-                .await;
-        }
-    }
-
-    /// Writes `node` to status.nominatedNodeName (unless the pod already shows it): upstream 1.36
-    /// does so before binding when PreBind will act or Permit waits (NominatedNodeNameForExpectation).
-    pub(crate) async fn nominate(&self, pod: &Pod, node: &str) {
-        let current = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.as_deref());
-        if current != Some(node) {
-            self.patch_status(
-                pod,
-                json!({ "nominatedNodeName": node }),
-                "nominatedNodeName",
-            )
-            .await;
         }
     }
 
@@ -290,7 +274,56 @@ impl PodReporter {
             )
             .await
         {
-            warn!(pod = %format!("{ns}/{name}"), %err, "updating {what} failed");
+            warn!(pod = %format!("{ns}/{name}"), err = %crate::infra::logging::kube_error(&err), "updating {what} failed");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Reporter for PodReporter {
+    /// `Scheduled`: "Successfully assigned ns/name to node".
+    fn scheduled(&self, pod: &Pod, node: &str) {
+        let note = format!(
+            "Successfully assigned {}/{} to {node}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        self.publish(pod, "Normal", "Scheduled", "Binding", note);
+    }
+
+    /// `FailedScheduling` with `message`, and `PodScheduled=False` with `reason` (Unschedulable or
+    /// SchedulerError) and the same message; `nominated_node` is written to status.nominatedNodeName
+    /// when preemption chose one. A pod that already shows all of it is not patched again.
+    async fn failed(&self, pod: &Pod, reason: &str, message: &str, nominated_node: Option<&str>) {
+        self.publish(
+            pod,
+            "Warning",
+            "FailedScheduling",
+            "Scheduling",
+            message.to_string(),
+        );
+        if let Some(status) =
+            pod_scheduled_patch(pod, reason, message, nominated_node, Timestamp::now())
+        {
+            self.patch_status(pod, status, "the PodScheduled condition")
+                .await;
+        }
+    }
+
+    /// Writes `node` to status.nominatedNodeName (unless the pod already shows it): upstream 1.36
+    /// does so before binding when PreBind will act or Permit waits (NominatedNodeNameForExpectation).
+    async fn nominate(&self, pod: &Pod, node: &str) {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref());
+        if current != Some(node) {
+            self.patch_status(
+                pod,
+                json!({ "nominatedNodeName": node }),
+                "nominatedNodeName",
+            )
+            .await;
         }
     }
 }
@@ -347,6 +380,7 @@ impl EventWriter {
         let PendingEvent {
             controller,
             regarding: reference,
+            related,
             type_,
             reason,
             action,
@@ -390,6 +424,7 @@ impl EventWriter {
                     note: Some(note),
                     type_: Some(type_.into()),
                     regarding: Some(reference),
+                    related,
                     reporting_controller: Some(controller.to_string()),
                     reporting_instance: Some(self.instance.clone()),
                     ..Default::default()
@@ -401,7 +436,7 @@ impl EventWriter {
             }
         };
         if let Err(err) = result {
-            warn!(%err, reason, "publishing an event failed");
+            warn!(err = %crate::infra::logging::kube_error(&err), reason, "publishing an event failed");
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The scheduler's HTTPS endpoint (default port 10259), as kube-scheduler's: `/healthz`
 //! (`leaderElection` check with leader election on), `/livez`, `/readyz` (`leaderElection`,
 //! `shutdown`, `sched-handler-sync`: ready once the informer caches have synced), `/metrics`,
-//! `/configz`, and `/debug/pprof/profile` when `enableProfiling` is true. Every request is
-//! authenticated and authorized as upstream's ([`crate::serving::auth`]); the health paths are
-//! always allowed by default. Without a certificate it serves a self-signed one, as upstream.
+//! `/configz`, and `/debug/pprof/profile` and `/debug/pprof/heap` when `enableProfiling` is
+//! true. Every request is authenticated and authorized as upstream's
+//! ([`crate::infra::serving::auth`]); the health paths are always allowed by default. Without a
+//! certificate it serves a self-signed one, as upstream.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,10 +19,10 @@ use tracing::info;
 
 use super::leader_election::LeaderHealth;
 use super::metrics::Metrics;
-use crate::serving::auth::{AuthSetupError, AuthenticationArgs, AuthorizationArgs};
-use crate::serving::healthz::{CheckFn, HealthChecks};
-use crate::serving::tls::{TlsArgs, TlsError};
-use crate::serving::{self, Serving, pprof};
+use crate::infra::serving::auth::{AuthSetupError, AuthenticationArgs, AuthorizationArgs};
+use crate::infra::serving::healthz::{CheckFn, HealthChecks};
+use crate::infra::serving::tls::{TlsArgs, TlsError};
+use crate::infra::serving::{self, Serving, pprof};
 
 /// What the endpoints report.
 pub(crate) struct HttpState {
@@ -34,7 +35,7 @@ pub(crate) struct HttpState {
     pub leader: Option<LeaderHealth>,
     /// Turns true when the process starts shutting down (`/readyz`'s `shutdown` check).
     pub shutdown: watch::Receiver<bool>,
-    /// `enableProfiling`: `/debug/pprof/profile` is served.
+    /// `enableProfiling`: `/debug/pprof/profile` and `/heap` are served.
     pub profiling: bool,
 }
 
@@ -170,7 +171,7 @@ impl Routes {
             }
         }
         match path {
-            "/metrics" => serving::metrics(&serving::without_families(
+            "/metrics" => serving::metrics(&crate::infra::metrics::without_families(
                 &self.state.metrics.encode(),
                 &self.disabled_metrics,
             )),
@@ -217,7 +218,7 @@ async fn set_verbosity(req: Request<Incoming>) -> Response<Full<Bytes>> {
             );
         }
     };
-    match crate::logging::set_verbosity(&String::from_utf8_lossy(&body)) {
+    match crate::infra::logging::set_verbosity(&String::from_utf8_lossy(&body)) {
         Ok(answer) => {
             tracing::info!(verbosity = %String::from_utf8_lossy(&body).trim(), "log verbosity set through /debug/flags/v");
             serving::text(StatusCode::OK, &answer)
@@ -232,30 +233,38 @@ async fn profiling(path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
         "/debug/pprof" | "/debug/pprof/" => serving::text(
             StatusCode::OK,
             "/debug/pprof/\n\nprofile: CPU profile (pprof protobuf). Add ?seconds=N (default 30).\n\
-             \nHeap profiles are not available: ksched runs on glibc's malloc, which does not \
-             sample allocations.\n",
+             heap: the live heap, sampled every 512 KiB allocated (gzipped pprof protobuf; needs \
+             KSCHED_ALLOCATOR=jemalloc, the default).\n",
         ),
+        "/debug/pprof/heap" => match pprof::heap_profile().await {
+            Ok(profile) => profile_response(profile, "heap"),
+            Err(e) => serving::text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        },
         "/debug/pprof/profile" => {
             let seconds = match pprof::seconds(query) {
                 Ok(s) => s,
                 Err(e) => return serving::text(StatusCode::BAD_REQUEST, &e),
             };
             match pprof::cpu_profile(Duration::from_secs(seconds)).await {
-                Ok(profile) => {
-                    let mut resp = Response::new(Full::new(Bytes::from(profile)));
-                    resp.headers_mut().insert(
-                        hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static("application/octet-stream"),
-                    );
-                    resp.headers_mut().insert(
-                        hyper::header::CONTENT_DISPOSITION,
-                        hyper::header::HeaderValue::from_static("attachment; filename=\"profile\""),
-                    );
-                    resp
-                }
+                Ok(profile) => profile_response(profile, "profile"),
                 Err(e) => serving::text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
         }
         _ => serving::not_found(),
     }
+}
+
+/// A profile as Go's net/http/pprof sends it: an attachment named `name`.
+fn profile_response(profile: Vec<u8>, name: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(profile)));
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/octet-stream"),
+    );
+    let disposition = format!("attachment; filename=\"{name}\"");
+    if let Ok(value) = hyper::header::HeaderValue::from_str(&disposition) {
+        resp.headers_mut()
+            .insert(hyper::header::CONTENT_DISPOSITION, value);
+    }
+    resp
 }

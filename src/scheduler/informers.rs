@@ -8,12 +8,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -21,16 +19,14 @@ use tracing::{debug, warn};
 use super::cache::Cache;
 use super::queue::SchedulingQueue;
 use super::trim::{assigned_pod, trim_metadata, trim_pod};
-use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::framework::events::{
     EVENT_ASSIGNED_POD_ADD, EVENT_ASSIGNED_POD_DELETE, EVENT_NODE_ADD, EVENT_NODE_DELETE,
     EVENT_UNSCHEDULED_POD_ADD, EVENT_UNSCHEDULED_POD_DELETE, EVENT_UNSCHEDULED_POD_UPDATE,
     assigned_pod_scheduling_properties_change, node_scheduling_properties_change,
 };
-use crate::framework::listers::{Informer, Listers, ObjectStore, PodGroupMembers, StoreChange};
-use crate::framework::types::{
-    ActionType, ClusterEvent, EventObject, EventResource, PodInfo, PodObject,
-};
+use crate::framework::listers::{EventSink, Informer, Listers, WatchContext};
+use crate::framework::types::{ClusterEvent, EventObject, PodInfo, PodObject};
+use crate::infra::informer::informer;
 
 /// `ns/name`, the key the cache and the queue use.
 pub(crate) fn pod_key(pod: &Pod) -> String {
@@ -72,6 +68,8 @@ pub(crate) struct PodHandler {
 /// cache keeps assigned pods).
 enum KnownPod {
     Pending(Option<Arc<PodInfo>>),
+    /// Another scheduler's pending pod, kept while it is nominated to a node.
+    Foreign(Option<Arc<PodInfo>>),
     Assigned,
 }
 
@@ -93,6 +91,10 @@ impl PodHandler {
         let key = pod_key(&pod);
         let node = node_name(&pod).to_string();
         if !node.is_empty() {
+            if let Some(KnownPod::Foreign(Some(_))) = self.known.get(&key) {
+                // Bound where it was nominated (or elsewhere): the cache holds it from now on.
+                self.queue.nominator().delete(&key);
+            }
             self.known.insert(key.clone(), KnownPod::Assigned);
             self.queue.delete(&key);
             self.assigned_pod_applied(&node, pod);
@@ -100,7 +102,11 @@ impl PodHandler {
         }
         trim_pod(&mut pod);
         let ours = self.profiles.contains(scheduler_name(&pod));
-        let info = ours.then(|| Arc::new(PodInfo::new(Arc::new(pod))));
+        if !ours {
+            self.foreign_pending_applied(key, pod);
+            return;
+        }
+        let info = Some(Arc::new(PodInfo::new(Arc::new(pod))));
         let old = match self
             .known
             .insert(key.clone(), KnownPod::Pending(info.clone()))
@@ -143,6 +149,42 @@ impl PodHandler {
                 self.queue
                     .observe_event_handling(&EVENT_UNSCHEDULED_POD_UPDATE, start);
             }
+        }
+    }
+
+    /// Another scheduler's pending pod: only its nomination matters here (respected in Filter as
+    /// ours are); when it is dropped, the pods it kept out may fit.
+    fn foreign_pending_applied(&mut self, key: String, pod: Pod) {
+        let nominated = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+            && pod.metadata.deletion_timestamp.is_none();
+        let info = nominated.then(|| Arc::new(PodInfo::new(Arc::new(pod))));
+        let old = match self
+            .known
+            .insert(key.clone(), KnownPod::Foreign(info.clone()))
+        {
+            Some(KnownPod::Foreign(old)) => old,
+            _ => None,
+        };
+        match info {
+            Some(info) => self.queue.nominator().update_foreign(info),
+            None => self.queue.nominator().delete(&key),
+        }
+        if let Some(old) = old
+            && self.known_foreign_node(&key) != Some(old.nominated_node_name().to_string())
+        {
+            self.nominated_pod_gone(old);
+        }
+    }
+
+    /// The node another scheduler's pending pod `key` is nominated to now.
+    fn known_foreign_node(&self, key: &str) -> Option<String> {
+        match self.known.get(key) {
+            Some(KnownPod::Foreign(Some(p))) => Some(p.nominated_node_name().to_string()),
+            _ => None,
         }
     }
 
@@ -193,7 +235,11 @@ impl PodHandler {
     pub(crate) fn delete(&mut self, key: &str) {
         let start = Instant::now();
         match self.known.remove(key) {
-            None | Some(KnownPod::Pending(None)) => {}
+            None | Some(KnownPod::Pending(None)) | Some(KnownPod::Foreign(None)) => {}
+            Some(KnownPod::Foreign(Some(old))) => {
+                self.queue.nominator().delete(key);
+                self.nominated_pod_gone(old);
+            }
             Some(KnownPod::Pending(Some(old))) => {
                 self.queue.delete(key);
                 if !old.nominated_node_name().is_empty() {
@@ -221,19 +267,6 @@ impl PodHandler {
     fn known_keys(&self) -> HashSet<String> {
         self.known.keys().cloned().collect()
     }
-}
-
-/// The list-then-watch stream of `api`, retried after an error with client-go's reflector backoff
-/// (0.8 s doubling to 30 s, with jitter, reset after 2 min without error): an unreachable API
-/// server costs a few requests and log lines a minute, not hundreds a second.
-fn informer<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> BoxStream<'static, watcher::Result<Event<K>>>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    watcher::watcher(api, config).default_backoff().boxed()
 }
 
 /// Watches pods that are not finished (as upstream: `status.phase!=Succeeded,status.phase!=Failed`;
@@ -265,7 +298,9 @@ pub(crate) async fn watch_pods(
                 debug!("pod informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "pod watch failed; retrying with backoff"),
+            Err(err) => {
+                warn!(err = %crate::infra::logging::watch_error(&err), "pod watch failed; retrying with backoff")
+            }
         }
     }
 }
@@ -344,7 +379,9 @@ pub(crate) async fn watch_nodes(
                 debug!("node informer synced");
             }
             Ok(None) => return,
-            Err(err) => warn!(%err, "node watch failed; retrying with backoff"),
+            Err(err) => {
+                warn!(err = %crate::infra::logging::watch_error(&err), "node watch failed; retrying with backoff")
+            }
         }
     }
 }
@@ -354,183 +391,21 @@ fn images(n: &Node) -> Option<&Vec<k8s_openapi::api::core::v1::ContainerImage>> 
     n.status.as_ref().and_then(|s| s.images.as_ref())
 }
 
-/// Hands a change of a watched kind to the queue as the cluster event it is (none for kinds
-/// without events).
-fn store_event<K: Send + Sync + 'static, S: Store<K> + ?Sized>(
-    queue: &SchedulingQueue,
-    store: &S,
-    resource: Option<EventResource>,
-    old: Option<Arc<K>>,
-    new: Option<Arc<K>>,
-) {
-    let Some(resource) = resource else {
-        return;
-    };
-    let action = match (&old, &new) {
-        (None, _) => ActionType::ADD,
-        (_, None) => ActionType::DELETE,
-        _ => ActionType::UPDATE,
-    };
-    let event = ClusterEvent::new(resource, action);
-    let start = Instant::now();
-    queue.move_all_to_active_or_backoff(
-        &event,
-        old.map(|o| store.event_object(o)),
-        new.map(|n| store.event_object(n)),
-    );
-    queue.observe_event_handling(&event, start);
-}
-
-/// A store an informer fills (an [`ObjectStore`], or the index of PodGroup members). Each write
-/// returns the change it made as `(old, new)`, for the cluster event it is.
-trait Store<K>: Send + Sync {
-    /// Adds or updates `obj`.
-    fn apply(&self, obj: K) -> Option<StoreChange<K>>;
-    /// Removes `obj`.
-    fn delete(&self, obj: K) -> Option<StoreChange<K>>;
-    /// Replaces everything (after a re-list).
-    fn replace(&self, objs: Vec<K>) -> Vec<StoreChange<K>>;
-    /// What the queue's hints get for a stored object.
-    fn event_object(&self, obj: Arc<K>) -> EventObject
-    where
-        K: Send + Sync + 'static,
-    {
-        EventObject::new(obj)
+/// The queue takes every change of a watched kind as the cluster event it is.
+impl EventSink for SchedulingQueue {
+    fn cluster_event(
+        &self,
+        event: &ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+    ) {
+        let start = Instant::now();
+        self.move_all_to_active_or_backoff(event, old, new);
+        self.observe_event_handling(event, start);
     }
 }
 
-impl<K: kube::Resource + Send + Sync> Store<K> for ObjectStore<K> {
-    fn apply(&self, obj: K) -> Option<StoreChange<K>> {
-        let new = Arc::new(obj);
-        Some((self.apply_arc(new.clone()), Some(new)))
-    }
-
-    fn delete(&self, obj: K) -> Option<StoreChange<K>> {
-        let old = ObjectStore::delete(self, &ObjectStore::<K>::key_of(&obj));
-        Some((Some(old.unwrap_or_else(|| Arc::new(obj))), None))
-    }
-
-    fn replace(&self, objs: Vec<K>) -> Vec<StoreChange<K>> {
-        ObjectStore::replace(self, objs)
-    }
-}
-
-/// Member pods. The pod informer tells the queue what changed, but this index is filled by a
-/// watch of its own and may catch up later: a gang member rejected because its siblings were
-/// not counted yet would then wait for an unrelated event. So a pending pod joining a group is an
-/// unscheduled pod added once more, when the index holds it.
-impl Store<Pod> for PodGroupMembers {
-    fn apply(&self, pod: Pod) -> Option<StoreChange<Pod>> {
-        let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
-        let added = pending.then(|| Arc::new(pod.clone()));
-        let joined = PodGroupMembers::apply(self, pod);
-        added.filter(|_| joined).map(|pod| (None, Some(pod)))
-    }
-
-    fn event_object(&self, pod: Arc<Pod>) -> EventObject {
-        PodObject::Unscheduled(Arc::new(PodInfo::new(pod))).into_event_object()
-    }
-
-    fn delete(&self, pod: Pod) -> Option<StoreChange<Pod>> {
-        PodGroupMembers::delete(self, &pod_key(&pod));
-        None
-    }
-
-    fn replace(&self, pods: Vec<Pod>) -> Vec<StoreChange<Pod>> {
-        PodGroupMembers::replace(self, pods);
-        Vec::new()
-    }
-}
-
-/// A kind an informer can watch into a store.
-trait Watched:
-    kube::Resource<DynamicType: Default>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Watched for K where
-    K: kube::Resource<DynamicType: Default>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
-
-/// Watches one extra kind into its store; its changes are cluster events (`resource`) for the
-/// queue.
-async fn watch_store<K>(
-    api: Api<K>,
-    listers: Arc<Listers>,
-    store: fn(&Listers) -> &ObjectStore<K>,
-    resource: Option<EventResource>,
-    queue: Arc<SchedulingQueue>,
-    synced: watch::Sender<bool>,
-) where
-    K: Watched,
-{
-    let config = watcher::Config::default();
-    watch_store_with(api, config, listers, store, resource, queue, synced).await
-}
-
-/// Watches what `config` selects into a store; its changes are cluster events (`resource`) for
-/// the queue.
-async fn watch_store_with<K, S>(
-    api: Api<K>,
-    config: watcher::Config,
-    listers: Arc<Listers>,
-    store: fn(&Listers) -> &S,
-    resource: Option<EventResource>,
-    queue: Arc<SchedulingQueue>,
-    synced: watch::Sender<bool>,
-) where
-    S: Store<K> + ?Sized,
-    K: Watched,
-{
-    let mut stream = informer(api, config);
-    let mut initial: Vec<K> = Vec::new();
-    loop {
-        match stream.try_next().await {
-            Ok(Some(Event::Apply(mut obj))) => {
-                trim_metadata(&mut obj);
-                if let Some((old, new)) = store(&listers).apply(obj) {
-                    store_event(&queue, store(&listers), resource, old, new);
-                }
-            }
-            Ok(Some(Event::Delete(obj))) => {
-                if let Some((old, new)) = store(&listers).delete(obj) {
-                    store_event(&queue, store(&listers), resource, old, new);
-                }
-            }
-            Ok(Some(Event::Init)) => initial.clear(),
-            Ok(Some(Event::InitApply(mut obj))) => {
-                trim_metadata(&mut obj);
-                initial.push(obj);
-            }
-            Ok(Some(Event::InitDone)) => {
-                for (old, new) in store(&listers).replace(std::mem::take(&mut initial)) {
-                    store_event(&queue, store(&listers), resource, old, new);
-                }
-                let _ = synced.send(true);
-            }
-            Ok(None) => return,
-            Err(err) => {
-                let kind = K::kind(&Default::default()).into_owned();
-                warn!(%err, "{kind} watch failed; retrying with backoff")
-            }
-        }
-    }
-}
-
-/// Starts a watcher per informer kind; each returned receiver turns true once its first list is in.
+/// Starts the informer of each kind; each returned receiver turns true once its first list is in.
 pub(crate) fn start_informers(
     client: &Client,
     informers: &std::collections::BTreeSet<Informer>,
@@ -539,151 +414,16 @@ pub(crate) fn start_informers(
 ) -> (Vec<tokio::task::JoinHandle<()>>, Vec<watch::Receiver<bool>>) {
     let mut tasks = Vec::new();
     let mut synced = Vec::new();
-    for informer in informers {
+    for kind in informers {
         let (tx, rx) = watch::channel(false);
         synced.push(rx);
-        let (c, l, q, r) = (
-            client.clone(),
-            listers.clone(),
-            queue.clone(),
-            informer.event_resource(),
-        );
-        let task = match informer {
-            Informer::PersistentVolumes => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.persistent_volumes,
-                r,
-                q,
-                tx,
-            )),
-            Informer::PersistentVolumeClaims => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.persistent_volume_claims,
-                r,
-                q,
-                tx,
-            )),
-            Informer::StorageClasses => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.storage_classes,
-                r,
-                q,
-                tx,
-            )),
-            Informer::CSINodes => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_nodes, r, q, tx))
-            }
-            Informer::CSIDrivers => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.csi_drivers, r, q, tx))
-            }
-            Informer::CSIStorageCapacities => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.csi_storage_capacities,
-                r,
-                q,
-                tx,
-            )),
-            Informer::PodDisruptionBudgets => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.pod_disruption_budgets,
-                r,
-                q,
-                tx,
-            )),
-            Informer::Namespaces => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.namespaces, r, q, tx))
-            }
-            Informer::PodGroups => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.pod_groups, r, q, tx))
-            }
-            Informer::Services => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.services, r, q, tx))
-            }
-            // Every phase: a group's Succeeded and Failed members count too.
-            Informer::PodGroupMembers => tokio::spawn(watch_store_with(
-                Api::all(c),
-                watcher::Config::default().labels(POD_GROUP_LABEL),
-                l,
-                |l| &l.pod_group_members,
-                r,
-                q,
-                tx,
-            )),
-            Informer::ReplicationControllers => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.replication_controllers,
-                r,
-                q,
-                tx,
-            )),
-            Informer::ReplicaSets => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.replica_sets, r, q, tx))
-            }
-            Informer::StatefulSets => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.stateful_sets, r, q, tx))
-            }
-            Informer::ResourceClaims => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.resource_claims,
-                r,
-                q,
-                tx,
-            )),
-            Informer::ResourceSlices => tokio::spawn(watch_store(
-                Api::all(c),
-                l,
-                |l| &l.resource_slices,
-                r,
-                q,
-                tx,
-            )),
-            Informer::DeviceClasses => {
-                tokio::spawn(watch_store(Api::all(c), l, |l| &l.device_classes, r, q, tx))
-            }
+        let ctx = WatchContext {
+            client: client.clone(),
+            listers: listers.clone(),
+            events: queue.clone(),
+            synced: tx,
         };
-        tasks.push(task);
+        tasks.push(tokio::spawn(kind.watch(ctx)));
     }
     (tasks, synced)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::framework::testing::PodBuilder;
-    use crate::framework::types::objects;
-
-    fn member(name: &str) -> PodBuilder {
-        PodBuilder::new(name)
-            .namespace("ns")
-            .label(POD_GROUP_LABEL, "g")
-    }
-
-    /// The members index raises an unscheduled-pod add for a pending pod the first time it holds
-    /// it, so a sibling rejected before the index caught up is requeued (Coscheduling's hint
-    /// matches the group); updates, bound members and pods outside a group raise nothing.
-    #[test]
-    fn a_pending_pod_joining_a_group_is_an_unscheduled_pod_added() {
-        let members = PodGroupMembers::default();
-        let (old, new) = Store::apply(&members, member("a").build()).expect("an event");
-        assert!(old.is_none());
-        let object = members.event_object(new.expect("the new member"));
-        let (_, added) = objects::<PodObject>(None, Some(&object)).expect("a PodObject");
-        assert!(matches!(added, Some(PodObject::Unscheduled(p)) if p.name() == "a"));
-        assert_eq!(
-            Informer::PodGroupMembers.event_resource(),
-            Some(EventResource::UnscheduledPod)
-        );
-
-        assert!(Store::apply(&members, member("a").build()).is_none());
-        assert!(Store::apply(&members, member("b").node("n1").build()).is_none());
-        assert!(Store::apply(&members, PodBuilder::new("c").namespace("ns").build()).is_none());
-        assert_eq!(members.members("ns", "g").len(), 2);
-    }
 }

@@ -1,4 +1,4 @@
-//! The scheduler's leader election is the crate's [`crate::leader_election`], shared with the
+//! The scheduler's leader election is the crate's [`crate::infra::leader_election`], shared with the
 //! operator.
 
-pub(crate) use crate::leader_election::*;
+pub(crate) use crate::infra::leader_election::*;

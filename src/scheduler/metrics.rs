@@ -1,7 +1,7 @@
 //! Prometheus metrics under upstream kube-scheduler's names, labels and buckets, so existing
 //! dashboards and alerts work; `ksched_*` for our own. Besides the scheduler's families: the
 //! process's (`process_*`, as client_golang's process collector), the API clients' (client-go's
-//! `rest_client_*`, recorded by `scheduler::client`) and leader election's.
+//! `rest_client_*`, recorded by `infra::client`; both in `infra::metrics`) and leader election's.
 //!
 //! Where they are recorded follows upstream: the scheduling loop's in `scheduler/run.rs`
 //! (`schedule_one.go`), the cache's size by its housekeeping, the framework's (per extension
@@ -9,25 +9,25 @@
 //! the handles of [`FrameworkMetrics`], registered here. Families marked "queue" are defined but
 //! recorded by the queue (issue 18 part 1): until then they expose no samples.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::emulation::{self, Emulation, Minor};
 use crate::framework::metrics::{
     FrameworkMetrics, Histograms, go_exponential_buckets, latency_histogram, long_histogram,
     plugin_histogram,
 };
 use crate::framework::registry::{PluginMetric, PluginMetrics};
-use crate::serving::register;
+use crate::infra::metrics::{encode, informer_metrics, register, register_process_metrics};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
@@ -47,6 +47,24 @@ pub struct IncomingLabels {
     pub queue: String,
     pub event: String,
 }
+
+/// A queued entity's labels (1.37): `type` is `pod` (a pod that is no member of a pod group) or
+/// `podgroup`; ksched queues pods only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EntityLabels {
+    pub queue: String,
+    pub r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IncomingEntityLabels {
+    pub queue: String,
+    pub event: String,
+    pub r#type: String,
+}
+
+/// The `type` of every entity ksched queues.
+pub(crate) const ENTITY_POD: &str = "pod";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SliLabels {
@@ -121,6 +139,64 @@ pub struct QueueMetrics {
     pub queueing_hint_duration: Histograms<HintLabels>,
     /// `scheduler_event_handling_duration_seconds{event}`.
     pub event_handling_duration: Histograms<EventLabels>,
+    /// How the minor spells the resource of an event about a pending pod in `event` labels.
+    pub pod_event_spelling: PodEventSpelling,
+    /// From 1.37: `scheduler_queued_entities{queue,type}`, the pending counts by entity.
+    pub queued_entities: Option<Family<EntityLabels, Gauge>>,
+    /// From 1.37: `scheduler_queue_incoming_entities_total{queue,event,type}`.
+    pub incoming_entities: Option<Family<IncomingEntityLabels, Counter>>,
+}
+
+/// Whether a minor's kube-scheduler has the queue's per-entity families (added in 1.37, when the
+/// queue started holding pod groups as entities).
+const ENTITY_FAMILIES: &[(Minor, bool)] = &[(Minor::V1_36, false), (Minor::V1_37, true)];
+
+/// How events about pending pods are spelled in `event` labels (ksched's `ClusterEvent::label`
+/// says `UnschedulablePod...`, 1.36's spelling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodEventSpelling {
+    /// Another pending pod changed or went.
+    pub unscheduled: &'static str,
+    /// The pending pod itself changed (its own update requeues it).
+    pub target: &'static str,
+}
+
+/// The spelling per minor: 1.37 renamed upstream's `unschedulablePod` resource `UnscheduledPod`
+/// and gave the pod's own updates a resource of their own, `TargetPod`.
+const POD_EVENT_SPELLING: &[(Minor, PodEventSpelling)] = &[
+    (
+        Minor::V1_36,
+        PodEventSpelling {
+            unscheduled: UNSCHEDULABLE_POD,
+            target: UNSCHEDULABLE_POD,
+        },
+    ),
+    (
+        Minor::V1_37,
+        PodEventSpelling {
+            unscheduled: "UnscheduledPod",
+            target: "TargetPod",
+        },
+    ),
+];
+
+/// How `ClusterEvent::label` spells an event about a pending pod.
+const UNSCHEDULABLE_POD: &str = "UnschedulablePod";
+
+impl PodEventSpelling {
+    /// `label` (a `ClusterEvent` label) as the minor spells it; `target`: the event is about the
+    /// pod it requeues.
+    pub fn label<'a>(&self, label: &'a str, target: bool) -> std::borrow::Cow<'a, str> {
+        let resource = if target {
+            self.target
+        } else {
+            self.unscheduled
+        };
+        match label.strip_prefix(UNSCHEDULABLE_POD) {
+            Some(action) if resource != UNSCHEDULABLE_POD => format!("{resource}{action}").into(),
+            _ => label.into(),
+        }
+    }
 }
 
 impl Default for QueueMetrics {
@@ -133,38 +209,74 @@ impl Default for QueueMetrics {
             inflight_events: Family::default(),
             queueing_hint_duration: Family::new_with_constructor(plugin_histogram),
             event_handling_duration: Family::new_with_constructor(event_handling_histogram),
+            pod_event_spelling: *emulation::at(POD_EVENT_SPELLING, Minor::NEWEST),
+            queued_entities: None,
+            incoming_entities: None,
         }
     }
 }
 
 impl QueueMetrics {
+    /// The families of `minor`'s kube-scheduler.
+    fn at(minor: Minor) -> Self {
+        let entities = *emulation::at(ENTITY_FAMILIES, minor);
+        QueueMetrics {
+            pod_event_spelling: *emulation::at(POD_EVENT_SPELLING, minor),
+            queued_entities: entities.then(Family::default),
+            incoming_entities: entities.then(Family::default),
+            ..QueueMetrics::default()
+        }
+    }
+
     fn register(&self, r: &mut Registry) {
-        r.register(
+        if let Some(family) = &self.queued_entities {
+            register(
+                r,
+                "scheduler_queued_entities",
+                "Number of queued scheduling entities ('pod' or 'podgroup'; 'pod' stands for individual pods that are not members of any podgroup) by the queue type. 'active' means number of entities in activeQ; 'backoff' means number of entities in backoffQ; 'unschedulable' means number of entities in unschedulableEntities that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable entities that the scheduler never attempted to schedule because they are gated.",
+                family.clone(),
+            );
+        }
+        if let Some(family) = &self.incoming_entities {
+            register(
+                r,
+                "scheduler_queue_incoming_entities",
+                "Number of scheduling entities added to scheduling queues by event, queue type, and entity type. Entity types are either 'pod' (for individual pods that are not members of any podgroup) or 'podgroup'.",
+                family.clone(),
+            );
+        }
+        register(
+            r,
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
             self.incoming_pods.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_pending_pods",
             "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
             self.pending_pods.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_unschedulable_pods",
             "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
             self.unschedulable_pods.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_inflight_events",
             "Number of events currently tracked in the scheduling queue.",
             self.inflight_events.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_queueing_hint_execution_duration_seconds",
             "Duration for running a queueing hint function of a plugin.",
             self.queueing_hint_duration.clone(),
         );
-        r.register(
+        register(
+            r,
             "scheduler_event_handling_duration_seconds",
             "Event handling latency in seconds.",
             self.event_handling_duration.clone(),
@@ -213,17 +325,27 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The metrics of a `ksched scheduler` process: the scheduler's, the process's and the API
-    /// clients'.
+    /// The metrics of a `ksched scheduler` process emulating the newest minor.
     pub fn new() -> Self {
-        let mut metrics = Self::scheduler_only();
+        Self::of(&Emulation::default())
+    }
+
+    /// The metrics of a `ksched scheduler` process emulating `emulation`: the scheduler's (its
+    /// minor's families), the process's, the API clients', and the component's build and
+    /// feature gates (`kubernetes_build_info`, `kubernetes_feature_enabled`).
+    pub fn of(emulation: &Emulation) -> Self {
+        let mut metrics = Self::scheduler_only(emulation.minor());
         register_process_metrics(&mut metrics.registry);
+        register_component_metrics(&mut metrics.registry, emulation);
+        if *emulation::at(INFORMER_FAMILIES, emulation.minor()) {
+            informer_metrics().register(&mut metrics.registry);
+        }
         metrics
     }
 
-    /// The scheduler's own families only: an Embedded scheduler inside the operator, whose
-    /// process and client metrics the operator exports once.
-    pub fn scheduler_only() -> Self {
+    /// The scheduler's own families only (those of `minor`'s kube-scheduler): an Embedded
+    /// scheduler inside the operator, whose process and client metrics the operator exports once.
+    pub fn scheduler_only(minor: Minor) -> Self {
         let mut registry = Registry::default();
         let r = &mut registry;
         let framework = Arc::new(FrameworkMetrics::default());
@@ -279,7 +401,7 @@ impl Metrics {
                 Family::default(),
             ),
             queue: {
-                let queue = QueueMetrics::default();
+                let queue = QueueMetrics::at(minor);
                 queue.register(r);
                 queue
             },
@@ -301,386 +423,166 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
-        crate::serving::encode(&self.registry)
+        encode(&self.registry)
     }
 }
 
 /// Registers what the framework records under upstream's names.
 fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
-    r.register(
+    register(
+        r,
         "scheduler_framework_extension_point_duration_seconds",
         "Latency for running all plugins of a specific extension point.",
         m.extension_point_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_plugin_execution_duration_seconds",
         "Duration for running a plugin at a specific extension point.",
         m.plugin_execution_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_plugin_evaluation",
         "Number of attempts to schedule pods by each plugin and the extension point (available only in PreFilter, Filter, PreScore, and Score).",
         m.plugin_evaluation.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_permit_wait_duration_seconds",
         "Duration of waiting on permit.",
         m.permit_wait_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_goroutines",
         "Number of running goroutines split by the work they do such as binding.",
         m.goroutines.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_batch_attempts",
         "Counts of results when we attempt to use batching.",
         m.batch_attempts.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_batch_cache_flushed",
         "Counts of cache flushes by reason.",
         m.batch_cache_flushed.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_get_node_hint_duration_seconds",
         "Latency for getting a node hint.",
         m.get_node_hint_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_store_schedule_results_duration_seconds",
         // Upstream's help text, as it is.
         "Latency for getting a no.",
         m.store_schedule_results_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_attempts",
         "Total preemption attempts in the cluster till now",
         m.preemption_attempts.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_victims",
         "Number of selected preemption victims",
         m.preemption_victims.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_goroutines_duration_seconds",
         "Duration in seconds for running goroutines for the preemption.",
         m.preemption_goroutines_duration.clone(),
     );
-    r.register(
+    register(
+        r,
         "scheduler_preemption_goroutines_execution",
         "Number of preemption goroutines executed.",
         m.preemption_goroutines_execution.clone(),
     );
 }
 
-/// Registers the process's metrics (`process_*`) and the API clients' (`rest_client_*`) in
-/// `registry`: once per process (the scheduler's registry, or the operator's).
-pub(crate) fn register_process_metrics(registry: &mut Registry) {
-    registry.register_collector(Box::new(ProcessCollector));
-    rest_client_metrics().register(registry);
-}
-
-/// client_golang's process collector, read from `/proc/self` at each scrape.
-#[derive(Debug)]
-struct ProcessCollector;
-
-/// What `/proc/self` says about this process.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct ProcessStats {
-    pub cpu_seconds: f64,
-    pub resident_bytes: i64,
-    pub virtual_bytes: i64,
-    pub start_time_seconds: f64,
-    pub open_fds: i64,
-    pub max_fds: i64,
-    pub virtual_max_bytes: f64,
-    pub threads: i64,
-}
-
-/// Parses `/proc/self/stat` (`stat`), with the clock tick and page size, and the boot time.
-pub(crate) fn parse_stat(
-    stat: &str,
-    ticks: f64,
-    page: i64,
-    boot_time: f64,
-) -> Option<ProcessStats> {
-    // Fields after the command name, which is in parentheses and may hold anything.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| f.get(i)?.parse::<f64>().ok();
-    // Field numbers of proc(5) minus 3: state is field 3, at index 0.
-    let utime = num(11)?;
-    let stime = num(12)?;
-    let threads = num(17)?;
-    let start = num(19)?;
-    let vsize = num(20)?;
-    let rss = num(21)?;
-    Some(ProcessStats {
-        cpu_seconds: (utime + stime) / ticks,
-        resident_bytes: rss as i64 * page,
-        virtual_bytes: vsize as i64,
-        start_time_seconds: boot_time + start / ticks,
-        threads: threads as i64,
-        ..ProcessStats::default()
-    })
-}
-
-fn boot_time() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    stat.lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// `Max open files` and `Max address space` of `/proc/self/limits` (the soft limits).
-pub(crate) fn parse_limits(limits: &str) -> (i64, f64) {
-    let soft = |prefix: &str| {
-        limits
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l[prefix.len()..].split_whitespace().next())
-            .map(|v| {
-                if v == "unlimited" {
-                    -1.0
-                } else {
-                    v.parse().unwrap_or(-1.0)
-                }
-            })
-            .unwrap_or(-1.0)
-    };
-    (soft("Max open files") as i64, soft("Max address space"))
-}
-
-fn process_stats() -> Option<ProcessStats> {
-    // SAFETY: sysconf has no preconditions.
-    let (ticks, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_CLK_TCK) as f64,
-            libc::sysconf(libc::_SC_PAGESIZE) as i64,
-        )
-    };
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let mut stats = parse_stat(&stat, ticks.max(1.0), page, boot_time().unwrap_or(0.0))?;
-    stats.open_fds = std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as i64)
-        .unwrap_or(0);
-    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-    (stats.max_fds, stats.virtual_max_bytes) = parse_limits(&limits);
-    Some(stats)
-}
-
-fn encode_gauge<N>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: N,
-) -> Result<(), std::fmt::Error>
-where
-    ConstGauge<N>: EncodeMetric,
-{
-    let gauge = ConstGauge::new(value);
-    let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
-    gauge.encode(metric)
-}
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(s) = process_stats() else {
-            return Ok(());
-        };
-        let cpu = ConstCounter::new(s.cpu_seconds);
-        let metric = encoder.encode_descriptor(
-            "process_cpu_seconds",
-            "Total user and system CPU time spent in seconds.",
-            None,
-            cpu.metric_type(),
-        )?;
-        cpu.encode(metric)?;
-        let e = &mut encoder;
-        encode_gauge(
-            e,
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-            s.resident_bytes,
-        )?;
-        encode_gauge(
-            e,
-            "process_virtual_memory_bytes",
-            "Virtual memory size in bytes.",
-            s.virtual_bytes,
-        )?;
-        encode_gauge(
-            e,
-            "process_virtual_memory_max_bytes",
-            "Maximum amount of virtual memory available in bytes.",
-            s.virtual_max_bytes,
-        )?;
-        encode_gauge(
-            e,
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
-            s.start_time_seconds,
-        )?;
-        encode_gauge(
-            e,
-            "process_open_fds",
-            "Number of open file descriptors.",
-            s.open_fds,
-        )?;
-        encode_gauge(
-            e,
-            "process_max_fds",
-            "Maximum number of open file descriptors.",
-            s.max_fds,
-        )?;
-        encode_gauge(
-            e,
-            "ksched_process_threads",
-            "OS threads of the process (kube-scheduler's go_threads).",
-            s.threads,
-        )?;
-        Ok(())
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildInfoLabels {
+    build_date: String,
+    compiler: String,
+    git_commit: String,
+    git_tree_state: String,
+    git_version: String,
+    go_version: String,
+    major: String,
+    minor: String,
+    platform: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RequestLabels {
-    pub code: String,
-    pub method: String,
-    pub host: String,
+struct FeatureLabels {
+    name: String,
+    stage: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct VerbHostLabels {
-    pub verb: String,
-    pub host: String,
-}
-
-fn request_latency_histogram() -> Histogram {
-    Histogram::new([
-        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
-    ])
-}
-
-fn size_histogram() -> Histogram {
-    Histogram::new([
-        64.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
-        16777216.0,
-    ])
-}
-
-/// client-go's request metrics, for every API client of the process (client-go registers them
-/// once per process too).
-#[derive(Clone, Debug)]
-pub(crate) struct RestClientMetrics {
-    pub requests: Family<RequestLabels, Counter>,
-    pub request_duration: Histograms<VerbHostLabels>,
-    pub rate_limiter_duration: Histograms<VerbHostLabels>,
-    pub request_size: Histograms<VerbHostLabels>,
-    pub response_size: Histograms<VerbHostLabels>,
-}
-
-impl RestClientMetrics {
-    fn new() -> Self {
-        Self {
-            requests: Family::default(),
-            request_duration: Family::new_with_constructor(request_latency_histogram),
-            rate_limiter_duration: Family::new_with_constructor(request_latency_histogram),
-            request_size: Family::new_with_constructor(size_histogram),
-            response_size: Family::new_with_constructor(size_histogram),
-        }
-    }
-
-    fn register(&self, r: &mut Registry) {
-        r.register(
-            "rest_client_requests",
-            "Number of HTTP requests, partitioned by status code, method, and host.",
-            self.requests.clone(),
-        );
-        r.register(
-            "rest_client_request_duration_seconds",
-            "Request latency in seconds. Broken down by verb, and host.",
-            self.request_duration.clone(),
-        );
-        r.register(
-            "rest_client_rate_limiter_duration_seconds",
-            "Client side rate limiter latency in seconds. Broken down by verb, and host.",
-            self.rate_limiter_duration.clone(),
-        );
-        r.register(
-            "rest_client_request_size_bytes",
-            "Request size in bytes. Broken down by verb and host.",
-            self.request_size.clone(),
-        );
-        r.register(
-            "rest_client_response_size_bytes",
-            "Response size in bytes. Broken down by verb and host.",
-            self.response_size.clone(),
-        );
-    }
-
-    /// Records one request that got an answer with `code` (or `<error>`) after `took`.
-    pub(crate) fn observe(
-        &self,
-        method: &str,
-        code: &str,
-        took: Duration,
-        sizes: (Option<u64>, Option<u64>),
-    ) {
-        let host = api_host().to_string();
-        let verb = VerbHostLabels {
-            verb: method.to_string(),
-            host: host.clone(),
-        };
-        self.requests
-            .get_or_create(&RequestLabels {
-                code: code.to_string(),
-                method: method.to_string(),
-                host,
+/// What component-base registers in every Kubernetes component: `kubernetes_build_info` (ksched's
+/// version; `major` and `minor` are the Kubernetes minor it emulates, what dashboards read them
+/// for) and `kubernetes_feature_enabled` (every feature gate of that minor, 1 when on).
+fn register_component_metrics(registry: &mut Registry, emulation: &Emulation) {
+    let build: Family<BuildInfoLabels, Gauge> = Family::default();
+    let minor = emulation.minor();
+    build
+        .get_or_create(&BuildInfoLabels {
+            build_date: String::new(),
+            compiler: "rustc".into(),
+            git_commit: String::new(),
+            git_tree_state: String::new(),
+            git_version: format!("v{}", env!("CARGO_PKG_VERSION")),
+            go_version: String::new(),
+            major: minor.major().to_string(),
+            minor: minor.minor().to_string(),
+            platform: format!("{}/{}", std::env::consts::OS, go_arch()),
+        })
+        .set(1);
+    register(
+        registry,
+        "kubernetes_build_info",
+        "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+        build,
+    );
+    let features: Family<FeatureLabels, Gauge> = Family::default();
+    for (name, stage, on) in emulation.gates.all() {
+        features
+            .get_or_create(&FeatureLabels {
+                name: name.into(),
+                stage: stage.label().into(),
             })
-            .inc();
-        self.request_duration
-            .get_or_create(&verb)
-            .observe(took.as_secs_f64());
-        if let Some(size) = sizes.0 {
-            self.request_size.get_or_create(&verb).observe(size as f64);
-        }
-        if let Some(size) = sizes.1 {
-            self.response_size.get_or_create(&verb).observe(size as f64);
-        }
+            .set(i64::from(on));
     }
+    register(
+        registry,
+        "kubernetes_feature_enabled",
+        "This metric records the data about the stage and enablement of a k8s feature.",
+        features,
+    );
+}
 
-    pub(crate) fn observe_rate_limiter(&self, method: &str, waited: Duration) {
-        let verb = VerbHostLabels {
-            verb: method.to_string(),
-            host: api_host().to_string(),
-        };
-        self.rate_limiter_duration
-            .get_or_create(&verb)
-            .observe(waited.as_secs_f64());
+/// Go's name of the architecture (`GOARCH`), as `kubernetes_build_info{platform}` writes it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
     }
 }
 
-static REST_CLIENT: OnceLock<RestClientMetrics> = OnceLock::new();
-static API_HOST: OnceLock<String> = OnceLock::new();
-
-/// The process's API client metrics.
-pub(crate) fn rest_client_metrics() -> &'static RestClientMetrics {
-    REST_CLIENT.get_or_init(RestClientMetrics::new)
-}
-
-/// Records the API server's `host:port` for the `host` label (set once, where the client is
-/// built from its kubeconfig).
-pub(crate) fn set_api_host(url: &http::Uri) {
-    let host = url.authority().map(|a| a.to_string()).unwrap_or_default();
-    let _ = API_HOST.set(host);
-}
-
-fn api_host() -> &'static str {
-    API_HOST.get().map_or("", String::as_str)
-}
+/// Whether a minor's kube-scheduler exports client-go's informer families (from 1.37).
+const INFORMER_FAMILIES: &[(Minor, bool)] = &[(Minor::V1_36, false), (Minor::V1_37, true)];
 
 #[cfg(test)]
 mod tests {
@@ -690,6 +592,7 @@ mod tests {
         Latest, Measurements, Refresher, RefresherMetrics,
     };
     use crate::framework::plugins::network_traffic::{self, MetricsSource, Sample};
+    use std::time::Duration;
 
     /// A Prometheus that never answers.
     struct Unreachable;
@@ -835,6 +738,8 @@ mod tests {
             "process_open_fds",
             "process_max_fds",
             "process_virtual_memory_bytes",
+            "process_network_receive_bytes_total",
+            "process_network_transmit_bytes_total",
         ] {
             assert!(
                 text.lines()
@@ -844,43 +749,71 @@ mod tests {
         }
         // An Embedded scheduler's metrics leave them to the operator.
         assert!(
-            !Metrics::scheduler_only()
+            !Metrics::scheduler_only(Minor::NEWEST)
                 .encode()
                 .contains("process_cpu_seconds")
         );
     }
 
+    /// 1.37 renamed the resource of pending pods' events and gave a pod's own updates one.
     #[test]
-    fn proc_stat_fields_are_read_after_the_command_name() {
-        let stat = "12 (a (weird) name) S 1 12 12 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 7 0 1000 4096000 300 18446744073709551615";
-        let s = parse_stat(stat, 100.0, 4096, 1_700_000_000.0).unwrap();
-        assert_eq!(s.cpu_seconds, 3.0);
-        assert_eq!(s.threads, 7);
-        assert_eq!(s.start_time_seconds, 1_700_000_010.0);
-        assert_eq!(s.virtual_bytes, 4_096_000);
-        assert_eq!(s.resident_bytes, 300 * 4096);
-        let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\nMax address space         unlimited            unlimited            bytes\n";
-        assert_eq!(parse_limits(limits), (1024, -1.0));
+    fn pod_events_are_spelled_as_the_minor_spells_them() {
+        let at = |minor| *emulation::at(POD_EVENT_SPELLING, minor);
+        let (old, new) = (at(Minor::V1_36), at(Minor::V1_37));
+        assert_eq!(
+            old.label("UnschedulablePodAdd", false),
+            "UnschedulablePodAdd"
+        );
+        assert_eq!(
+            old.label("UnschedulablePodUpdatePodLabel", true),
+            "UnschedulablePodUpdatePodLabel"
+        );
+        assert_eq!(new.label("UnschedulablePodAdd", false), "UnscheduledPodAdd");
+        assert_eq!(
+            new.label("UnschedulablePodUpdatePodLabel", true),
+            "TargetPodUpdatePodLabel"
+        );
+        assert_eq!(new.label("NodeAdd", true), "NodeAdd");
     }
 
+    /// component-base's families: the build (the emulated minor as major and minor) and every
+    /// feature gate of that minor with its stage, 1 when on.
     #[test]
-    fn rest_client_requests_have_client_gos_names_and_labels() {
-        let m = RestClientMetrics::new();
-        let mut registry = Registry::default();
-        m.register(&mut registry);
-        m.observe("GET", "200", Duration::from_millis(30), (None, Some(1000)));
-        m.observe_rate_limiter("GET", Duration::from_millis(1));
-        let text = crate::serving::encode(&registry);
+    fn build_info_and_feature_gates_follow_the_emulated_minor() {
+        let text = |e: Emulation| Metrics::of(&e).encode();
+        let new = text(Emulation::default());
+        assert!(
+            new.lines().any(|l| l.starts_with("kubernetes_build_info{")
+                && l.contains(r#"major="1""#)
+                && l.contains(r#"minor="37""#)
+                && l.ends_with(" 1")),
+            "{new}"
+        );
         for line in [
-            r#"rest_client_requests_total{code="200",method="GET",host=""} 1"#,
-            r#"rest_client_request_duration_seconds_bucket{le="0.1",verb="GET",host=""} 1"#,
-            r#"rest_client_response_size_bytes_bucket{le="1024.0",verb="GET",host=""} 1"#,
-            r#"rest_client_rate_limiter_duration_seconds_count{verb="GET",host=""} 1"#,
+            r#"kubernetes_feature_enabled{name="StorageCapacityScoring",stage="BETA"} 1"#,
+            r#"kubernetes_feature_enabled{name="NodeDeclaredFeatures",stage=""} 1"#,
+            r#"kubernetes_feature_enabled{name="AllAlpha",stage="ALPHA"} 0"#,
         ] {
             assert!(
-                text.lines().any(|l| l == line),
-                "{line} missing from:\n{text}"
+                new.lines().any(|l| l == line),
+                "{line} missing:
+{new}"
             );
         }
+        let old = text(
+            Emulation::with_gates(Minor::V1_36, &["StorageCapacityScoring=true".into()])
+                .expect("known gate"),
+        );
+        for line in [
+            r#"kubernetes_feature_enabled{name="StorageCapacityScoring",stage="ALPHA"} 1"#,
+            r#"kubernetes_feature_enabled{name="GangScheduling",stage="ALPHA"} 0"#,
+        ] {
+            assert!(
+                old.lines().any(|l| l == line),
+                "{line} missing:
+{old}"
+            );
+        }
+        assert!(old.contains(r#"minor="36""#));
     }
 }

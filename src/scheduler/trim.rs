@@ -7,22 +7,10 @@
 //!
 //! An out-of-tree plugin that needs a dropped field reads the pod from the API server.
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume};
-use kube::Resource;
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Volume, VolumeMount};
 
+pub(crate) use crate::framework::listers::trim_metadata;
 use crate::framework::types::AssignedPod;
-
-/// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops the bookkeeping every kind carries that no plugin reads.
-pub(crate) fn trim_metadata<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-}
 
 /// Keeps of a pod what the scheduler's plugins and queue read.
 pub(crate) fn trim_pod(pod: &mut Pod) {
@@ -65,9 +53,16 @@ pub(crate) fn assigned_pod(mut pod: Pod) -> AssignedPod {
 }
 
 /// Name and image (ImageLocality), ports (NodePorts), resources (NodeResourcesFit and scoring),
-/// restartPolicy (sidecar init containers count like regular ones) and restartPolicyRules
-/// (NodeDeclaredFeatures).
+/// restartPolicy (sidecar init containers count like regular ones), restartPolicyRules and the
+/// volume mounts with `bindMountOptions` (NodeDeclaredFeatures).
 fn trim_container(c: &mut Container) {
+    let mounts: Vec<VolumeMount> = c
+        .volume_mounts
+        .take()
+        .into_iter()
+        .flatten()
+        .filter(|m| m.bind_mount_options.as_ref().is_some_and(|o| !o.is_empty()))
+        .collect();
     *c = Container {
         name: std::mem::take(&mut c.name),
         image: c.image.take(),
@@ -75,6 +70,7 @@ fn trim_container(c: &mut Container) {
         resources: c.resources.take(),
         restart_policy: c.restart_policy.take(),
         restart_policy_rules: c.restart_policy_rules.take(),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
 }
@@ -146,6 +142,9 @@ mod tests {
     use super::*;
     use crate::framework::types::{PodInfo, PodView};
     use serde_json::json;
+
+    /// Written by `kubectl apply`: a full copy of the object, never read by the scheduler.
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
     /// A pod as the API server returns it once admission and the kubelet had their turn.
     fn full_pod() -> Pod {

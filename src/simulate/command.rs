@@ -156,7 +156,7 @@ fn run(args: &SimulateArgs) -> Result<ExitCode, CommandError> {
     let needs = needs(&profile, &registry)?;
     let state = match (&args.kubeconfig, &args.snapshot) {
         (Some(kubeconfig), _) => {
-            let (state, warnings) = read_live(kubeconfig, &needs)?;
+            let (state, warnings) = read_live(kubeconfig, &registry, &needs)?;
             for w in warnings {
                 eprintln!("warning: {w}");
             }
@@ -168,8 +168,11 @@ fn run(args: &SimulateArgs) -> Result<ExitCode, CommandError> {
         }
         (None, Some(path)) => {
             let input = read(path)?;
-            let state = ClusterState::parse(&input.name, &input.text)
-                .map_err(|e| CommandError::Message(format!("the snapshot cannot be used:\n{e}")))?;
+            let state =
+                ClusterState::parse_with(&input.name, &input.text, registry.watched_kinds())
+                    .map_err(|e| {
+                        CommandError::Message(format!("the snapshot cannot be used:\n{e}"))
+                    })?;
             // A live read lists every kind the plugins need; a file may have left some out.
             state
                 .check_complete(&needs)
@@ -202,7 +205,7 @@ fn needs(
     registry: &Registry,
 ) -> Result<std::collections::BTreeSet<crate::framework::listers::Informer>, CommandError> {
     let handle = crate::framework::registry::Handle::new(std::sync::Arc::new(
-        crate::framework::registry::RecordingApi::default(),
+        crate::framework::api_calls::RecordingApi::default(),
     ));
     let (_, informers) =
         crate::scheduler::run::build_frameworks(&profile.config, registry, &handle)
@@ -212,6 +215,7 @@ fn needs(
 
 fn read_live(
     kubeconfig: &Path,
+    registry: &Registry,
     needs: &std::collections::BTreeSet<crate::framework::listers::Informer>,
 ) -> Result<(ClusterState, Vec<String>), CommandError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -224,7 +228,7 @@ fn read_live(
         let client = live::client(kubeconfig)
             .await
             .map_err(|e| CommandError::Message(e.to_string()))?;
-        live::read(&client, needs)
+        live::read(&client, &registry.watched_kinds(), needs)
             .await
             .map_err(|e| CommandError::Message(e.to_string()))
     })

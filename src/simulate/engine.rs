@@ -3,7 +3,7 @@
 //! [`Algorithm::schedule_pod`] — over a [`ClusterState`] instead of informers, with an in-memory
 //! API ([`RecordingApi`]) so nothing is ever written.
 //!
-//! Each pod goes through the scheduling cycle as in `scheduler::run` (`scheduling_cycle`) up to
+//! Each pod goes through the scheduler's own scheduling cycle ([`Cycle`]) up to
 //! Permit: the chosen node is assumed (later pods see it), Reserve and Permit run; PreBind and
 //! Bind, the places for API writes, never do. A pod Permit holds (a gang) counts as placed once
 //! another member's Permit allows it. PostFilter runs as well: DefaultPreemption's evictions land
@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{Selector, SelectorExt};
@@ -24,16 +25,18 @@ use super::report::{
 };
 use super::snapshot::{ClusterState, is_finished, pod_key};
 use crate::config::ExtensionPoint;
-use crate::framework::interface::{CycleState, NominatingMode, Status};
+use crate::framework::api_calls::{ApiClient, RecordingApi, Verb};
+use crate::framework::interface::{CycleState, Status};
 use crate::framework::plugins::names;
 use crate::framework::plugins::network_traffic;
-use crate::framework::registry::{ApiHandle, Handle, RecordingApi, Registry};
+use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError};
-use crate::framework::schedule::{Algorithm, FitError, ScheduleError};
-use crate::framework::types::{PodInfo, Snapshot};
+use crate::framework::schedule::Algorithm;
+use crate::framework::types::{PodInfo, QueuedEntity, QueuedPodInfo, Snapshot};
 use crate::scheduler::cache::Cache;
+use crate::scheduler::cycle::{Cycle, Decision, Failure, PodDecision, Reserved};
 use crate::scheduler::queue::Nominator;
-use crate::scheduler::run::{SchedulerError, build_frameworks, scheduling_queue, with_node_name};
+use crate::scheduler::run::{SchedulerError, build_frameworks, scheduling_queue};
 use crate::scheduler::trim::{assigned_pod, trim_pod};
 
 /// What to simulate.
@@ -77,19 +80,16 @@ pub fn offline_registry(mut registry: Registry) -> Registry {
 struct Waiting {
     index: usize,
     fwk: Arc<Framework>,
-    state: CycleState,
-    assumed: Arc<PodInfo>,
-    host: String,
+    reserved: Reserved,
 }
 
-struct Simulation {
+pub(super) struct Simulation {
     frameworks: HashMap<String, Arc<Framework>>,
     handle: Handle,
-    cache: Cache,
+    cycle: Cycle,
     nominator: Arc<Nominator>,
     api: Arc<RecordingApi>,
-    algorithm: Algorithm,
-    results: Vec<PodResult>,
+    pub(super) results: Vec<PodResult>,
     waiting: Vec<Waiting>,
 }
 
@@ -241,7 +241,7 @@ fn unbind(pod: &mut Pod, scheduler: &str) {
 
 /// Prepares `state` for `request` and returns the pods to schedule, sorted by key (the order a
 /// freshly started scheduler lists them in, which breaks QueueSort ties).
-fn select(
+pub(super) fn select(
     state: &mut ClusterState,
     request: &Request,
     profiles: &[String],
@@ -311,7 +311,7 @@ fn select(
 
 impl Simulation {
     /// The scheduler's parts, filled from `state` as its informers would fill them.
-    fn new(
+    pub(super) fn new(
         state: ClusterState,
         config: &crate::config::Config,
         registry: &Registry,
@@ -326,8 +326,8 @@ impl Simulation {
         let nominator = Arc::new(Nominator::new());
         let mut handle = Handle::new(api.clone()).with_nominator(nominator.clone());
         handle.listers = Arc::new(listers);
-        let (frameworks, _) = build_frameworks(config, registry, &handle)?;
-        let cache = Cache::default();
+        let (frameworks, informers) = build_frameworks(config, registry, &handle)?;
+        let cache = Arc::new(Cache::default());
         // The API lists nodes by name; the snapshot's order (and the rotating start) follows.
         nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         for node in nodes {
@@ -344,15 +344,19 @@ impl Simulation {
             }
             live.push(pod);
         }
-        // Coscheduling counts a group's members from the index the scheduler's informer keeps.
-        handle.listers.pod_group_members.replace(live);
+        // A kind of pods the plugins read (Coscheduling's members index) is filled as its
+        // informer fills it, from the pods.
+        for kind in informers {
+            kind.replace_pods(&handle.listers, live.clone());
+        }
+        let algorithm = Algorithm::new(config.percentage_of_nodes_to_score);
+        let cycle = Cycle::new(cache, nominator.clone(), handle.snapshot.clone(), algorithm);
         Ok(Simulation {
             frameworks,
             handle,
-            cache,
+            cycle,
             nominator,
             api,
-            algorithm: Algorithm::new(config.percentage_of_nodes_to_score),
             results: Vec::new(),
             waiting: Vec::new(),
         })
@@ -372,10 +376,7 @@ impl Simulation {
     }
 
     fn snapshot(&self) -> Arc<Snapshot> {
-        self.handle
-            .snapshot
-            .update(|s| self.cache.update_snapshot(s));
-        self.handle.snapshot.load()
+        self.cycle.snapshot()
     }
 
     /// Every candidate through the queue, one cycle each, as the scheduler pops them.
@@ -386,29 +387,8 @@ impl Simulation {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(), SimulateError> {
         let total = candidates.len();
-        let queue =
-            scheduling_queue(config, &self.frameworks)?.with_nominator(self.nominator.clone());
-        for pod in &candidates {
-            queue.add(pod.clone());
-        }
-        let mut tried: HashSet<String> = HashSet::new();
-        // The popped pods, in the order of their results.
-        let mut popped: Vec<Arc<PodInfo>> = Vec::new();
-        while queue.counts().active > 0 {
-            let Some(qpi) = futures::executor::block_on(queue.pop()) else {
-                break;
-            };
-            let pod = qpi.pod_info.clone();
-            let key = pod.key();
-            let fwk = self.framework_for(&pod);
-            let result = self.cycle(&fwk, &pod, self.results.len());
-            self.results.push(result);
-            queue.done(&key);
-            tried.insert(key);
-            popped.push(pod);
-            self.settle_waiting();
-            progress(self.results.len(), total);
-        }
+        let popped = self.first_pass(config, &candidates, &mut |done| progress(done, total))?;
+        let tried: HashSet<String> = popped.iter().map(|qpi| qpi.pod_info.key()).collect();
         self.retry_unschedulable(&popped);
         // Pods a PreEnqueue plugin keeps out of the queue (scheduling gates).
         for pod in candidates.iter().filter(|p| !tried.contains(&p.key())) {
@@ -424,22 +404,51 @@ impl Simulation {
             let plugins = w
                 .fwk
                 .waiting_pods()
-                .get(w.assumed.uid())
+                .get(w.reserved.assumed.uid())
                 .map(|wp| wp.pending_plugins().join(", "))
                 .unwrap_or_default();
             self.results[w.index].message = format!(
                 "waiting at Permit for {plugins} on node {}: nothing allowed it, so the scheduler rejects it when the wait times out",
-                w.host
+                w.reserved.host
             );
         }
         Ok(())
+    }
+
+    /// Every candidate through the queue once, in the order the scheduler pops them; returns the
+    /// popped pods (`self.results[i]` is the result of the `i`th). `progress(done)` after each.
+    pub(super) fn first_pass(
+        &mut self,
+        config: &crate::config::Config,
+        candidates: &[Arc<PodInfo>],
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Vec<QueuedPodInfo>, SimulateError> {
+        let queue =
+            scheduling_queue(config, &self.frameworks)?.with_nominator(self.nominator.clone());
+        for pod in candidates {
+            queue.add(pod.clone());
+        }
+        let mut popped: Vec<QueuedPodInfo> = Vec::new();
+        while queue.counts().active > 0 {
+            let Some(qpi) = futures::executor::block_on(queue.pop()) else {
+                break;
+            };
+            let key = qpi.pod_info.key();
+            let result = self.try_once(&qpi, self.results.len());
+            self.results.push(result);
+            queue.done(&key);
+            popped.push(qpi);
+            self.settle_waiting();
+            progress(self.results.len());
+        }
+        Ok(popped)
     }
 
     /// The scheduler tries an unschedulable pod again once the cluster changes, and pods placed
     /// after it are such changes (a pod whose affinity target came later in the queue fits now):
     /// the unschedulable pods are tried again against what the others left, pass after pass, until
     /// a pass places none. `popped[i]` is the pod of `self.results[i]`.
-    fn retry_unschedulable(&mut self, popped: &[Arc<PodInfo>]) {
+    fn retry_unschedulable(&mut self, popped: &[QueuedPodInfo]) {
         let unschedulable = |results: &[PodResult]| {
             results
                 .iter()
@@ -450,12 +459,11 @@ impl Simulation {
         // A pass goes on only when the previous one left fewer pods unschedulable (a gang member
         // may turn back when Permit rejects its group), so the passes end.
         while before > 0 {
-            for (index, pod) in popped.iter().enumerate() {
+            for (index, qpi) in popped.iter().enumerate() {
                 if self.results[index].result != Outcome::Unschedulable {
                     continue;
                 }
-                let fwk = self.framework_for(pod);
-                let retried = self.cycle(&fwk, pod, index);
+                let retried = self.try_once(qpi, index);
                 self.results[index] = retried;
                 self.settle_waiting();
             }
@@ -467,92 +475,58 @@ impl Simulation {
         }
     }
 
-    /// One scheduling cycle up to Permit (`scheduler::run`'s `Scheduler::scheduling_cycle` without
-    /// the writes); `index` is where its result goes in `self.results`.
-    fn cycle(&mut self, fwk: &Arc<Framework>, pod: &Arc<PodInfo>, index: usize) -> PodResult {
-        let snapshot = self.snapshot();
-        let mut state = CycleState::new();
-        let host = match self.algorithm.schedule_pod(fwk, &mut state, pod, &snapshot) {
-            Ok(r) => r.suggested_host,
-            Err(ScheduleError::Fit(fit)) => return self.no_fit(fwk, &state, pod, &snapshot, *fit),
-            Err(ScheduleError::NoNodesAvailable) => {
-                return result(
-                    pod,
-                    Outcome::Unschedulable,
-                    None,
-                    "no nodes available to schedule pods".into(),
-                );
+    /// One scheduling cycle (the scheduler's, up to Permit) for `qpi`; `index` is where its
+    /// result goes in `self.results`. What PostFilter hands over (preemption's evictions) lands in
+    /// the recording API, and is reported as what the preemption would do.
+    fn try_once(&mut self, qpi: &QueuedPodInfo, index: usize) -> PodResult {
+        let pod = qpi.pod_info.clone();
+        let fwk = self.framework_for(&pod);
+        self.api.clear();
+        let entity = QueuedEntity::Pod(qpi.clone());
+        let Decision::Pod(decision) = self.cycle.schedule(&fwk, &entity, Instant::now());
+        match decision {
+            PodDecision::Assumed(reserved) if reserved.waiting => {
+                self.waiting.push(Waiting {
+                    index,
+                    fwk,
+                    reserved,
+                });
+                // The message is written once the simulation ends and the pod still waits.
+                result(&pod, Outcome::Waiting, None, String::new())
             }
-            Err(ScheduleError::Internal(s)) => {
-                return result(pod, Outcome::Error, None, s.message());
+            PodDecision::Assumed(reserved) => {
+                result(&pod, Outcome::Scheduled, Some(reserved.host), String::new())
             }
+            PodDecision::Failed(failure) => self.failed(&pod, failure),
+        }
+    }
+
+    /// A pod not placed: the message the FailedScheduling event would carry, every node's
+    /// rejecting plugin when no node fit, and the preemption PostFilter would start.
+    fn failed(&mut self, pod: &PodInfo, failure: Failure) -> PodResult {
+        let Some(fit) = failure.fit else {
+            // Rejected at Reserve or Permit, or an error.
+            let outcome = if failure.unschedulable {
+                Outcome::Unschedulable
+            } else {
+                Outcome::Error
+            };
+            let message = match &failure.plugin {
+                Some(p) => format!("{p}: {}", failure.message),
+                None => failure.message,
+            };
+            return result(pod, outcome, None, message);
         };
-        drop(snapshot);
-        let assumed = Arc::new(PodInfo::new(Arc::new(with_node_name(&pod.pod, &host))));
-        self.nominator.delete(&pod.key());
-        if let Err(e) = self.cache.assume_pod(&assumed) {
-            return result(pod, Outcome::Error, None, e.to_string());
-        }
-        let status = fwk.run_reserve_plugins_reserve(&mut state, &assumed, &host);
-        if !status.is_success() {
-            self.undo(fwk, &mut state, &assumed, &host);
-            return failed(pod, &status);
-        }
-        let status = fwk.run_permit_plugins(&mut state, &assumed, &host);
-        if status.is_wait() {
-            self.waiting.push(Waiting {
-                index,
-                fwk: fwk.clone(),
-                state,
-                assumed,
-                host: host.clone(),
+        let api: Arc<dyn ApiClient> = self.api.clone();
+        self.handle.dispatcher.run_queued(&api);
+        let preemption = failure
+            .nominated
+            .filter(|node| !node.is_empty())
+            .map(|node| Preemption {
+                node,
+                victims: self.api.keys::<Pod>(Verb::Delete, None),
             });
-            return result(pod, Outcome::Waiting, None, status.message());
-        }
-        if !status.is_success() {
-            self.undo(fwk, &mut state, &assumed, &host);
-            return failed(pod, &status);
-        }
-        result(pod, Outcome::Scheduled, Some(host), String::new())
-    }
-
-    fn undo(&self, fwk: &Framework, state: &mut CycleState, assumed: &PodInfo, host: &str) {
-        fwk.run_reserve_plugins_unreserve(state, assumed, host);
-        let _ = self.cache.forget_pod(&assumed.key());
-    }
-
-    /// No node fits: PostFilter (preemption, recorded not done), the message the FailedScheduling
-    /// event would carry, and every node's rejecting plugin.
-    fn no_fit(
-        &mut self,
-        fwk: &Framework,
-        state: &CycleState,
-        pod: &Arc<PodInfo>,
-        snapshot: &Snapshot,
-        mut fit: FitError,
-    ) -> PodResult {
-        let mut preemption = None;
-        if fwk.has_post_filter_plugins() {
-            self.api.deletions.lock().clear();
-            let (res, status) =
-                fwk.run_post_filter_plugins(state, pod, snapshot, &fit.diagnosis.node_to_status);
-            // What PostFilter handed over (preemption's evictions) lands in the recording API.
-            let api: Arc<dyn ApiHandle> = self.api.clone();
-            self.handle.dispatcher.run_queued(&api);
-            if !status.message().is_empty() {
-                fit.set_post_filter_message(status.message());
-            }
-            if let Some(info) = res.map(|r| r.nominating_info)
-                && info.mode == NominatingMode::Override
-            {
-                let node = info.nominated_node_name;
-                self.nominator.add_nominated_pod(pod.clone(), &node);
-                if !node.is_empty() {
-                    let victims = std::mem::take(&mut *self.api.deletions.lock());
-                    preemption = Some(Preemption { node, victims });
-                }
-            }
-        }
+        let snapshot = self.handle.snapshot.load();
         let mut node_reasons: Vec<NodeReason> = snapshot
             .nodes()
             .iter()
@@ -571,7 +545,7 @@ impl Simulation {
         } else {
             Outcome::Unschedulable
         };
-        let mut r = result(pod, outcome, None, fit.to_string());
+        let mut r = result(pod, outcome, None, failure.message);
         r.preemption = preemption;
         r.node_reasons = node_reasons;
         r
@@ -582,7 +556,7 @@ impl Simulation {
     fn settle_waiting(&mut self) {
         let mut still = Vec::new();
         for mut w in std::mem::take(&mut self.waiting) {
-            let uid = w.assumed.uid().to_string();
+            let uid = w.reserved.assumed.uid().to_string();
             let outcome = w.fwk.waiting_pods().get(&uid).and_then(|wp| wp.outcome());
             match outcome {
                 None => still.push(w),
@@ -591,12 +565,11 @@ impl Simulation {
                     let r = &mut self.results[w.index];
                     if s.is_success() {
                         r.result = Outcome::Scheduled;
-                        r.node = Some(w.host.clone());
+                        r.node = Some(w.reserved.host.clone());
                         r.message.clear();
                     } else {
-                        let fwk = w.fwk.clone();
-                        self.undo(&fwk, &mut w.state, &w.assumed, &w.host);
-                        let failed = failed(&w.assumed, &s);
+                        self.cycle.undo(&w.fwk, &mut w.reserved);
+                        let failed = self.failed(&w.reserved.assumed, Failure::from_status(&s));
                         let r = &mut self.results[w.index];
                         r.result = failed.result;
                         r.message = failed.message;
@@ -729,20 +702,6 @@ fn result(pod: &PodInfo, outcome: Outcome, node: Option<String>, message: String
     }
 }
 
-/// Rejected at Reserve or Permit (Unschedulable), or a plugin error.
-fn failed(pod: &PodInfo, status: &Status) -> PodResult {
-    let outcome = if status.is_rejected() {
-        Outcome::Unschedulable
-    } else {
-        Outcome::Error
-    };
-    let message = match status.plugin() {
-        Some(p) => format!("{p}: {}", status.message()),
-        None => status.message(),
-    };
-    result(pod, outcome, None, message)
-}
-
 fn summarize(results: &[PodResult], leaf_nodes: &HashSet<String>) -> Summary {
     let mut s = Summary {
         pods: results.len(),
@@ -868,7 +827,7 @@ mod tests {
         let p3 = &r.pods[2];
         assert_eq!(
             p3.message,
-            "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+            "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
         );
         assert_eq!(p3.node_reasons.len(), 2);
         assert!(

@@ -11,6 +11,8 @@
 //! - [`report`]: the report, its table and its JSON/YAML schema.
 //! - [`command`]: the CLI.
 
+#[cfg(test)]
+mod agreement_tests;
 pub mod command;
 pub mod engine;
 pub(crate) mod live;

@@ -111,6 +111,7 @@ fn render_profile(
     let opts = RenderOptions {
         namespace: render::DEFAULT_NAMESPACE.into(),
         image: String::new(),
+        cluster_minor: None,
     };
     let rendered = render::render(profile, policies, &opts, catalog).map_err(|invalid| {
         let mut lines: Vec<String> = invalid
@@ -208,6 +209,7 @@ mod tests {
         let opts = RenderOptions {
             namespace: render::DEFAULT_NAMESPACE.into(),
             image: "x".into(),
+            cluster_minor: None,
         };
         let rendered = render::render(&sp, &[pol], &opts, &reg).expect("render");
         assert_eq!(config::to_v1_yaml(&p.config), rendered.config_yaml);

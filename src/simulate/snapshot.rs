@@ -10,12 +10,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::api::POD_GROUP_LABEL;
-use crate::framework::listers::{Informer, Listers, ObjectStore};
+use crate::framework::listers::{
+    IN_TREE, Informer, Listers, ObjectStore, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
+    POD_GROUPS, PRIORITY_CLASSES, RESOURCE_CLAIMS,
+};
 
 /// The kubectl command that prints a complete snapshot (the kinds the default plugins read).
 pub const KUBECTL_GET: &str = "kubectl get nodes,pods,pv,pvc,storageclasses,csinodes,pdb,priorityclasses,podgroups,resourceclaims,resourceslices,deviceclasses -A -o yaml";
@@ -51,74 +53,26 @@ pub struct SnapshotList {
 }
 
 /// Nodes, pods and the other kinds plugins read.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClusterState {
     pub nodes: Vec<Node>,
     pub pods: Vec<Pod>,
-    /// Give a pod without `spec.priority` (a hand-written snapshot) its class's value.
-    pub priority_classes: Vec<PriorityClass>,
-    /// Everything else, in the stores plugins read.
+    /// Everything else, in the stores plugins read (and the PriorityClasses that give a pod
+    /// without `spec.priority`, in a hand-written snapshot, its class's value).
     pub listers: Listers,
+    /// The kinds a snapshot may hold besides nodes and pods (those with a snapshot name), in a
+    /// saved snapshot's order: the in-tree ones, and those of out-of-tree plugins.
+    pub kinds: Vec<Informer>,
 }
 
-/// Every kind a snapshot may hold, and kubectl's name for it (for "add ... to the kubectl get"
-/// hints), in the order a saved snapshot lists them.
-const KINDS: &[(&str, &str)] = &[
-    ("Node", "nodes"),
-    ("Pod", "pods"),
-    ("PersistentVolume", "pv"),
-    ("PersistentVolumeClaim", "pvc"),
-    ("StorageClass", "storageclasses"),
-    ("CSINode", "csinodes"),
-    ("CSIDriver", "csidrivers"),
-    ("CSIStorageCapacity", "csistoragecapacities"),
-    ("PodDisruptionBudget", "pdb"),
-    ("PriorityClass", "priorityclasses"),
-    ("PodGroup", "podgroups"),
-    ("ResourceClaim", "resourceclaims"),
-    ("ResourceSlice", "resourceslices"),
-    ("DeviceClass", "deviceclasses"),
-    ("Namespace", "namespaces"),
-    ("Service", "services"),
-    ("ReplicationController", "replicationcontrollers"),
-    ("ReplicaSet", "replicasets"),
-    ("StatefulSet", "statefulsets"),
-];
-
-/// The kind (as in a snapshot) of the objects an informer watches.
-pub fn informer_kind(informer: Informer) -> &'static str {
-    match informer {
-        Informer::PersistentVolumes => "PersistentVolume",
-        Informer::PersistentVolumeClaims => "PersistentVolumeClaim",
-        Informer::StorageClasses => "StorageClass",
-        Informer::CSINodes => "CSINode",
-        Informer::CSIDrivers => "CSIDriver",
-        Informer::CSIStorageCapacities => "CSIStorageCapacity",
-        Informer::PodDisruptionBudgets => "PodDisruptionBudget",
-        Informer::Namespaces => "Namespace",
-        Informer::PodGroups => "PodGroup",
-        Informer::PodGroupMembers => "Pod",
-        Informer::Services => "Service",
-        Informer::ReplicationControllers => "ReplicationController",
-        Informer::ReplicaSets => "ReplicaSet",
-        Informer::StatefulSets => "StatefulSet",
-        Informer::ResourceClaims => "ResourceClaim",
-        Informer::ResourceSlices => "ResourceSlice",
-        Informer::DeviceClasses => "DeviceClass",
+impl Default for ClusterState {
+    fn default() -> Self {
+        ClusterState::with_kinds(IN_TREE.to_vec())
     }
 }
 
-/// kubectl's short name of `kind`, for "add ... to the kubectl get" hints.
-fn resource_of(kind: &str) -> &'static str {
-    KINDS
-        .iter()
-        .find(|(k, _)| *k == kind)
-        .map_or("", |(_, resource)| resource)
-}
-
-fn supported_kinds() -> String {
-    KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
-}
+/// The kinds every snapshot holds: nodes and pods.
+const NODES_AND_PODS: [(&str, &str); 2] = [("Node", "nodes"), ("Pod", "pods")];
 
 /// Decodes `item` as `K` after checking its apiVersion; errors name the field path.
 fn typed<K>(api_version: &str, item: Value) -> Result<K, String>
@@ -167,9 +121,62 @@ fn yaml_options(len: usize) -> serde_saphyr::Options {
 }
 
 impl ClusterState {
+    /// An empty state whose snapshots may hold `kinds` (besides nodes and pods).
+    pub fn with_kinds(kinds: Vec<Informer>) -> ClusterState {
+        ClusterState {
+            nodes: Vec::new(),
+            pods: Vec::new(),
+            listers: Listers::default(),
+            kinds: kinds
+                .into_iter()
+                .filter(|k| k.snapshot_name().is_some())
+                .collect(),
+        }
+    }
+
+    /// The snapshot kinds besides nodes and pods: `(kind, kubectl's name)`.
+    fn snapshot_kinds(&self) -> impl Iterator<Item = (Informer, &'static str)> + '_ {
+        self.kinds
+            .iter()
+            .filter_map(|k| Some((*k, k.snapshot_name()?)))
+    }
+
+    /// kubectl's name of `kind`, for "add ... to the kubectl get" hints.
+    fn resource_of(&self, kind: &str) -> &'static str {
+        NODES_AND_PODS
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, r)| *r)
+            .or_else(|| {
+                self.snapshot_kinds()
+                    .find(|(k, _)| k.object_kind() == kind)
+                    .map(|(_, r)| r)
+            })
+            .unwrap_or("")
+    }
+
+    fn supported_kinds(&self) -> String {
+        let names: Vec<String> = NODES_AND_PODS
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .chain(self.snapshot_kinds().map(|(k, _)| k.object_kind()))
+            .collect();
+        names.join(", ")
+    }
+
     /// Reads a snapshot: a `List` (or `<Kind>List`), multi-document YAML of objects, or the same as
     /// JSON. `source` names the input in messages.
     pub fn parse(source: &str, text: &str) -> Result<ClusterState, SnapshotError> {
+        ClusterState::parse_with(source, text, IN_TREE.to_vec())
+    }
+
+    /// [`ClusterState::parse`], for a snapshot that may also hold `kinds` (an out-of-tree
+    /// plugin's).
+    pub fn parse_with(
+        source: &str,
+        text: &str,
+        kinds: Vec<Informer>,
+    ) -> Result<ClusterState, SnapshotError> {
         let docs: Vec<Value> = if text.trim_start().starts_with('{') {
             serde_json::from_str::<Value>(text)
                 .map(|v| vec![v])
@@ -178,7 +185,7 @@ impl ClusterState {
             serde_saphyr::from_multiple_with_options(text, yaml_options(text.len()))
                 .map_err(|e| SnapshotError::one(format!("{source}: not valid YAML: {e}")))?
         };
-        let mut state = ClusterState::default();
+        let mut state = ClusterState::with_kinds(kinds);
         let mut problems = Vec::new();
         let mut objects = 0usize;
         for (d, doc) in docs.into_iter().enumerate() {
@@ -268,66 +275,37 @@ impl ClusterState {
         }
         let err = |e: String| format!("{at} ({kind} {name}): {e}");
         let v = api_version.as_str();
-        let l = &self.listers;
         match kind.as_str() {
             "Node" => self.nodes.push(typed(v, item).map_err(err)?),
             "Pod" => self.pods.push(typed(v, item).map_err(err)?),
-            "PriorityClass" => self.priority_classes.push(typed(v, item).map_err(err)?),
-            "PersistentVolume" => l.persistent_volumes.apply(typed(v, item).map_err(err)?),
-            "PersistentVolumeClaim" => l
-                .persistent_volume_claims
-                .apply(typed(v, item).map_err(err)?),
-            "StorageClass" => l.storage_classes.apply(typed(v, item).map_err(err)?),
-            "CSINode" => l.csi_nodes.apply(typed(v, item).map_err(err)?),
-            "CSIDriver" => l.csi_drivers.apply(typed(v, item).map_err(err)?),
-            "CSIStorageCapacity" => l.csi_storage_capacities.apply(typed(v, item).map_err(err)?),
-            "PodDisruptionBudget" => l.pod_disruption_budgets.apply(typed(v, item).map_err(err)?),
-            "PodGroup" => l.pod_groups.apply(typed(v, item).map_err(err)?),
-            "Namespace" => l.namespaces.apply(typed(v, item).map_err(err)?),
-            "Service" => l.services.apply(typed(v, item).map_err(err)?),
-            "ReplicationController" => l
-                .replication_controllers
-                .apply(typed(v, item).map_err(err)?),
-            "ReplicaSet" => l.replica_sets.apply(typed(v, item).map_err(err)?),
-            "StatefulSet" => l.stateful_sets.apply(typed(v, item).map_err(err)?),
-            "ResourceClaim" => l.resource_claims.apply(typed(v, item).map_err(err)?),
-            "ResourceSlice" => l.resource_slices.apply(typed(v, item).map_err(err)?),
-            "DeviceClass" => l.device_classes.apply(typed(v, item).map_err(err)?),
             other => {
-                return Err(err(format!(
-                    "kind {other:?} is not part of a snapshot: expected one of {}",
-                    supported_kinds()
-                )));
+                let Some((of, _)) = self
+                    .snapshot_kinds()
+                    .find(|(k, _)| k.object_kind() == other)
+                else {
+                    return Err(err(format!(
+                        "kind {other:?} is not part of a snapshot: expected one of {}",
+                        self.supported_kinds()
+                    )));
+                };
+                of.decode(&self.listers, v, item).map_err(err)?;
             }
         }
         Ok(())
     }
 
     /// How many objects of each kind the snapshot holds (kinds with none are left out).
-    pub fn counts(&self) -> BTreeMap<&'static str, usize> {
-        let l = &self.listers;
+    pub fn counts(&self) -> BTreeMap<String, usize> {
         let all = [
-            ("Node", self.nodes.len()),
-            ("Pod", self.pods.len()),
-            ("PriorityClass", self.priority_classes.len()),
-            ("PersistentVolume", l.persistent_volumes.len()),
-            ("PersistentVolumeClaim", l.persistent_volume_claims.len()),
-            ("StorageClass", l.storage_classes.len()),
-            ("CSINode", l.csi_nodes.len()),
-            ("CSIDriver", l.csi_drivers.len()),
-            ("CSIStorageCapacity", l.csi_storage_capacities.len()),
-            ("PodDisruptionBudget", l.pod_disruption_budgets.len()),
-            ("PodGroup", l.pod_groups.len()),
-            ("Namespace", l.namespaces.len()),
-            ("Service", l.services.len()),
-            ("ReplicationController", l.replication_controllers.len()),
-            ("ReplicaSet", l.replica_sets.len()),
-            ("StatefulSet", l.stateful_sets.len()),
-            ("ResourceClaim", l.resource_claims.len()),
-            ("ResourceSlice", l.resource_slices.len()),
-            ("DeviceClass", l.device_classes.len()),
-        ];
-        all.into_iter().filter(|(_, n)| *n > 0).collect()
+            ("Node".to_string(), self.nodes.len()),
+            ("Pod".to_string(), self.pods.len()),
+        ]
+        .into_iter()
+        .chain(
+            self.snapshot_kinds()
+                .map(|(k, _)| (k.object_kind(), k.len(&self.listers))),
+        );
+        all.filter(|(_, n)| *n > 0).collect()
     }
 
     /// The snapshot as one `v1` `List` (what `--save-snapshot` writes): kinds in a fixed order,
@@ -340,24 +318,9 @@ impl ClusterState {
         };
         sorted(to_values(self.nodes.iter())?);
         sorted(to_values(self.pods.iter())?);
-        let l = &self.listers;
-        sorted(store_values(&l.persistent_volumes)?);
-        sorted(store_values(&l.persistent_volume_claims)?);
-        sorted(store_values(&l.storage_classes)?);
-        sorted(store_values(&l.csi_nodes)?);
-        sorted(store_values(&l.csi_drivers)?);
-        sorted(store_values(&l.csi_storage_capacities)?);
-        sorted(store_values(&l.pod_disruption_budgets)?);
-        sorted(to_values(self.priority_classes.iter())?);
-        sorted(store_values(&l.pod_groups)?);
-        sorted(store_values(&l.resource_claims)?);
-        sorted(store_values(&l.resource_slices)?);
-        sorted(store_values(&l.device_classes)?);
-        sorted(store_values(&l.namespaces)?);
-        sorted(store_values(&l.services)?);
-        sorted(store_values(&l.replication_controllers)?);
-        sorted(store_values(&l.replica_sets)?);
-        sorted(store_values(&l.stateful_sets)?);
+        for (kind, _) in self.snapshot_kinds() {
+            sorted(kind.encode(&self.listers)?);
+        }
         Ok(SnapshotList {
             api_version: "v1",
             kind: "List",
@@ -374,13 +337,14 @@ impl ClusterState {
         let mut missing = |kind: &str, why: String| {
             problems.push(format!(
                 "the snapshot has no {kind}, but {why}: take it with `{kind_cmd}` in the kubectl get (`{KUBECTL_GET}`)",
-                kind_cmd = resource_of(kind),
+                kind_cmd = self.resource_of(kind),
             ));
         };
         if self.nodes.is_empty() {
             missing("Node", "every simulation places pods on nodes".into());
         }
         let l = &self.listers;
+        let reads = |kind: Informer| needs.contains(&kind);
         let active = self.pods.iter().filter(|p| !is_finished(p));
         let mut claim_user = None;
         let mut group_member = None;
@@ -419,15 +383,15 @@ impl ClusterState {
                 class_user = Some(pod_key(pod));
             }
         }
-        if needs.contains(&Informer::PersistentVolumeClaims)
-            && l.persistent_volume_claims.is_empty()
+        if reads(&PERSISTENT_VOLUME_CLAIMS)
+            && l.store(&PERSISTENT_VOLUME_CLAIMS).is_empty()
             && let Some(pod) = &claim_user
         {
             missing("PersistentVolumeClaim", format!("pod {pod} uses a claim"));
         }
-        let claims = l.persistent_volume_claims.list();
-        if needs.contains(&Informer::PersistentVolumes)
-            && l.persistent_volumes.is_empty()
+        let claims = l.store(&PERSISTENT_VOLUME_CLAIMS).list();
+        if reads(&PERSISTENT_VOLUMES)
+            && l.store(&PERSISTENT_VOLUMES).is_empty()
             && let Some(c) = claims.iter().find(|c| {
                 c.spec
                     .as_ref()
@@ -440,14 +404,14 @@ impl ClusterState {
                 format!("claim {} is bound to one", ObjectStore::key_of(&**c)),
             );
         }
-        if needs.contains(&Informer::ResourceClaims)
-            && l.resource_claims.is_empty()
+        if reads(&RESOURCE_CLAIMS)
+            && l.store(&RESOURCE_CLAIMS).is_empty()
             && let Some(pod) = &device_user
         {
             missing("ResourceClaim", format!("pod {pod} uses a resource claim"));
         }
-        if needs.contains(&Informer::PodGroups)
-            && l.pod_groups.is_empty()
+        if reads(&POD_GROUPS)
+            && l.store(&POD_GROUPS).is_empty()
             && let Some(pod) = &group_member
         {
             missing(
@@ -455,7 +419,7 @@ impl ClusterState {
                 format!("pod {pod} carries the {POD_GROUP_LABEL} label"),
             );
         }
-        if self.priority_classes.is_empty()
+        if l.store(&PRIORITY_CLASSES).is_empty()
             && let Some(pod) = &class_user
         {
             missing(
@@ -474,8 +438,8 @@ impl ClusterState {
     /// admission does it in a cluster) from their PriorityClass, or the global default class.
     /// Returns the pods whose class does not exist.
     pub fn resolve_priorities(&mut self) -> Vec<String> {
-        let by_name: BTreeMap<&str, i32> = self
-            .priority_classes
+        let classes = self.listers.store(&PRIORITY_CLASSES).list();
+        let by_name: BTreeMap<&str, i32> = classes
             .iter()
             .map(|c| {
                 (
@@ -484,8 +448,7 @@ impl ClusterState {
                 )
             })
             .collect();
-        let global_default = self
-            .priority_classes
+        let global_default = classes
             .iter()
             .find(|c| c.global_default == Some(true))
             .map(|c| c.value.unwrap_or(0));
@@ -517,16 +480,6 @@ fn to_values<'a, K: serde::Serialize + 'a>(
     objs: impl Iterator<Item = &'a K>,
 ) -> Result<Vec<Value>, serde_json::Error> {
     objs.map(serde_json::to_value).collect()
-}
-
-fn store_values<K: kube::Resource + serde::Serialize>(
-    store: &ObjectStore<K>,
-) -> Result<Vec<Value>, serde_json::Error> {
-    store
-        .list()
-        .iter()
-        .map(|o| serde_json::to_value(&**o))
-        .collect()
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -587,7 +540,7 @@ mod tests {
         assert_eq!(s.pods.len(), 1);
         let pg = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: g, namespace: x}\nspec: {minMember: 2}\n";
         let s = parse(pg).expect("podgroup");
-        assert!(s.listers.pod_groups.get("x", "g").is_some());
+        assert!(s.listers.store(&POD_GROUPS).get("x", "g").is_some());
     }
 
     #[test]
@@ -656,12 +609,8 @@ mod tests {
 
     #[test]
     fn missing_kinds_that_objects_refer_to() {
-        let needs: BTreeSet<Informer> = [
-            Informer::PersistentVolumeClaims,
-            Informer::PersistentVolumes,
-            Informer::PodGroups,
-        ]
-        .into();
+        let kinds: [Informer; 3] = [&PERSISTENT_VOLUME_CLAIMS, &PERSISTENT_VOLUMES, &POD_GROUPS];
+        let needs = BTreeSet::from(kinds);
         let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: d, labels: {scheduling.x-k8s.io/pod-group: g}}\nspec:\n  priorityClassName: high\n  containers: []\n  volumes: [{name: v, persistentVolumeClaim: {claimName: data}}]\n";
         let e = parse(&format!("{NODE}---\n{pod}"))
             .expect("parse")
@@ -693,7 +642,8 @@ mod tests {
 
     #[test]
     fn dynamic_resources_kinds() {
-        let needs: BTreeSet<Informer> = [Informer::ResourceClaims, Informer::DeviceClasses].into();
+        let kinds: [Informer; 2] = [&RESOURCE_CLAIMS, &crate::framework::listers::DEVICE_CLASSES];
+        let needs = BTreeSet::from(kinds);
         let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: d}\nspec:\n  containers: []\n  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n";
         let claim = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu, namespace: d}\nspec:\n  devices:\n    requests: [{name: r, exactly: {deviceClassName: gpu}}]\n";
         let class =

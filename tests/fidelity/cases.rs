@@ -35,6 +35,7 @@ pub const FAMILIES: &[Family] = &[
     ("resources", resources),
     ("taints", taints),
     ("node-affinity", node_affinity),
+    ("node-order", node_order),
     ("host-ports", host_ports),
     ("pod-affinity", pod_affinity),
     ("topology-spread", topology_spread),
@@ -445,6 +446,56 @@ fn node_affinity(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         p = p.set("affinity", json!({"nodeAffinity": aff}));
     }
     (objects, vec![p.build()])
+}
+
+// ---------------------------------------------------------------------------------------------
+// node-order: identical, empty nodes that all pass the pod's required node affinity, so the
+// scores tie and the node is chosen by the order of the feasible nodes: upstream's node tree
+// (zones round robin, nodes of a zone in the order they were added), searched from where the
+// previous cycle stopped. Labelled nodes among unlabelled ones, in zones or not, created in a
+// random order, and several pods one after the other.
+
+fn node_order(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let colors = ["red", "blue", "green"];
+    let labelled = count(rng, 2, 3);
+    let unlabelled = count(rng, 0, 3);
+    let zoned = chance(rng, 50);
+    let mut nodes: Vec<Value> = (0..labelled + unlabelled)
+        .map(|i| {
+            let mut b = node(&node_name(i)).cpu("4").memory("8Gi");
+            if i < labelled {
+                b = b.label("color", colors[i]);
+            }
+            if zoned {
+                b = b.zone(ZONES[i % ZONES.len()]);
+            }
+            b.build()
+        })
+        .collect();
+    // The order the API server sees them added in.
+    rng.shuffle(&mut nodes);
+    let requirement = match rng.u32(..3) {
+        0 => json!([{"key": "color", "operator": "Exists"}]),
+        1 => json!([
+            {"key": "color", "operator": "In", "values": ["red", "blue", "green"]},
+            {"key": "color", "operator": "NotIn", "values": ["black"]}
+        ]),
+        _ => {
+            // Numeric labels for Gt: every labelled node passes.
+            for n in nodes.iter_mut() {
+                if n["metadata"]["labels"].get("color").is_some() {
+                    n["metadata"]["labels"]["rank"] = json!("5");
+                }
+            }
+            json!([{"key": "rank", "operator": "Gt", "values": ["1"]}])
+        }
+    };
+    let p = pod("incoming-0").req("100m", "64Mi").set(
+        "affinity",
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": requirement}]}}}),
+    );
+    (nodes, copies(&p.build(), count(rng, 1, 4)))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,6 +67,11 @@ pub struct Runner {
     upstream_config: PathBuf,
     ksched_config: PathBuf,
     runs: u32,
+    /// The API server's (and so upstream kube-scheduler's) `gitVersion`.
+    pub upstream_version: String,
+    /// `--emulated-version` for ksched when it does not emulate the cluster's minor (a release
+    /// being bumped to): the newest it does, so the report lists what the new minor changed.
+    emulate: Option<String>,
 }
 
 /// Kinds a case may create, in creation order, with their API coordinates and whether they are
@@ -167,12 +172,26 @@ impl Runner {
             ),
         )
         .expect("write the upstream config");
+        let info = client
+            .apiserver_version()
+            .await
+            .expect("the API server's version");
+        let minor = ksched::emulation::Minor::from_server(&info).expect("a Kubernetes version");
+        let emulate = (!minor.is_supported()).then(|| {
+            let newest = ksched::emulation::Minor::NEWEST;
+            eprintln!(
+                "fidelity: ksched does not emulate Kubernetes {minor} yet: it runs as {newest} (--emulated-version); the disagreements are what {minor} changed"
+            );
+            newest.to_string()
+        });
         Runner {
             cp,
             client,
             upstream_config,
             ksched_config,
             runs: 0,
+            upstream_version: info.git_version,
+            emulate,
         }
     }
 
@@ -279,6 +298,9 @@ impl Runner {
                     "--bind-address=127.0.0.1",
                     &format!("--secure-port={}", crate::support::free_port()),
                 ]);
+                if let Some(minor) = &self.emulate {
+                    cmd.arg(format!("--emulated-version={minor}"));
+                }
                 cmd
             }
         }

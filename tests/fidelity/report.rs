@@ -6,14 +6,12 @@ use std::fmt::Write as _;
 use crate::cases::Case;
 use crate::cluster::Observation;
 
-/// One compared aspect: agreed, disagreed, or not comparable (upstream itself varied between runs,
-/// or the aspect does not apply).
+/// One compared aspect: ksched's answer is one of upstream's (over its runs on the same state), or
+/// not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
     Agree,
     Disagree,
-    /// Upstream gave different answers on the same state.
-    Nondeterministic,
 }
 
 pub const ASPECTS: [&str; 5] = ["outcome", "node", "message", "nominated", "preemption"];
@@ -25,6 +23,8 @@ pub struct Verdict {
     pub case: String,
     /// Per aspect of [`ASPECTS`].
     pub marks: [Mark; 5],
+    /// Per aspect: upstream's own runs gave different answers (nondeterministic on this state).
+    pub varied: [bool; 5],
     /// What differed, for the report.
     pub details: Vec<String>,
 }
@@ -32,6 +32,11 @@ pub struct Verdict {
 impl Verdict {
     pub fn agrees(&self) -> bool {
         !self.marks.contains(&Mark::Disagree)
+    }
+
+    /// Upstream's runs differed on some aspect.
+    pub fn nondeterministic(&self) -> bool {
+        self.varied.contains(&true)
     }
 }
 
@@ -61,23 +66,29 @@ fn aspects(o: &Observation) -> [String; 5] {
     ]
 }
 
-/// Compares `ksched` with `upstream` (one or more runs of upstream on the same state: an aspect on
-/// which those runs differ is not compared).
+/// Compares `ksched` with `upstream` (one or more runs of upstream on the same state): an aspect
+/// agrees when ksched's answer is one of the answers upstream gave in its runs; one on which those
+/// runs differ is marked nondeterministic (and still compared so).
 pub fn compare(case: &Case, upstream: &[Observation], ksched: &Observation) -> Verdict {
     let theirs: Vec<[String; 5]> = upstream.iter().map(aspects).collect();
     let ours = aspects(ksched);
     let mut marks = [Mark::Agree; 5];
+    let mut varied = [false; 5];
     let mut details = Vec::new();
     for (i, name) in ASPECTS.iter().enumerate() {
-        let reference = &theirs[0][i];
-        if theirs.iter().any(|t| &t[i] != reference) {
-            marks[i] = Mark::Nondeterministic;
-            continue;
-        }
-        if &ours[i] != reference {
+        let mut answers: Vec<&String> = theirs.iter().map(|t| &t[i]).collect();
+        answers.sort();
+        answers.dedup();
+        varied[i] = answers.len() > 1;
+        if !answers.contains(&&ours[i]) {
             marks[i] = Mark::Disagree;
+            let upstream = answers
+                .iter()
+                .map(|a| a.as_str())
+                .collect::<Vec<_>>()
+                .join("\n           or: ");
             details.push(format!(
-                "{name}:\n      upstream: {reference}\n      ksched:   {}",
+                "{name}:\n      upstream: {upstream}\n      ksched:   {}",
                 ours[i]
             ));
         }
@@ -86,12 +97,17 @@ pub fn compare(case: &Case, upstream: &[Observation], ksched: &Observation) -> V
         family: case.family,
         case: case.name.clone(),
         marks,
+        varied,
         details,
     }
 }
 
 /// The report: one row per family, the total, every disagreement, and one summary line (last).
-pub fn render(verdicts: &[Verdict], elapsed: std::time::Duration) -> String {
+pub fn render(
+    verdicts: &[Verdict],
+    elapsed: std::time::Duration,
+    upstream_version: &str,
+) -> String {
     let mut families: BTreeMap<&str, Vec<&Verdict>> = BTreeMap::new();
     for v in verdicts {
         families.entry(v.family).or_default().push(v);
@@ -99,29 +115,26 @@ pub fn render(verdicts: &[Verdict], elapsed: std::time::Duration) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<16} {:>5}  {}",
+        "{:<16} {:>5}  {} {:>7}",
         "family",
         "cases",
-        ASPECTS.map(|a| format!("{a:>17}")).join(" ")
+        ASPECTS.map(|a| format!("{a:>11}")).join(" "),
+        "nondet"
     );
     let row = |out: &mut String, name: &str, vs: &[&Verdict]| {
         let cells: Vec<String> = (0..ASPECTS.len())
             .map(|i| {
                 let agree = vs.iter().filter(|v| v.marks[i] == Mark::Agree).count();
-                let nd = vs
-                    .iter()
-                    .filter(|v| v.marks[i] == Mark::Nondeterministic)
-                    .count();
-                let compared = vs.len() - nd;
-                let cell = if nd > 0 {
-                    format!("{agree}/{compared} ({nd} nd)")
-                } else {
-                    format!("{agree}/{compared}")
-                };
-                format!("{cell:>17}")
+                format!("{:>11}", format!("{agree}/{}", vs.len()))
             })
             .collect();
-        let _ = writeln!(out, "{name:<16} {:>5}  {}", vs.len(), cells.join(" "));
+        let nondet = vs.iter().filter(|v| v.nondeterministic()).count();
+        let _ = writeln!(
+            out,
+            "{name:<16} {:>5}  {} {nondet:>7}",
+            vs.len(),
+            cells.join(" ")
+        );
     };
     for (name, vs) in &families {
         row(&mut out, name, vs);
@@ -130,7 +143,7 @@ pub fn render(verdicts: &[Verdict], elapsed: std::time::Duration) -> String {
     row(&mut out, "TOTAL", &all);
     let _ = writeln!(
         out,
-        "(nd: upstream itself varied between runs; not compared)"
+        "(an aspect agrees when ksched's answer is one of upstream's over its runs on the same state; nondet: cases on which upstream's own runs differed)"
     );
     let disagreeing: Vec<&Verdict> = verdicts.iter().filter(|v| !v.agrees()).collect();
     for v in &disagreeing {
@@ -140,29 +153,42 @@ pub fn render(verdicts: &[Verdict], elapsed: std::time::Duration) -> String {
         }
     }
     let pct = |i: usize| {
-        let compared = all
-            .iter()
-            .filter(|v| v.marks[i] != Mark::Nondeterministic)
-            .count();
         let agree = all.iter().filter(|v| v.marks[i] == Mark::Agree).count();
-        if compared == 0 {
+        if all.is_empty() {
             "n/a".to_string()
         } else {
-            format!("{:.1} %", 100.0 * agree as f64 / compared as f64)
+            format!("{:.1} %", 100.0 * agree as f64 / all.len() as f64)
         }
     };
+    let nondet: Vec<String> = families
+        .iter()
+        .filter_map(|(name, vs)| {
+            let n = vs.iter().filter(|v| v.nondeterministic()).count();
+            (n > 0).then(|| format!("{name} {n}"))
+        })
+        .collect();
     let _ = writeln!(
         out,
-        "\nfidelity: {} cases in {:.0?}; {}; {} disagreeing",
+        "\nfidelity: {} cases in {:.0?} against {}; {}; {} disagreeing; nondeterministic upstream: {}",
         all.len(),
         elapsed,
+        upstream_version,
         ASPECTS
             .iter()
             .enumerate()
             .map(|(i, a)| format!("{a} {}", pct(i)))
             .collect::<Vec<_>>()
             .join(", "),
-        disagreeing.len()
+        disagreeing.len(),
+        if nondet.is_empty() {
+            "none".to_string()
+        } else {
+            format!(
+                "{} cases ({})",
+                all.iter().filter(|v| v.nondeterministic()).count(),
+                nondet.join(", ")
+            )
+        }
     );
     out
 }

@@ -92,3 +92,22 @@ metadata:
 "#
     )
 }
+
+/// With `KSCHED_UPDATE_FIXTURES=1`, writes `obj` (without managed fields) as the Argo CD health
+/// check's fixture `tests/fixtures/argocd/<file>.json` (`tests/argocd_health.rs` reads them).
+pub fn save_argocd_fixture<T: serde::Serialize>(file: &str, obj: &T) {
+    if std::env::var("KSCHED_UPDATE_FIXTURES").as_deref() == Ok("1") {
+        let mut v = serde_json::to_value(obj).expect("json");
+        if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            m.remove("managedFields");
+        }
+        let path = super::repo_root()
+            .join("tests/fixtures/argocd")
+            .join(format!("{file}.json"));
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&v).expect("json") + "\n",
+        )
+        .expect("write fixture");
+    }
+}

@@ -5,14 +5,20 @@
 //! by the kernel if the binary itself dies (PR_SET_PDEATHSIG).
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod collect;
 pub mod events;
 pub mod fixtures;
+pub mod helm;
 pub mod https;
+pub mod kstatus;
 pub mod nodes;
 pub mod operator;
 pub mod operator_pods;
 pub mod pki;
+pub mod podman;
+pub mod podman_node;
 pub mod process;
+pub mod registry;
 pub mod relay;
 pub mod scheduler;
 pub mod uninstall;
@@ -70,10 +76,37 @@ pub struct ControlPlane {
 }
 
 static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
+static PREVIOUS_CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
+
+/// Which testenv release a control plane runs: the Makefile's pin (`K8S_VERSION`) or the
+/// previous supported minor's (`K8S_PREVIOUS_VERSION`, for the version-skew test).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    Pinned,
+    Previous,
+}
 
 /// The test binary's control plane, started on first use with `components`.
 pub fn control_plane(components: Components) -> &'static ControlPlane {
     control_plane_with_apiserver_args(components, &[])
+}
+
+/// A control plane of `release`, started on first use (one per release and test binary).
+pub fn control_plane_of(release: Release, components: Components) -> &'static ControlPlane {
+    let cell = match release {
+        Release::Pinned => &CONTROL_PLANE,
+        Release::Previous => &PREVIOUS_CONTROL_PLANE,
+    };
+    let cp = cell.get_or_init(|| {
+        let bin_dir = testenv_bin_dir_of(release);
+        let start = move |procs: &mut ProcessGroup| start(&bin_dir, components, &[], procs);
+        match ProcessGroup::start_on_keeper_thread(start) {
+            Ok(cp) => cp,
+            Err(err) => panic!("starting the {release:?} test control plane failed: {err}"),
+        }
+    });
+    assert_eq!(cp.components, components);
+    cp
 }
 
 /// [`control_plane`], with `apiserver_args` added to kube-apiserver's command line (alpha APIs
@@ -83,7 +116,9 @@ pub fn control_plane_with_apiserver_args(
     apiserver_args: &'static [&'static str],
 ) -> &'static ControlPlane {
     let cp = CONTROL_PLANE.get_or_init(|| {
-        let start = move |procs: &mut ProcessGroup| start(components, apiserver_args, procs);
+        let bin_dir = testenv_bin_dir();
+        let start =
+            move |procs: &mut ProcessGroup| start(&bin_dir, components, apiserver_args, procs);
         match ProcessGroup::start_on_keeper_thread(start) {
             Ok(cp) => cp,
             Err(err) => panic!("starting the test control plane failed: {err}"),
@@ -206,19 +241,39 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The testenv bin directory: `$KSCHED_TESTENV_BIN` (the Makefile sets it), else the cache path for
-/// the Makefile's K8S_VERSION.
+/// `target/tmp` (cargo's `CARGO_TARGET_TMPDIR` for tests; examples that share this harness get
+/// the same place).
+pub fn target_tmp() -> PathBuf {
+    option_env!("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/tmp"))
+}
+
+/// The testenv bin directory of the pinned release.
 pub fn testenv_bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KSCHED_TESTENV_BIN") {
+    testenv_bin_dir_of(Release::Pinned)
+}
+
+/// The testenv bin directory of `release`: `$KSCHED_TESTENV_BIN` or
+/// `$KSCHED_TESTENV_PREVIOUS_BIN` (the Makefile sets them), else the cache path for the
+/// Makefile's `K8S_VERSION` or `K8S_PREVIOUS_VERSION`.
+pub fn testenv_bin_dir_of(release: Release) -> PathBuf {
+    let (env, variable) = match release {
+        Release::Pinned => ("KSCHED_TESTENV_BIN", "K8S_VERSION"),
+        Release::Previous => ("KSCHED_TESTENV_PREVIOUS_BIN", "K8S_PREVIOUS_VERSION"),
+    };
+    if let Some(dir) = std::env::var_os(env) {
         return PathBuf::from(dir);
     }
     let makefile = std::fs::read_to_string(repo_root().join("Makefile")).expect("read Makefile");
     let version = makefile
         .lines()
-        .find_map(|l| l.strip_prefix("K8S_VERSION"))
-        .and_then(|rest| rest.split('=').nth(1))
-        .map(|v| v.trim().to_string())
-        .expect("K8S_VERSION in the Makefile");
+        .find_map(|l| {
+            let rest = l.strip_prefix(variable)?;
+            let value = rest.trim_start().strip_prefix("?=")?;
+            Some(value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("{variable} in the Makefile"));
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
@@ -233,11 +288,12 @@ pub fn free_port() -> u16 {
 }
 
 fn start(
+    bin_dir: &Path,
     components: Components,
     apiserver_args: &[&str],
     procs: &mut ProcessGroup,
 ) -> Result<ControlPlane, String> {
-    let bin_dir = testenv_bin_dir();
+    let bin_dir = bin_dir.to_path_buf();
     for name in ["etcd", "kube-apiserver", "kubectl"] {
         if !bin_dir.join(name).exists() {
             return Err(format!(
@@ -278,6 +334,9 @@ fn start(
             &format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            // From 1.37 the default (lease) endpoint reconciler refuses a loopback address; the
+            // `kubernetes` Service's endpoints are not needed here.
+            "--endpoint-reconciler-type=none",
             &format!("--secure-port={api_port}"),
             &format!("--tls-cert-file={}", pki.serving_cert.display()),
             &format!("--tls-private-key-file={}", pki.serving_key.display()),
@@ -327,7 +386,7 @@ fn start(
                 &format!("--root-ca-file={}", pki.ca_cert.display()),
                 // Otherwise it creates /usr/libexec/kubernetes/kubelet-plugins on the host.
                 &format!("--flex-volume-plugin-dir={}", dir.join("flexvolume").display()),
-                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander",
+                "--controllers=*,-nodeipam,-nodelifecycle,-persistentvolume-binder,-attachdetach,-persistentvolume-expander",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",
                 "--concurrent-deployment-syncs=10",

@@ -10,15 +10,27 @@ use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Pids and the directory to clean up at exit.
+/// Pids, hooks and the directory to clean up at exit.
 static CLEANUP: Mutex<Cleanup> = Mutex::new(Cleanup {
     pids: Vec::new(),
+    hooks: Vec::new(),
     dir: None,
 });
 
+/// Work to do at exit before the processes are stopped.
+pub type ExitHook = Box<dyn FnOnce() + Send>;
+
 struct Cleanup {
     pids: Vec<(String, i32)>,
+    hooks: Vec<ExitHook>,
     dir: Option<PathBuf>,
+}
+
+/// Runs `hook` when the test binary exits, before the control plane stops (containers that
+/// would outlive the process are removed so).
+pub fn at_exit(hook: ExitHook) {
+    register_exit_hook();
+    lock().hooks.push(hook);
 }
 
 pub struct ProcessGroup {
@@ -181,10 +193,20 @@ fn register_exit_hook() {
     });
 }
 
-/// Stops children newest first (kwok, controller manager, API server, then etcd: an API server whose
+/// Collects the control plane's events, objects and ksched logs ([`super::collect`]), then stops
+/// children newest first (kwok, controller manager, API server, then etcd: an API server whose
 /// etcd is gone hangs on shutdown), each with SIGTERM and up to 5 s grace, then SIGKILL; removes the
 /// directory unless KSCHED_KEEP_TESTENV is set.
 extern "C" fn stop_all() {
+    // What people would read, for tests/readable_messages.rs, while the API server still runs.
+    let dir = lock().dir.clone();
+    if let Some(dir) = dir {
+        super::collect::collect(&dir);
+    }
+    let hooks: Vec<ExitHook> = lock().hooks.drain(..).collect();
+    for hook in hooks {
+        hook();
+    }
     let mut cleanup = lock();
     let pids: Vec<(String, i32)> = cleanup.pids.drain(..).rev().collect();
     for (_, pid) in pids {

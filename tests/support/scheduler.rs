@@ -33,6 +33,26 @@ impl SchedulerProcess {
         config_yaml: &str,
         kubeconfig: &Path,
     ) -> SchedulerProcess {
+        Self::spawn(cp, name, config_yaml, kubeconfig, &[])
+    }
+
+    /// [`Self::start`] with `env` added to the process's environment.
+    pub fn start_with_env(
+        cp: &ControlPlane,
+        name: &str,
+        config_yaml: &str,
+        env: &[(&str, &str)],
+    ) -> SchedulerProcess {
+        Self::spawn(cp, name, config_yaml, &cp.kubeconfig, env)
+    }
+
+    fn spawn(
+        cp: &ControlPlane,
+        name: &str,
+        config_yaml: &str,
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+    ) -> SchedulerProcess {
         let config = cp.dir.join(format!("{name}-config.yaml"));
         std::fs::write(&config, config_yaml).expect("write scheduler config");
         let secure_port = free_port();
@@ -56,6 +76,7 @@ impl SchedulerProcess {
             ),
             "--v=4",
         ]);
+        cmd.envs(env.iter().copied());
         let process = LoggedChild::spawn(cmd, cp.dir.join(format!("{name}.log")));
         SchedulerProcess {
             process,

@@ -1,9 +1,14 @@
 //! Polling with generous deadlines (these are not timing tests) and what tests poll for on pods.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
+use kube::runtime::watcher::{self, Event};
+use parking_lot::Mutex;
 
 /// How often [`poll`] asks again.
 pub const EVERY: Duration = Duration::from_millis(200);
@@ -59,6 +64,40 @@ pub fn unschedulable_message(p: &Pod) -> Option<String> {
         .iter()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
     c.message.clone()
+}
+
+/// Every `PodScheduled=False` message the pods of `pods` showed, as (pod, message), in the order a
+/// watch saw them: a message a pod shows only briefly (a preemptor binds once its victim is gone)
+/// is recorded too, where polling the pod could miss it. Returns once the watch has listed.
+pub async fn record_unschedulable_messages(pods: Api<Pod>) -> Arc<Mutex<Vec<(String, String)>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    let (listed, ready) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut listed = Some(listed);
+        let mut stream = watcher::watcher(pods, watcher::Config::default()).boxed();
+        while let Ok(Some(event)) = stream.try_next().await {
+            match event {
+                Event::InitDone => {
+                    if let Some(tx) = listed.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Event::Apply(p) | Event::InitApply(p) => {
+                    if let Some(message) = unschedulable_message(&p) {
+                        let mut out = out.lock();
+                        let entry = (p.name_any(), message);
+                        if !out.contains(&entry) {
+                            out.push(entry);
+                        }
+                    }
+                }
+                Event::Delete(_) | Event::Init => {}
+            }
+        }
+    });
+    ready.await.expect("the pod watch listed");
+    seen
 }
 
 /// Polls until `name` is bound (within `within`); its node. `logs` explains a failure.

@@ -14,7 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::*;
 use crate::config::{ExtensionPoint, load};
 use crate::framework::interface::CycleState;
-use crate::framework::listers::Listers;
+use crate::framework::listers::{
+    Listers, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, SERVICES, STORAGE_CLASSES,
+};
 use crate::framework::registry::Registry;
 use crate::framework::runtime::{Framework, ProfileSpec};
 use crate::framework::schedule::{Algorithm, ScheduleError};
@@ -215,12 +217,12 @@ fn random_cluster(rng: &mut fastrand::Rng, n: usize) -> Cluster {
         pods.push(p.build());
     }
     let listers = Listers::default();
-    listers.storage_classes.apply(storage_class(
+    listers.store(&STORAGE_CLASSES).apply(storage_class(
         "standard",
         "example.com/disk",
         Some("WaitForFirstConsumer"),
     ));
-    listers.persistent_volumes.apply(
+    listers.store(&PERSISTENT_VOLUMES).apply(
         PvBuilder::new("pv-data")
             .class("standard")
             .capacity("10Gi")
@@ -231,7 +233,7 @@ fn random_cluster(rng: &mut fastrand::Rng, n: usize) -> Cluster {
             .phase("Bound")
             .build(),
     );
-    listers.persistent_volume_claims.apply(
+    listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(
         PvcBuilder::new("data")
             .class("standard")
             .access_modes(&["ReadWriteMany"])
@@ -240,7 +242,7 @@ fn random_cluster(rng: &mut fastrand::Rng, n: usize) -> Cluster {
             .build(),
     );
     apply_solo_claim(&listers);
-    listers.persistent_volume_claims.apply(
+    listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(
         PvcBuilder::new("scratch")
             .class("standard")
             .access_modes(&["ReadWriteOnce"])
@@ -256,7 +258,7 @@ fn random_cluster(rng: &mut fastrand::Rng, n: usize) -> Cluster {
 
 /// The bound ReadWriteOncePod claim `solo`.
 fn apply_solo_claim(listers: &Listers) {
-    listers.persistent_volumes.apply(
+    listers.store(&PERSISTENT_VOLUMES).apply(
         PvBuilder::new("pv-solo")
             .capacity("1Gi")
             .access_modes(&["ReadWriteOncePod"])
@@ -264,7 +266,7 @@ fn apply_solo_claim(listers: &Listers) {
             .phase("Bound")
             .build(),
     );
-    listers.persistent_volume_claims.apply(
+    listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(
         PvcBuilder::new("solo")
             .access_modes(&["ReadWriteOncePod"])
             .request("1Gi")
@@ -504,7 +506,7 @@ fn default_spread_constraints_make_a_pod_unbatchable_only_when_they_apply() {
     let (_, batched) = same_decisions(DEFAULT, &cluster, &copies(8, web));
     assert_eq!(batched, 7);
     // A Service selecting them: the defaults spread them, each placement matters to the next.
-    cluster.listers.services.apply(Service {
+    cluster.listers.store(&SERVICES).apply(Service {
         metadata: ObjectMeta {
             name: Some("web".into()),
             namespace: Some("default".into()),
@@ -724,7 +726,7 @@ fn a_batch_is_dropped_as_upstream_and_when_the_cluster_changes() {
     sim.schedule(&small("j"));
     cluster
         .listers
-        .persistent_volume_claims
+        .store(&PERSISTENT_VOLUME_CLAIMS)
         .apply(PvcBuilder::new("other").build());
     sim.schedule(&small("k"));
     assert_eq!(sim.report().flushed, [FlushReason::ClusterChanged]);

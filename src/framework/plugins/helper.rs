@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Expression, Selector, SelectorExt};
 
 use crate::config::ExtensionPoint;
-use crate::framework::args::{PluginArgs, decode, no_args, typed};
+use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, no_args, typed};
 use crate::framework::interface::{CycleState, MAX_NODE_SCORE, NodeScore, Plugin, Status};
 use crate::framework::listers::{Informer, Listers};
 use crate::framework::registry::{PluginRegistration, policy_rule};
@@ -209,6 +209,36 @@ pub(crate) fn find_matching_untolerated_taint<'a>(
 
 /// Upstream's `DefaultNormalizeScore`: scales scores so the highest becomes `max_priority`
 /// (reversed: `max_priority - score`). All zero stays zero (or all `max_priority` when reversed).
+/// The highest score a utilization shape point may have (upstream's `MaxCustomPriorityScore`):
+/// RequestedToCapacityRatio's and VolumeBinding's `shape`.
+pub(crate) const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
+
+/// A utilization shape in node-score units (`(utilization, score * 10)` points), as upstream's
+/// `helper.FunctionShape` built from a configuration's `shape`.
+pub(crate) fn scaled_shape(shape: &[UtilizationShapePoint]) -> Vec<(i64, i64)> {
+    let scale = MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE;
+    shape
+        .iter()
+        .map(|p| (i64::from(p.utilization), i64::from(p.score) * scale))
+        .collect()
+}
+
+/// Upstream's `BuildBrokenLinearFunction`: the shape's score at utilization `p`, linear between
+/// points, flat before the first and after the last.
+pub(crate) fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
+    for i in 0..shape.len() {
+        if p <= shape[i].0 {
+            if i == 0 {
+                return shape[0].1;
+            }
+            let (u0, s0) = shape[i - 1];
+            let (u1, s1) = shape[i];
+            return s0 + (s1 - s0) * (p - u0) / (u1 - u0);
+        }
+    }
+    shape.last().map_or(0, |s| s.1)
+}
+
 pub(crate) fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [NodeScore]) {
     let max_count = scores.iter().map(|s| s.score).max().unwrap_or(0);
     if max_count == 0 {

@@ -153,10 +153,11 @@ mod tests {
             PluginAvailability::Built(vec![PreFilter, Filter])
         );
         assert_eq!(r.availability("NoSuchPlugin"), PluginAvailability::Unknown);
-        assert!(r.decode_args("NoSuchPlugin", None).is_err());
-        assert_eq!(r.decode_args(names::NODE_NAME, None), Ok(Value::Null));
+        let e = crate::emulation::Emulation::default();
+        assert!(r.decode_args("NoSuchPlugin", None, &e).is_err());
+        assert_eq!(r.decode_args(names::NODE_NAME, None, &e), Ok(Value::Null));
         assert!(
-            r.decode_args(names::NODE_NAME, Some(&json!({"x": 1})))
+            r.decode_args(names::NODE_NAME, Some(&json!({"x": 1})), &e)
                 .is_err()
         );
     }

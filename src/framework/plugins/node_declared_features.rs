@@ -1,27 +1,31 @@
-//! NodeDeclaredFeatures (beta, on in 1.36): a pod that needs a node feature runs only on nodes
-//! that list it in `node.status.declaredFeatures`.
+//! NodeDeclaredFeatures (beta and on in 1.36, GA in 1.37): a pod that needs a node feature runs
+//! only on nodes that list it in `node.status.declaredFeatures`. With the feature gate off the
+//! plugin does nothing (and is not among the default plugins), as upstream's.
 //!
-//! A pod's required features are inferred as upstream 1.36's registry
-//! (`k8s.io/component-helpers/nodedeclaredfeatures/features`) does. Of its five features, three
-//! are never required for scheduling (`InPlacePodLevelResourcesVerticalScaling`,
-//! `ExtendWebSocketsToKubelet`, `InPlacePodVerticalScalingExclusiveInitContainers`: they matter
-//! only to pod updates); two are:
+//! A pod's required features are inferred as upstream's registry
+//! (`k8s.io/component-helpers/nodedeclaredfeatures/features`) does. Most of its features are never
+//! required for scheduling (in 1.36 `InPlacePodLevelResourcesVerticalScaling`,
+//! `ExtendWebSocketsToKubelet`, `InPlacePodVerticalScalingExclusiveInitContainers`; 1.37 adds the
+//! memory-backed volume resize and two DRA node features, none inferred for scheduling); these are:
 //! - `RestartAllContainersOnContainerExits`: a container or init container with a
 //!   `restartPolicyRules` entry whose action is `RestartAllContainers`;
-//! - `UserNamespacesHostNetworkSupport`: `hostNetwork: true` with `hostUsers: false`.
+//! - `UserNamespacesHostNetworkSupport`: `hostNetwork: true` with `hostUsers: false`;
+//! - `VolumeBindMountOptions` (1.37's registry): a volume mount of any container with
+//!   `bindMountOptions`. The field is new in 1.37 (alpha, dropped by the API server unless its gate
+//!   is on): a 1.36 API server never serves it, so inferring it at every minor is 1.36's behaviour
+//!   too.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
 use super::names;
+use crate::framework::args::no_args;
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, PreFilterPlugin,
     PreFilterResult, SignFragment, SignPlugin, Status, signer_names,
 };
-use crate::framework::plugins::helper::{
-    impl_plugin, own_update, queue_if, registration_without_args,
-};
+use crate::framework::plugins::helper::{impl_plugin, own_update, queue_if};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{
     ActionType, ClusterEvent, EventObject, EventResource, HintError, NodeInfo, PodInfo, PodObject,
@@ -33,6 +37,9 @@ pub(crate) const ERR_REASON_UNSATISFIED_REQUIREMENTS: &str =
 pub(crate) const RESTART_ALL_CONTAINERS_ON_CONTAINER_EXITS: &str =
     "RestartAllContainersOnContainerExits";
 pub(crate) const USER_NAMESPACES_HOST_NETWORK_SUPPORT: &str = "UserNamespacesHostNetworkSupport";
+pub(crate) const VOLUME_BIND_MOUNT_OPTIONS: &str = "VolumeBindMountOptions";
+/// The feature gate that turns the plugin on.
+const GATE: &str = "NodeDeclaredFeatures";
 
 const PRE_FILTER_STATE_KEY: &str = "PreFilterNodeDeclaredFeatures";
 
@@ -40,8 +47,17 @@ const PRE_FILTER_STATE_KEY: &str = "PreFilterNodeDeclaredFeatures";
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RequiredFeatures(Vec<&'static str>);
 
-#[derive(Debug, Default)]
-pub(crate) struct NodeDeclaredFeatures;
+#[derive(Debug)]
+pub(crate) struct NodeDeclaredFeatures {
+    /// The feature gate: off, the plugin skips every pod.
+    enabled: bool,
+}
+
+impl Default for NodeDeclaredFeatures {
+    fn default() -> NodeDeclaredFeatures {
+        NodeDeclaredFeatures { enabled: true }
+    }
+}
 
 impl_plugin!(
     NodeDeclaredFeatures,
@@ -125,6 +141,21 @@ pub(crate) fn required_features(pod: &PodInfo) -> Vec<&'static str> {
     if spec.host_network == Some(true) && spec.host_users == Some(false) {
         features.push(USER_NAMESPACES_HOST_NETWORK_SUPPORT);
     }
+    let bind_mount_options = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .chain(
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .flat_map(|c| c.volume_mounts.iter().flatten()),
+        )
+        .any(|m| m.bind_mount_options.as_ref().is_some_and(|o| !o.is_empty()));
+    if bind_mount_options {
+        features.push(VOLUME_BIND_MOUNT_OPTIONS);
+    }
     features
 }
 
@@ -135,6 +166,9 @@ impl PreFilterPlugin for NodeDeclaredFeatures {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (Option<PreFilterResult>, Status) {
+        if !self.enabled {
+            return (None, Status::skip());
+        }
         let features = required_features(pod);
         if features.is_empty() {
             return (None, Status::skip());
@@ -146,6 +180,9 @@ impl PreFilterPlugin for NodeDeclaredFeatures {
 
 impl FilterPlugin for NodeDeclaredFeatures {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        if !self.enabled {
+            return Status::success();
+        }
         let Some(required) = state.read::<Arc<RequiredFeatures>>(PRE_FILTER_STATE_KEY) else {
             return Status::error(format!(
                 "error reading {PRE_FILTER_STATE_KEY:?} from cycle-state: not found"
@@ -165,7 +202,15 @@ impl FilterPlugin for NodeDeclaredFeatures {
 }
 
 pub(crate) fn registration() -> PluginRegistration {
-    registration_without_args::<NodeDeclaredFeatures>(NodeDeclaredFeatures::EXTENSION_POINTS)
+    PluginRegistration::new(
+        NodeDeclaredFeatures::EXTENSION_POINTS,
+        no_args,
+        |_, handle| {
+            Ok(Arc::new(NodeDeclaredFeatures {
+                enabled: handle.emulation.enabled(GATE),
+            }))
+        },
+    )
 }
 
 #[cfg(test)]
@@ -180,7 +225,7 @@ mod tests {
     #[test]
     fn hints() {
         use QueueingHint::{Queue, QueueSkip};
-        let pl = NodeDeclaredFeatures;
+        let pl = NodeDeclaredFeatures::default();
         let pod = PodBuilder::new("p").uid("p").info();
         let node = |features: &[&str]| {
             let mut n = NodeBuilder::new("n").build();
@@ -302,12 +347,57 @@ mod tests {
         for (name, pod, want) in cases {
             assert_eq!(required_features(&PodInfo::from_pod(pod)), want, "{name}");
         }
+        // 1.37's registry: a mount with bindMountOptions, in any kind of container.
+        let mut bind = PodBuilder::new("p").build();
+        if let Some(spec) = bind.spec.as_mut() {
+            spec.init_containers = Some(vec![Container {
+                name: "init".into(),
+                volume_mounts: Some(vec![k8s_openapi::api::core::v1::VolumeMount {
+                    name: "data".into(),
+                    mount_path: "/data".into(),
+                    bind_mount_options: Some(vec!["nosuid".into()]),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }]);
+        }
+        assert_eq!(
+            required_features(&PodInfo::from_pod(bind)),
+            vec![VOLUME_BIND_MOUNT_OPTIONS]
+        );
+    }
+
+    #[test]
+    fn the_gate_off_makes_the_plugin_skip_every_pod() {
+        let pod = PodInfo::from_pod(with_restart_rule(PodBuilder::new("p").build(), false));
+        let off = NodeDeclaredFeatures { enabled: false };
+        let mut state = CycleState::new();
+        let (_, s) = off.pre_filter(&mut state, &pod, &Snapshot::new());
+        assert!(s.is_skip());
+        assert!(off.filter(&state, &pod, &node_declaring(&[])).is_success());
+        // Locked on from 1.37 (GA): off only at 1.36.
+        let emulation = crate::emulation::Emulation::with_gates(
+            crate::emulation::Minor::V1_36,
+            &["NodeDeclaredFeatures=false".into()],
+        )
+        .expect("known gate");
+        let handle = crate::framework::registry::Handle::new(std::sync::Arc::new(
+            crate::framework::api_calls::RecordingApi::default(),
+        ))
+        .with_emulation(std::sync::Arc::new(emulation));
+        let built = (registration().factory)(&serde_json::Value::Null, &handle).expect("built");
+        let filter = built.as_filter().expect("a filter plugin");
+        assert!(
+            filter
+                .filter(&state, &pod, &node_declaring(&[]))
+                .is_success()
+        );
     }
 
     #[test]
     fn filters_nodes_by_declared_features() {
         let pod = PodInfo::from_pod(with_restart_rule(PodBuilder::new("p").build(), false));
-        let pl = NodeDeclaredFeatures;
+        let pl = NodeDeclaredFeatures::default();
         let mut state = CycleState::new();
         let (_, s) = pl.pre_filter(&mut state, &pod, &Snapshot::new());
         assert!(s.is_success());
@@ -342,7 +432,7 @@ mod tests {
 
     #[test]
     fn pods_needing_no_feature_skip_the_filter() {
-        let (_, s) = NodeDeclaredFeatures.pre_filter(
+        let (_, s) = NodeDeclaredFeatures::default().pre_filter(
             &mut CycleState::new(),
             &PodBuilder::new("p").info(),
             &Snapshot::new(),

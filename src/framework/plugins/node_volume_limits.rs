@@ -4,6 +4,10 @@
 //! Volumes count by `driver/volumeHandle`: a bound claim through its PV's `csi` source, an unbound
 //! claim through its class's provisioner (a new volume). Not done (yet): in-tree volumes migrated
 //! to CSI, and VolumeAttachments not backed by a pod in the cache.
+//!
+//! With VolumeLimitScaling (alpha and off in 1.36, beta and on in 1.37), a driver whose CSIDriver
+//! sets `preventPodSchedulingIfMissing` must also be installed on the node (listed in its CSINode)
+//! for a pod with a new volume of that driver.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -17,7 +21,9 @@ use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterPlugin,
     PreFilterResult, SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{
+    CSI_DRIVERS, CSI_NODES, Listers, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES,
+};
 use crate::framework::plugins::helper::{impl_plugin, queue_if, volume_rules};
 use crate::framework::plugins::volume_binding::binder::{
     claim_class, claim_volume_name, ephemeral_claim_is_for_pod, pod_uses_claim, volume_claim_name,
@@ -34,9 +40,14 @@ pub(crate) const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed ma
 /// Stands in for the volume handle of a volume not provisioned yet (upstream: a random prefix).
 const UNBOUND_VOLUME_PREFIX: &str = "ksched-unbound-volume";
 
+/// The feature gate of the driver-installed check.
+const VOLUME_LIMIT_SCALING: &str = "VolumeLimitScaling";
+
 #[derive(Debug)]
 pub(crate) struct NodeVolumeLimits {
     listers: Arc<Listers>,
+    /// VolumeLimitScaling: refuse nodes without a driver that asks for it.
+    volume_limit_scaling: bool,
 }
 
 /// Per-driver limits from a CSINode.
@@ -52,15 +63,31 @@ fn volume_limits(csi_node: Option<&CSINode>) -> HashMap<String, i64> {
 }
 
 impl NodeVolumeLimits {
+    #[cfg(test)]
     pub(crate) fn new(listers: Arc<Listers>) -> NodeVolumeLimits {
-        NodeVolumeLimits { listers }
+        NodeVolumeLimits {
+            listers,
+            volume_limit_scaling: false,
+        }
+    }
+
+    /// Upstream's `checkCSIDriverOnNode`: a driver that is not a CSIDriver, or does not set
+    /// `preventPodSchedulingIfMissing`, counts as installed; else the node's CSINode must list it.
+    fn driver_installed(&self, driver: &str, csi_node: Option<&CSINode>) -> bool {
+        let opted_in = self
+            .listers
+            .store(&CSI_DRIVERS)
+            .get("", driver)
+            .and_then(|d| d.spec.prevent_pod_scheduling_if_missing)
+            .unwrap_or(false);
+        !opted_in || csi_node.is_some_and(|n| n.spec.drivers.iter().any(|d| d.name == driver))
     }
 
     /// The CSI driver and volume handle of a claim; `None` when it does not count.
     fn csi_driver_info(&self, pvc: &PersistentVolumeClaim) -> Option<(String, String)> {
         let pv_name = claim_volume_name(pvc);
         if !pv_name.is_empty()
-            && let Some(pv) = self.listers.persistent_volumes.get("", pv_name)
+            && let Some(pv) = self.listers.store(&PERSISTENT_VOLUMES).get("", pv_name)
         {
             let csi = pv.spec.as_ref()?.csi.as_ref()?;
             return Some((csi.driver.clone(), csi.volume_handle.clone()));
@@ -70,7 +97,7 @@ impl NodeVolumeLimits {
         if class_name.is_empty() {
             return None;
         }
-        let class = self.listers.storage_classes.get("", class_name)?;
+        let class = self.listers.store(&STORAGE_CLASSES).get("", class_name)?;
         if class.provisioner.starts_with("kubernetes.io/") {
             // An in-tree provisioner: counted only when migrated to CSI (not supported yet).
             return None;
@@ -99,7 +126,7 @@ impl NodeVolumeLimits {
             if name.is_empty() {
                 return Err("PersistentVolumeClaim had no name".into());
             }
-            let Some(pvc) = self.listers.persistent_volume_claims.get(ns, &name) else {
+            let Some(pvc) = self.listers.store(&PERSISTENT_VOLUME_CLAIMS).get(ns, &name) else {
                 if new_pod {
                     return Err(format!(
                         "looking up PVC {ns}/{name}: persistentvolumeclaim {name:?} not found"
@@ -198,7 +225,7 @@ impl SignPlugin for NodeVolumeLimits {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
         sign_volumes(pod, |name| {
             self.listers
-                .persistent_volume_claims
+                .store(&PERSISTENT_VOLUME_CLAIMS)
                 .get(pod.namespace(), name)
         })
     }
@@ -234,7 +261,7 @@ impl FilterPlugin for NodeVolumeLimits {
         {
             return Status::success();
         }
-        let csi_node = self.listers.csi_nodes.get("", node.name());
+        let csi_node = self.listers.store(&CSI_NODES).get("", node.name());
         let mut new_volumes = BTreeMap::new();
         if let Err(e) = self.attachable_volumes(&pod.pod, true, &mut new_volumes) {
             return if e.contains("not found") {
@@ -245,6 +272,15 @@ impl FilterPlugin for NodeVolumeLimits {
         }
         if new_volumes.is_empty() {
             return Status::success();
+        }
+        if self.volume_limit_scaling
+            && let Some(driver) = new_volumes
+                .values()
+                .find(|d| !self.driver_installed(d, csi_node.as_deref()))
+        {
+            return Status::unschedulable(format!(
+                "{driver} CSI driver is not installed on the node"
+            ));
         }
         let limits = volume_limits(csi_node.as_deref());
         if limits.is_empty() {
@@ -278,13 +314,17 @@ impl FilterPlugin for NodeVolumeLimits {
 
 pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(NodeVolumeLimits::EXTENSION_POINTS, no_args, |_, handle| {
-        Ok(Arc::new(NodeVolumeLimits::new(handle.listers.clone())) as Arc<dyn Plugin>)
+        Ok(Arc::new(NodeVolumeLimits {
+            listers: handle.listers.clone(),
+            volume_limit_scaling: handle.emulation.enabled(VOLUME_LIMIT_SCALING),
+        }) as Arc<dyn Plugin>)
     })
     .with_informers(&[
-        Informer::PersistentVolumes,
-        Informer::PersistentVolumeClaims,
-        Informer::StorageClasses,
-        Informer::CSINodes,
+        &PERSISTENT_VOLUMES,
+        &PERSISTENT_VOLUME_CLAIMS,
+        &STORAGE_CLASSES,
+        &CSI_NODES,
+        &CSI_DRIVERS,
     ])
     .with_rbac_rules(volume_rules(false))
 }
@@ -292,10 +332,13 @@ pub(crate) fn registration() -> PluginRegistration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::emulation::{Emulation, Minor};
     use crate::framework::testing::hints::{assigned_obj, event, hint, obj, pod_obj};
     use crate::framework::testing::{
         NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, csi_node, storage_class,
     };
+    use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     /// Upstream's `TestCSILimitsQHint`, `TestCSILimitsAddedPVCQHint` and
     /// `TestCSILimitsCSINodeUpdateQHint` cases.
@@ -350,30 +393,82 @@ mod tests {
             ("pv-3", EBS, "vol-3"),
             ("pv-gce", GCE, "disk-1"),
         ] {
-            l.persistent_volumes
+            l.store(&PERSISTENT_VOLUMES)
                 .apply(PvBuilder::new(pv).csi(driver, handle).build());
-            l.persistent_volume_claims
+            l.store(&PERSISTENT_VOLUME_CLAIMS)
                 .apply(PvcBuilder::new(&format!("c-{pv}")).bound(pv).build());
         }
-        l.persistent_volumes.apply(PvBuilder::new("pv-nfs").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUMES)
+            .apply(PvBuilder::new("pv-nfs").build());
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-nfs").bound("pv-nfs").build());
-        l.storage_classes
+        l.store(&STORAGE_CLASSES)
             .apply(storage_class("ebs", EBS, Some("WaitForFirstConsumer")));
-        l.storage_classes.apply(storage_class(
+        l.store(&STORAGE_CLASSES).apply(storage_class(
             "intree",
             "kubernetes.io/aws-ebs",
             Some("WaitForFirstConsumer"),
         ));
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-new").class("ebs").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-new2").class("ebs").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-intree").class("intree").build());
-        l.csi_nodes
+        l.store(&CSI_NODES)
             .apply(csi_node("n", &[(EBS, limit), (GCE, Some(1))]));
         Arc::new(l)
+    }
+
+    /// VolumeLimitScaling (on from 1.37): a driver that asks for it must be on the node.
+    #[test]
+    fn volume_limit_scaling_needs_an_opted_in_driver_installed() {
+        let driver = |name: &str, prevent: Option<bool>| CSIDriver {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: CSIDriverSpec {
+                prevent_pod_scheduling_if_missing: prevent,
+                ..Default::default()
+            },
+        };
+        let pod = PodBuilder::new("p").pvc("c-pv-gce").pvc("c-new").info();
+        let node = |name: &str| NodeBuilder::new(name).info(vec![]);
+        let filter = |scaling: bool, prevent: Option<bool>, node_name: &str| {
+            let l = listers(Some(5));
+            l.store(&CSI_DRIVERS).apply(driver(GCE, prevent));
+            l.store(&CSI_DRIVERS).apply(driver(EBS, None));
+            let pl = NodeVolumeLimits {
+                listers: l,
+                volume_limit_scaling: scaling,
+            };
+            pl.filter(&CycleState::new(), &pod, &node(node_name))
+        };
+        let missing =
+            Status::unschedulable(format!("{GCE} CSI driver is not installed on the node"));
+        // "m" has no CSINode: the opted-in driver is missing there.
+        assert_eq!(filter(true, Some(true), "m"), missing);
+        // Node "n" lists both drivers.
+        assert!(filter(true, Some(true), "n").is_success());
+        // Not opted in, or the gate off (1.36): no check.
+        assert!(filter(true, Some(false), "m").is_success());
+        assert!(filter(true, None, "m").is_success());
+        assert!(filter(false, Some(true), "m").is_success());
+        // A driver without a CSIDriver object counts as installed.
+        let pl = NodeVolumeLimits {
+            listers: listers(Some(5)),
+            volume_limit_scaling: true,
+        };
+        assert!(pl.filter(&CycleState::new(), &pod, &node("m")).is_success());
+        // The gate follows the minor.
+        for (minor, on) in [(Minor::V1_36, false), (Minor::V1_37, true)] {
+            assert_eq!(
+                Emulation::of(minor).enabled(VOLUME_LIMIT_SCALING),
+                on,
+                "{minor}"
+            );
+        }
     }
 
     fn run(limit: Option<i32>, new_claims: &[&str], existing: &[&[&str]]) -> Status {

@@ -167,7 +167,7 @@ pub(crate) fn filter_tolerations(node: &NodeInfo, tolerations: &[Toleration]) ->
     match untolerated {
         None => Status::success(),
         Some(t) => {
-            tracing::debug!(node = node.name(), taint = ?t, "node had untolerated taints");
+            tracing::debug!(node = node.name(), taint = %format_args!("{}={}:{}", t.key, t.value.as_deref().unwrap_or_default(), t.effect), "node had untolerated taints");
             Status::unresolvable(ERR_REASON_UNTOLERATED)
         }
     }

@@ -13,7 +13,7 @@ use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterExtensions,
     PreFilterPlugin, PreFilterResult, SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{Listers, PERSISTENT_VOLUME_CLAIMS};
 use crate::framework::plugins::helper::{
     impl_plugin, queue_if, update_pre_filter_state, volume_rules,
 };
@@ -112,7 +112,7 @@ impl VolumeRestrictions {
         {
             let pvc = self
                 .listers
-                .persistent_volume_claims
+                .store(&PERSISTENT_VOLUME_CLAIMS)
                 .get(pod.namespace(), &c.claim_name)
                 .ok_or_else(|| {
                     Status::unresolvable(format!(
@@ -223,7 +223,7 @@ impl SignPlugin for VolumeRestrictions {
         }
         sign_volumes(pod, |name| {
             self.listers
-                .persistent_volume_claims
+                .store(&PERSISTENT_VOLUME_CLAIMS)
                 .get(pod.namespace(), name)
         })
     }
@@ -321,7 +321,7 @@ pub(crate) fn registration() -> PluginRegistration {
             Ok(Arc::new(VolumeRestrictions::new(handle.listers.clone())) as Arc<dyn Plugin>)
         },
     )
-    .with_informers(&[Informer::PersistentVolumeClaims])
+    .with_informers(&[&PERSISTENT_VOLUME_CLAIMS])
     .with_rbac_rules(volume_rules(false))
 }
 
@@ -561,12 +561,12 @@ mod tests {
     #[test]
     fn read_write_once_pod() {
         let l = Listers::default();
-        l.persistent_volume_claims.apply(
+        l.store(&PERSISTENT_VOLUME_CLAIMS).apply(
             PvcBuilder::new("rwop")
                 .access_modes(&["ReadWriteOncePod"])
                 .build(),
         );
-        l.persistent_volume_claims.apply(
+        l.store(&PERSISTENT_VOLUME_CLAIMS).apply(
             PvcBuilder::new("rwo")
                 .access_modes(&["ReadWriteOnce"])
                 .build(),

@@ -14,7 +14,9 @@ use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreFilterPlugin,
     PreFilterResult, SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{
+    Listers, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES,
+};
 use crate::framework::plugins::helper::{impl_plugin, queue_if, volume_rules};
 use crate::framework::plugins::volume_binding::binder::{claim_class, claim_volume_name};
 use crate::framework::plugins::volume_binding::sign_volumes;
@@ -107,7 +109,7 @@ impl VolumeZone {
             }
             let pvc = self
                 .listers
-                .persistent_volume_claims
+                .store(&PERSISTENT_VOLUME_CLAIMS)
                 .get(pod.namespace(), name)
                 .ok_or_else(|| {
                     Status::unresolvable(format!("persistentvolumeclaim {name:?} not found"))
@@ -122,7 +124,7 @@ impl VolumeZone {
                 }
                 let class = self
                     .listers
-                    .storage_classes
+                    .store(&STORAGE_CLASSES)
                     .get("", class_name)
                     .ok_or_else(|| {
                         Status::unresolvable(format!(
@@ -141,7 +143,7 @@ impl VolumeZone {
             }
             let pv = self
                 .listers
-                .persistent_volumes
+                .store(&PERSISTENT_VOLUMES)
                 .get("", pv_name)
                 .ok_or_else(|| {
                     Status::unresolvable(format!("persistentvolume {pv_name:?} not found"))
@@ -239,7 +241,7 @@ impl SignPlugin for VolumeZone {
     fn sign_pod(&self, pod: &PodInfo) -> Result<Vec<SignFragment>, Status> {
         sign_volumes(pod, |name| {
             self.listers
-                .persistent_volume_claims
+                .store(&PERSISTENT_VOLUME_CLAIMS)
                 .get(pod.namespace(), name)
         })
     }
@@ -309,9 +311,9 @@ pub(crate) fn registration() -> PluginRegistration {
         Ok(Arc::new(VolumeZone::new(handle.listers.clone())) as Arc<dyn Plugin>)
     })
     .with_informers(&[
-        Informer::PersistentVolumes,
-        Informer::PersistentVolumeClaims,
-        Informer::StorageClasses,
+        &PERSISTENT_VOLUMES,
+        &PERSISTENT_VOLUME_CLAIMS,
+        &STORAGE_CLASSES,
     ])
     .with_rbac_rules(volume_rules(false))
 }
@@ -433,7 +435,7 @@ mod tests {
                 .build(),
             PvBuilder::new("pv-none").build(),
         ] {
-            l.persistent_volumes.apply(pv);
+            l.store(&PERSISTENT_VOLUMES).apply(pv);
         }
         for (claim, pv) in [
             ("c-a", "pv-a"),
@@ -443,22 +445,23 @@ mod tests {
             ("c-none", "pv-none"),
             ("c-missing-pv", "pv-gone"),
         ] {
-            l.persistent_volume_claims
+            l.store(&PERSISTENT_VOLUME_CLAIMS)
                 .apply(PvcBuilder::new(claim).bound(pv).build());
         }
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-wffc").class("wffc").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-imm").class("imm").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-unset").class("unset").build());
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("c-noclass").build());
-        l.storage_classes
+        l.store(&STORAGE_CLASSES)
             .apply(storage_class("wffc", "p", Some("WaitForFirstConsumer")));
-        l.storage_classes
+        l.store(&STORAGE_CLASSES)
             .apply(storage_class("imm", "p", Some("Immediate")));
-        l.storage_classes.apply(storage_class("unset", "p", None));
+        l.store(&STORAGE_CLASSES)
+            .apply(storage_class("unset", "p", None));
         Arc::new(l)
     }
 

@@ -65,7 +65,7 @@ pub fn listers_with_namespaces(
 ) -> crate::framework::listers::Listers {
     let listers = crate::framework::listers::Listers::default();
     for (name, labels) in namespaces {
-        listers.namespaces.apply(namespace(name, labels));
+        listers.store(&NAMESPACES).apply(namespace(name, labels));
     }
     listers
 }
@@ -645,6 +645,7 @@ pub fn csi_node(name: &str, drivers: &[(&str, Option<i32>)]) -> CSINode {
                 })
                 .collect(),
         },
+        status: None,
     }
 }
 
@@ -682,6 +683,7 @@ pub fn zone_nodes() -> Vec<Node> {
 
 // ----- pod affinity terms and topology spread constraints -----
 
+use crate::framework::listers::NAMESPACES;
 use k8s_openapi::api::core::v1::{PodAffinity, TopologySpreadConstraint, WeightedPodAffinityTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, OwnerReference};
 

@@ -10,12 +10,13 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::config::ExtensionPoint;
+use crate::framework::api_calls::RecordingApi;
 use crate::framework::interface::{
     BindPlugin, Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, PostBindPlugin,
     PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin,
     ReservePlugin, ScorePlugin, Status,
 };
-use crate::framework::registry::{Handle, PluginRegistration, RecordingApi, Registry};
+use crate::framework::registry::{Handle, PluginRegistration, Registry};
 use crate::framework::types::{NodeInfo, PodInfo, QueuedPodInfo, Snapshot};
 
 /// A plugin whose behaviour at each point is set per test; every call is logged.

@@ -124,6 +124,9 @@ pub enum EventResource {
     DeviceClass,
     /// `scheduling.x-k8s.io` PodGroups (Coscheduling's).
     PodGroup,
+    /// A kind an out-of-tree plugin watches (`Kind::events`), by its upstream-style name
+    /// (`example.com/NodeWeights`).
+    Custom(&'static str),
     /// Every resource: `{WildCard, All}` matches every event.
     WildCard,
 }
@@ -147,6 +150,7 @@ impl EventResource {
             Self::ResourceSlice => "resource.k8s.io/ResourceSlice",
             Self::DeviceClass => "resource.k8s.io/DeviceClass",
             Self::PodGroup => "scheduling.x-k8s.io/PodGroup",
+            Self::Custom(name) => name,
             Self::WildCard => "*",
         }
     }

@@ -36,7 +36,8 @@ use self::heap::ActiveHeap;
 use self::in_flight::{InFlight, InFlightEvent};
 pub(crate) use self::nominator::Nominator;
 use super::metrics::{
-    EventLabels, HintLabels, IncomingLabels, QueueLabels, QueueMetrics, UnschedulableLabels,
+    ENTITY_POD, EntityLabels, EventLabels, HintLabels, IncomingEntityLabels, IncomingLabels,
+    QueueLabels, QueueMetrics, UnschedulableLabels,
 };
 use crate::framework::events::{
     BACKOFF_COMPLETE, EVENT_FORCE_ACTIVATE, EVENT_UNSCHEDULABLE_TIMEOUT, EVENT_UNSCHEDULED_POD_ADD,
@@ -255,7 +256,7 @@ impl SchedulingQueue {
         self.metrics
             .event_handling_duration
             .get_or_create(&EventLabels {
-                event: event.label().into_owned(),
+                event: self.event_label(&event.label(), false).into_owned(),
             })
             .observe(since.elapsed().as_secs_f64());
     }
@@ -348,7 +349,8 @@ impl SchedulingQueue {
                 let Some(qpi) = inner.pool.remove(&key) else {
                     break;
                 };
-                to = self.requeue(&mut inner, key.clone(), qpi, strategy, &event.label());
+                let label = self.event_label(&event.label(), true).into_owned();
+                to = self.requeue(&mut inner, key.clone(), qpi, strategy, &label);
                 if to.wakes_pop() {
                     break;
                 }
@@ -621,7 +623,13 @@ impl SchedulingQueue {
                     }
                 },
             };
-            let event_label = label.get_or_insert_with(|| event.label());
+            let event_label = label.get_or_insert_with(|| {
+                let target = new
+                    .or(old)
+                    .and_then(|o| o.get::<PodObject>())
+                    .is_some_and(|p| p.uid() == qpi.pod_info.uid());
+                self.event_label(&event.label(), target).into_owned().into()
+            });
             self.metrics
                 .queueing_hint_duration
                 .get_or_create(&HintLabels {
@@ -850,16 +858,31 @@ impl SchedulingQueue {
 
     fn publish_counts(&self, inner: &Inner) {
         let c = inner.counts();
-        for (gauge, n) in self
-            .pending
-            .iter()
-            .zip([c.active, c.backoff, c.unschedulable, c.gated])
-        {
+        let counts = [c.active, c.backoff, c.unschedulable, c.gated];
+        for (gauge, n) in self.pending.iter().zip(counts) {
             gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        // Every entity ksched queues is a pod.
+        if let Some(entities) = &self.metrics.queued_entities {
+            for (queue, n) in PENDING_QUEUES.iter().zip(counts) {
+                entities
+                    .get_or_create(&EntityLabels {
+                        queue: (*queue).into(),
+                        r#type: ENTITY_POD.into(),
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
         }
     }
 
+    /// `label` as the emulated minor spells it (see `PodEventSpelling`); `target`: the event is
+    /// about the pod it concerns.
+    fn event_label<'a>(&self, label: &'a str, target: bool) -> Cow<'a, str> {
+        self.metrics.pod_event_spelling.label(label, target)
+    }
+
     fn count_incoming(&self, queue: &str, event: &str) {
+        let event = &self.event_label(event, false);
         self.metrics
             .incoming_pods
             .get_or_create(&IncomingLabels {
@@ -867,6 +890,15 @@ impl SchedulingQueue {
                 event: event.to_string(),
             })
             .inc();
+        if let Some(entities) = &self.metrics.incoming_entities {
+            entities
+                .get_or_create(&IncomingEntityLabels {
+                    queue: queue.to_string(),
+                    event: event.to_string(),
+                    r#type: ENTITY_POD.into(),
+                })
+                .inc();
+        }
     }
 
     /// Adds `delta` to `scheduler_unschedulable_pods` for each plugin that rejected the pod.
@@ -888,6 +920,7 @@ impl SchedulingQueue {
     }
 
     fn add_inflight_gauge(&self, event: &str, delta: i64) {
+        let event = &self.event_label(event, false);
         self.metrics
             .inflight_events
             .get_or_create(&EventLabels {
@@ -897,8 +930,11 @@ impl SchedulingQueue {
     }
 }
 
+/// The sub-queues `scheduler_pending_pods` counts, in [`QueueCounts`] order.
+const PENDING_QUEUES: [&str; 4] = ["active", "backoff", "unschedulable", "gated"];
+
 fn pending_gauges(metrics: &QueueMetrics) -> [Gauge; 4] {
-    ["active", "backoff", "unschedulable", "gated"].map(|queue| {
+    PENDING_QUEUES.map(|queue| {
         metrics
             .pending_pods
             .get_or_create(&QueueLabels {

@@ -23,10 +23,13 @@ struct NominatorInner {
     node_of: HashMap<String, (String, Arc<PodInfo>)>,
     /// Nominations made or dropped so far (for opportunistic batching).
     changes: u64,
+    /// Pods of other schedulers (their keys) whose nomination is respected.
+    foreign: std::collections::HashSet<String>,
 }
 
 impl NominatorInner {
     fn delete(&mut self, key: &str) {
+        self.foreign.remove(key);
         let Some((node, _)) = self.node_of.remove(key) else {
             return;
         };
@@ -78,6 +81,20 @@ impl Nominator {
         inner.add(pod, &node);
     }
 
+    /// A pending pod of another scheduler as the API shows it: its `status.nominatedNodeName`
+    /// counts as one of ours does (the room it was promised is kept for it in Filter), so
+    /// schedulers running side by side do not fill the room one preempted for its pod. (Upstream
+    /// respects its own profiles' nominations only.)
+    pub fn update_foreign(&self, pod: Arc<PodInfo>) {
+        let key = pod.key();
+        let node = pod.nominated_node_name().to_string();
+        let mut inner = self.inner.write();
+        inner.add(pod, &node);
+        if inner.node_of.contains_key(&key) {
+            inner.foreign.insert(key);
+        }
+    }
+
     /// The pod was bound, assumed or deleted.
     pub fn delete(&self, key: &str) {
         self.inner.write().delete(key);
@@ -99,8 +116,42 @@ impl PodNominator for Nominator {
             .unwrap_or_default()
     }
 
+    fn is_foreign(&self, key: &str) -> bool {
+        self.inner.read().foreign.contains(key)
+    }
+
     fn batching_generation(&self) -> Option<u64> {
         let inner = self.inner.read();
         inner.by_node.is_empty().then_some(inner.changes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::PodBuilder;
+
+    /// Another scheduler's nominated pod counts on its node (Filter respects it) and is marked
+    /// foreign (its nomination is never cleared); it goes when its nomination does.
+    #[test]
+    fn another_schedulers_nomination_is_respected_and_marked_foreign() {
+        let nominator = Nominator::new();
+        let theirs = PodBuilder::new("theirs").nominated_node("n1").info();
+        nominator.update_foreign(Arc::new(theirs.clone()));
+        let on_n1: Vec<String> = nominator
+            .nominated_pods_for_node("n1")
+            .iter()
+            .map(|p| p.key())
+            .collect();
+        assert_eq!(on_n1, [theirs.key()]);
+        assert!(nominator.is_foreign(&theirs.key()));
+        assert_eq!(nominator.batching_generation(), None);
+        // Its nomination cleared: nothing kept for it.
+        nominator.update_foreign(Arc::new(PodBuilder::new("theirs").info()));
+        assert!(nominator.nominated_pods_for_node("n1").is_empty());
+        assert!(!nominator.is_foreign(&theirs.key()));
+        // Ours are not foreign.
+        nominator.add_nominated_pod(Arc::new(PodBuilder::new("ours").info()), "n2");
+        assert!(!nominator.is_foreign(&PodBuilder::new("ours").info().key()));
     }
 }

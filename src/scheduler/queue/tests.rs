@@ -566,7 +566,7 @@ async fn lifted_gates_are_seen_on_flush() {
 #[tokio::test]
 async fn metrics_follow_upstream() {
     use crate::scheduler::metrics::Metrics;
-    let metrics = Metrics::scheduler_only();
+    let metrics = Metrics::scheduler_only(crate::emulation::Minor::V1_37);
     let q = queue().with_metrics(metrics.queue.clone());
     q.add(pod("p", 0));
     q.add(pod("q", 0));
@@ -575,8 +575,12 @@ async fn metrics_follow_upstream() {
     q.move_all_to_active_or_backoff(&EVENT_NODE_ADD, None, node(&[("fits", "yes")]));
     let text = metrics.encode();
     for line in [
-        r#"scheduler_queue_incoming_pods_total{queue="active",event="UnschedulablePodAdd"} 2"#,
+        // 1.37 spells the resource of a pending pod's events `UnscheduledPod`.
+        r#"scheduler_queue_incoming_pods_total{queue="active",event="UnscheduledPodAdd"} 2"#,
         r#"scheduler_pending_pods{queue="active"} 1"#,
+        // 1.37's per-entity families: every entity is a pod.
+        r#"scheduler_queue_incoming_entities_total{queue="active",event="UnscheduledPodAdd",type="pod"} 2"#,
+        r#"scheduler_queued_entities{queue="active",type="pod"} 1"#,
         r#"scheduler_inflight_events{event="PodPopped"} 1"#,
         r#"scheduler_inflight_events{event="NodeAdd"} 1"#,
     ] {
@@ -592,6 +596,7 @@ async fn metrics_follow_upstream() {
         r#"scheduler_queue_incoming_pods_total{queue="backoff",event="ScheduleAttemptFailure"} 1"#,
         r#"scheduler_unschedulable_pods{plugin="NodeAffinity",profile="default-scheduler"} 1"#,
         r#"scheduler_pending_pods{queue="backoff"} 1"#,
+        r#"scheduler_queued_entities{queue="backoff",type="pod"} 1"#,
         r#"scheduler_inflight_events{event="PodPopped"} 0"#,
         r#"scheduler_inflight_events{event="NodeAdd"} 0"#,
         r#"scheduler_queueing_hint_execution_duration_seconds_count{plugin="NodeAffinity",event="NodeAdd",hint="Queue"} 1"#,
@@ -607,4 +612,20 @@ async fn metrics_follow_upstream() {
     assert_eq!(pop_name(&q).await.0, "p");
     assert!(metrics.encode().lines().any(|l| l
         == r#"scheduler_unschedulable_pods{plugin="NodeAffinity",profile="default-scheduler"} 0"#));
+    // 1.36 has no per-entity families.
+    let old = Metrics::scheduler_only(crate::emulation::Minor::V1_36);
+    let q = queue().with_metrics(old.queue.clone());
+    q.add(pod("p", 0));
+    let text = old.encode();
+    assert!(
+        text.contains("scheduler_pending_pods{queue=\"active\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"UnschedulablePodAdd\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("entities"), "{text}");
 }

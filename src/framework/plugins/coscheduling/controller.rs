@@ -25,9 +25,9 @@ use tracing::{debug, warn};
 
 use super::pod_group_manager::is_terminal;
 use crate::api::{PodGroup, PodGroupStatus};
+use crate::framework::api_calls::{ApiClient, ApiError, ReplaceStatus};
 use crate::framework::background::{BackgroundTask, TaskContext};
-use crate::framework::listers::{Listers, ObjectStore};
-use crate::framework::registry::{ApiError, ApiHandle};
+use crate::framework::listers::{Listers, ObjectStore, POD_GROUP_MEMBERS, POD_GROUPS};
 
 pub(crate) const PHASE_PENDING: &str = "Pending";
 
@@ -239,7 +239,7 @@ impl PodGroupController {
     /// The groups this loop looks after, each with its desired status when that differs from
     /// the stored one.
     pub(super) fn out_of_date(&self) -> Vec<(Arc<PodGroup>, PodGroupStatus)> {
-        let groups = self.listers.pod_groups.list();
+        let groups = self.listers.store(&POD_GROUPS).list();
         let live: HashSet<String> = groups.iter().map(|g| key_of(g)).collect();
         self.progress.retain(&live);
         let mut out = Vec::new();
@@ -249,7 +249,7 @@ impl PodGroupController {
             }
             let ns = pg.metadata.namespace.as_deref().unwrap_or_default();
             let name = pg.metadata.name.as_deref().unwrap_or_default();
-            let members = self.listers.pod_group_members.members(ns, name);
+            let members = self.listers.store(&POD_GROUP_MEMBERS).members(ns, name);
             if !members.iter().any(|p| scheduler_name(p) == self.profile) {
                 continue;
             }
@@ -264,19 +264,20 @@ impl PodGroupController {
 
     /// Writes every out-of-date status, each against the resourceVersion it was computed from.
     /// A written status goes into the PodGroup store at once (the informer may lag behind).
-    pub(super) async fn pass(&self, api: &Arc<dyn ApiHandle>) -> Pass {
+    pub(super) async fn pass(&self, api: &Arc<dyn ApiClient>) -> Pass {
         let mut done = Pass::default();
         for (pg, status) in self.out_of_date() {
             self.limiter.until_ready().await;
             let mut next = (*pg).clone();
             next.status = Some(status);
             let key = key_of(&pg);
-            match api.update_pod_group_status(&next).await {
+            // A PUT carries the object's resourceVersion: a concurrent change makes it a conflict.
+            match api.call(ReplaceStatus(next)).await {
                 Ok(mut stored) => {
                     // Kept as the informer keeps it.
                     stored.metadata.managed_fields = None;
-                    debug!(podgroup = %key, phase = ?stored.status.as_ref().and_then(|s| s.phase.as_deref()), "PodGroup status updated");
-                    self.listers.pod_groups.apply(stored);
+                    debug!(podgroup = %key, phase = stored.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default(), "PodGroup status updated");
+                    self.listers.store(&POD_GROUPS).apply(stored);
                     done.written += 1;
                 }
                 Err(ApiError::Conflict(_)) => {
@@ -300,8 +301,8 @@ impl BackgroundTask for PodGroupController {
 
     fn run(self: Arc<Self>, mut ctx: TaskContext) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let mut groups = self.listers.pod_groups.subscribe();
-            let mut members = self.listers.pod_group_members.subscribe();
+            let mut groups = self.listers.store(&POD_GROUPS).subscribe();
+            let mut members = self.listers.store(&POD_GROUP_MEMBERS).subscribe();
             let mut progress = self.progress.subscribe();
             let mut retry = RETRY;
             loop {

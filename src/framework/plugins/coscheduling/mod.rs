@@ -87,13 +87,13 @@ impl PluginArgs for CoschedulingArgs {
 /// The registration: QueueSort, PreFilter, PostFilter, Reserve, Permit; reads PodGroups and
 /// their members.
 pub(crate) fn registration() -> crate::framework::registry::PluginRegistration {
-    use crate::framework::listers::Informer;
+    use crate::framework::listers::{POD_GROUP_MEMBERS, POD_GROUPS};
     crate::framework::registry::PluginRegistration::new(
         plugin::Coscheduling::EXTENSION_POINTS,
         crate::framework::args::decode::<CoschedulingArgs>,
         factory,
     )
-    .with_informers(&[Informer::PodGroups, Informer::PodGroupMembers])
+    .with_informers(&[&POD_GROUPS, &POD_GROUP_MEMBERS])
     // PodGroups are read, and their status written (PodGroupStatuses).
     .with_rbac_rules(vec![
         policy_rule(

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 
 use crate::api::PodGroup;
 use crate::api::pod_group::POD_GROUP_LABEL;
+use crate::framework::listers::{POD_GROUP_MEMBERS, POD_GROUPS};
 use crate::framework::registry::Handle;
 use crate::framework::types::{NodeInfo, PodView, QueuedPodInfo, Resource, Snapshot};
 
@@ -137,7 +138,7 @@ impl PodGroupManager {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         (
             format!("{ns}/{name}"),
-            self.handle.listers.pod_groups.get(ns, name),
+            self.handle.listers.store(&POD_GROUPS).get(ns, name),
         )
     }
 
@@ -152,7 +153,7 @@ impl PodGroupManager {
     pub(super) fn group_pods(&self, namespace: &str, group: &str) -> Vec<Arc<Pod>> {
         self.handle
             .listers
-            .pod_group_members
+            .store(&POD_GROUP_MEMBERS)
             .members(namespace, group)
     }
 

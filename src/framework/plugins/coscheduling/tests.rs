@@ -15,13 +15,15 @@ use super::plugin::*;
 use super::*;
 use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::api::{PodGroup, PodGroupSpec};
+use crate::framework::api_calls::{ApiClient, ApiError, RecordingApi, Verb};
 use crate::framework::background::{BackgroundTask, TaskContext};
 use crate::framework::interface::{
     Code, CycleState, NodeToStatus, PermitPlugin, PostFilterPlugin, PreFilterPlugin,
     QueueSortPlugin, ReservePlugin, Status,
 };
+use crate::framework::listers::{POD_GROUP_MEMBERS, POD_GROUPS};
 use crate::framework::plugins::names;
-use crate::framework::registry::{ApiError, ApiHandle, Handle};
+use crate::framework::registry::Handle;
 use crate::framework::testing::{NodeBuilder, PodBuilder, handle};
 use crate::framework::types::{QueuedPodInfo, Snapshot};
 use crate::framework::waiting_pods::WaitingPod;
@@ -56,13 +58,13 @@ fn phase(mut pod: Pod, phase: &str) -> Pod {
 struct Env {
     plugin: Coscheduling,
     handle: Handle,
-    api: Arc<crate::framework::registry::RecordingApi>,
+    api: Arc<RecordingApi>,
 }
 
 fn env(groups: &[PodGroup], args: CoschedulingArgs) -> Env {
     let (handle, api) = handle();
     for g in groups {
-        handle.listers.pod_groups.apply(g.clone());
+        handle.listers.store(&POD_GROUPS).apply(g.clone());
     }
     Env {
         plugin: Coscheduling::new(&args, handle.clone()),
@@ -130,7 +132,7 @@ fn pre_filter_cases() {
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), "PodGroup not found");
     // Too few members: two of three (a finished one does not count).
-    let members = &e.handle.listers.pod_group_members;
+    let members = e.handle.listers.store(&POD_GROUP_MEMBERS);
     members.apply(member("p1", "pg").build());
     members.apply(member("p2", "pg").build());
     members.apply(phase(member("old", "pg").build(), "Succeeded"));
@@ -150,7 +152,7 @@ fn pre_filter_cases() {
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), "resource gap: map[cpu:4000m]");
     // The cycle wrote nothing: statuses are the loop's.
-    assert!(e.api.pod_group_statuses.lock().is_empty());
+    assert!(written(&e).is_empty());
 }
 
 fn waiting(e: &Env, pod: PodBuilder) -> Arc<WaitingPod> {
@@ -315,6 +317,22 @@ fn members(n: usize, phase_of: &str, bound: bool) -> Vec<Arc<Pod>> {
         .collect()
 }
 
+/// The PodGroup statuses written so far: `namespace/name` and the status.
+fn written(e: &Env) -> Vec<(String, crate::api::PodGroupStatus)> {
+    e.api
+        .bodies::<PodGroup, PodGroup>(Verb::Replace, Some("status"))
+        .into_iter()
+        .map(|pg| {
+            let key = format!(
+                "{}/{}",
+                pg.metadata.namespace.as_deref().unwrap_or_default(),
+                pg.metadata.name.as_deref().unwrap_or_default()
+            );
+            (key, pg.status.unwrap_or_default())
+        })
+        .collect()
+}
+
 fn phase_of(s: &crate::api::PodGroupStatus) -> &str {
     s.phase.as_deref().unwrap_or_default()
 }
@@ -388,19 +406,19 @@ fn desired_status_follows_the_members() {
 }
 
 /// A status loop for profile `default-scheduler` over `e`'s listers, with the API it writes to.
-fn controller(e: &Env) -> (Arc<PodGroupController>, Arc<dyn ApiHandle>) {
+fn controller(e: &Env) -> (Arc<PodGroupController>, Arc<dyn ApiClient>) {
     let progress = e.plugin.progress.clone();
     let c = PodGroupController::new("default-scheduler", e.handle.listers.clone(), progress);
     (Arc::new(c), e.api.clone())
 }
 
 /// Group `pg` (minMember 1) with one pending member of `default-scheduler`, and its status loop.
-fn one_member_group() -> (Env, Arc<PodGroupController>, Arc<dyn ApiHandle>) {
+fn one_member_group() -> (Env, Arc<PodGroupController>, Arc<dyn ApiClient>) {
     let e = env(&[pod_group("pg", 1, 1)], args());
     let (c, api) = controller(&e);
     e.handle
         .listers
-        .pod_group_members
+        .store(&POD_GROUP_MEMBERS)
         .apply(member("a", "pg").build());
     (e, c, api)
 }
@@ -408,7 +426,7 @@ fn one_member_group() -> (Env, Arc<PodGroupController>, Arc<dyn ApiHandle>) {
 fn stored_phase(e: &Env, name: &str) -> Option<String> {
     e.handle
         .listers
-        .pod_groups
+        .store(&POD_GROUPS)
         .get("ns", name)
         .and_then(|g| g.status.clone())
         .and_then(|s| s.phase)
@@ -419,10 +437,12 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
     let e = env(&[pod_group("pg", 2, 1), pod_group("theirs", 1, 1)], args());
     let (c, api) = controller(&e);
     let listers = &e.handle.listers;
-    listers.pod_group_members.apply(member("a", "pg").build());
+    listers
+        .store(&POD_GROUP_MEMBERS)
+        .apply(member("a", "pg").build());
     // Another scheduler's group is left alone.
     listers
-        .pod_group_members
+        .store(&POD_GROUP_MEMBERS)
         .apply(member("t", "theirs").scheduler_name("other").build());
     assert_eq!(
         c.pass(&api).await,
@@ -435,14 +455,13 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
     assert_eq!(stored_phase(&e, "theirs"), None);
     // Written through to the store: nothing more to do until something changes.
     assert_eq!(c.pass(&api).await, Pass::default());
-    listers.pod_group_members.apply(member("b", "pg").build());
+    listers
+        .store(&POD_GROUP_MEMBERS)
+        .apply(member("b", "pg").build());
     e.plugin.progress.scheduling("ns/pg");
     assert_eq!(c.pass(&api).await.written, 1);
     assert_eq!(stored_phase(&e, "pg").as_deref(), Some(PHASE_SCHEDULING));
-    let written: Vec<String> = e
-        .api
-        .pod_group_statuses
-        .lock()
+    let written: Vec<String> = written(&e)
         .iter()
         .map(|(k, s)| format!("{k} {}", phase_of(s)))
         .collect();
@@ -450,7 +469,7 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
     // Each write carried the resourceVersion it was computed from (the recorder's next one is
     // stored).
     let rv = listers
-        .pod_groups
+        .store(&POD_GROUPS)
         .get("ns", "pg")
         .and_then(|g| g.metadata.resource_version.clone());
     assert_eq!(rv.as_deref(), Some("2"));
@@ -459,9 +478,11 @@ async fn the_loop_writes_what_changed_in_its_own_groups() {
 #[tokio::test]
 async fn a_conflict_waits_for_the_next_version_and_errors_are_retried() {
     let (e, c, api) = one_member_group();
-    *e.api.fail_pod_group_update.lock() = Some(ApiError::Conflict("modified".into()));
+    e.api
+        .fail_once::<PodGroup>(Verb::Replace, ApiError::Conflict("modified".into()));
     assert_eq!(c.pass(&api).await, Pass::default());
-    *e.api.fail_pod_group_update.lock() = Some(ApiError::Other("unavailable".into()));
+    e.api
+        .fail_once::<PodGroup>(Verb::Replace, ApiError::Other("unavailable".into()));
     assert_eq!(
         c.pass(&api).await,
         Pass {
@@ -482,14 +503,11 @@ async fn a_standby_writes_nothing_until_it_leads() {
     let (lead, leading) = watch::channel(false);
     let task = tokio::spawn(c.run(TaskContext { api, leading }));
     tokio::time::sleep(PASS_INTERVAL * 2).await;
-    assert!(e.api.pod_group_statuses.lock().is_empty());
+    assert!(written(&e).is_empty());
     lead.send_replace(true);
     let mut phases = Vec::new();
     for _ in 0..100 {
-        phases = e
-            .api
-            .pod_group_statuses
-            .lock()
+        phases = written(&e)
             .iter()
             .map(|(_, s)| phase_of(s).to_string())
             .collect();
@@ -502,10 +520,10 @@ async fn a_standby_writes_nothing_until_it_leads() {
     // Members change: the loop wakes and writes the next status.
     e.handle
         .listers
-        .pod_group_members
+        .store(&POD_GROUP_MEMBERS)
         .apply(phase(member("a", "pg").node("n1").build(), "Running"));
     for _ in 0..100 {
-        if e.api.pod_group_statuses.lock().len() == 2 {
+        if written(&e).len() == 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -14,10 +14,12 @@ use rayon::prelude::*;
 use tracing::{debug, info};
 
 use super::executor::Executor;
+use crate::emulation::{self, Minor};
 use crate::framework::extender::Victims;
 use crate::framework::interface::{
     Code, CycleState, FrameworkHandle, NodeToStatus, PostFilterResult, Status,
 };
+use crate::framework::listers::POD_DISRUPTION_BUDGETS;
 use crate::framework::registry::Handle;
 use crate::framework::schedule::{Diagnosis, FitError};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
@@ -64,6 +66,11 @@ pub(crate) trait Interface: Send + Sync {
 
 /// Finds the node and victims of a preemption and hands them to the executor (upstream's
 /// `Evaluator`).
+/// Whether a successful preemption says where it placed the pod, per minor: from 1.37 upstream's
+/// `Preempt` returns "found a potential placement for pod on node N, preempting K victims", which
+/// ends the pod's FailedScheduling message and PodScheduled condition (after "preemption: ").
+const NAMES_THE_PLACEMENT: &[(Minor, bool)] = &[(Minor::V1_36, false), (Minor::V1_37, true)];
+
 pub(crate) struct Evaluator {
     handle: Handle,
     pub(super) executor: Executor,
@@ -107,7 +114,7 @@ impl Evaluator {
         let (candidates, statuses, errors) = if potential.is_empty() {
             (Vec::new(), NodeToStatus::new(), Vec::new())
         } else {
-            let pdbs = self.handle.listers.pod_disruption_budgets.list();
+            let pdbs = self.handle.listers.store(&POD_DISRUPTION_BUDGETS).list();
             let (offset, num) = plugin.offset_and_num_candidates(potential.len());
             self.dry_run_preemption(plugin, fwk, state, pod, &potential, &pdbs, offset, num)
         };
@@ -129,9 +136,18 @@ impl Evaluator {
         };
         info!(pod = %pod.key(), node = %best.name, victims = best.victims.len(), "preempting");
         self.executor.actuate(pod, &best.name, &best.victims);
+        let message = if *emulation::at(NAMES_THE_PLACEMENT, self.handle.emulation.minor()) {
+            format!(
+                "found a potential placement for pod on node {}, preempting {} victims",
+                best.name,
+                best.victims.len()
+            )
+        } else {
+            String::new()
+        };
         (
             Some(PostFilterResult::nominate(&best.name)),
-            Status::success(),
+            Status::new(Code::Success, message),
         )
     }
 

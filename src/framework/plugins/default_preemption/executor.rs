@@ -9,16 +9,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::PodCondition;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use tracing::{debug, error, info};
 
+use crate::framework::api_calls::{ApiClient, ApiError, ApiEvent, Delete, PatchPodStatus};
 use crate::framework::interface::{NominatingInfo, NominatingMode};
 use crate::framework::metrics::FrameworkMetrics;
 use crate::framework::plugins::names::DEFAULT_PREEMPTION;
-use crate::framework::registry::{ApiError, ApiHandle, Handle, PodNominator};
+use crate::framework::registry::{Handle, PodNominator};
 use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, PodInfo, PodView};
 use crate::framework::waiting_pods::WaitingPods;
@@ -36,8 +37,15 @@ pub(crate) struct Executor {
 
 /// One decided preemption, as the dispatcher runs it.
 struct Preemption {
+    /// `namespace/name`.
     preemptor: String,
+    namespace: String,
+    name: String,
     uid: String,
+    /// The preemptor's scheduler name (the victims' `Preempted` events report it).
+    scheduler: String,
+    /// Whether the preemptor already shows the nomination to `node`.
+    nominated: bool,
     priority: i32,
     node: String,
     /// Not terminating yet; most important first.
@@ -92,7 +100,11 @@ impl Executor {
         }
         let preemption = Preemption {
             preemptor: pod.key(),
+            namespace: pod.namespace().to_string(),
+            name: pod.name().to_string(),
             uid: pod.uid().to_string(),
+            scheduler: pod.scheduler_name().to_string(),
+            nominated: pod.nominated_node_name() == node,
             priority: pod.priority(),
             node: node.to_string(),
             victims,
@@ -117,10 +129,13 @@ impl Preemption {
     /// Clears lower-priority nominations on the node, then evicts the victims: all but the last
     /// together, then the last unless one of the others failed (upstream's order, so the
     /// preemptor comes back soon after a failure).
-    async fn run(self, api: Arc<dyn ApiHandle>) {
+    async fn run(self, api: Arc<dyn ApiClient>) {
         info!(preemptor = %self.preemptor, node = %self.node, victims = self.victims.len(),
             "start the preemption asynchronously");
-        let mut failed = self.clear_lower_nominations(&api).await;
+        // The nomination is written before any victim goes: other schedulers, which respect
+        // every pod's nomination, see it before they see the room it is for.
+        let mut failed = self.nominate(&api).await;
+        failed |= self.clear_lower_nominations(&api).await;
         // The evictions run concurrently (upstream: DefaultPreemption's parallel workers).
         let running = self
             .metrics
@@ -151,26 +166,54 @@ impl Preemption {
             "async preemption finished completely");
     }
 
+    /// Writes the preemptor's nomination to its node unless it shows it already. Whether the
+    /// patch failed (not critical: the scheduling failure handler writes it too).
+    async fn nominate(&self, api: &Arc<dyn ApiClient>) -> bool {
+        if self.nominated {
+            return false;
+        }
+        let nominate = PatchPodStatus {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            condition: None,
+            nominating: Some(NominatingInfo {
+                nominated_node_name: self.node.clone(),
+                mode: NominatingMode::Override,
+            }),
+        };
+        match api.call(nominate).await {
+            Ok(()) => false,
+            Err(err) => {
+                error!(preemptor = %self.preemptor, node = %self.node, %err,
+                    "Cannot set the preemptor's nominated node before preempting");
+                true
+            }
+        }
+    }
+
     /// Pods of lower priority nominated to the node may not fit there any more: their nomination
-    /// is cleared, so the scheduler finds them another place sooner. Whether a patch failed (not
-    /// critical: the preemption goes on).
-    async fn clear_lower_nominations(&self, api: &Arc<dyn ApiHandle>) -> bool {
+    /// is cleared, so the scheduler finds them another place sooner. Another scheduler's pods are
+    /// not ours to change. Whether a patch failed (not critical: the preemption goes on).
+    async fn clear_lower_nominations(&self, api: &Arc<dyn ApiClient>) -> bool {
         let Some(nominator) = &self.nominator else {
             return false;
         };
         let mut failed = false;
         for p in nominator.nominated_pods_for_node(&self.node) {
-            if p.priority() >= self.priority {
+            if p.priority() >= self.priority || nominator.is_foreign(&p.key()) {
                 continue;
             }
             let clear = NominatingInfo {
                 nominated_node_name: String::new(),
                 mode: NominatingMode::Override,
             };
-            if let Err(err) = api
-                .patch_pod_status(p.namespace(), p.name(), None, Some(clear))
-                .await
-            {
+            let patch = PatchPodStatus {
+                namespace: p.namespace().to_string(),
+                name: p.name().to_string(),
+                condition: None,
+                nominating: Some(clear),
+            };
+            if let Err(err) = api.call(patch).await {
                 error!(pod = %p.key(), node = %self.node, %err,
                     "Cannot clear 'NominatedNodeName' field from lower priority pods on the same target node");
                 failed = true;
@@ -180,11 +223,13 @@ impl Preemption {
     }
 
     /// Upstream's `PreemptPod`: a victim waiting at Permit is rejected in memory; any other gets
-    /// the `DisruptionTarget` condition and is deleted. A victim already gone is not an error.
-    async fn evict(&self, api: &Arc<dyn ApiHandle>, victim: &AssignedPod) -> Result<(), ApiError> {
+    /// the `DisruptionTarget` condition and is deleted; either gets upstream's `Preempted` event.
+    /// A victim already gone is not an error.
+    async fn evict(&self, api: &Arc<dyn ApiClient>, victim: &AssignedPod) -> Result<(), ApiError> {
         if self.waiting.reject(victim.uid(), "preempted") {
             info!(preemptor = %self.preemptor, victim = %victim.key(), node = %self.node,
                 "preemptor preempted a waiting pod");
+            self.preempted_event(api, victim, " (in kube-scheduler memory).");
             return Ok(());
         }
         let condition = PodCondition {
@@ -196,14 +241,21 @@ impl Preemption {
             ..Default::default()
         };
         let (ns, name) = (victim.namespace(), victim.name());
-        let result = match api.patch_pod_status(ns, name, Some(condition), None).await {
-            Ok(()) => api.delete_pod(ns, name, victim.uid()).await,
+        let patch = PatchPodStatus {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            condition: Some(condition),
+            nominating: None,
+        };
+        let result = match api.call(patch).await {
+            Ok(()) => api.call(Delete::<Pod>::new(ns, name, victim.uid())).await,
             Err(e) => Err(e),
         };
         match result {
             Ok(()) => {
                 info!(preemptor = %self.preemptor, victim = %victim.key(), node = %self.node,
                     "preemptor pod preempted victim pod");
+                self.preempted_event(api, victim, "");
                 Ok(())
             }
             Err(ApiError::NotFound(_)) => {
@@ -212,5 +264,32 @@ impl Preemption {
             }
             Err(err) => Err(err),
         }
+    }
+}
+
+impl Preemption {
+    /// Upstream's `Preempted` event on the victim (related: the preemptor): "Preempted by pod
+    /// <uid> on node <node>", `suffix` for a victim preempted in memory.
+    fn preempted_event(&self, api: &Arc<dyn ApiClient>, victim: &AssignedPod, suffix: &str) {
+        let pod_ref = |namespace: &str, name: &str, uid: &str| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            ..ObjectReference::default()
+        };
+        api.record_event(ApiEvent {
+            reporting_controller: self.scheduler.clone(),
+            regarding: pod_ref(victim.namespace(), victim.name(), victim.uid()),
+            related: Some(pod_ref(&self.namespace, &self.name, &self.uid)),
+            type_: "Normal",
+            reason: "Preempted",
+            action: "Preempting",
+            note: format!(
+                "Preempted by pod {} on node {}{suffix}",
+                self.uid, self.node
+            ),
+        });
     }
 }

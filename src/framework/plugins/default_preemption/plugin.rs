@@ -18,7 +18,7 @@ use crate::framework::interface::{
     ClusterEventWithHint, Code, CycleState, EnqueueExtensions, FrameworkHandle, NodeToStatus,
     PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
-use crate::framework::listers::Informer;
+use crate::framework::listers::POD_DISRUPTION_BUDGETS;
 use crate::framework::metrics::FrameworkMetrics;
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
@@ -326,7 +326,7 @@ pub(crate) fn registration() -> PluginRegistration {
             Ok(Arc::new(DefaultPreemption::new(&args, handle.clone())))
         },
     )
-    .with_informers(&[Informer::PodDisruptionBudgets])
+    .with_informers(&[&POD_DISRUPTION_BUDGETS])
     // Evicting victims, and reading the disruption budgets that protect them.
     .with_rbac_rules(vec![
         policy_rule(&[""], &["pods"], &["delete"]),

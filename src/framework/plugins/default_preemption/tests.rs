@@ -14,11 +14,13 @@ use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
 use super::plugin::*;
 use super::*;
 use crate::config::ExtensionPoint::{Filter, PostFilter, PreFilter};
+use crate::framework::api_calls::{ApiClient, ApiError, RecordingApi, Verb};
 use crate::framework::interface::{
-    Code, CycleState, NominatingMode, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
+    Code, CycleState, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
+use crate::framework::listers::POD_DISRUPTION_BUDGETS;
 use crate::framework::plugins::names;
-use crate::framework::registry::{ApiError, ApiHandle, PodNominator, RecordingApi, Registry};
+use crate::framework::registry::{PodNominator, Registry};
 use crate::framework::runtime::Framework;
 use crate::framework::schedule::{Algorithm, ScheduleError};
 use crate::framework::testing::{NodeBuilder, PodBuilder, handle, profile};
@@ -47,6 +49,8 @@ struct Cluster {
     /// the profile's plugin (defaults, random offset).
     candidates: Option<(i32, i32, usize)>,
     extenders: Vec<Arc<dyn crate::framework::extender::Extender>>,
+    /// The minor the framework emulates (default: the newest).
+    minor: Option<crate::emulation::Minor>,
 }
 
 impl Cluster {
@@ -68,6 +72,24 @@ struct Outcome {
     api: Arc<RecordingApi>,
 }
 
+/// The pod status patches sent, in order: the pod's key, the condition set, and the nominated
+/// node set (`Some("")`: cleared).
+fn status_patches(api: &RecordingApi) -> Vec<(String, Option<PodCondition>, Option<String>)> {
+    api.sent::<Pod>(Verb::Patch, Some("status"))
+        .into_iter()
+        .map(|r| {
+            let status = r.body.as_ref().and_then(|b| b.get("status"));
+            let condition = status
+                .and_then(|s| s.pointer("/conditions/0"))
+                .and_then(|c| serde_json::from_value(c.clone()).ok());
+            let nominated = status
+                .and_then(|s| s.get("nominatedNodeName"))
+                .map(|n| n.as_str().unwrap_or_default().to_string());
+            (r.key(), condition, nominated)
+        })
+        .collect()
+}
+
 impl Outcome {
     fn nominated(&self) -> Option<&str> {
         self.result
@@ -76,7 +98,7 @@ impl Outcome {
     }
 
     fn deleted(&self) -> Vec<String> {
-        let mut d = self.api.deletions.lock().clone();
+        let mut d = self.api.keys::<Pod>(Verb::Delete, None);
         d.sort();
         d
     }
@@ -151,9 +173,12 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
         .map(|p| Arc::new(PodInfo::from_pod(p)))
         .collect();
     let mut h = h.with_nominator(Arc::new(Nominated(nominated)));
+    if let Some(minor) = cluster.minor {
+        h = h.with_emulation(Arc::new(crate::emulation::Emulation::of(minor)));
+    }
     h.extenders = cluster.extenders.clone();
     for p in cluster.pdbs {
-        h.listers.pod_disruption_budgets.apply(p);
+        h.listers.store(&POD_DISRUPTION_BUDGETS).apply(p);
     }
     let spec = profile(&[
         (PreFilter, &[names::NODE_RESOURCES_FIT]),
@@ -203,7 +228,7 @@ fn preempt(cluster: Cluster, preemptor: Pod) -> Outcome {
     }
     // The evictions wait in the dispatcher until it runs them (here, at once).
     let queued = fwk.handle().dispatcher.clone();
-    queued.run_queued(&(api.clone() as Arc<dyn ApiHandle>));
+    queued.run_queued(&(api.clone() as Arc<dyn ApiClient>));
     Outcome {
         result,
         status,
@@ -330,7 +355,7 @@ fn lowest_priority_victims_first_and_the_rest_reprieved() {
     assert!(out.status.is_success(), "{:?}", out.status);
     out.assert_preempted("n1", &["p1", "p2"]);
     // Victims get DisruptionTarget before deletion.
-    let patches = out.api.status_patches.lock().clone();
+    let patches = status_patches(&out.api);
     let disrupted: Vec<&str> = patches
         .iter()
         .filter(|(_, c, _)| {
@@ -344,6 +369,34 @@ fn lowest_priority_victims_first_and_the_rest_reprieved() {
         .map(|(k, _, _)| k.as_str())
         .collect();
     assert_eq!(disrupted.len(), 2);
+}
+
+/// 1.37's `Preempt` says where it placed the pod (in the FailedScheduling message and the
+/// PodScheduled condition, after "preemption: "); 1.36's said nothing.
+#[test]
+fn a_successful_preemption_names_the_placement_from_1_37() {
+    use crate::emulation::Minor;
+    let out = |minor| {
+        preempt(
+            Cluster {
+                minor: Some(minor),
+                ..Cluster::of(
+                    &["n1", "n2"],
+                    vec![on("n1", "low", 1, "2"), on("n2", "same", 100, "2")],
+                )
+            },
+            preemptor("1"),
+        )
+    };
+    let new = out(Minor::V1_37);
+    new.assert_preempted("n1", &["low"]);
+    assert_eq!(
+        new.message,
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: found a potential placement for pod on node n1, preempting 1 victims"
+    );
+    let old = out(Minor::V1_36);
+    old.assert_preempted("n1", &["low"]);
+    assert_eq!(old.message, "0/2 nodes are available: 2 Insufficient cpu.");
 }
 
 #[test]
@@ -520,14 +573,10 @@ fn lower_priority_nominations_on_the_node_are_cleared() {
         preemptor("1"),
     );
     assert_eq!(out.nominated(), Some("n1"));
-    let patches = out.api.status_patches.lock().clone();
+    let patches = status_patches(&out.api);
     let cleared: Vec<&str> = patches
         .iter()
-        .filter(|(_, _, n)| {
-            n.as_ref().is_some_and(|n| {
-                n.mode == NominatingMode::Override && n.nominated_node_name.is_empty()
-            })
-        })
+        .filter(|(_, _, n)| n.as_deref() == Some(""))
         .map(|(k, _, _)| k.as_str())
         .collect();
     assert_eq!(cleared, ["default/small"]);
@@ -570,10 +619,10 @@ fn pre_enqueue_holds_the_preemptor_only_while_it_preempts() {
     let s = pl.pre_enqueue(&p);
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(s.message(), WAITING_FOR_PREEMPTION);
-    assert!(api.deletions.lock().is_empty());
+    assert!(api.keys::<Pod>(Verb::Delete, None).is_empty());
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
-    assert_eq!(*api.deletions.lock(), ["default/low"]);
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    assert_eq!(api.keys::<Pod>(Verb::Delete, None), ["default/low"]);
     assert!(pl.pre_enqueue(&p).is_success());
 }
 
@@ -586,24 +635,87 @@ fn a_failed_eviction_ends_the_preemption_before_the_last_victim() {
         .iter()
         .map(|n| Arc::new(pod(n, 1, "1").node("n1").assigned()))
         .collect();
-    *api.fail_delete.lock() = Some(ApiError::Other("the API server is down".into()));
+    api.fail::<Pod>(
+        Verb::Delete,
+        ApiError::Other("the API server is down".into()),
+    );
     pl.evaluator.executor().actuate(&p, "n1", &victims);
     h.dispatcher
-        .run_queued(&(api.clone() as Arc<dyn ApiHandle>));
-    // The first two were tried (condition, then delete); the last was not; the preemptor may
-    // try again.
-    let patched: Vec<String> = api
-        .status_patches
-        .lock()
-        .iter()
-        .map(|(k, _, _)| k.clone())
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    // The preemptor's nomination first; the first two were tried (condition, then delete); the
+    // last was not; the preemptor may try again.
+    let patched: Vec<String> = status_patches(&api)
+        .into_iter()
+        .map(|(k, _, _)| k)
         .collect();
-    assert_eq!(patched, ["default/v1", "default/v2"]);
+    assert_eq!(patched, ["default/p", "default/v1", "default/v2"]);
+    // Nothing was preempted: no event.
+    assert!(api.events().is_empty());
     assert!(pl.pre_enqueue(&p).is_success());
     // A victim already being deleted is left alone: nothing to wait for.
     let terminating = Arc::new(pod("t", 1, "1").node("n1").terminating().assigned());
     pl.evaluator.executor().actuate(&p, "n1", &[terminating]);
     assert!(pl.pre_enqueue(&p).is_success());
+}
+
+/// Before any victim goes, the preemptor's nomination is written (other schedulers respect it
+/// and must see it before the room); each victim gets upstream's `Preempted` event, no more pods
+/// are deleted than were chosen.
+#[test]
+fn the_nomination_comes_first_and_each_victim_gets_a_preempted_event() {
+    let (h, api) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h.clone());
+    let p = pod("p", 100, "1").info();
+    let victims: Vec<_> = ["v1", "v2"]
+        .iter()
+        .map(|n| Arc::new(pod(n, 1, "1").node("n1").assigned()))
+        .collect();
+    pl.evaluator.executor().actuate(&p, "n1", &victims);
+    h.dispatcher
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    let patches = status_patches(&api);
+    let (first, condition, nominated) = &patches[0];
+    assert_eq!(first, "default/p");
+    assert!(condition.is_none());
+    assert_eq!(nominated.as_deref(), Some("n1"));
+    let mut deleted = api.keys::<Pod>(Verb::Delete, None);
+    deleted.sort();
+    assert_eq!(deleted, ["default/v1", "default/v2"]);
+    let events = api.events();
+    assert_eq!(events.len(), 2, "{events:?}");
+    for e in &events {
+        assert_eq!(
+            (e.type_, e.reason, e.action),
+            ("Normal", "Preempted", "Preempting")
+        );
+        assert_eq!(e.note, format!("Preempted by pod {} on node n1", p.uid()));
+        assert_eq!(
+            e.related.as_ref().and_then(|r| r.name.as_deref()),
+            Some("p")
+        );
+        assert_eq!(e.reporting_controller, p.scheduler_name());
+    }
+    let regarding: std::collections::BTreeSet<_> = events
+        .iter()
+        .filter_map(|e| e.regarding.name.clone())
+        .collect();
+    assert_eq!(regarding, ["v1".to_string(), "v2".to_string()].into());
+    // A preemptor that shows its nomination already is not patched again.
+    let (h, api) = handle();
+    let pl = DefaultPreemption::new(&DefaultPreemptionArgs::default(), h.clone());
+    let nominated = pod("q", 100, "1").nominated_node("n1").info();
+    pl.evaluator.executor().actuate(
+        &nominated,
+        "n1",
+        &[Arc::new(pod("v3", 1, "1").node("n1").assigned())],
+    );
+    h.dispatcher
+        .run_queued(&(api.clone() as Arc<dyn ApiClient>));
+    let patched: Vec<String> = status_patches(&api)
+        .into_iter()
+        .map(|(k, _, _)| k)
+        .collect();
+    assert_eq!(patched, ["default/v3"]);
 }
 
 #[test]

@@ -121,7 +121,10 @@ pub(crate) fn backed_by_dra<'a>(
     requested
         .filter(|name| {
             classes.iter().any(|c| {
-                c.spec.extended_resource_name.as_deref() == Some(name.as_str())
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.extended_resource_name.as_deref())
+                    == Some(name.as_str())
                     || name.strip_prefix(DEVICE_CLASS_PREFIX) == c.metadata.name.as_deref()
             })
         })

@@ -9,7 +9,7 @@ use super::claims::{is_allocated, pod_claims};
 use super::plugin::DynamicResources;
 use super::tracker::ClaimTracker;
 use crate::framework::interface::{ClusterEventWithHint, EnqueueExtensions};
-use crate::framework::listers::Listers;
+use crate::framework::listers::{Listers, RESOURCE_CLAIMS};
 use crate::framework::plugins::helper::{own_update, queue_if};
 use crate::framework::types::{
     ActionType, ClusterEvent, EventObject, EventResource, HintError, PodInfo, QueueingHint, objects,
@@ -64,7 +64,11 @@ impl Claims {
     /// The pod's claims; an error when one cannot be used yet (missing, being deleted, not
     /// the pod's).
     fn of(&self, pod: &PodInfo) -> Result<Vec<Arc<ResourceClaim>>, String> {
-        pod_claims(&pod.pod, &self.tracker, &self.listers.resource_claims)
+        pod_claims(
+            &pod.pod,
+            &self.tracker,
+            self.listers.store(&RESOURCE_CLAIMS),
+        )
     }
 
     /// Upstream's `isSchedulableAfterClaimChange`.
@@ -158,9 +162,9 @@ mod tests {
     fn hints() {
         let listers = Arc::new(Listers::default());
         listers
-            .resource_claims
+            .store(&RESOURCE_CLAIMS)
             .apply(claim("claim", "c1", false, false));
-        let api = Arc::new(crate::framework::api::RecordingApi::default());
+        let api = Arc::new(crate::framework::api_calls::RecordingApi::default());
         let dispatcher = Arc::new(crate::framework::background::ApiDispatcher::default());
         let pl = DynamicResources::new(listers.clone(), api, dispatcher, None);
         let pod = PodInfo::from_pod(pod_with_claim(false, None));
@@ -228,7 +232,7 @@ mod tests {
                 ..Default::default()
             },
         ]);
-        listers.resource_claims.apply(owned);
+        listers.store(&RESOURCE_CLAIMS).apply(owned);
         let cases = [
             (
                 "its claim was generated",

@@ -37,19 +37,15 @@ use serde::{Deserialize, Serialize};
 pub(crate) use plugin::DynamicResources;
 
 use crate::config::FieldError;
-use crate::config::duration::GoDuration;
 use crate::framework::args::{PluginArgs, decode, invalid, typed};
 use crate::framework::interface::Plugin;
-use crate::framework::listers::Informer;
+use crate::framework::listers::{DEVICE_CLASSES, Informer, RESOURCE_CLAIMS, RESOURCE_SLICES};
 use crate::framework::registry::{PluginRegistration, policy_rule};
+use crate::infra::duration::GoDuration;
 
 /// The kinds DynamicResources reads. ResourceClaimTemplates are not among them: the claims a pod's
 /// templates stand for are created by kube-controller-manager and read as ResourceClaims.
-pub(crate) const INFORMERS: &[Informer] = &[
-    Informer::ResourceClaims,
-    Informer::ResourceSlices,
-    Informer::DeviceClasses,
-];
+pub(crate) const INFORMERS: &[Informer] = &[&RESOURCE_CLAIMS, &RESOURCE_SLICES, &DEVICE_CLASSES];
 
 /// Upstream's `DynamicResourcesFilterTimeoutDefault`.
 pub(crate) const DEFAULT_FILTER_TIMEOUT: GoDuration = GoDuration::from_secs(10);
@@ -114,8 +110,7 @@ pub(crate) fn registration() -> PluginRegistration {
                 handle.dispatcher.clone(),
                 timeout,
             );
-            let plugin =
-                plugin.with_behaviour(versions::Behaviour::of_minor(versions::PINNED_MINOR));
+            let plugin = plugin.at(handle.emulation.minor());
             let plugin = match args.binding_timeout.and_then(GoDuration::to_std) {
                 Some(t) => plugin.with_binding_timeout(t),
                 None => plugin,

@@ -20,16 +20,17 @@ use super::cel::Cache;
 use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
 use super::tracker::ClaimTracker;
 use super::versions::{Behaviour, Change};
+use crate::emulation::Minor;
+use crate::framework::api_calls::{ApiClient, ApiError, Get, PatchStatus, Replace, ReplaceStatus};
 use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
     CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PostFilterResult,
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
     SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::Listers;
+use crate::framework::listers::{DEVICE_CLASSES, Listers, RESOURCE_CLAIMS, RESOURCE_SLICES};
 use crate::framework::plugins::helper::{impl_plugin, node_selector_terms_match, normalize_to_max};
 use crate::framework::plugins::names;
-use crate::framework::registry::{ApiError, ApiHandle};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
 const STATE_KEY: &str = "DynamicResources";
@@ -49,7 +50,7 @@ pub(crate) struct DynamicResources {
     listers: Arc<Listers>,
     /// Shared with this plugin in every other profile of the scheduler.
     tracker: Arc<ClaimTracker>,
-    api: Arc<dyn ApiHandle>,
+    api: Arc<dyn ApiClient>,
     /// Runs the writes PostFilter and Unreserve decide, outside the scheduling cycle.
     dispatcher: Arc<ApiDispatcher>,
     cel: Arc<Cache>,
@@ -137,7 +138,7 @@ fn state(cs: &CycleState) -> Option<&SharedState> {
 impl DynamicResources {
     pub(crate) fn new(
         listers: Arc<Listers>,
-        api: Arc<dyn ApiHandle>,
+        api: Arc<dyn ApiClient>,
         dispatcher: Arc<ApiDispatcher>,
         filter_timeout: Option<Duration>,
     ) -> DynamicResources {
@@ -160,9 +161,9 @@ impl DynamicResources {
         self
     }
 
-    /// The plugin as the kube-scheduler of another minor behaves.
-    pub(crate) fn with_behaviour(mut self, behaviour: Behaviour) -> DynamicResources {
-        self.behaviour = behaviour;
+    /// The plugin as `minor`'s kube-scheduler runs it.
+    pub(crate) fn at(mut self, minor: Minor) -> DynamicResources {
+        self.behaviour = Behaviour::of_minor(minor);
         self
     }
 
@@ -176,18 +177,22 @@ impl DynamicResources {
     }
 
     fn claims_of(&self, pod: &PodInfo) -> Result<Vec<Arc<ResourceClaim>>, String> {
-        pod_claims(&pod.pod, &self.tracker, &self.listers.resource_claims)
+        pod_claims(
+            &pod.pod,
+            &self.tracker,
+            self.listers.store(&RESOURCE_CLAIMS),
+        )
     }
 
     fn class(&self, name: &str) -> Option<Arc<DeviceClass>> {
-        self.listers.device_classes.get("", name)
+        self.listers.store(&DEVICE_CLASSES).get("", name)
     }
 
     /// Extended resources the pod requests that a DeviceClass provides (DRAExtendedResource).
     fn dra_extended_resources(&self, pod: &PodInfo) -> Vec<String> {
         super::claims::backed_by_dra(
             pod.requests.scalar_resources.keys(),
-            &self.listers.device_classes,
+            self.listers.store(&DEVICE_CLASSES),
         )
     }
 
@@ -235,7 +240,7 @@ impl DynamicResources {
         if !st.to_allocate.is_empty() {
             let classes = self
                 .listers
-                .device_classes
+                .store(&DEVICE_CLASSES)
                 .list()
                 .into_iter()
                 .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
@@ -244,7 +249,7 @@ impl DynamicResources {
                 allocated: AllocatedState::of(
                     &self
                         .tracker
-                        .claims_with_in_flight(&self.listers.resource_claims),
+                        .claims_with_in_flight(self.listers.store(&RESOURCE_CLAIMS)),
                 ),
                 classes,
                 taint_rules: Vec::new(),
@@ -252,7 +257,10 @@ impl DynamicResources {
                 timeout: self.filter_timeout,
                 behaviour: self.behaviour,
             };
-            st.allocator = Some(Allocator::new(inputs, self.listers.resource_slices.list()));
+            st.allocator = Some(Allocator::new(
+                inputs,
+                self.listers.store(&RESOURCE_SLICES).list(),
+            ));
         }
         st.extended = self.dra_extended_resources(pod);
         *st.claims.get_mut() = claims;
@@ -292,7 +300,7 @@ impl DynamicResources {
             if attempt > 0 {
                 current = self
                     .api
-                    .get_resource_claim(namespace, name)
+                    .call(Get::<ResourceClaim>::new(namespace, name))
                     .await
                     .map_err(|e| format!("get updated claim {key} after conflict: {e}"))?;
             }
@@ -308,7 +316,7 @@ impl DynamicResources {
                 let finalizers = current.metadata.finalizers.get_or_insert_with(Vec::new);
                 if !finalizers.iter().any(|f| f == FINALIZER) {
                     finalizers.push(FINALIZER.to_string());
-                    match self.api.update_resource_claim(&current).await {
+                    match self.api.call(Replace(current.clone())).await {
                         Ok(updated) => current = updated,
                         Err(ApiError::Conflict(e)) => {
                             last_error = format!("add finalizer to claim {key}: {e}");
@@ -343,7 +351,7 @@ impl DynamicResources {
             alloc
                 .allocation_timestamp
                 .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
-            match self.api.update_resource_claim_status(&current).await {
+            match self.api.call(ReplaceStatus(current.clone())).await {
                 Ok(updated) => return Ok(updated),
                 Err(ApiError::Conflict(e)) => last_error = e,
                 Err(e) => {
@@ -509,11 +517,8 @@ impl PostFilterPlugin for DynamicResources {
             }
             // PostFilter runs in the scheduling cycle, which must not wait on the API: the
             // update is handed to the dispatcher and the pod is retried when the claim changes.
-            self.dispatcher.dispatch(move |api| async move {
-                if let Err(e) = api.update_resource_claim_status(&deallocated).await {
-                    tracing::warn!(claim = %claim_key(&deallocated), error = %e, "deallocating ResourceClaim failed");
-                }
-            });
+            self.dispatcher
+                .dispatch_call(ReplaceStatus(deallocated), "deallocating ResourceClaim");
             return (
                 None,
                 Status::unschedulable("deallocation of ResourceClaim completed"),
@@ -638,16 +643,17 @@ impl ReservePlugin for DynamicResources {
                     claim.metadata.namespace.clone().unwrap_or_default(),
                     claim.metadata.name.clone().unwrap_or_default(),
                 );
-                let (claim_uid, pod_uid) = (uid.to_string(), pod.uid().to_string());
-                self.dispatcher.dispatch(move |api| async move {
-                    if let Err(e) = api
-                        .remove_resource_claim_consumer(&namespace, &name, &claim_uid, &pod_uid)
-                        .await
-                    {
-                        // Retried by the pod's next attempt, as upstream.
-                        tracing::warn!(claim = %format!("{namespace}/{name}"), error = %e, "unreserve");
-                    }
+                // A strategic merge patch removes one entry without the latest claim; the uid
+                // precondition keeps it off a claim recreated under the same name. A failure is
+                // retried by the pod's next attempt, as upstream.
+                let patch = serde_json::json!({
+                    "metadata": {"uid": uid},
+                    "status": {"reservedFor": [{"$patch": "delete", "uid": pod.uid()}]}
                 });
+                self.dispatcher.dispatch_call(
+                    PatchStatus::<ResourceClaim>::new(&namespace, &name, patch),
+                    "unreserving ResourceClaim",
+                );
             }
         }
     }
@@ -680,7 +686,7 @@ impl PreBindPlugin for DynamicResources {
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
             let mut assumed = false;
             if let Ok(updated) = &result {
-                match tracker.assume(&self.listers.resource_claims, updated.clone()) {
+                match tracker.assume(self.listers.store(&RESOURCE_CLAIMS), updated.clone()) {
                     Ok(()) => assumed = true,
                     Err(e) => {
                         tracing::debug!(claim = %claim_key(updated), error = %e, "claim not stored in assume cache")
@@ -720,7 +726,7 @@ impl DynamicResources {
                 );
                 let Some(current) =
                     self.tracker
-                        .get(&self.listers.resource_claims, namespace, name)
+                        .get(self.listers.store(&RESOURCE_CLAIMS), namespace, name)
                 else {
                     return Status::error(format!("resourceclaim {namespace}/{name} not found"));
                 };

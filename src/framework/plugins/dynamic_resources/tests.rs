@@ -11,14 +11,14 @@ use super::plugin::{
 use super::testing::{claim, class, device, exact, node_slice};
 use super::tracker::ClaimTracker;
 use super::*;
+use crate::framework::api_calls::{ApiClient, RecordingApi, Verb};
 use crate::framework::args::decode;
 use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
     Code, CycleState, FilterPlugin, NodeScore, NodeToStatus, PostFilterPlugin, PreBindPlugin,
     PreEnqueuePlugin, PreFilterPlugin, ReservePlugin, ScorePlugin,
 };
-use crate::framework::listers::Listers;
-use crate::framework::registry::{ApiHandle, RecordingApi};
+use crate::framework::listers::{DEVICE_CLASSES, Listers, RESOURCE_CLAIMS, RESOURCE_SLICES};
 use crate::framework::testing::NodeBuilder;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -63,16 +63,18 @@ fn env(gpus: usize, claims: Vec<ResourceClaim>) -> Env {
         .map(|i| device(&format!("gpu-{i}"), json!({})))
         .collect();
     listers
-        .resource_slices
+        .store(&RESOURCE_SLICES)
         .apply((*node_slice("n1", devices)).clone());
     listers
-        .resource_slices
+        .store(&RESOURCE_SLICES)
         .apply((*node_slice("n2", vec![])).clone());
-    listers.device_classes.apply((*class("gpu", &[])).clone());
+    listers
+        .store(&DEVICE_CLASSES)
+        .apply((*class("gpu", &[])).clone());
     let api = Arc::new(RecordingApi::default());
     for c in claims {
-        api.resource_claims.lock().push(c.clone());
-        listers.resource_claims.apply(c);
+        api.store(&c);
+        listers.store(&RESOURCE_CLAIMS).apply(c);
     }
     let dispatcher = Arc::new(ApiDispatcher::default());
     let plugin = DynamicResources::new(listers.clone(), api.clone(), dispatcher.clone(), None);
@@ -129,14 +131,15 @@ fn pods_without_claims_skip_and_have_nothing_to_deallocate() {
     let (_, s) = e
         .plugin
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
+    // 1.37 rejects without a reason; 1.36 says there is nothing to deallocate.
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert!(s.reasons().is_empty(), "{:?}", s.reasons());
+    let (_, s) =
+        DynamicResources::new(e.listers.clone(), e.api.clone(), e.dispatcher.clone(), None)
+            .at(crate::emulation::Minor::V1_36)
+            .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(s.message(), NO_NEW_CLAIMS_TO_DEALLOCATE);
-    // 1.37 says nothing.
-    let quiet = env(1, vec![]);
-    let quiet = DynamicResources::new(quiet.listers, quiet.api, quiet.dispatcher, None)
-        .with_behaviour(versions::Behaviour::of_minor(37));
-    let (_, s) = quiet.post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
-    assert_eq!((s.code(), s.reasons().len()), (Code::Unschedulable, 0));
     // PreFilter never ran (an earlier one rejected the pod): upstream's "not found" error.
     let (_, s) = e.plugin.post_filter(
         &CycleState::new(),
@@ -241,7 +244,7 @@ async fn pre_bind_writes_finalizer_allocation_and_reservation() {
     // Claims to write: PreBind will act (the scheduler nominates the node first).
     assert!(e.plugin.pre_bind_pre_flight(&cs, &pod, "n1").is_success());
     assert!(e.plugin.pre_bind(&cs, &pod, "n1").await.is_success());
-    let writes = e.api.claim_writes.lock().clone();
+    let writes = claim_writes(&e.api);
     let kinds: Vec<&str> = writes.iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, ["update", "status"]);
     assert!(
@@ -284,11 +287,34 @@ async fn pre_bind_writes_finalizer_allocation_and_reservation() {
             .is_none()
     );
     let known = e.listers.plugin_state.get_or_default::<ClaimTracker>().get(
-        &e.listers.resource_claims,
+        e.listers.store(&RESOURCE_CLAIMS),
         "ns",
         "p-gpu",
     );
     assert!(known.is_some_and(|c| is_allocated_for_test(&c)));
+}
+
+/// Every ResourceClaim written, in order: `update` (the claim) or `status`, and the claim sent.
+fn claim_writes(api: &RecordingApi) -> Vec<(&'static str, ResourceClaim)> {
+    let kind = |sub: Option<&str>| {
+        if sub == Some("status") {
+            "status"
+        } else {
+            "update"
+        }
+    };
+    api.requests()
+        .into_iter()
+        .filter(|r| r.verb == Verb::Replace && r.resource.kind == "ResourceClaim")
+        .filter_map(|r| Some((kind(r.subresource), serde_json::from_value(r.body?).ok()?)))
+        .collect()
+}
+
+/// The API server's copy of the claim `ns/p-gpu`.
+fn stored_claim(e: &Env) -> ResourceClaim {
+    e.api
+        .stored::<ResourceClaim>("ns", "p-gpu")
+        .expect("the claim is stored")
 }
 
 fn is_allocated_for_test(c: &ResourceClaim) -> bool {
@@ -303,12 +329,11 @@ async fn pre_bind_retries_conflicts_with_the_latest_claim() {
     assert!(e.plugin.filter(&cs, &pod, &node("n1")).is_success());
     assert!(e.plugin.reserve(&mut cs, &pod, "n1").is_success());
     // Someone else changed the claim meanwhile (a label): our first write conflicts.
-    {
-        let mut claims = e.api.resource_claims.lock();
-        claims[0].metadata.resource_version = Some("7".into());
-    }
+    let mut changed = stored_claim(&e);
+    changed.metadata.resource_version = Some("7".into());
+    e.api.store(&changed);
     assert!(e.plugin.pre_bind(&cs, &pod, "n1").await.is_success());
-    let stored = e.api.resource_claims.lock()[0].clone();
+    let stored = stored_claim(&e);
     assert!(stored.status.and_then(|s| s.allocation).is_some());
 }
 
@@ -339,12 +364,12 @@ async fn allocated_claims_pin_the_pod_and_post_filter_deallocates() {
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.message(), "deallocation of ResourceClaim completed");
     assert!(
-        e.api.claim_writes.lock().is_empty(),
+        claim_writes(&e.api).is_empty(),
         "nothing written in the cycle"
     );
     e.dispatcher
-        .run_queued(&(e.api.clone() as Arc<dyn ApiHandle>));
-    let writes = e.api.claim_writes.lock().clone();
+        .run_queued(&(e.api.clone() as Arc<dyn ApiClient>));
+    let writes = claim_writes(&e.api);
     assert_eq!(writes.len(), 1);
     assert!(
         writes[0]
@@ -381,8 +406,15 @@ fn post_filter_keeps_claims_other_pods_use() {
     let (_, s) = e
         .plugin
         .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
+    // 1.37 rejects without a reason; 1.36 says it is still not schedulable.
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert!(s.reasons().is_empty(), "{:?}", s.reasons());
+    let (_, s) =
+        DynamicResources::new(e.listers.clone(), e.api.clone(), e.dispatcher.clone(), None)
+            .at(crate::emulation::Minor::V1_36)
+            .post_filter(&cs, &pod, &Snapshot::new(), &NodeToStatus::new());
     assert_eq!(s.message(), "still not schedulable");
-    assert!(e.api.claim_writes.lock().is_empty());
+    assert!(claim_writes(&e.api).is_empty());
 }
 
 #[test]
@@ -393,7 +425,7 @@ fn score_prefers_earlier_subrequests() {
     let e = env(1, vec![generated_claim("p-gpu", "p", devices.clone())]);
     // n3 has two devices, n1 one.
     e.listers
-        .resource_slices
+        .store(&RESOURCE_SLICES)
         .apply((*node_slice("n3", vec![device("a", json!({})), device("b", json!({}))])).clone());
     let pod = pod_with_template_claim("p", "p-gpu", true);
     let (cs, _, _) = pre_filter(&e, &pod);
@@ -424,8 +456,11 @@ fn score_prefers_earlier_subrequests() {
 fn dra_backed_extended_resources_are_refused_where_no_device_plugin_provides_them() {
     let e = env(1, vec![]);
     let mut gpu_class = (*class("gpu", &[])).clone();
-    gpu_class.spec.extended_resource_name = Some("example.com/gpu".into());
-    e.listers.device_classes.apply(gpu_class);
+    gpu_class
+        .spec
+        .get_or_insert_default()
+        .extended_resource_name = Some("example.com/gpu".into());
+    e.listers.store(&DEVICE_CLASSES).apply(gpu_class);
     let pod = crate::framework::testing::PodBuilder::new("x")
         .container(&[("example.com/gpu", "1")])
         .info();
@@ -483,7 +518,7 @@ fn pre_bind_pre_flight_skips_a_pod_without_claims() {
 #[test]
 fn capacity_requests_share_a_device_through_the_plugin() {
     let listers = Arc::new(Listers::default());
-    listers.resource_slices.apply(
+    listers.store(&RESOURCE_SLICES).apply(
         (*node_slice(
             "n1",
             vec![json!({"name": "shared", "allowMultipleAllocations": true,
@@ -491,14 +526,16 @@ fn capacity_requests_share_a_device_through_the_plugin() {
         ))
         .clone(),
     );
-    listers.device_classes.apply((*class("gpu", &[])).clone());
+    listers
+        .store(&DEVICE_CLASSES)
+        .apply((*class("gpu", &[])).clone());
     let request = json!({"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu",
         "capacity": {"requests": {"memory": "30Gi"}}}}]});
     listers
-        .resource_claims
+        .store(&RESOURCE_CLAIMS)
         .apply(generated_claim("p-gpu", "p", request.clone()));
     listers
-        .resource_claims
+        .store(&RESOURCE_CLAIMS)
         .apply(generated_claim("q-gpu", "q", request));
     let api = Arc::new(RecordingApi::default());
     let plugin = DynamicResources::new(listers, api, Arc::new(ApiDispatcher::default()), None);

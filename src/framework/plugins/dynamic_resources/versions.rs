@@ -3,6 +3,8 @@
 //! (its `incubating` allocator, the one the default gates pick) at 1.36.3 and 1.37.2. The plugin
 //! and the allocator ask [`Behaviour::has`]; nothing else in the module names a version.
 
+use crate::emulation::Minor;
+
 /// A behaviour that changed at some minor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Change {
@@ -32,25 +34,25 @@ pub(crate) enum Change {
     PerRequestLimitMessage,
 }
 
-/// The changes and the minor (of 1.x) that brought each.
-const CHANGES: &[(Change, u32)] = &[
-    (Change::FractionalCapacityRange, 37),
-    (Change::DeviceTaintRules, 37),
-    (Change::QuietPostFilter, 37),
-    (Change::ConfigOnce, 37),
-    (Change::StrictCapacity, 37),
-    (Change::DistinctAttributeEveryDevice, 37),
-    (Change::PerRequestLimitMessage, 37),
+/// The changes and the minor that brought each.
+const CHANGES: &[(Change, Minor)] = &[
+    (Change::FractionalCapacityRange, Minor::V1_37),
+    (Change::DeviceTaintRules, Minor::V1_37),
+    (Change::QuietPostFilter, Minor::V1_37),
+    (Change::ConfigOnce, Minor::V1_37),
+    (Change::StrictCapacity, Minor::V1_37),
+    (Change::DistinctAttributeEveryDevice, Minor::V1_37),
+    (Change::PerRequestLimitMessage, Minor::V1_37),
 ];
 
 /// DynamicResources as the kube-scheduler of one minor behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Behaviour {
-    minor: u32,
+    minor: Minor,
 }
 
 impl Behaviour {
-    pub(crate) const fn of_minor(minor: u32) -> Behaviour {
+    pub(crate) const fn of_minor(minor: Minor) -> Behaviour {
         Behaviour { minor }
     }
 
@@ -62,12 +64,10 @@ impl Behaviour {
     }
 }
 
-/// The minor ksched emulates until the scheduler passes the one decided at start.
-pub(crate) const PINNED_MINOR: u32 = 36;
-
+/// The newest minor, as the scheduler emulates it unless told otherwise at start.
 impl Default for Behaviour {
     fn default() -> Self {
-        Behaviour::of_minor(PINNED_MINOR)
+        Behaviour::of_minor(Minor::NEWEST)
     }
 }
 
@@ -78,9 +78,10 @@ mod tests {
     #[test]
     fn changes_apply_from_their_minor_on() {
         for &(change, since) in CHANGES {
-            assert!(!Behaviour::of_minor(since - 1).has(change), "{change:?}");
-            assert!(Behaviour::of_minor(since).has(change), "{change:?}");
-            assert!(Behaviour::of_minor(since + 1).has(change), "{change:?}");
+            for &minor in crate::emulation::SUPPORTED {
+                let has = Behaviour::of_minor(minor).has(change);
+                assert_eq!(has, minor >= since, "{change:?} at {minor}");
+            }
         }
     }
 }

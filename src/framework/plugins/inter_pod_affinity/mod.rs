@@ -19,7 +19,7 @@ use super::names;
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, invalid};
 use crate::framework::interface::{SignFragment, SignPlugin, Status, signer_names};
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{Listers, NAMESPACES};
 use crate::framework::plugins::helper::{impl_plugin, namespace_rules, registration_with_listers};
 use crate::framework::registry::PluginRegistration;
 use crate::framework::types::PodInfo;
@@ -103,7 +103,7 @@ impl SignPlugin for InterPodAffinity {
 pub(crate) fn registration() -> PluginRegistration {
     registration_with_listers(
         InterPodAffinity::EXTENSION_POINTS,
-        &[Informer::Namespaces],
+        &[&NAMESPACES],
         |args, listers| Ok(InterPodAffinity::new(args, listers)),
     )
     .with_rbac_rules(namespace_rules())

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Affinity, Node, Pod, PodAffinityTerm, WeightedP
 use kube::core::Expression;
 
 use crate::framework::listers::Listers;
+use crate::framework::listers::NAMESPACES;
 use crate::framework::plugins::helper::LabelMatcher;
 use crate::framework::types::{AssignedPod, PodView};
 
@@ -76,7 +77,7 @@ impl AffinityTerm {
         if let LabelMatcher::Selector(s) = &self.namespace_selector
             && !s.selects_all()
         {
-            for ns in listers.namespaces.list() {
+            for ns in listers.store(&NAMESPACES).list() {
                 if self.namespace_selector.matches(ns.metadata.labels.as_ref()) {
                     self.namespaces
                         .insert(ns.metadata.name.clone().unwrap_or_default());
@@ -215,7 +216,7 @@ pub(super) fn pod_matches_all_affinity_terms(terms: &[AffinityTerm], pod: &impl 
 /// The labels of the pod's namespace (empty when the namespace is unknown).
 pub(super) fn namespace_labels(listers: &Listers, namespace: &str) -> Labels {
     listers
-        .namespaces
+        .store(&NAMESPACES)
         .get("", namespace)
         .and_then(|n| n.metadata.labels.clone())
         .unwrap_or_default()

@@ -632,5 +632,6 @@ fn score_table() {
 fn registered_as_built_with_the_namespace_informer() {
     let r = crate::framework::registry::Registry::in_tree();
     let informers = r.informers_for([names::INTER_POD_AFFINITY]);
-    assert!(informers.contains(&Informer::Namespaces));
+    let namespaces: crate::framework::listers::Informer = &crate::framework::listers::NAMESPACES;
+    assert!(informers.contains(&namespaces));
 }

@@ -40,7 +40,7 @@ use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, ScorePlugin, SignFragment,
     SignPlugin, Status, signer_names,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{Listers, NAMESPACES};
 use crate::framework::plugins::helper::{
     impl_plugin, namespace_rules, own_update, queue_if, registration_with_listers,
 };
@@ -295,7 +295,7 @@ impl ScorePlugin for LeafNodeDistribution {
 pub fn registration() -> PluginRegistration {
     registration_with_listers(
         LeafNodeDistribution::EXTENSION_POINTS,
-        &[Informer::Namespaces],
+        &[&NAMESPACES],
         |args: LeafNodeDistributionArgs, listers| LeafNodeDistribution::new(&args, listers),
     )
     .with_rbac_rules(namespace_rules())

@@ -3,11 +3,10 @@
 //!
 //! Leaf (member) clusters appear in the host cluster as virtual nodes labelled `kosmos.io/node=true`
 //! and tainted `kosmos.io/node=true:NoSchedule`. The operator renders the `LeafClusterPolicy`s
-//! naming a profile into these plugins' args ([`render::render_leaf_policies`]); the scheduler
+//! naming a profile into these plugins' args (`operator::leaf_render`); the scheduler
 //! reads only those args, never the CRDs. Without args each plugin behaves as Kosmos's.
 
 pub mod distribution;
-pub mod render;
 pub mod taint_toleration;
 pub mod volume_binding;
 
@@ -20,12 +19,11 @@ use crate::api::leaf_cluster_policy::KOSMOS_NODE_KEY;
 use crate::config::FieldError;
 use crate::config::error::join_path;
 use crate::framework::args::{forbidden, not_supported, required};
-use crate::framework::listers::Listers;
+use crate::framework::listers::{Listers, NAMESPACES};
 use crate::framework::types::PodInfo;
 use kube::core::{Selector, SelectorExt};
 
 pub use distribution::{LeafNodeDistribution, LeafNodeDistributionArgs};
-pub use render::{LeafPluginConfig, render_leaf_policies};
 pub use taint_toleration::{LeafNodeTaintToleration, LeafNodeTaintTolerationArgs};
 pub use volume_binding::{LeafNodeVolumeBinding, LeafNodeVolumeBindingArgs};
 
@@ -154,7 +152,7 @@ impl PodMatcher {
             return true;
         }
         let ns = pod.namespace();
-        match listers.namespaces.get("", ns) {
+        match listers.store(&NAMESPACES).get("", ns) {
             Some(n) if n.metadata.labels.is_some() => {
                 self.namespaces.matches(n.metadata.labels.as_ref())
             }

@@ -25,7 +25,7 @@ use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, NodeScore, PreScorePlugin,
     ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{Listers, NAMESPACES};
 use crate::framework::plugins::helper::normalize_to_max;
 use crate::framework::plugins::helper::{impl_plugin, namespace_rules, registration_with_listers};
 use crate::framework::plugins::names;
@@ -287,7 +287,7 @@ impl ScorePlugin for LeafNodeTaintToleration {
 pub fn registration() -> PluginRegistration {
     registration_with_listers(
         LeafNodeTaintToleration::EXTENSION_POINTS,
-        &[Informer::Namespaces],
+        &[&NAMESPACES],
         |args: LeafNodeTaintTolerationArgs, listers| LeafNodeTaintToleration::new(&args, listers),
     )
     .with_rbac_rules(namespace_rules())

@@ -32,12 +32,13 @@ use super::{
 use crate::api::leaf_cluster_policy::VolumeMode;
 use crate::config::FieldError;
 use crate::config::error::join_path;
+use crate::emulation::Emulation;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, typed};
 use crate::framework::interface::{
     ClusterEventWithHint, CycleState, EnqueueExtensions, FilterPlugin, Plugin, PreBindPlugin,
     PreFilterPlugin, PreFilterResult, ReservePlugin, SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::Listers;
+use crate::framework::listers::{Listers, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES};
 use crate::framework::plugins::helper::{
     impl_plugin, node_selector_terms_match, queue_if, volume_rules,
 };
@@ -103,8 +104,8 @@ impl PluginArgs for LeafNodeVolumeBindingArgs {
             .get_or_insert(DEFAULT_BIND_TIMEOUT_SECONDS);
     }
 
-    fn validate(&self) -> Vec<FieldError> {
-        let mut errs = validate_volume_binding(&self.volume_binding_args());
+    fn validate_at(&self, emulation: &Emulation) -> Vec<FieldError> {
+        let mut errs = validate_volume_binding(&self.volume_binding_args(), emulation);
         for (i, p) in self.policies.iter().enumerate() {
             validate_selector(
                 &join_path(&format!("policies[{i}]"), "leafNodeSelector"),
@@ -248,7 +249,7 @@ impl LeafNodeVolumeBinding {
             // A missing claim is the host binder's to report.
             let Some(pvc) = self
                 .listers
-                .persistent_volume_claims
+                .store(&PERSISTENT_VOLUME_CLAIMS)
                 .get(pod.namespace(), &name)
             else {
                 continue;
@@ -258,7 +259,7 @@ impl LeafNodeVolumeBinding {
                 .as_ref()
                 .and_then(|s| s.volume_name.as_deref())
                 .filter(|n| !n.is_empty())
-                .and_then(|n| self.listers.persistent_volumes.get("", n));
+                .and_then(|n| self.listers.store(&PERSISTENT_VOLUMES).get("", n));
             let owners = cluster_owners(pvc.metadata.annotations.as_ref()).or_else(|| {
                 pv.as_ref()
                     .and_then(|pv| cluster_owners(pv.metadata.annotations.as_ref()))
@@ -463,6 +464,7 @@ pub fn registration() -> PluginRegistration {
             )?))
         },
     )
+    .with_emulated_args::<LeafNodeVolumeBindingArgs>()
     .with_informers(INFORMERS)
     .with_rbac_rules(volume_rules(true))
 }
@@ -472,6 +474,7 @@ mod tests {
     use super::super::test_support::*;
     use super::*;
     use crate::framework::interface::Code;
+    use crate::framework::listers::STORAGE_CLASSES;
     use crate::framework::testing::hints::node_obj;
     use crate::framework::testing::{Fake, NodeBuilder, PodBuilder, handle};
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -560,10 +563,10 @@ mod tests {
     fn env(policies: Value, claims: Vec<PersistentVolumeClaim>, pvs: Vec<PersistentVolume>) -> Env {
         let (h, _) = handle();
         for c in claims {
-            h.listers.persistent_volume_claims.apply(c);
+            h.listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(c);
         }
         for v in pvs {
-            h.listers.persistent_volumes.apply(v);
+            h.listers.store(&PERSISTENT_VOLUMES).apply(v);
         }
         let nodes: Vec<Node> = vec![
             NodeBuilder::new("host-1").build(),
@@ -779,12 +782,12 @@ mod tests {
         use crate::framework::plugins::volume_binding::binder::ANN_SELECTED_NODE;
         use crate::framework::testing::{PvcBuilder, storage_class};
         let (h, api) = handle();
-        h.listers.storage_classes.apply(storage_class(
+        h.listers.store(&STORAGE_CLASSES).apply(storage_class(
             "wffc",
             "example.com/provisioner",
             Some("WaitForFirstConsumer"),
         ));
-        h.listers.persistent_volume_claims.apply(
+        h.listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(
             PvcBuilder::new("data")
                 .class("wffc")
                 .request("1Gi")
@@ -816,7 +819,10 @@ mod tests {
             }
             assert!(plugin.reserve(&mut cs, &pod, node).is_success());
             let s = plugin.pre_bind(&cs, &pod, node).await;
-            let updates = api.pvc_updates.lock().clone();
+            let updates: Vec<PersistentVolumeClaim> = api.bodies::<PersistentVolumeClaim, _>(
+                crate::framework::api_calls::Verb::Replace,
+                None,
+            );
             if node == "leaf-a" {
                 // The leaf cluster provisions: no host-side update at all.
                 assert!(s.is_success(), "{s:?}");
@@ -841,7 +847,7 @@ mod tests {
     fn without_host_binder_host_claims_pass() {
         let (h, _) = handle();
         h.listers
-            .persistent_volume_claims
+            .store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(pvc("data", None, None));
         let plugin = LeafNodeVolumeBinding::new(&LeafNodeVolumeBindingArgs::default(), &h, None)
             .expect("plugin");

@@ -20,9 +20,11 @@ use crate::framework::interface::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{DEVICE_CLASSES, Listers};
 use crate::framework::plugins::dynamic_resources::claims::backed_by_dra;
-use crate::framework::plugins::helper::impl_plugin;
+use crate::framework::plugins::helper::{
+    MAX_CUSTOM_PRIORITY_SCORE, broken_linear, impl_plugin, scaled_shape,
+};
 use crate::framework::plugins::names;
 use crate::framework::registry::{PluginRegistration, policy_rule};
 use crate::framework::types::{NodeInfo, PodInfo, Resource, Snapshot};
@@ -30,8 +32,6 @@ use crate::framework::types::{NodeInfo, PodInfo, Resource, Snapshot};
 pub(crate) const LEAST_ALLOCATED: &str = "LeastAllocated";
 pub(crate) const MOST_ALLOCATED: &str = "MostAllocated";
 pub(crate) const REQUESTED_TO_CAPACITY_RATIO: &str = "RequestedToCapacityRatio";
-/// The highest score a RequestedToCapacityRatio shape point may have.
-pub(crate) const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
 
 const PRE_SCORE_STATE_KEY: &str = "PreScoreNodeResourcesFit";
 
@@ -192,13 +192,7 @@ impl Fit {
                 if shape.is_empty() {
                     return Err("RequestedToCapacityRatio needs a shape".into());
                 }
-                let scale = MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE;
-                Strategy::Ratio(
-                    shape
-                        .iter()
-                        .map(|p| (i64::from(p.utilization), i64::from(p.score) * scale))
-                        .collect(),
-                )
+                Strategy::Ratio(scaled_shape(&shape))
             }
             other => return Err(format!("scoring strategy {other} is not supported")),
         };
@@ -226,7 +220,7 @@ impl Fit {
         };
         backed_by_dra(
             pod.requests.scalar_resources.keys(),
-            &listers.device_classes,
+            listers.store(&DEVICE_CLASSES),
         )
         .into_iter()
         .collect()
@@ -285,21 +279,6 @@ fn most_requested_score(requested: i64, capacity: i64) -> i64 {
         return 0;
     }
     requested.min(capacity) * MAX_NODE_SCORE / capacity
-}
-
-/// Upstream's `BuildBrokenLinearFunction`.
-fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
-    for i in 0..shape.len() {
-        if p <= shape[i].0 {
-            if i == 0 {
-                return shape[0].1;
-            }
-            let (u0, s0) = shape[i - 1];
-            let (u1, s1) = shape[i];
-            return s0 + (s1 - s0) * (p - u0) / (u1 - u0);
-        }
-    }
-    shape.last().map_or(0, |s| s.1)
 }
 
 /// One resource the node lacks for the pod.
@@ -512,7 +491,7 @@ pub(crate) fn registration() -> PluginRegistration {
             Ok(Arc::new(fit.with_listers(handle.listers.clone())))
         },
     )
-    .with_informers(&[Informer::DeviceClasses])
+    .with_informers(&[&DEVICE_CLASSES])
     .with_rbac_rules(vec![policy_rule(
         &["resource.k8s.io"],
         &["deviceclasses"],
@@ -646,7 +625,7 @@ mod tests {
     #[test]
     fn extended_resources_a_device_class_provides_are_left_to_dra() {
         let listers = Arc::new(Listers::default());
-        listers.device_classes.apply(
+        listers.store(&DEVICE_CLASSES).apply(
             serde_json::from_value(json!({"metadata": {"name": "gpu"},
                 "spec": {"extendedResourceName": "example.com/gpu"}}))
             .expect("class"),

@@ -146,7 +146,11 @@ fn is_schedulable_after_device_class_event(
     let Some(modified) = modified else {
         return Ok(QueueingHint::QueueSkip);
     };
-    let extended = |c: &DeviceClass| c.spec.extended_resource_name.clone();
+    let extended = |c: &DeviceClass| {
+        c.spec
+            .as_ref()
+            .and_then(|s| s.extended_resource_name.clone())
+    };
     let requests = |name: &str| pod.requests.scalar_resources.contains_key(name);
     match original {
         Some(original) if extended(original) == extended(modified) => {
@@ -367,7 +371,7 @@ mod tests {
         let class = |name: &str, extended: Option<&str>| {
             let mut c = DeviceClass::default();
             c.metadata.name = Some(name.into());
-            c.spec.extended_resource_name = extended.map(String::from);
+            c.spec.get_or_insert_default().extended_resource_name = extended.map(String::from);
             Some(obj(c))
         };
         let add = event(EventResource::DeviceClass, ActionType::ADD);

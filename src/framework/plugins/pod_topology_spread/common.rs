@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{Node, Pod, TopologySpreadConstraint};
 use kube::core::{Expression, Selector};
 
 use super::PodTopologySpread;
-use crate::framework::listers::Listers;
+use crate::framework::listers::{
+    Listers, REPLICA_SETS, REPLICATION_CONTROLLERS, SERVICES, STATEFUL_SETS,
+};
 use crate::framework::plugins::helper::{LabelMatcher, find_matching_untolerated_taint};
 use crate::framework::plugins::node_affinity::pod_matches_node_selector_and_affinity;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView};
@@ -125,7 +127,7 @@ pub(crate) fn default_selector(pod: &Pod, listers: &Listers) -> LabelMatcher {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     let pod_labels = pod.metadata.labels.as_ref();
     let mut set: Labels = Labels::new();
-    for svc in listers.services.list_namespace(ns) {
+    for svc in listers.store(&SERVICES).list_namespace(ns) {
         let Some(sel) = svc.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
             continue;
         };
@@ -147,7 +149,7 @@ pub(crate) fn default_selector(pod: &Pod, listers: &Listers) -> LabelMatcher {
         match (o.api_version.as_str(), o.kind.as_str()) {
             ("v1", "ReplicationController") => {
                 if let Some(sel) = listers
-                    .replication_controllers
+                    .store(&REPLICATION_CONTROLLERS)
                     .get(ns, &o.name)
                     .and_then(|rc| rc.spec.as_ref().and_then(|s| s.selector.clone()))
                 {
@@ -156,16 +158,16 @@ pub(crate) fn default_selector(pod: &Pod, listers: &Listers) -> LabelMatcher {
             }
             ("apps/v1", "ReplicaSet") => {
                 extra = listers
-                    .replica_sets
+                    .store(&REPLICA_SETS)
                     .get(ns, &o.name)
-                    .and_then(|rs| rs.spec.as_ref().map(|s| s.selector.clone()))
+                    .map(|rs| rs.spec.selector.clone())
                     .and_then(|s| Selector::try_from(s).ok());
             }
             ("apps/v1", "StatefulSet") => {
                 extra = listers
-                    .stateful_sets
+                    .store(&STATEFUL_SETS)
                     .get(ns, &o.name)
-                    .and_then(|ss| ss.spec.as_ref().map(|s| s.selector.clone()))
+                    .map(|ss| ss.spec.selector.clone())
                     .and_then(|s| Selector::try_from(s).ok());
             }
             _ => {}

@@ -21,7 +21,9 @@ use super::names;
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, duplicate, forbidden, invalid, not_supported, required};
 use crate::framework::interface::{SignFragment, SignPlugin, Status};
-use crate::framework::listers::{Informer, Listers};
+use crate::framework::listers::{
+    Listers, REPLICA_SETS, REPLICATION_CONTROLLERS, SERVICES, STATEFUL_SETS,
+};
 use crate::framework::plugins::helper::{impl_plugin, registration_with_listers};
 use crate::framework::registry::{PluginRegistration, policy_rule};
 use crate::framework::types::PodInfo;
@@ -182,10 +184,10 @@ pub(crate) fn registration() -> PluginRegistration {
     registration_with_listers(
         PodTopologySpread::EXTENSION_POINTS,
         &[
-            Informer::Services,
-            Informer::ReplicationControllers,
-            Informer::ReplicaSets,
-            Informer::StatefulSets,
+            &SERVICES,
+            &REPLICATION_CONTROLLERS,
+            &REPLICA_SETS,
+            &STATEFUL_SETS,
         ],
         |args, listers| Ok(PodTopologySpread::new(args, listers)),
     )

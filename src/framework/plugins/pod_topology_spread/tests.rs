@@ -43,6 +43,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::framework::interface::{
     Code, CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, Status,
 };
+use crate::framework::listers::{REPLICA_SETS, SERVICES};
 use crate::framework::testing::{
     HOSTNAME as HOST, NodeBuilder, PodBuilder, ZONE, label_selector, pre_score_and_score,
     score_values, snapshot_with as snapshot, spread_constraint, string_map, zone_nodes as nodes,
@@ -424,10 +425,10 @@ fn meta(name: &str) -> ObjectMeta {
 fn replica_set(name: &str, labels: &[(&str, &str)]) -> ReplicaSet {
     ReplicaSet {
         metadata: meta(name),
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             selector: label_selector(labels, &[]),
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }
@@ -447,11 +448,13 @@ fn service(name: &str, selector: &[(&str, &str)]) -> Service {
 fn default_selector_from_services_and_controller() {
     let listers = Listers::default();
     listers
-        .replica_sets
+        .store(&REPLICA_SETS)
         .apply(replica_set("rs1", &[("app", "web"), ("hash", "h1")]));
-    listers.services.apply(service("svc", &[("tier", "front")]));
     listers
-        .services
+        .store(&SERVICES)
+        .apply(service("svc", &[("tier", "front")]));
+    listers
+        .store(&SERVICES)
         .apply(service("unrelated", &[("app", "db")]));
     let pod = web_pod()
         .label("hash", "h1")
@@ -478,7 +481,7 @@ fn default_selector_from_services_and_controller() {
 #[test]
 fn system_default_constraints_score_replica_set_pods() {
     let listers = Arc::new(Listers::default());
-    listers.replica_sets.apply(replica_set("rs1", WEB));
+    listers.store(&REPLICA_SETS).apply(replica_set("rs1", WEB));
     let pl = PodTopologySpread::new(
         PodTopologySpreadArgs {
             defaulting_type: SYSTEM_DEFAULTING.into(),
@@ -516,7 +519,7 @@ fn system_default_constraints_score_replica_set_pods() {
 #[test]
 fn list_defaulting_applies_hard_default_constraints() {
     let listers = Arc::new(Listers::default());
-    listers.services.apply(service("svc", WEB));
+    listers.store(&SERVICES).apply(service("svc", WEB));
     let pl = PodTopologySpread::new(
         PodTopologySpreadArgs {
             defaulting_type: LIST_DEFAULTING.into(),
@@ -536,12 +539,16 @@ fn list_defaulting_applies_hard_default_constraints() {
 fn registered_with_the_owner_informers() {
     let r = crate::framework::registry::Registry::in_tree();
     let informers = r.informers_for([names::POD_TOPOLOGY_SPREAD]);
-    for i in [
-        Informer::Services,
-        Informer::ReplicationControllers,
-        Informer::ReplicaSets,
-        Informer::StatefulSets,
-    ] {
+    use crate::framework::listers::{
+        Informer, REPLICA_SETS, REPLICATION_CONTROLLERS, SERVICES, STATEFUL_SETS,
+    };
+    let owners: [Informer; 4] = [
+        &SERVICES,
+        &REPLICATION_CONTROLLERS,
+        &REPLICA_SETS,
+        &STATEFUL_SETS,
+    ];
+    for i in owners {
         assert!(informers.contains(&i), "{i:?}");
     }
 }

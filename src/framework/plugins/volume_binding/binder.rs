@@ -8,7 +8,7 @@
 //! - [`VolumeBinder::assume_pod_volumes`] / [`VolumeBinder::revert_assumed_pod_volumes`] keep the
 //!   choice in the assume cache between Reserve and PreBind;
 //! - [`VolumeBinder::bind_pod_volumes`] updates PVs (claimRef) and claims (selected-node annotation)
-//!   through the [`ApiHandle`] and waits until the claims are bound.
+//!   through the [`ApiClient`] and waits until the claims are bound.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -24,9 +24,13 @@ use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::core::{Selector, SelectorExt};
 
 use super::assume_cache::{AssumeCache, resource_version};
-use crate::framework::listers::{Listers, ObjectStore};
+use crate::framework::api_calls::{ApiClient, ApiError, Replace};
+use crate::framework::listers::{
+    CSI_DRIVERS, CSI_STORAGE_CAPACITIES, Listers, ObjectStore, PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES, STORAGE_CLASSES,
+};
 use crate::framework::plugins::helper::node_selector_terms_match;
-use crate::framework::registry::{ApiError, ApiHandle, Handle, SharedSnapshot};
+use crate::framework::registry::{Handle, SharedSnapshot};
 use crate::quantity;
 
 /// The claim annotation naming the node the scheduler chose for provisioning.
@@ -157,7 +161,7 @@ pub(crate) fn is_claim_fully_bound(pvc: &PersistentVolumeClaim) -> bool {
     !claim_volume_name(pvc).is_empty() && annotation(&pvc.metadata, ANN_BIND_COMPLETED).is_some()
 }
 
-fn claim_request(pvc: &PersistentVolumeClaim) -> Option<quantity::Parsed> {
+pub(crate) fn claim_request(pvc: &PersistentVolumeClaim) -> Option<quantity::Parsed> {
     let q = pvc
         .spec
         .as_ref()?
@@ -169,7 +173,7 @@ fn claim_request(pvc: &PersistentVolumeClaim) -> Option<quantity::Parsed> {
     Some(quantity::parse_quantity(q).unwrap_or_default())
 }
 
-fn volume_capacity(pv: &PersistentVolume) -> quantity::Parsed {
+pub(crate) fn volume_capacity(pv: &PersistentVolume) -> quantity::Parsed {
     pv.spec
         .as_ref()
         .and_then(|s| s.capacity.as_ref())
@@ -412,7 +416,7 @@ pub(crate) fn is_delay_binding_mode(
     if class_name.is_empty() {
         return Ok(false);
     }
-    let Some(class) = listers.storage_classes.get("", class_name) else {
+    let Some(class) = listers.store(&STORAGE_CLASSES).get("", class_name) else {
         return Ok(false);
     };
     match class.volume_binding_mode.as_deref() {
@@ -426,7 +430,7 @@ pub(crate) fn is_delay_binding_mode(
 /// The volume binder: listers, the PV and PVC assume caches, the API, the bind timeout.
 pub(crate) struct VolumeBinder {
     listers: Arc<Listers>,
-    api: Arc<dyn ApiHandle>,
+    api: Arc<dyn ApiClient>,
     snapshot: Arc<SharedSnapshot>,
     pv_cache: AssumeCache<PersistentVolume>,
     pvc_cache: AssumeCache<PersistentVolumeClaim>,
@@ -473,13 +477,16 @@ impl VolumeBinder {
     }
 
     fn get_pvc(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
-        self.pvc_cache
-            .get(&self.listers.persistent_volume_claims, namespace, name)
+        self.pvc_cache.get(
+            self.listers.store(&PERSISTENT_VOLUME_CLAIMS),
+            namespace,
+            name,
+        )
     }
 
     fn get_pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
         self.pv_cache
-            .get(&self.listers.persistent_volumes, "", name)
+            .get(self.listers.store(&PERSISTENT_VOLUMES), "", name)
     }
 
     /// Whether the volume is bound, and its claim (`None` for volumes without a claim).
@@ -538,7 +545,7 @@ impl VolumeBinder {
             let pod_claims = &claims.unbound_claims_delay_binding;
             let pvs = self
                 .pv_cache
-                .list(&self.listers.persistent_volumes)
+                .list(self.listers.store(&PERSISTENT_VOLUMES))
                 .into_iter()
                 .filter(|pv| volume_class(pv) == class)
                 .filter(|pv| {
@@ -688,7 +695,7 @@ impl VolumeBinder {
             }
             let class = self
                 .listers
-                .storage_classes
+                .store(&STORAGE_CLASSES)
                 .get("", class_name)
                 .ok_or_else(|| {
                     BinderError(format!("failed to find storage class {class_name:?}"))
@@ -721,7 +728,7 @@ impl VolumeBinder {
         let Some(size) = claim_request(pvc) else {
             return Some(None);
         };
-        let driver = self.listers.csi_drivers.get("", &class.provisioner);
+        let driver = self.listers.store(&CSI_DRIVERS).get("", &class.provisioner);
         let tracks = driver
             .as_ref()
             .and_then(|d| d.spec.storage_capacity)
@@ -734,7 +741,7 @@ impl VolumeBinder {
         let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
         let found = self
             .listers
-            .csi_storage_capacities
+            .store(&CSI_STORAGE_CAPACITIES)
             .list()
             .into_iter()
             .find(|c| {
@@ -768,7 +775,7 @@ impl VolumeBinder {
             if dirty
                 && let Err(e) = self
                     .pv_cache
-                    .assume(&self.listers.persistent_volumes, new_pv.clone())
+                    .assume(self.listers.store(&PERSISTENT_VOLUMES), new_pv.clone())
             {
                 self.revert_assumed_pod_volumes(&assumed);
                 return Err(BinderError(e.to_string()));
@@ -787,7 +794,7 @@ impl VolumeBinder {
                 .insert(ANN_SELECTED_NODE.into(), node_name.into());
             if let Err(e) = self
                 .pvc_cache
-                .assume(&self.listers.persistent_volume_claims, claim.clone())
+                .assume(self.listers.store(&PERSISTENT_VOLUME_CLAIMS), claim.clone())
             {
                 self.revert_assumed_pod_volumes(&assumed);
                 return Err(BinderError(e.to_string()));
@@ -854,7 +861,7 @@ impl VolumeBinder {
             }
         };
         for b in &pod_volumes.static_bindings {
-            match self.api.update_persistent_volume(&b.pv).await {
+            match self.api.call(Replace(PersistentVolume::clone(&b.pv))).await {
                 Ok(pv) => pvs.push(pv),
                 Err(e) => {
                     revert_rest(pvs.len(), 0);
@@ -863,7 +870,11 @@ impl VolumeBinder {
             }
         }
         for p in &pod_volumes.dynamic_provisions {
-            match self.api.update_persistent_volume_claim(&p.pvc).await {
+            match self
+                .api
+                .call(Replace(PersistentVolumeClaim::clone(&p.pvc)))
+                .await
+            {
                 Ok(c) => claims.push(c),
                 Err(e) => {
                     revert_rest(pvs.len(), claims.len());
@@ -895,7 +906,7 @@ impl VolumeBinder {
         let node_labels = node.metadata.labels.as_ref();
         for want in bindings {
             let name = want.metadata.name.as_deref().unwrap_or_default();
-            let pv = l.persistent_volumes.get("", name).ok_or_else(|| {
+            let pv = l.store(&PERSISTENT_VOLUMES).get("", name).ok_or_else(|| {
                 BinderError(format!(
                     "failed to check binding: persistentvolume {name:?} not found"
                 ))
@@ -909,11 +920,14 @@ impl VolumeBinder {
                     .and_then(|r| r.name.as_deref())
                     .unwrap_or_default(),
             );
-            let pvc = l.persistent_volume_claims.get(ns, cname).ok_or_else(|| {
-                BinderError(format!(
-                    "failed to check binding: persistentvolumeclaim {cname:?} not found"
-                ))
-            })?;
+            let pvc = l
+                .store(&PERSISTENT_VOLUME_CLAIMS)
+                .get(ns, cname)
+                .ok_or_else(|| {
+                    BinderError(format!(
+                        "failed to check binding: persistentvolumeclaim {cname:?} not found"
+                    ))
+                })?;
             if resource_version(want) > resource_version(pv.as_ref()) {
                 return Ok(false);
             }
@@ -938,7 +952,7 @@ impl VolumeBinder {
         for want in claims {
             let ns = want.metadata.namespace.as_deref().unwrap_or_default();
             let cname = want.metadata.name.as_deref().unwrap_or_default();
-            let pvc = l.persistent_volume_claims.get(ns, cname).ok_or_else(|| {
+            let pvc = l.store(&PERSISTENT_VOLUME_CLAIMS).get(ns, cname).ok_or_else(|| {
                 BinderError(format!(
                     "failed to check provisioning pvc: persistentvolumeclaim {cname:?} not found"
                 ))
@@ -958,7 +972,7 @@ impl VolumeBinder {
             }
             let volume = claim_volume_name(&pvc);
             if !volume.is_empty() {
-                let Some(pv) = l.persistent_volumes.get("", volume) else {
+                let Some(pv) = l.store(&PERSISTENT_VOLUMES).get("", volume) else {
                     // Possibly not propagated yet.
                     return Ok(false);
                 };

@@ -2,12 +2,14 @@
 //! unschedulable), Filter asks the [`VolumeBinder`] whether each node can have the pod's volumes
 //! (bound PVs' node affinity, static matches, dynamic provisioning), Reserve assumes the chosen
 //! bindings, Unreserve reverts them, PreBind updates the PVs and claims and waits up to
-//! `bindTimeoutSeconds` for the claims to bind. Its args are also Kosmos's LeafNodeVolumeBinding's,
-//! which reuses the binder.
+//! `bindTimeoutSeconds` for the claims to bind; with StorageCapacityScoring (on from 1.37) it also
+//! scores nodes by how full the storage the pod would take there is (`scorer.rs`). Its args are
+//! also Kosmos's LeafNodeVolumeBinding's, which reuses the binder.
 
 pub(crate) mod assume_cache;
 pub(crate) mod binder;
 mod events;
+mod scorer;
 
 pub(crate) use events::volume_binding_events;
 
@@ -24,15 +26,24 @@ pub(crate) use binder::{PodVolumeClaims, PodVolumes, VolumeBinder};
 
 use super::names;
 use crate::config::FieldError;
-use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, invalid, typed};
+use crate::emulation::Emulation;
+use crate::framework::args::{
+    PluginArgs, UtilizationShapePoint, decode, invalid, typed, validate_shape,
+};
 use crate::framework::interface::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ReservePlugin, ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
-use crate::framework::listers::Informer;
-use crate::framework::plugins::helper::{impl_plugin, volume_rules};
+use crate::framework::listers::{
+    CSI_DRIVERS, CSI_NODES, CSI_STORAGE_CAPACITIES, Informer, PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES, STORAGE_CLASSES,
+};
+use crate::framework::plugins::helper::{
+    MAX_CUSTOM_PRIORITY_SCORE, impl_plugin, scaled_shape, volume_rules,
+};
 use crate::framework::registry::{Handle, PluginRegistration};
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
+pub(crate) use scorer::STORAGE_CAPACITY_SCORING;
 
 const STATE_KEY: &str = "PreFilterVolumeBinding";
 
@@ -53,11 +64,18 @@ pub(crate) struct VolumeBindingState {
 #[derive(Debug)]
 pub(crate) struct VolumeBinding {
     binder: Arc<VolumeBinder>,
+    /// The args' `shape` in node-score units, when StorageCapacityScoring is on: scoring.
+    scorer: Option<Vec<(i64, i64)>>,
 }
 
 impl VolumeBinding {
+    /// Without scoring (tests build the scorer themselves).
+    #[cfg(test)]
     pub(crate) fn new(binder: Arc<VolumeBinder>) -> VolumeBinding {
-        VolumeBinding { binder }
+        VolumeBinding {
+            binder,
+            scorer: None,
+        }
     }
 
     /// Upstream's `podHasPVCs`: whether the pod uses claims, or why its claims are unusable.
@@ -74,7 +92,10 @@ impl VolumeBinding {
                 continue;
             };
             has = true;
-            let Some(pvc) = listers.persistent_volume_claims.get(pod.namespace(), &name) else {
+            let Some(pvc) = listers
+                .store(&PERSISTENT_VOLUME_CLAIMS)
+                .get(pod.namespace(), &name)
+            else {
                 return Err(if ephemeral {
                     format!(
                         "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
@@ -230,19 +251,34 @@ impl FilterPlugin for VolumeBinding {
 impl PreScorePlugin for VolumeBinding {
     fn pre_score(
         &self,
-        _cs: &mut CycleState,
+        cs: &mut CycleState,
         _pod: &PodInfo,
         _snapshot: &Snapshot,
         _nodes: &[Arc<NodeInfo>],
     ) -> Status {
-        // Scoring needs `shape`, which needs the StorageCapacityScoring feature (off): no scorer.
-        Status::skip()
+        // Without StorageCapacityScoring there is no scorer. A pod without claims has nothing to
+        // score (upstream scores it 0 on every node: the same ranking).
+        if self.scorer.is_none() {
+            return Status::skip();
+        }
+        match state(cs) {
+            Ok(st) if st.pod_volumes_by_node.lock().is_empty() => Status::skip(),
+            Ok(_) => Status::success(),
+            Err(s) => s,
+        }
     }
 }
 
 impl ScorePlugin for VolumeBinding {
-    fn score(&self, _cs: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Result<i64, Status> {
-        Ok(0)
+    fn score(&self, cs: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(shape) = &self.scorer else {
+            return Ok(0);
+        };
+        let st = state(cs)?;
+        let by_node = st.pod_volumes_by_node.lock();
+        Ok(by_node
+            .get(node.name())
+            .map_or(0, |volumes| scorer::score(shape, volumes)))
     }
 }
 
@@ -326,12 +362,12 @@ impl PreBindPlugin for VolumeBinding {
 
 /// The informers VolumeBinding (and wrappers around its binder) read.
 pub(crate) const INFORMERS: &[Informer] = &[
-    Informer::PersistentVolumes,
-    Informer::PersistentVolumeClaims,
-    Informer::StorageClasses,
-    Informer::CSINodes,
-    Informer::CSIDrivers,
-    Informer::CSIStorageCapacities,
+    &PERSISTENT_VOLUMES,
+    &PERSISTENT_VOLUME_CLAIMS,
+    &STORAGE_CLASSES,
+    &CSI_NODES,
+    &CSI_DRIVERS,
+    &CSI_STORAGE_CAPACITIES,
 ];
 
 impl VolumeBinding {
@@ -343,7 +379,11 @@ impl VolumeBinding {
             .unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS)
             .max(0);
         let timeout = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
-        VolumeBinding::new(Arc::new(VolumeBinder::new(handle, timeout)))
+        let scoring = handle.emulation.enabled(STORAGE_CAPACITY_SCORING);
+        VolumeBinding {
+            binder: Arc::new(VolumeBinder::new(handle, timeout)),
+            scorer: scoring.then(|| scaled_shape(args.shape.as_deref().unwrap_or_default())),
+        }
     }
 }
 
@@ -356,6 +396,7 @@ pub(crate) fn registration() -> PluginRegistration {
             Ok(Arc::new(VolumeBinding::from_args(&args, handle)) as Arc<dyn Plugin>)
         },
     )
+    .with_emulated_args::<VolumeBindingArgs>()
     .with_informers(INFORMERS)
     .with_rbac_rules(volume_rules(true))
 }
@@ -363,8 +404,9 @@ pub(crate) fn registration() -> PluginRegistration {
 /// The default `bindTimeoutSeconds`.
 pub(crate) const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
 
-/// Upstream's `VolumeBindingArgs`. `shape` needs the StorageCapacityScoring feature, which is off
-/// (as upstream's default), so setting it is an error as upstream reports it.
+/// Upstream's `VolumeBindingArgs`. `shape` needs the StorageCapacityScoring feature: with it on
+/// (1.37's default) it defaults to "the emptier the better" and is validated; with it off (1.36's
+/// default) setting it is an error, as upstream reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct VolumeBindingArgs {
@@ -376,17 +418,55 @@ pub struct VolumeBindingArgs {
 impl PluginArgs for VolumeBindingArgs {
     const KIND: &'static str = "VolumeBindingArgs";
 
-    fn set_defaults(&mut self) {
+    /// Upstream's `SetDefaults_VolumeBindingArgs`.
+    fn set_defaults_at(&mut self, emulation: &Emulation) {
         self.bind_timeout_seconds
             .get_or_insert(DEFAULT_BIND_TIMEOUT_SECONDS);
+        if self.shape.as_ref().is_none_or(Vec::is_empty)
+            && emulation.enabled(STORAGE_CAPACITY_SCORING)
+        {
+            self.shape = Some(default_shape());
+        }
     }
 
-    fn validate(&self) -> Vec<FieldError> {
-        validate_volume_binding(self)
+    fn validate_at(&self, emulation: &Emulation) -> Vec<FieldError> {
+        validate_volume_binding(self, emulation)
     }
 }
 
-pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldError> {
+/// The default `shape`: an empty pool scores 10 (the most), a full one 0.
+fn default_shape() -> Vec<UtilizationShapePoint> {
+    vec![
+        UtilizationShapePoint {
+            utilization: 0,
+            score: MAX_CUSTOM_PRIORITY_SCORE as i32,
+        },
+        UtilizationShapePoint {
+            utilization: 100,
+            score: 0,
+        },
+    ]
+}
+
+/// Go's `%#v` of a shape, as upstream's field errors print it.
+fn go_shape(shape: &[UtilizationShapePoint]) -> String {
+    let points: Vec<String> = shape
+        .iter()
+        .map(|p| {
+            format!(
+                "config.UtilizationShapePoint{{Utilization:{}, Score:{}}}",
+                p.utilization, p.score
+            )
+        })
+        .collect();
+    format!("[]config.UtilizationShapePoint{{{}}}", points.join(", "))
+}
+
+/// Upstream's `ValidateVolumeBindingArgsWithOptions` at `emulation`'s StorageCapacityScoring.
+pub(crate) fn validate_volume_binding(
+    args: &VolumeBindingArgs,
+    emulation: &Emulation,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let t = args
         .bind_timeout_seconds
@@ -398,11 +478,21 @@ pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldErro
             "invalid BindTimeoutSeconds, should not be a negative value",
         ));
     }
-    if let Some(shape) = &args.shape {
+    // With the gate on VolumeBinding's defaults always set a shape; LeafNodeVolumeBinding (which
+    // does not score) leaves it unset.
+    if emulation.enabled(STORAGE_CAPACITY_SCORING) {
+        if let Some(shape) = &args.shape {
+            errs.extend(validate_shape(
+                shape,
+                "shape",
+                MAX_CUSTOM_PRIORITY_SCORE as i32,
+            ));
+        }
+    } else if let Some(shape) = &args.shape {
         errs.push(invalid(
             "shape",
-            format!("{shape:?}"),
-            "unsupported when StorageCapacityScoring feature is disabled",
+            go_shape(shape),
+            "unexpected field `shape`, remove it or turn on the feature gate StorageCapacityScoring",
         ));
     }
     errs
@@ -412,10 +502,23 @@ pub(crate) fn validate_volume_binding(args: &VolumeBindingArgs) -> Vec<FieldErro
 mod tests {
     use super::binder::ConflictReason;
     use super::*;
-    use crate::framework::args::decode;
+    use crate::emulation::Minor;
+    use crate::framework::api_calls::{ApiError, RecordingApi, Verb};
+    use crate::framework::args::decode_at;
     use crate::framework::interface::Code;
-    use crate::framework::listers::Listers;
-    use crate::framework::registry::RecordingApi;
+    use crate::framework::listers::{
+        CSI_DRIVERS, CSI_STORAGE_CAPACITIES, Listers, PERSISTENT_VOLUMES, STORAGE_CLASSES,
+    };
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+    /// The claims and the volumes replaced through the API, in order.
+    fn pvc_updates(api: &RecordingApi) -> Vec<PersistentVolumeClaim> {
+        api.bodies::<PersistentVolumeClaim, _>(Verb::Replace, None)
+    }
+
+    fn pv_updates(api: &RecordingApi) -> Vec<PersistentVolume> {
+        api.bodies::<PersistentVolume, _>(Verb::Replace, None)
+    }
     use crate::framework::testing::{
         NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, storage_class, term,
     };
@@ -448,7 +551,7 @@ mod tests {
             ),
             storage_class("unset", "example.com/p", None),
         ] {
-            l.storage_classes.apply(sc);
+            l.store(&STORAGE_CLASSES).apply(sc);
         }
         let on = |n: &str| term(&[(HOST, "In", &[n])], &[]);
         for pv in [
@@ -468,7 +571,8 @@ mod tests {
                 .capacity("1Gi")
                 .node_affinity(on("n2")),
         ] {
-            l.persistent_volumes.apply(pv.resource_version("1").build());
+            l.store(&PERSISTENT_VOLUMES)
+                .apply(pv.resource_version("1").build());
         }
         for pvc in [
             PvcBuilder::new("bound-n1").bound("pv-bound-n1"),
@@ -500,7 +604,7 @@ mod tests {
                 .class(CAPACITY_CLASS)
                 .request("10Gi"),
         ] {
-            l.persistent_volume_claims
+            l.store(&PERSISTENT_VOLUME_CLAIMS)
                 .apply(pvc.resource_version("1").build());
         }
         l
@@ -695,7 +799,7 @@ mod tests {
         );
         // A claim of that name the pod does not own.
         let l = listers();
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("p-scratch").class(WFFC).build());
         let (pl, _, _) = plugin(l);
         assert_eq!(
@@ -715,7 +819,7 @@ mod tests {
             controller: Some(true),
             ..Default::default()
         }]);
-        l.persistent_volume_claims.apply(owned);
+        l.store(&PERSISTENT_VOLUME_CLAIMS).apply(owned);
         let (pl, _, _) = plugin(l);
         let (_, pre, filtered) = filter(&pl, &eph);
         assert!(pre.is_success());
@@ -739,7 +843,7 @@ mod tests {
         // A PV of the class bound to another claim can match no claim of the pod on any node:
         // PreFilter leaves it out, and Filter picks the same PV as before.
         let l = listers();
-        l.persistent_volumes.apply(
+        l.store(&PERSISTENT_VOLUMES).apply(
             PvBuilder::new("pv-local-n1-3g-taken")
                 .class(NO_PROVISIONER)
                 .capacity("3Gi")
@@ -780,7 +884,7 @@ mod tests {
     fn missing_class_for_provisioning_and_capacity() {
         // A delayed claim whose class disappeared between PreFilter and Filter: error.
         let l = listers();
-        l.persistent_volume_claims
+        l.store(&PERSISTENT_VOLUME_CLAIMS)
             .apply(PvcBuilder::new("ghost").class("ghost").build());
         let (pl, _, _) = plugin(l);
         // The class is unknown: the claim is treated as immediate (upstream IsDelayBindingMode).
@@ -791,7 +895,7 @@ mod tests {
 
         // CSI storage capacity: only nodes with an accessible pool large enough.
         let l = listers();
-        l.csi_drivers.apply(CSIDriver {
+        l.store(&CSI_DRIVERS).apply(CSIDriver {
             metadata: ObjectMeta {
                 name: Some("csi.example.com".into()),
                 ..Default::default()
@@ -815,9 +919,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        l.csi_storage_capacities
+        l.store(&CSI_STORAGE_CAPACITIES)
             .apply(capacity("c1", "n1", "100Gi"));
-        l.csi_storage_capacities.apply(capacity("c2", "n2", "1Gi"));
+        l.store(&CSI_STORAGE_CAPACITIES)
+            .apply(capacity("c2", "n2", "1Gi"));
         let (pl, _, _) = plugin(l);
         let (_, pre, filtered) = filter(&pl, &pod(&["tracked"]));
         assert!(pre.is_success());
@@ -829,6 +934,64 @@ mod tests {
             ]
         );
         assert_eq!(filtered[1].code(), Code::UnschedulableAndUnresolvable);
+    }
+
+    /// 1.37 (StorageCapacityScoring on, the default shape): a pod provisioning a claim prefers
+    /// the node whose pool is emptier; 1.36 does not score.
+    #[test]
+    fn storage_capacity_scoring_prefers_the_emptier_pool_from_1_37() {
+        let l = listers();
+        l.store(&CSI_DRIVERS).apply(CSIDriver {
+            metadata: ObjectMeta {
+                name: Some("csi.example.com".into()),
+                ..Default::default()
+            },
+            spec: CSIDriverSpec {
+                storage_capacity: Some(true),
+                ..Default::default()
+            },
+        });
+        for (name, node, size) in [("c1", "n1", "100Gi"), ("c2", "n2", "20Gi")] {
+            l.store(&CSI_STORAGE_CAPACITIES).apply(CSIStorageCapacity {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                },
+                storage_class_name: CAPACITY_CLASS.into(),
+                capacity: Some(Quantity(size.into())),
+                node_topology: Some(LabelSelector {
+                    match_labels: Some([(HOST.to_string(), node.to_string())].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        let (_, _, handle) = plugin(l);
+        let args_at = |minor| {
+            let args = decode_at::<VolumeBindingArgs>(None, &Emulation::of(minor)).expect("args");
+            typed::<VolumeBindingArgs>(&args).expect("typed")
+        };
+        // 10Gi of n1's 100Gi (10 % used: 90) or of n2's 20Gi (50 %: 50).
+        let p = pod(&["tracked"]);
+        let nodes = |name: &str| NodeBuilder::new(name).info(vec![]);
+        for (minor, want) in [(Minor::V1_36, None), (Minor::V1_37, Some((90, 50)))] {
+            let h = handle
+                .clone()
+                .with_emulation(Arc::new(Emulation::of(minor)));
+            let pl = VolumeBinding::from_args(&args_at(minor), &h);
+            let (mut cs, _, filtered) = filter(&pl, &p);
+            assert!(filtered.iter().all(Status::is_success), "{filtered:?}");
+            let pre = pl.pre_score(&mut cs, &p, &Snapshot::new(), &[]);
+            match want {
+                None => assert!(pre.is_skip(), "{minor}"),
+                Some((n1, n2)) => {
+                    assert!(pre.is_success(), "{minor}: {pre:?}");
+                    let score = |n: &str| pl.score(&cs, &p, &nodes(n)).expect("score");
+                    assert_eq!((score("n1"), score("n2")), (n1, n2), "{minor}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -872,7 +1035,7 @@ mod tests {
             let api = api.clone();
             tokio::spawn(async move {
                 loop {
-                    if let Some(c) = api.pvc_updates.lock().first().cloned() {
+                    if let Some(c) = pvc_updates(&api).first().cloned() {
                         let bound = PvcBuilder::new("wffc")
                             .class(WFFC)
                             .annotation(binder::ANN_SELECTED_NODE, "n2")
@@ -880,9 +1043,9 @@ mod tests {
                             .resource_version("2")
                             .build();
                         listers
-                            .persistent_volumes
+                            .store(&PERSISTENT_VOLUMES)
                             .apply(PvBuilder::new("pv-new").build());
-                        listers.persistent_volume_claims.apply(bound);
+                        listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(bound);
                         return c;
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -899,10 +1062,19 @@ mod tests {
 
     #[tokio::test]
     async fn pre_bind_binds_static_pvs_and_times_out_when_nothing_binds() {
-        // The informer still shows the PV without claimRef at the version we wrote: reset.
-        let (pl, _, _) = plugin(listers());
+        // The informer shows the PV at the version our write made (the API's next one), but
+        // without our claimRef: reset.
+        let (pl, _, handle) = plugin(listers());
         let p = pod(&["local-2g"]);
         let cs = reserved(&pl, &p, "n1");
+        handle.listers.store(&PERSISTENT_VOLUMES).apply(
+            PvBuilder::new("pv-local-n1-5g")
+                .class(NO_PROVISIONER)
+                .capacity("5Gi")
+                .node_affinity(term(&[(HOST, "In", &["n1"])], &[]))
+                .resource_version("2")
+                .build(),
+        );
         assert_eq!(
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("ClaimRef got reset for pv \"pv-local-n1-5g\"")
@@ -911,12 +1083,13 @@ mod tests {
         let (pl, api, handle) = plugin(listers());
         let cs = reserved(&pl, &p, "n1");
         // The informer sees our PV update; nothing (no PV controller here) binds the claim.
-        handle.listers.persistent_volumes.apply(
+        handle.listers.store(&PERSISTENT_VOLUMES).apply(
             PvBuilder::new("pv-local-n1-5g")
                 .class(NO_PROVISIONER)
                 .capacity("5Gi")
+                .node_affinity(term(&[(HOST, "In", &["n1"])], &[]))
                 .claim_ref("default", "local-2g", "local-2g")
-                .resource_version("1")
+                .resource_version("2")
                 .build(),
         );
         let s = pl.pre_bind(&cs, &p, "n1").await;
@@ -924,7 +1097,7 @@ mod tests {
             s,
             Status::error("binding volumes: context deadline exceeded")
         );
-        let updates = api.pv_updates.lock().clone();
+        let updates = pv_updates(&api);
         assert_eq!(updates.len(), 1);
         let pv = &updates[0];
         assert_eq!(pv.metadata.name.as_deref(), Some("pv-local-n1-5g"));
@@ -947,7 +1120,7 @@ mod tests {
         let (pl, api, handle) = plugin(listers());
         let p = pod(&["wffc"]);
         let cs = reserved(&pl, &p, "n1");
-        handle.listers.persistent_volume_claims.apply(
+        handle.listers.store(&PERSISTENT_VOLUME_CLAIMS).apply(
             PvcBuilder::new("wffc")
                 .class(WFFC)
                 .annotation("other", "x")
@@ -958,13 +1131,12 @@ mod tests {
             pl.pre_bind(&cs, &p, "n1").await,
             Status::error("provisioning failed for PVC \"wffc\"")
         );
-        assert_eq!(api.pvc_updates.lock().len(), 1);
+        assert_eq!(pvc_updates(&api).len(), 1);
 
         // The API refuses the update: error, and the assumption is dropped.
         let (pl, api, _) = plugin(listers());
-        *api.fail_volume_updates.lock() = Some(crate::framework::registry::ApiError::Conflict(
-            "changed".into(),
-        ));
+        api.fail::<PersistentVolume>(Verb::Replace, ApiError::Conflict("changed".into()));
+        api.fail::<PersistentVolumeClaim>(Verb::Replace, ApiError::Conflict("changed".into()));
         let p = pod(&["local-2g"]);
         let cs = reserved(&pl, &p, "n1");
         assert_eq!(
@@ -1016,32 +1188,55 @@ mod tests {
         let p = pod(&["bound-n1"]);
         let mut cs = reserved(&pl, &p, "n1");
         assert_eq!(pl.pre_bind(&cs, &p, "n1").await, Status::success());
-        assert!(api.pv_updates.lock().is_empty());
-        assert!(api.pvc_updates.lock().is_empty());
+        assert!(pv_updates(&api).is_empty());
+        assert!(pvc_updates(&api).is_empty());
         // Score is off without `shape`.
         assert!(pl.pre_score(&mut cs, &p, &Snapshot::new(), &[]).is_skip());
     }
 
     #[test]
-    fn args() {
+    fn args_per_minor() {
+        let (v1_36, v1_37) = (Emulation::of(Minor::V1_36), Emulation::of(Minor::V1_37));
+        let at = |e: &Emulation, args: serde_json::Value| {
+            decode_at::<VolumeBindingArgs>((!args.is_null()).then_some(&args), e)
+        };
+        // 1.36: StorageCapacityScoring is off, no shape, and one given is refused.
         assert_eq!(
-            decode::<VolumeBindingArgs>(None),
+            at(&v1_36, json!(null)),
             Ok(json!({"bindTimeoutSeconds": 600}))
         );
-        assert_eq!(
-            decode::<VolumeBindingArgs>(Some(&json!({"bindTimeoutSeconds": 5}))),
-            Ok(json!({"bindTimeoutSeconds": 5}))
-        );
-        let e = decode::<VolumeBindingArgs>(Some(&json!({"bindTimeoutSeconds": -1}))).unwrap_err();
+        let e = at(&v1_36, json!({"shape": [{"utilization": 0, "score": 0}]})).unwrap_err();
         assert_eq!(
             e[0].to_string(),
-            "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
+            "shape: Invalid value: []config.UtilizationShapePoint{config.UtilizationShapePoint{Utilization:0, Score:0}}: unexpected field `shape`, remove it or turn on the feature gate StorageCapacityScoring"
         );
-        let e =
-            decode::<VolumeBindingArgs>(Some(&json!({"shape": [{"utilization": 0, "score": 0}]})))
-                .unwrap_err();
-        assert_eq!(e[0].path, "shape");
-        let e = decode::<VolumeBindingArgs>(Some(&json!({"bindTimeout": 5}))).unwrap_err();
-        assert_eq!(e[0].path, "bindTimeout");
+        // 1.37: on, the default shape (defaults.go at v1.37.2), a given one kept and validated.
+        let default = json!({"bindTimeoutSeconds": 600, "shape": [
+            {"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]});
+        assert_eq!(at(&v1_37, json!(null)), Ok(default.clone()));
+        assert_eq!(at(&v1_37, json!({"shape": []})), Ok(default));
+        let mine = json!({"bindTimeoutSeconds": 5, "shape": [{"utilization": 50, "score": 3}]});
+        assert_eq!(at(&v1_37, mine.clone()), Ok(mine));
+        let e = at(&v1_37, json!({"shape": [{"utilization": 0, "score": 11}]})).unwrap_err();
+        assert_eq!(e[0].path, "shape[0].score");
+        // The gate off at 1.37: as 1.36.
+        let off = Emulation::with_gates(Minor::V1_37, &["StorageCapacityScoring=false".into()])
+            .expect("known gate");
+        assert_eq!(
+            at(&off, json!(null)),
+            Ok(json!({"bindTimeoutSeconds": 600}))
+        );
+        // Either minor.
+        for e in [&v1_36, &v1_37] {
+            let err = at(e, json!({"bindTimeoutSeconds": -1})).unwrap_err();
+            assert_eq!(
+                err[0].to_string(),
+                "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
+            );
+            assert_eq!(
+                at(e, json!({"bindTimeout": 5})).unwrap_err()[0].path,
+                "bindTimeout"
+            );
+        }
     }
 }

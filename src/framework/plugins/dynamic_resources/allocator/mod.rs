@@ -46,8 +46,8 @@ use super::versions::{Behaviour, Change};
 pub(crate) fn requests(claim: &ResourceClaim) -> &[k8s_openapi::api::resource::v1::DeviceRequest] {
     claim
         .spec
-        .devices
         .as_ref()
+        .and_then(|s| s.devices.as_ref())
         .and_then(|d| d.requests.as_deref())
         .unwrap_or_default()
 }
@@ -488,7 +488,7 @@ impl<'a> Search<'a> {
             .behaviour
             .has(Change::DistinctAttributeEveryDevice);
         for (ci, claim) in self.claims.iter().enumerate() {
-            let devices = claim.spec.devices.as_ref();
+            let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
             let requests = requests(claim);
             let mut min_per_claim = 0usize;
             for (ri, request) in requests.iter().enumerate() {
@@ -911,7 +911,11 @@ impl<'a> Search<'a> {
         let slice = self.slice(d);
         let device = device_of(&slice, d);
         let class = &data.class;
-        let class_selectors = class.spec.selectors.as_deref().unwrap_or_default();
+        let class_selectors = class
+            .spec
+            .as_ref()
+            .and_then(|s| s.selectors.as_deref())
+            .unwrap_or_default();
         if !self.selectors_match(key.0, Some(class), class_selectors, d)? {
             return Ok(false);
         }

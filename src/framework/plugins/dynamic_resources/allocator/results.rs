@@ -30,6 +30,8 @@ impl Search<'_> {
                         pool: pool.name.clone(),
                         device: device.name.clone(),
                         admin_access: r.admin_access,
+                        // Only the experimental allocator (alpha DRAOptionalNodeOperations) copies it.
+                        skip_node_operations: None,
                         tolerations: (!r.tolerations.is_empty()).then(|| r.tolerations.clone()),
                         share_id: r.share_id.clone(),
                         consumed_capacity: r.consumed.as_ref().map(|c| {
@@ -91,7 +93,12 @@ impl Search<'_> {
                 continue;
             }
             let start = config.len();
-            for c in data.class.spec.config.iter().flatten() {
+            for c in data
+                .class
+                .spec
+                .iter()
+                .flat_map(|s| s.config.iter().flatten())
+            {
                 config.push(DeviceAllocationConfiguration {
                     source: "FromClass".to_string(),
                     requests: Some(vec![request_name.clone()]),
@@ -102,8 +109,8 @@ impl Search<'_> {
         }
         let claim_configs = claim
             .spec
-            .devices
             .as_ref()
+            .and_then(|s| s.devices.as_ref())
             .and_then(|d| d.config.as_deref())
             .unwrap_or_default();
         for c in claim_configs {

@@ -349,7 +349,7 @@ fn pools_old_generations_incomplete_and_invalid() {
 #[test]
 fn configuration_from_class_and_claim() {
     let mut class_with_config = (*class("gpu", &[])).clone();
-    class_with_config.spec.config = Some(vec![
+    class_with_config.spec.get_or_insert_default().config = Some(vec![
         serde_json::from_value(
             json!({"opaque": {"driver": DRIVER, "parameters": {"mode": "class"}}}),
         )
@@ -445,8 +445,8 @@ fn the_filter_timeout_stops_the_search() {
     );
 }
 
-const OLD: Behaviour = Behaviour::of_minor(36);
-const NEW: Behaviour = Behaviour::of_minor(37);
+const OLD: Behaviour = Behaviour::of_minor(crate::emulation::Minor::V1_36);
+const NEW: Behaviour = Behaviour::of_minor(crate::emulation::Minor::V1_37);
 
 fn gpu_classes() -> HashMap<String, Arc<DeviceClass>> {
     [("gpu".to_string(), class("gpu", &[]))]

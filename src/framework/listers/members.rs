@@ -1,0 +1,294 @@
+//! [`PodGroupMembers`]: the pods that carry the pod-group label, indexed by group, as
+//! Coscheduling reads them; the store of the [`POD_GROUP_MEMBERS`](super::POD_GROUP_MEMBERS)
+//! kind.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use super::store::{Changes, Store, StoreChange};
+use crate::api::pod_group::POD_GROUP_LABEL;
+use crate::framework::types::{EventObject, PodInfo, PodObject};
+
+/// The pods that carry the pod-group label, by group (`namespace/group`), kept as much of each
+/// as Coscheduling reads: name, uid, labels, owners, deletion, node, scheduler name and phase.
+#[derive(Default)]
+pub struct PodGroupMembers {
+    inner: RwLock<Members>,
+    changes: Changes,
+}
+
+#[derive(Default)]
+struct Members {
+    /// `namespace/group` -> pod name -> pod.
+    by_group: HashMap<String, HashMap<String, Arc<Pod>>>,
+    /// `namespace/name` -> its group key.
+    group_of: HashMap<String, String>,
+}
+
+impl Members {
+    fn remove(&mut self, pod_key: &str) -> bool {
+        let Some(group) = self.group_of.remove(pod_key) else {
+            return false;
+        };
+        let name = pod_key.split_once('/').map_or(pod_key, |(_, n)| n);
+        if let Some(pods) = self.by_group.get_mut(&group) {
+            pods.remove(name);
+            if pods.is_empty() {
+                self.by_group.remove(&group);
+            }
+        }
+        true
+    }
+
+    /// Whether the pod joined a group (it was not a member of that group before).
+    fn insert(&mut self, pod: Pod) -> bool {
+        let (key, group) = member_keys(&pod);
+        let joined = self.group_of.get(&key) != group.as_ref();
+        self.remove(&key);
+        let Some(group) = group else {
+            return false;
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        self.group_of.insert(key, group.clone());
+        self.by_group
+            .entry(group)
+            .or_default()
+            .insert(name, Arc::new(member(pod)));
+        joined
+    }
+}
+
+/// `namespace/name` of a pod, and `namespace/group` of its group (if it has one).
+fn member_keys(pod: &Pod) -> (String, Option<String>) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let group = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(POD_GROUP_LABEL))
+        .filter(|g| !g.is_empty())
+        .map(|g| format!("{ns}/{g}"));
+    (format!("{ns}/{name}"), group)
+}
+
+/// What of a member pod is kept.
+fn member(pod: Pod) -> Pod {
+    let Pod {
+        metadata,
+        spec,
+        status,
+        ..
+    } = pod;
+    Pod {
+        metadata: ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            uid: metadata.uid,
+            labels: metadata.labels,
+            owner_references: metadata.owner_references,
+            deletion_timestamp: metadata.deletion_timestamp,
+            creation_timestamp: metadata.creation_timestamp,
+            ..Default::default()
+        },
+        spec: spec.map(|s| PodSpec {
+            node_name: s.node_name,
+            scheduler_name: s.scheduler_name,
+            ..Default::default()
+        }),
+        status: status.map(|s| PodStatus {
+            phase: s.phase,
+            ..Default::default()
+        }),
+    }
+}
+
+impl PodGroupMembers {
+    /// Adds or updates a pod (one without the label leaves its group); whether it joined a group.
+    pub fn apply(&self, pod: Pod) -> bool {
+        let joined = self.inner.write().insert(pod);
+        self.changes.bump();
+        joined
+    }
+
+    /// Removes the pod `namespace/name`; whether it was a member.
+    pub fn delete(&self, pod_key: &str) -> bool {
+        let removed = self.inner.write().remove(pod_key);
+        self.changes.bump();
+        removed
+    }
+
+    /// Replaces every member (after a re-list).
+    pub fn replace(&self, pods: impl IntoIterator<Item = Pod>) {
+        let mut fresh = Members::default();
+        for pod in pods {
+            fresh.insert(pod);
+        }
+        *self.inner.write() = fresh;
+        self.changes.bump();
+    }
+
+    /// The pods of group `group` in `namespace`, in every phase.
+    pub fn members(&self, namespace: &str, group: &str) -> Vec<Arc<Pod>> {
+        self.inner
+            .read()
+            .by_group
+            .get(&format!("{namespace}/{group}"))
+            .map(|pods| pods.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Changes with every write to the store.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.read().group_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Member pods. The pod informer tells the queue what changed, but this index is filled by a
+/// watch of its own and may catch up later: a gang member rejected because its siblings were
+/// not counted yet would then wait for an unrelated event. So a pending pod joining a group is an
+/// unscheduled pod added once more, when the index holds it.
+impl Store<Pod> for PodGroupMembers {
+    fn apply(&self, pod: Pod) -> Option<StoreChange<Pod>> {
+        let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
+        let added = pending.then(|| Arc::new(pod.clone()));
+        let joined = PodGroupMembers::apply(self, pod);
+        added.filter(|_| joined).map(|pod| (None, Some(pod)))
+    }
+
+    fn event_object(&self, pod: Arc<Pod>) -> EventObject {
+        PodObject::Unscheduled(Arc::new(PodInfo::new(pod))).into_event_object()
+    }
+
+    fn delete(&self, pod: Pod) -> Option<StoreChange<Pod>> {
+        let (key, _) = member_keys(&pod);
+        PodGroupMembers::delete(self, &key);
+        None
+    }
+
+    fn replace(&self, pods: Vec<Pod>) -> Vec<StoreChange<Pod>> {
+        PodGroupMembers::replace(self, pods);
+        Vec::new()
+    }
+
+    fn objects(&self) -> Vec<Arc<Pod>> {
+        let inner = self.inner.read();
+        inner
+            .by_group
+            .values()
+            .flat_map(|pods| pods.values().cloned())
+            .collect()
+    }
+
+    fn generation(&self) -> u64 {
+        self.changes.count()
+    }
+
+    fn len(&self) -> usize {
+        PodGroupMembers::len(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::PodBuilder;
+    use crate::framework::types::objects;
+
+    fn pod(name: &str, group: Option<&str>, phase: &str) -> Pod {
+        let labels = group.map(|g| serde_json::json!({ POD_GROUP_LABEL: g }));
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels,
+                         "annotations": {"big": "dropped"}},
+            "spec": {"nodeName": "n1", "schedulerName": "s",
+                     "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": phase, "podIP": "10.0.0.1"},
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn members_by_group_follow_their_label() {
+        let members = PodGroupMembers::default();
+        let mut changes = members.subscribe();
+        assert!(members.apply(pod("a", Some("g"), "Pending")));
+        assert!(changes.has_changed().unwrap_or(false));
+        changes.mark_unchanged();
+        // An update in the same group is not a new member, but still a change.
+        assert!(!members.apply(pod("a", Some("g"), "Running")));
+        assert!(changes.has_changed().unwrap_or(false));
+        assert!(members.apply(pod("b", Some("g"), "Succeeded")));
+        assert!(members.apply(pod("c", Some("other"), "Pending")));
+        let mut names: Vec<String> = members
+            .members("ns", "g")
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        // Kept: what Coscheduling reads; dropped: the rest.
+        let a = members
+            .members("ns", "g")
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some("a"))
+            .unwrap();
+        assert_eq!(
+            a.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+        assert_eq!(
+            a.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("n1")
+        );
+        assert!(a.metadata.annotations.is_none());
+        assert!(a.spec.as_ref().is_some_and(|s| s.containers.is_empty()));
+        // Relabelled: moves to its new group; unlabelled: leaves.
+        assert!(members.apply(pod("a", Some("other"), "Running")));
+        assert_eq!(members.members("ns", "g").len(), 1);
+        assert!(!members.apply(pod("a", None, "Running")));
+        assert_eq!(members.members("ns", "other").len(), 1);
+        assert!(members.delete("ns/b"));
+        assert!(!members.delete("ns/b"));
+        assert!(members.members("ns", "g").is_empty());
+        members.replace([pod("x", Some("g"), "Pending")]);
+        assert_eq!(members.len(), 1);
+        assert!(members.members("ns", "other").is_empty());
+    }
+
+    fn labelled(name: &str) -> PodBuilder {
+        PodBuilder::new(name)
+            .namespace("ns")
+            .label(POD_GROUP_LABEL, "g")
+    }
+
+    /// The members index raises an unscheduled-pod add for a pending pod the first time it holds
+    /// it, so a sibling rejected before the index caught up is requeued (Coscheduling's hint
+    /// matches the group); updates, bound members and pods outside a group raise nothing.
+    #[test]
+    fn a_pending_pod_joining_a_group_is_an_unscheduled_pod_added() {
+        let members = PodGroupMembers::default();
+        let (old, new) = Store::apply(&members, labelled("a").build()).expect("an event");
+        assert!(old.is_none());
+        let object = members.event_object(new.expect("the new member"));
+        let (_, added) = objects::<PodObject>(None, Some(&object)).expect("a PodObject");
+        assert!(matches!(added, Some(PodObject::Unscheduled(p)) if p.name() == "a"));
+
+        assert!(Store::apply(&members, labelled("a").build()).is_none());
+        assert!(Store::apply(&members, labelled("b").node("n1").build()).is_none());
+        assert!(Store::apply(&members, PodBuilder::new("c").namespace("ns").build()).is_none());
+        assert_eq!(members.members("ns", "g").len(), 2);
+    }
+}

@@ -41,7 +41,7 @@ fn allocator(slices: Vec<Arc<ResourceSlice>>, allocated: &[&str]) -> Allocator {
         devices,
         ..AllocatedState::default()
     };
-    with(state, classes, slices, Behaviour::default())
+    with(state, classes, slices, OLD)
 }
 
 /// An allocator with the given state, classes, slices and minor's behaviour.
@@ -362,7 +362,7 @@ fn configuration_from_class_and_claim() {
         AllocatedState::default(),
         classes,
         vec![node_slice("n1", gpus(2))],
-        Behaviour::default(),
+        OLD,
     );
     let c = claim(
         "c",
@@ -434,7 +434,7 @@ fn the_filter_timeout_stops_the_search() {
             taint_rules: Vec::new(),
             cel: Arc::new(Cache::default()),
             timeout: Some(Duration::ZERO),
-            behaviour: Behaviour::default(),
+            behaviour: OLD,
         },
         vec![node_slice("n1", gpus(2))],
     );
@@ -445,6 +445,7 @@ fn the_filter_timeout_stops_the_search() {
     );
 }
 
+/// The tests above describe 1.36 (where the two minors differ, the tests below compare them).
 const OLD: Behaviour = Behaviour::of_minor(crate::emulation::Minor::V1_36);
 const NEW: Behaviour = Behaviour::of_minor(crate::emulation::Minor::V1_37);
 

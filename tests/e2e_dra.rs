@@ -2,7 +2,8 @@
 //! controller creates the pods' claims from their templates, the test publishes the DeviceClass
 //! and ResourceSlices a driver would (kwok nodes run no driver), and `ksched scheduler` and
 //! upstream kube-scheduler run the same workload one after the other, on nodes of their own with
-//! the same devices: same feasibility, same allocations, same messages.
+//! the same devices: same feasibility, same allocations, same messages, and the same devices
+//! kept off limits by DeviceTaintRules.
 
 mod support;
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -742,4 +743,170 @@ async fn extended_resources_backed_by_dra_are_left_pending_with_the_feature_name
         )
         .await;
     let _ = classes.delete(&test, &DeleteParams::default()).await;
+}
+
+/// What one scheduler did with a device a DeviceTaintRule taints: the device the first pod got,
+/// the second pod's message while the rule is there, and its device once the rule is deleted.
+#[derive(Debug, PartialEq)]
+struct TaintObserved {
+    first: String,
+    tainted: String,
+    after_rule_deleted: String,
+}
+
+/// Node `<test>-<tag>-0` with two devices, a rule tainting `gpu-0` (NoSchedule), then the
+/// scheduler `start` gives: two pods of one device each.
+async fn taint_workload(
+    client: &Client,
+    tag: &str,
+    scheduler: &str,
+    start: impl FnOnce() -> Contender,
+    class: &str,
+) -> TaintObserved {
+    let test = format!("dra-taints-{}", std::process::id());
+    let nodes = Nodes::new(cp(), &format!("{test}-{tag}")).waiting_on_drop();
+    let node = nodes.create("0", "8", &[]);
+    nodes.wait_ready();
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let slice = node_slice(&node, 2);
+    slices
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("slice");
+    let rules: Api<DeviceTaintRule> = Api::all(client.clone());
+    let rule_name = format!("{test}-{tag}");
+    let rule: DeviceTaintRule = object(json!({
+        "metadata": {"name": rule_name},
+        "spec": {"deviceSelector": {"driver": DRIVER, "pool": node, "device": "gpu-0"},
+                 "taint": {"key": "e2e.ksched.io/broken", "value": "true", "effect": "NoSchedule"}}
+    }));
+    rules
+        .create(&PostParams::default(), &rule)
+        .await
+        .expect("DeviceTaintRule (resource.k8s.io/v1, served from 1.37)");
+    // The scheduler starts with the rule in place: its first list has it.
+    let contender = start();
+    let logs = || contender.logs();
+    let ns = cp().namespace(client, &format!("dra-taints-{tag}")).await;
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), &ns);
+    templates
+        .create(
+            &PostParams::default(),
+            &template(
+                "gpu",
+                class,
+                "device.attributes[\"gpu.e2e.ksched.io\"].model == \"a100\"",
+            ),
+        )
+        .await
+        .expect("template");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let device = async |pod: &str| {
+        claim_of(client, &ns, pod)
+            .await
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .and_then(|r| r.into_iter().next())
+            .map(|r| r.device)
+            .unwrap_or_default()
+    };
+    for name in ["first", "second"] {
+        pods.create(&PostParams::default(), &pod(name, scheduler, "gpu"))
+            .await
+            .expect("create pod");
+    }
+    poll(
+        "pod first bound",
+        Duration::from_secs(90),
+        logs,
+        async || node_of(&pods, "first").await,
+    )
+    .await;
+    let tainted = poll(
+        "pod second unschedulable",
+        Duration::from_secs(90),
+        logs,
+        async || unschedulable_message(&pods.get("second").await.ok()?),
+    )
+    .await;
+    assert_eq!(node_of(&pods, "second").await, None);
+    // The rule goes: the device is free again and the pending pod is tried again at once.
+    rules
+        .delete(&rule_name, &DeleteParams::default())
+        .await
+        .expect("delete rule");
+    poll(
+        "pod second bound",
+        Duration::from_secs(60),
+        logs,
+        async || node_of(&pods, "second").await,
+    )
+    .await;
+    let observed = TaintObserved {
+        first: device("first").await,
+        tainted,
+        after_rule_deleted: device("second").await,
+    };
+    drop(contender);
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    let _ = slices
+        .delete(
+            slice.metadata.name.as_deref().unwrap_or_default(),
+            &DeleteParams::default(),
+        )
+        .await;
+    observed
+}
+
+/// DeviceTaintRules (GA in 1.37): a device a rule taints is not allocated to a claim that does
+/// not tolerate it, and deleting the rule lets the pending pod have it, as with kube-scheduler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_taint_rules_keep_claims_off_tainted_devices_like_upstream() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let class = format!("gpu-taints-{}", std::process::id());
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    classes
+        .create(&PostParams::default(), &device_class(&class))
+        .await
+        .expect("device class");
+    let ours = taint_workload(
+        &client,
+        "ksched",
+        "dra-taints-ksched",
+        || {
+            Contender::Ksched(SchedulerProcess::start(
+                cp,
+                "dra-taints-ksched",
+                &config("dra-taints-ksched", None),
+            ))
+        },
+        &class,
+    )
+    .await;
+    let theirs = taint_workload(
+        &client,
+        "upstream",
+        "dra-taints-upstream",
+        || Contender::Upstream(kube_scheduler(cp, "dra-taints-upstream")),
+        &class,
+    )
+    .await;
+    let _ = classes.delete(&class, &DeleteParams::default()).await;
+
+    // What ksched did, spelled out.
+    assert_eq!(ours.first, "gpu-1");
+    assert!(
+        ours.tainted.contains("cannot allocate all claims"),
+        "{}",
+        ours.tainted
+    );
+    assert_eq!(ours.after_rule_deleted, "gpu-0");
+    // And upstream did the same.
+    assert_eq!(ours, theirs);
 }

@@ -130,7 +130,13 @@ pub fn build_frameworks(
             .values()
             .flatten()
             .map(|(name, _)| name.as_str());
-        informers.extend(registry.informers_for(enabled));
+        let minor = config.emulation.minor();
+        informers.extend(
+            registry
+                .informers_for(enabled)
+                .into_iter()
+                .filter(|kind| kind.served_at(minor)),
+        );
         let fwk = Framework::new(&spec, registry, handle.clone())?;
         frameworks.insert(profile.scheduler_name.clone(), Arc::new(fwk));
     }

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 
@@ -14,7 +14,8 @@ use super::kind::Kind;
 use super::members::PodGroupMembers;
 use crate::api::PodGroup;
 use crate::api::pod_group::POD_GROUP_LABEL;
-use crate::framework::types::EventResource;
+use crate::emulation::Minor;
+use crate::framework::types::{ActionType, EventResource};
 
 pub static PERSISTENT_VOLUMES: Kind<PersistentVolume> = Kind::new("PersistentVolumes")
     .events(EventResource::PersistentVolume)
@@ -76,6 +77,15 @@ pub static DEVICE_CLASSES: Kind<DeviceClass> = Kind::new("DeviceClasses")
     .read_by_filter_or_score()
     .in_snapshot("deviceclasses", true);
 
+/// resource.k8s.io/v1 DeviceTaintRules (GA in 1.37): their taints apply to the devices they
+/// select, so a change is an update of those devices' ResourceSlices, as upstream's slice tracker
+/// reports it.
+pub static DEVICE_TAINT_RULES: Kind<DeviceTaintRule> = Kind::new("DeviceTaintRules")
+    .events_as(EventResource::ResourceSlice, ActionType::UPDATE)
+    .served_from(Minor::V1_37)
+    .read_by_filter_or_score()
+    .in_snapshot("devicetaintrules", false);
+
 /// The leaf plugins' namespace selectors and InterPodAffinity's namespace selectors.
 pub static NAMESPACES: Kind<Namespace> = Kind::new("Namespaces")
     .read_by_filter_or_score()
@@ -103,7 +113,7 @@ pub static POD_GROUP_MEMBERS: Kind<Pod, PodGroupMembers> = Kind::new("PodGroupMe
     .selected_by(POD_GROUP_LABEL);
 
 /// Every in-tree kind, in a saved snapshot's order.
-pub static IN_TREE: [Informer; 18] = [
+pub static IN_TREE: [Informer; 19] = [
     &PERSISTENT_VOLUMES,
     &PERSISTENT_VOLUME_CLAIMS,
     &STORAGE_CLASSES,
@@ -122,4 +132,5 @@ pub static IN_TREE: [Informer; 18] = [
     &REPLICA_SETS,
     &STATEFUL_SETS,
     &POD_GROUP_MEMBERS,
+    &DEVICE_TAINT_RULES,
 ];

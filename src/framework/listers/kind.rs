@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::store::{ObjectStore, Store, StoreChange};
 use super::{EventSink, Listers, WatchContext, WatchedKind, trim_metadata};
+use crate::emulation::Minor;
 use crate::framework::types::{ActionType, ClusterEvent, EventResource};
 use crate::infra::informer::{self, WatchSink, Watchable};
 
@@ -34,6 +35,10 @@ static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 pub struct Kind<K, S = ObjectStore<K>> {
     name: &'static str,
     resource: Option<EventResource>,
+    /// The action of every change's event, when not the change's own (see [`Kind::events_as`]).
+    action: Option<ActionType>,
+    /// The first minor whose API server serves it (`None`: every supported minor).
+    served_from: Option<Minor>,
     read_by_filter_or_score: bool,
     snapshot_name: Option<&'static str>,
     in_default_snapshot: bool,
@@ -49,6 +54,8 @@ impl<K, S> Kind<K, S> {
         Kind {
             name,
             resource: None,
+            action: None,
+            served_from: None,
             read_by_filter_or_score: false,
             snapshot_name: None,
             in_default_snapshot: false,
@@ -61,6 +68,22 @@ impl<K, S> Kind<K, S> {
     /// Its changes are cluster events of `resource` (plugins register them to requeue pods).
     pub const fn events(mut self, resource: EventResource) -> Self {
         self.resource = Some(resource);
+        self
+    }
+
+    /// Every change of it is a cluster event of `resource` with `action`: for a kind that
+    /// changes objects of another (a DeviceTaintRule, the devices of the ResourceSlices it
+    /// selects, so upstream's slice tracker reports a slice update whatever the rule did).
+    pub const fn events_as(mut self, resource: EventResource, action: ActionType) -> Self {
+        self.resource = Some(resource);
+        self.action = Some(action);
+        self
+    }
+
+    /// API servers serve it from `minor` on: a scheduler emulating an older minor does not
+    /// watch it (its informer would never sync).
+    pub const fn served_from(mut self, minor: Minor) -> Self {
+        self.served_from = Some(minor);
         self
     }
 
@@ -136,11 +159,11 @@ impl<K: WatchedObject, S: Store<K>> Sink<K, S> {
         let Some(resource) = self.kind.resource else {
             return;
         };
-        let action = match (&old, &new) {
+        let action = self.kind.action.unwrap_or(match (&old, &new) {
             (None, _) => ActionType::ADD,
             (_, None) => ActionType::DELETE,
             _ => ActionType::UPDATE,
-        };
+        });
         let store = self.store();
         self.events.cluster_event(
             &ClusterEvent::new(resource, action),
@@ -191,6 +214,10 @@ impl<K: WatchedObject, S: Store<K>> WatchedKind for Kind<K, S> {
 
     fn read_by_filter_or_score(&self) -> bool {
         self.read_by_filter_or_score
+    }
+
+    fn served_at(&self, minor: Minor) -> bool {
+        self.served_from.is_none_or(|from| minor >= from)
     }
 
     fn rbac_rule(&self) -> PolicyRule {

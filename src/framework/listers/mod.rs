@@ -28,10 +28,10 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 pub use in_tree::{
-    CSI_DRIVERS, CSI_NODES, CSI_STORAGE_CAPACITIES, DEVICE_CLASSES, IN_TREE, NAMESPACES,
-    PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, POD_DISRUPTION_BUDGETS, POD_GROUP_MEMBERS,
-    POD_GROUPS, PRIORITY_CLASSES, REPLICA_SETS, REPLICATION_CONTROLLERS, RESOURCE_CLAIMS,
-    RESOURCE_SLICES, SERVICES, STATEFUL_SETS, STORAGE_CLASSES,
+    CSI_DRIVERS, CSI_NODES, CSI_STORAGE_CAPACITIES, DEVICE_CLASSES, DEVICE_TAINT_RULES, IN_TREE,
+    NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, POD_DISRUPTION_BUDGETS,
+    POD_GROUP_MEMBERS, POD_GROUPS, PRIORITY_CLASSES, REPLICA_SETS, REPLICATION_CONTROLLERS,
+    RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICES, STATEFUL_SETS, STORAGE_CLASSES,
 };
 pub use kind::{Kind, WatchedObject};
 pub use members::PodGroupMembers;
@@ -50,6 +50,8 @@ pub trait WatchedKind: Send + Sync + 'static {
     fn event_resource(&self) -> Option<EventResource>;
     /// Whether Filter or Score results on a node may depend on it (the batching generation).
     fn read_by_filter_or_score(&self) -> bool;
+    /// Whether the API server of `minor` serves it (a scheduler emulating `minor` watches it).
+    fn served_at(&self, minor: crate::emulation::Minor) -> bool;
     /// `list` and `watch` on its resource: what its informer needs.
     fn rbac_rule(&self) -> PolicyRule;
     /// kubectl's name of it when a snapshot holds it (`pv`).

@@ -17,7 +17,7 @@
 //!
 //! What ksched does not implement is refused (UnschedulableAndUnresolvable, naming the feature),
 //! never bound: extended resources backed by DRA (`DRAExtendedResource`) on nodes whose device
-//! plugin does not provide them. DeviceTaintRules are not watched yet.
+//! plugin does not provide them. DeviceTaintRules are watched from 1.37 on (GA there; at 1.36 they are off by default, as upstream).
 
 pub(crate) mod allocator;
 mod binding;
@@ -39,13 +39,20 @@ pub(crate) use plugin::DynamicResources;
 use crate::config::FieldError;
 use crate::framework::args::{PluginArgs, decode, invalid, typed};
 use crate::framework::interface::Plugin;
-use crate::framework::listers::{DEVICE_CLASSES, Informer, RESOURCE_CLAIMS, RESOURCE_SLICES};
+use crate::framework::listers::{
+    DEVICE_CLASSES, DEVICE_TAINT_RULES, Informer, RESOURCE_CLAIMS, RESOURCE_SLICES,
+};
 use crate::framework::registry::{PluginRegistration, policy_rule};
 use crate::infra::duration::GoDuration;
 
 /// The kinds DynamicResources reads. ResourceClaimTemplates are not among them: the claims a pod's
 /// templates stand for are created by kube-controller-manager and read as ResourceClaims.
-pub(crate) const INFORMERS: &[Informer] = &[&RESOURCE_CLAIMS, &RESOURCE_SLICES, &DEVICE_CLASSES];
+pub(crate) const INFORMERS: &[Informer] = &[
+    &RESOURCE_CLAIMS,
+    &RESOURCE_SLICES,
+    &DEVICE_CLASSES,
+    &DEVICE_TAINT_RULES,
+];
 
 /// Upstream's `DynamicResourcesFilterTimeoutDefault`.
 pub(crate) const DEFAULT_FILTER_TIMEOUT: GoDuration = GoDuration::from_secs(10);

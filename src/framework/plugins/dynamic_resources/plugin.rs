@@ -14,7 +14,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use parking_lot::Mutex;
 
-use super::allocator::{AllocateError, AllocatedState, Allocator, Inputs};
+use super::allocator::{AllocateError, AllocatedState, Allocator, Inputs, TaintRule};
 use super::binding;
 use super::cel::Cache;
 use super::claims::{claim_key, is_allocated, pod_claims, requests, reserved_for_pod};
@@ -28,7 +28,9 @@ use crate::framework::interface::{
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
     SignFragment, SignPlugin, Status,
 };
-use crate::framework::listers::{DEVICE_CLASSES, Listers, RESOURCE_CLAIMS, RESOURCE_SLICES};
+use crate::framework::listers::{
+    DEVICE_CLASSES, DEVICE_TAINT_RULES, Listers, RESOURCE_CLAIMS, RESOURCE_SLICES,
+};
 use crate::framework::plugins::helper::{impl_plugin, node_selector_terms_match, normalize_to_max};
 use crate::framework::plugins::names;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
@@ -252,7 +254,13 @@ impl DynamicResources {
                         .claims_with_in_flight(self.listers.store(&RESOURCE_CLAIMS)),
                 ),
                 classes,
-                taint_rules: Vec::new(),
+                taint_rules: self
+                    .listers
+                    .store(&DEVICE_TAINT_RULES)
+                    .list()
+                    .iter()
+                    .filter_map(|rule| TaintRule::of(rule))
+                    .collect(),
                 cel: self.cel.clone(),
                 timeout: self.filter_timeout,
                 behaviour: self.behaviour,

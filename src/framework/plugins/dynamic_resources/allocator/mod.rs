@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, CapacityRequirements, Device, DeviceClass, DeviceSelector, DeviceSubRequest,
-    DeviceTaint, DeviceToleration, ExactDeviceRequest, ResourceClaim, ResourceSlice,
+    DeviceTaint, DeviceTaintRule, DeviceToleration, ExactDeviceRequest, ResourceClaim,
+    ResourceSlice,
 };
 
 use self::capacity::{Amount, Consumed, Rules};
@@ -129,6 +130,18 @@ pub(crate) struct TaintRule {
 }
 
 impl TaintRule {
+    /// The rule's selector and taint; `None` for a rule without a selector, which upstream's
+    /// slice tracker applies to no device.
+    pub(crate) fn of(rule: &DeviceTaintRule) -> Option<TaintRule> {
+        let selector = rule.spec.device_selector.as_ref()?;
+        Some(TaintRule {
+            driver: selector.driver.clone(),
+            pool: selector.pool.clone(),
+            device: selector.device.clone(),
+            taint: rule.spec.taint.clone(),
+        })
+    }
+
     fn selects(&self, driver: &str, pool: &str, device: &str) -> bool {
         self.driver.as_deref().is_none_or(|d| d == driver)
             && self.pool.as_deref().is_none_or(|p| p == pool)

@@ -138,7 +138,13 @@ async fn reconcile(policy: Arc<LeafClusterPolicy>, ctx: Arc<Context>) -> Result<
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .or_else(|e| match e {
+        // Deleted meanwhile: nothing holds it any more.
+        kube::runtime::finalizer::Error::RemoveFinalizer(e) if super::is_not_found(&e) => {
+            Ok(Action::await_change())
+        }
+        e => Err(Error::Finalizer(Box::new(e))),
+    })
 }
 
 /// Every policy's compiled selector (`None`: invalid, the policy is frozen).

@@ -154,7 +154,7 @@ impl std::fmt::Debug for OperatorOptions {
 pub enum Error {
     #[error("kubernetes API: {}", crate::infra::logging::kube_error(.0))]
     Kube(#[from] kube::Error),
-    #[error("{0}")]
+    #[error("{}", finalizer_error(.0))]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -170,6 +170,18 @@ pub enum Error {
     LeaderElection(#[from] LeaderElectionError),
     #[error("uninstall: {0}")]
     Uninstall(String),
+}
+
+/// kube's finalizer error with the API errors inside as [`kube_error`](crate::infra::logging::kube_error)
+/// says them (kube's own text prints the whole Status struct).
+fn finalizer_error(e: &kube::runtime::finalizer::Error<Error>) -> String {
+    use crate::infra::logging::kube_error;
+    use kube::runtime::finalizer::Error as F;
+    match e {
+        F::AddFinalizer(e) => format!("failed to add finalizer: {}", kube_error(e)),
+        F::RemoveFinalizer(e) => format!("failed to remove finalizer: {}", kube_error(e)),
+        other => other.to_string(),
+    }
 }
 
 /// Shared by the reconcilers.
@@ -532,4 +544,27 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
 /// `true` for a 409 Conflict from the API server.
 pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finalizer_error_reads_as_the_api_server_says_it() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure",
+            "message": "leafclusterpolicies.ksched.io \"p\" not found",
+            "reason": "NotFound",
+            "code": 404,
+        }))
+        .expect("status");
+        let e = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::RemoveFinalizer(
+            kube::Error::Api(Box::new(status)),
+        )));
+        assert_eq!(
+            e.to_string(),
+            "failed to remove finalizer: leafclusterpolicies.ksched.io \"p\" not found (NotFound, HTTP 404)"
+        );
+    }
 }

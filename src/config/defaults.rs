@@ -61,16 +61,27 @@ const DEFAULT_MULTI_POINT: &[DefaultPlugin] = &[
 enum DefaultsChange {
     /// The first plugin moves to just before the second.
     MoveBefore(&'static str, &'static str),
+    /// The plugin is appended when the gate is on.
+    AppendWhen(&'static str, &'static str),
 }
 
 /// What changed in the default plugins at which minor. 1.37: NodeName runs before
-/// NodeUnschedulable (a pod bound to a node by name fails on NodeName first). 1.37's gated
-/// additions (DeferredPodScheduling: InPlacePodVerticalScalingSchedulerPreemption, alpha;
-/// GangScheduling: GenericWorkload, beta) are off by default and not ksched plugins.
-const DEFAULTS_CHANGES: &[(Minor, DefaultsChange)] = &[(
-    Minor::V1_37,
-    DefaultsChange::MoveBefore("NodeName", "NodeUnschedulable"),
-)];
+/// NodeUnschedulable (a pod bound to a node by name fails on NodeName first), and
+/// `GenericWorkload` (beta, off by default) appends GangScheduling. 1.37's other gated additions
+/// (DeferredPodScheduling: InPlacePodVerticalScalingSchedulerPreemption, alpha;
+/// TopologyPlacementGenerator and PodGroupPodsCount: TopologyAwareWorkloadScheduling, alpha) are
+/// not ksched plugins; neither is 1.36's GangScheduling (gate `GangScheduling`, alpha, reading
+/// the v1alpha2 Workload API).
+const DEFAULTS_CHANGES: &[(Minor, DefaultsChange)] = &[
+    (
+        Minor::V1_37,
+        DefaultsChange::MoveBefore("NodeName", "NodeUnschedulable"),
+    ),
+    (
+        Minor::V1_37,
+        DefaultsChange::AppendWhen("GangScheduling", "GenericWorkload"),
+    ),
+];
 
 /// Upstream's default `multiPoint` plugins at `emulation`'s minor, with its gates: name and weight,
 /// in order.
@@ -91,6 +102,7 @@ pub(crate) fn default_multi_point(emulation: &Emulation) -> Vec<(&'static str, O
                     list.insert(to, entry);
                 }
             }
+            DefaultsChange::AppendWhen(name, gate) => list.push((name, None, Some(gate))),
         }
     }
     list.into_iter()
@@ -102,6 +114,9 @@ pub(crate) fn default_multi_point(emulation: &Emulation) -> Vec<(&'static str, O
 /// Whether `name` is a default plugin of some supported minor.
 pub(crate) fn is_default_plugin(name: &str) -> bool {
     DEFAULT_MULTI_POINT.iter().any(|(n, _, _)| *n == name)
+        || DEFAULTS_CHANGES
+            .iter()
+            .any(|(_, c)| matches!(c, DefaultsChange::AppendWhen(n, _) if *n == name))
 }
 
 /// The default `plugins` of a profile (`getDefaultPlugins`) at `emulation`, leaving out plugins this
@@ -324,6 +339,12 @@ mod tests {
             .expect("known gate");
         assert!(!names(&gate_off).contains(&"NodeDeclaredFeatures"));
         assert!(is_default_plugin("ImageLocality") && !is_default_plugin("Coscheduling"));
+        // GenericWorkload (1.37, beta, off) appends GangScheduling, as applyFeatureGates does.
+        assert!(!new.contains(&"GangScheduling"));
+        let gangs = Emulation::with_gates(Minor::V1_37, &["GenericWorkload=true".into()])
+            .expect("known gate");
+        assert_eq!(names(&gangs).last(), Some(&"GangScheduling"));
+        assert!(is_default_plugin("GangScheduling"));
     }
 
     #[test]

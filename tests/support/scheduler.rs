@@ -33,7 +33,17 @@ impl SchedulerProcess {
         config_yaml: &str,
         kubeconfig: &Path,
     ) -> SchedulerProcess {
-        Self::spawn(cp, name, config_yaml, kubeconfig, &[])
+        Self::spawn(cp, name, config_yaml, kubeconfig, &[], &[])
+    }
+
+    /// [`Self::start`] with more command-line arguments (`--feature-gates=...`).
+    pub fn start_with_args(
+        cp: &ControlPlane,
+        name: &str,
+        config_yaml: &str,
+        args: &[&str],
+    ) -> SchedulerProcess {
+        Self::spawn(cp, name, config_yaml, &cp.kubeconfig, &[], args)
     }
 
     /// [`Self::start`] with `env` added to the process's environment.
@@ -43,7 +53,7 @@ impl SchedulerProcess {
         config_yaml: &str,
         env: &[(&str, &str)],
     ) -> SchedulerProcess {
-        Self::spawn(cp, name, config_yaml, &cp.kubeconfig, env)
+        Self::spawn(cp, name, config_yaml, &cp.kubeconfig, env, &[])
     }
 
     fn spawn(
@@ -52,6 +62,7 @@ impl SchedulerProcess {
         config_yaml: &str,
         kubeconfig: &Path,
         env: &[(&str, &str)],
+        args: &[&str],
     ) -> SchedulerProcess {
         let config = cp.dir.join(format!("{name}-config.yaml"));
         std::fs::write(&config, config_yaml).expect("write scheduler config");
@@ -76,6 +87,7 @@ impl SchedulerProcess {
             ),
             "--v=4",
         ]);
+        cmd.args(args);
         cmd.envs(env.iter().copied());
         let process = LoggedChild::spawn(cmd, cp.dir.join(format!("{name}.log")));
         SchedulerProcess {

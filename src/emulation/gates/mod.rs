@@ -8,7 +8,8 @@
 //! reads the gate. Honoured either way: `NodeDeclaredFeatures=false` (the plugin is left out of the
 //! default profile, as upstream's defaults do) and `OpportunisticBatching` (on by default: pods
 //! with the same scheduling signature share Filter and Score work; off: every pod runs them in
-//! full). The other scheduling gates are implemented at their default for the minor, so setting
+//! full), and from 1.37 `GenericWorkload` (on: GangScheduling joins the default profile). The
+//! other scheduling gates are implemented at their default for the minor, so setting
 //! one to its default is honoured trivially and setting it otherwise is warned about, as are gates
 //! of other components.
 
@@ -22,8 +23,16 @@ use super::Minor;
 /// Pods with the same scheduling signature share Filter and Score work (`framework::batch`).
 pub const OPPORTUNISTIC_BATCHING: &str = "OpportunisticBatching";
 
-/// The gates ksched acts on either way.
-const HONOURED: &[&str] = &["NodeDeclaredFeatures", OPPORTUNISTIC_BATCHING];
+/// The gates ksched acts on either way, from the minor given on.
+const HONOURED: &[(&str, Minor)] = &[
+    ("NodeDeclaredFeatures", Minor::V1_36),
+    (OPPORTUNISTIC_BATCHING, Minor::V1_36),
+    (GENERIC_WORKLOAD, Minor::V1_37),
+];
+
+/// 1.37's workload-aware scheduling (beta, off by default): on, the default profile gets
+/// GangScheduling.
+pub const GENERIC_WORKLOAD: &str = "GenericWorkload";
 
 /// A gate's maturity at a minor (upstream's `featuregate.prerelease`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,7 +192,13 @@ impl FeatureGates {
         self.set
             .iter()
             .filter(|(name, value)| match find(self.minor, name) {
-                Some(_) if HONOURED.contains(&name.as_str()) => false,
+                Some(_)
+                    if HONOURED
+                        .iter()
+                        .any(|(h, since)| h == name && self.minor >= *since) =>
+                {
+                    false
+                }
                 Some(g) if g.scheduler => **value != g.default,
                 _ => true,
             })
@@ -314,6 +329,16 @@ mod tests {
         let off = parse(Minor::V1_37, "OpportunisticBatching=false").unwrap();
         assert!(!off.enabled(OPPORTUNISTIC_BATCHING));
         assert!(off.not_honoured().is_empty());
+    }
+
+    #[test]
+    fn generic_workload_is_honoured_from_1_37() {
+        let on = parse(Minor::V1_37, "GenericWorkload=true").unwrap();
+        assert!(on.enabled(GENERIC_WORKLOAD));
+        assert!(on.not_honoured().is_empty());
+        // 1.36's gang scheduling reads the v1alpha2 API, which ksched does not.
+        let old = parse(Minor::V1_36, "GenericWorkload=true").unwrap();
+        assert_eq!(old.not_honoured(), vec!["GenericWorkload=true"]);
     }
 
     #[test]

@@ -7,11 +7,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup as WorkloadPodGroup;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 
 use super::Informer;
 use super::kind::Kind;
-use super::members::PodGroupMembers;
+use super::members::{BySchedulingGroup, PodGroupMembers};
 use crate::api::PodGroup;
 use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::emulation::Minor;
@@ -112,8 +113,23 @@ pub static POD_GROUP_MEMBERS: Kind<Pod, PodGroupMembers> = Kind::new("PodGroupMe
     .events(EventResource::UnscheduledPod)
     .selected_by(POD_GROUP_LABEL);
 
+/// `scheduling.k8s.io/v1beta1` PodGroups (1.37's workload-aware scheduling, beta, served when the
+/// API server's `GenericWorkload` gate and runtime config are on): GangScheduling's gangs.
+pub static WORKLOAD_POD_GROUPS: Kind<WorkloadPodGroup> = Kind::new("WorkloadPodGroups")
+    .events(EventResource::WorkloadPodGroup)
+    .served_from(Minor::V1_37)
+    .in_snapshot("podgroups.scheduling.k8s.io", false);
+
+/// Every pod, indexed by the PodGroup its `spec.schedulingGroup` names (GangScheduling counts a
+/// gang's members); like [`POD_GROUP_MEMBERS`], a pending pod joining a group is an unscheduled
+/// pod added once more when the index holds it.
+pub static SCHEDULING_GROUP_MEMBERS: Kind<Pod, PodGroupMembers<BySchedulingGroup>> =
+    Kind::new("SchedulingGroupMembers")
+        .events(EventResource::UnscheduledPod)
+        .served_from(Minor::V1_37);
+
 /// Every in-tree kind, in a saved snapshot's order.
-pub static IN_TREE: [Informer; 19] = [
+pub static IN_TREE: [Informer; 21] = [
     &PERSISTENT_VOLUMES,
     &PERSISTENT_VOLUME_CLAIMS,
     &STORAGE_CLASSES,
@@ -133,4 +149,6 @@ pub static IN_TREE: [Informer; 19] = [
     &STATEFUL_SETS,
     &POD_GROUP_MEMBERS,
     &DEVICE_TAINT_RULES,
+    &WORKLOAD_POD_GROUPS,
+    &SCHEDULING_GROUP_MEMBERS,
 ];

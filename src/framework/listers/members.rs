@@ -1,11 +1,14 @@
-//! [`PodGroupMembers`]: the pods that carry the pod-group label, indexed by group, as
-//! Coscheduling reads them; the store of the [`POD_GROUP_MEMBERS`](super::POD_GROUP_MEMBERS)
-//! kind.
+//! [`PodGroupMembers`]: the pods of pod groups, indexed by group: those that carry the
+//! pod-group label, as Coscheduling reads them (the store of the
+//! [`POD_GROUP_MEMBERS`](super::POD_GROUP_MEMBERS) kind), and those naming a
+//! `scheduling.k8s.io` PodGroup in `spec.schedulingGroup`, as GangScheduling reads them
+//! ([`SCHEDULING_GROUP_MEMBERS`](super::SCHEDULING_GROUP_MEMBERS)).
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSchedulingGroup, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
 use tokio::sync::watch;
@@ -14,23 +17,72 @@ use super::store::{Changes, Store, StoreChange};
 use crate::api::pod_group::POD_GROUP_LABEL;
 use crate::framework::types::{EventObject, PodInfo, PodObject};
 
-/// The pods that carry the pod-group label, by group (`namespace/group`), kept as much of each
-/// as Coscheduling reads: name, uid, labels, owners, deletion, node, scheduler name and phase.
-#[derive(Default)]
-pub struct PodGroupMembers {
-    inner: RwLock<Members>,
+/// How a pod names its group.
+pub trait GroupOf: Send + Sync + 'static {
+    fn group(pod: &Pod) -> Option<&str>;
+}
+
+/// Coscheduling's: the label `scheduling.x-k8s.io/pod-group`.
+pub struct ByPodGroupLabel;
+
+impl GroupOf for ByPodGroupLabel {
+    fn group(pod: &Pod) -> Option<&str> {
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(POD_GROUP_LABEL))
+            .map(String::as_str)
+    }
+}
+
+/// Workload-aware scheduling's: `spec.schedulingGroup.podGroupName`.
+pub struct BySchedulingGroup;
+
+impl GroupOf for BySchedulingGroup {
+    fn group(pod: &Pod) -> Option<&str> {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .and_then(|g| g.pod_group_name.as_deref())
+    }
+}
+
+/// The pods of groups (as `G` says which), by group (`namespace/group`), kept as much of each as
+/// the gang plugins read: name, uid, labels, owners, deletion, node, scheduler name, scheduling
+/// group and phase.
+pub struct PodGroupMembers<G = ByPodGroupLabel> {
+    inner: RwLock<Members<G>>,
     changes: Changes,
 }
 
-#[derive(Default)]
-struct Members {
+impl<G> Default for PodGroupMembers<G> {
+    fn default() -> Self {
+        PodGroupMembers {
+            inner: RwLock::new(Members::default()),
+            changes: Changes::default(),
+        }
+    }
+}
+
+struct Members<G> {
     /// `namespace/group` -> pod name -> pod.
     by_group: HashMap<String, HashMap<String, Arc<Pod>>>,
     /// `namespace/name` -> its group key.
     group_of: HashMap<String, String>,
+    grouped_by: PhantomData<fn() -> G>,
 }
 
-impl Members {
+impl<G> Default for Members<G> {
+    fn default() -> Self {
+        Members {
+            by_group: HashMap::new(),
+            group_of: HashMap::new(),
+            grouped_by: PhantomData,
+        }
+    }
+}
+
+impl<G: GroupOf> Members<G> {
     fn remove(&mut self, pod_key: &str) -> bool {
         let Some(group) = self.group_of.remove(pod_key) else {
             return false;
@@ -47,7 +99,7 @@ impl Members {
 
     /// Whether the pod joined a group (it was not a member of that group before).
     fn insert(&mut self, pod: Pod) -> bool {
-        let (key, group) = member_keys(&pod);
+        let (key, group) = member_keys::<G>(&pod);
         let joined = self.group_of.get(&key) != group.as_ref();
         self.remove(&key);
         let Some(group) = group else {
@@ -64,14 +116,10 @@ impl Members {
 }
 
 /// `namespace/name` of a pod, and `namespace/group` of its group (if it has one).
-fn member_keys(pod: &Pod) -> (String, Option<String>) {
+fn member_keys<G: GroupOf>(pod: &Pod) -> (String, Option<String>) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let group = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(POD_GROUP_LABEL))
+    let group = G::group(pod)
         .filter(|g| !g.is_empty())
         .map(|g| format!("{ns}/{g}"));
     (format!("{ns}/{name}"), group)
@@ -99,6 +147,9 @@ fn member(pod: Pod) -> Pod {
         spec: spec.map(|s| PodSpec {
             node_name: s.node_name,
             scheduler_name: s.scheduler_name,
+            scheduling_group: s.scheduling_group.map(|g| PodSchedulingGroup {
+                pod_group_name: g.pod_group_name,
+            }),
             ..Default::default()
         }),
         status: status.map(|s| PodStatus {
@@ -108,8 +159,8 @@ fn member(pod: Pod) -> Pod {
     }
 }
 
-impl PodGroupMembers {
-    /// Adds or updates a pod (one without the label leaves its group); whether it joined a group.
+impl<G: GroupOf> PodGroupMembers<G> {
+    /// Adds or updates a pod (one without a group leaves its group); whether it joined a group.
     pub fn apply(&self, pod: Pod) -> bool {
         let joined = self.inner.write().insert(pod);
         self.changes.bump();
@@ -125,7 +176,7 @@ impl PodGroupMembers {
 
     /// Replaces every member (after a re-list).
     pub fn replace(&self, pods: impl IntoIterator<Item = Pod>) {
-        let mut fresh = Members::default();
+        let mut fresh = Members::<G>::default();
         for pod in pods {
             fresh.insert(pod);
         }
@@ -161,7 +212,7 @@ impl PodGroupMembers {
 /// watch of its own and may catch up later: a gang member rejected because its siblings were
 /// not counted yet would then wait for an unrelated event. So a pending pod joining a group is an
 /// unscheduled pod added once more, when the index holds it.
-impl Store<Pod> for PodGroupMembers {
+impl<G: GroupOf> Store<Pod> for PodGroupMembers<G> {
     fn apply(&self, pod: Pod) -> Option<StoreChange<Pod>> {
         let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
         let added = pending.then(|| Arc::new(pod.clone()));
@@ -174,7 +225,7 @@ impl Store<Pod> for PodGroupMembers {
     }
 
     fn delete(&self, pod: Pod) -> Option<StoreChange<Pod>> {
-        let (key, _) = member_keys(&pod);
+        let (key, _) = member_keys::<G>(&pod);
         PodGroupMembers::delete(self, &key);
         None
     }
@@ -222,7 +273,7 @@ mod tests {
 
     #[test]
     fn members_by_group_follow_their_label() {
-        let members = PodGroupMembers::default();
+        let members = PodGroupMembers::<ByPodGroupLabel>::default();
         let mut changes = members.subscribe();
         assert!(members.apply(pod("a", Some("g"), "Pending")));
         assert!(changes.has_changed().unwrap_or(false));
@@ -279,7 +330,7 @@ mod tests {
     /// matches the group); updates, bound members and pods outside a group raise nothing.
     #[test]
     fn a_pending_pod_joining_a_group_is_an_unscheduled_pod_added() {
-        let members = PodGroupMembers::default();
+        let members = PodGroupMembers::<ByPodGroupLabel>::default();
         let (old, new) = Store::apply(&members, labelled("a").build()).expect("an event");
         assert!(old.is_none());
         let object = members.event_object(new.expect("the new member"));
@@ -290,5 +341,29 @@ mod tests {
         assert!(Store::apply(&members, labelled("b").node("n1").build()).is_none());
         assert!(Store::apply(&members, PodBuilder::new("c").namespace("ns").build()).is_none());
         assert_eq!(members.members("ns", "g").len(), 2);
+    }
+
+    #[test]
+    fn members_by_scheduling_group_follow_their_spec() {
+        let members = PodGroupMembers::<BySchedulingGroup>::default();
+        let pod = |name: &str, group: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"schedulingGroup": {"podGroupName": group},
+                         "containers": [{"name": "c", "image": "i"}]},
+            }))
+            .expect("pod")
+        };
+        assert!(members.apply(pod("a", "g")));
+        assert!(members.apply(pod("b", "h")));
+        assert!(!members.apply(pod("no-group", "")));
+        let g = members.members("ns", "g");
+        assert_eq!(g.len(), 1);
+        // Kept: the group it names, which the gang plugins read back.
+        assert_eq!(
+            BySchedulingGroup::group(&g[0]),
+            Some("g"),
+            "the scheduling group survives trimming"
+        );
     }
 }

@@ -5,6 +5,7 @@ pub(crate) mod coscheduling;
 pub(crate) mod default_binder;
 pub(crate) mod default_preemption;
 pub(crate) mod dynamic_resources;
+pub(crate) mod gang_scheduling;
 pub(crate) mod helper;
 pub(crate) mod image_locality;
 pub(crate) mod inter_pod_affinity;
@@ -97,6 +98,7 @@ pub fn register_in_tree(r: &mut Registry) {
             pod_topology_spread::registration(),
         ),
         (names::DYNAMIC_RESOURCES, dynamic_resources::registration()),
+        (names::GANG_SCHEDULING, gang_scheduling::registration()),
         (
             names::NODE_DECLARED_FEATURES,
             node_declared_features::registration(),

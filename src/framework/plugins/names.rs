@@ -20,6 +20,7 @@ pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
 pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
 pub const DYNAMIC_RESOURCES: &str = "DynamicResources";
 pub const NODE_DECLARED_FEATURES: &str = "NodeDeclaredFeatures";
+pub const GANG_SCHEDULING: &str = "GangScheduling";
 pub const LEAF_NODE_TAINT_TOLERATION: &str = "LeafNodeTaintToleration";
 pub const LEAF_NODE_VOLUME_BINDING: &str = "LeafNodeVolumeBinding";
 pub const LEAF_NODE_DISTRIBUTION: &str = "LeafNodeDistribution";

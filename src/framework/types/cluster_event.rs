@@ -124,6 +124,8 @@ pub enum EventResource {
     DeviceClass,
     /// `scheduling.x-k8s.io` PodGroups (Coscheduling's).
     PodGroup,
+    /// `scheduling.k8s.io` PodGroups (workload-aware scheduling's, GangScheduling's).
+    WorkloadPodGroup,
     /// A kind an out-of-tree plugin watches (`Kind::events`), by its upstream-style name
     /// (`example.com/NodeWeights`).
     Custom(&'static str),
@@ -150,6 +152,7 @@ impl EventResource {
             Self::ResourceSlice => "resource.k8s.io/ResourceSlice",
             Self::DeviceClass => "resource.k8s.io/DeviceClass",
             Self::PodGroup => "scheduling.x-k8s.io/PodGroup",
+            Self::WorkloadPodGroup => "scheduling.k8s.io/PodGroup",
             Self::Custom(name) => name,
             Self::WildCard => "*",
         }

@@ -1,0 +1,216 @@
+//! GangScheduling (upstream 1.37's `gangscheduling`, gate `GenericWorkload`): pods naming a
+//! `scheduling.k8s.io/v1beta1` PodGroup in `spec.schedulingGroup.podGroupName` whose policy is
+//! `gang` are scheduled all or nothing.
+//!
+//! - PreEnqueue keeps a member out of the active queue until its PodGroup exists and the
+//!   scheduler knows `minCount` of its pods (the gang's members appear one by one).
+//! - Permit holds each assumed member until `minCount` of the gang are assumed or bound, then
+//!   allows every waiting member at once; a member left waiting past the timeout (5 minutes, as
+//!   upstream) is rejected, so a gang that cannot reach `minCount` binds none of its pods.
+//! - A member added, the PodGroup created, or its `minCount` lowered tries the gang's pods again.
+//!
+//! Upstream 1.37 also schedules such a gang in one group cycle (`podGroupCycle`: every member
+//! placed on one snapshot before any waits at Permit, PodGroup conditions, workload-aware
+//! preemption); ksched's cycle takes one pod at a time so far, and this plugin's Permit is the
+//! all-or-nothing guard, as upstream's is in its group cycle. Groups without a `gang` policy
+//! (`basic`) are not held.
+
+mod events;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use tracing::debug;
+
+use super::helper::impl_plugin;
+use super::names;
+use crate::framework::interface::{Code, CycleState, PermitPlugin, PreEnqueuePlugin, Status};
+use crate::framework::listers::{
+    BySchedulingGroup, Informer, Listers, PodGroupMembers, SCHEDULING_GROUP_MEMBERS,
+    WORKLOAD_POD_GROUPS,
+};
+use crate::framework::registry::{Handle, PluginRegistration, policy_rule};
+use crate::framework::types::{PodInfo, PodView, Snapshot};
+
+/// How long an assumed member waits at Permit for the rest of its gang (upstream's
+/// `permitTimeoutDuration`).
+const PERMIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The kinds it reads: the PodGroups and the pods by the group they name.
+const INFORMERS: &[Informer] = &[&WORKLOAD_POD_GROUPS, &SCHEDULING_GROUP_MEMBERS];
+
+pub(crate) struct GangScheduling {
+    handle: Handle,
+}
+
+impl_plugin!(
+    GangScheduling,
+    names::GANG_SCHEDULING,
+    [PreEnqueue, Permit],
+    EnqueueExtensions
+);
+
+/// The PodGroup `pod` names in `spec.schedulingGroup`, if any.
+pub(crate) fn scheduling_group(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_group.as_ref())
+        .and_then(|g| g.pod_group_name.as_deref())
+}
+
+/// The gang's `minCount`; `None` for a group whose policy is not `gang`.
+fn min_count(group: &PodGroup) -> Option<usize> {
+    group
+        .spec
+        .scheduling_policy
+        .gang
+        .as_ref()
+        .map(|g| usize::try_from(g.min_count).unwrap_or(0))
+}
+
+/// Whether the scheduler still counts `pod` as one of its group's: not finished, not deleted.
+fn counts(pod: &Pod) -> bool {
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    !finished && pod.metadata.deletion_timestamp.is_none()
+}
+
+impl GangScheduling {
+    pub(crate) fn new(handle: Handle) -> GangScheduling {
+        GangScheduling { handle }
+    }
+
+    fn listers(&self) -> &Listers {
+        &self.handle.listers
+    }
+
+    fn members(&self) -> &PodGroupMembers<BySchedulingGroup> {
+        self.listers().store(&SCHEDULING_GROUP_MEMBERS)
+    }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
+        self.listers()
+            .store(&WORKLOAD_POD_GROUPS)
+            .get(namespace, name)
+    }
+
+    /// The gang's members assumed or bound: those on a node of `snapshot` (assumed pods are
+    /// there) or bound since.
+    fn scheduled(&self, namespace: &str, group: &str, snapshot: &Snapshot) -> usize {
+        let members = self.members().members(namespace, group);
+        let bound = members
+            .iter()
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .filter_map(|p| p.metadata.name.as_deref());
+        let mut scheduled: HashSet<&str> = bound.collect();
+        let names: HashSet<&str> = members
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        for node in snapshot.nodes() {
+            for p in node.pods.iter() {
+                if p.namespace() == namespace && names.contains(p.name()) {
+                    scheduled.insert(p.name());
+                }
+            }
+        }
+        scheduled.len()
+    }
+}
+
+impl PreEnqueuePlugin for GangScheduling {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        let Some(group) = scheduling_group(&pod.pod) else {
+            return Status::success();
+        };
+        let Some(pg) = self.pod_group(pod.namespace(), group) else {
+            return Status::unresolvable(format!(
+                "waiting for pods's pod group \"{group}\" to appear in scheduling queue"
+            ));
+        };
+        let Some(min) = min_count(&pg) else {
+            return Status::success();
+        };
+        let known = self
+            .members()
+            .members(pod.namespace(), group)
+            .iter()
+            .filter(|p| counts(p))
+            .count();
+        if known < min {
+            return Status::unresolvable(
+                "waiting for minCount pods from a gang to appear in scheduling queue",
+            );
+        }
+        Status::success()
+    }
+}
+
+impl PermitPlugin for GangScheduling {
+    fn permit(&self, _: &mut CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
+        let Some(group) = scheduling_group(&pod.pod) else {
+            return (Status::success(), Duration::ZERO);
+        };
+        let namespace = pod.namespace();
+        let Some(pg) = self.pod_group(namespace, group) else {
+            return (
+                Status::error(format!(
+                    "failed to get podGroup {namespace}/{group}: podgroup.scheduling.k8s.io \"{group}\" not found"
+                )),
+                Duration::ZERO,
+            );
+        };
+        let Some(min) = min_count(&pg) else {
+            return (Status::success(), Duration::ZERO);
+        };
+        // The snapshot of this cycle does not hold this pod yet: +1.
+        let snapshot = self.handle.snapshot.load();
+        let scheduled = self.scheduled(namespace, group, &snapshot) + 1;
+        if scheduled < min {
+            debug!(pod = %pod.key(), group, scheduled, min,
+                "quorum is not met for a gang; waiting for another pod to allow");
+            return (
+                Status::new(
+                    Code::Wait,
+                    "waiting for minCount pods from a gang to be scheduled",
+                ),
+                PERMIT_TIMEOUT,
+            );
+        }
+        for waiting in self.handle.waiting_pods.list() {
+            let member = &waiting.pod().pod;
+            if member.metadata.namespace.as_deref() == Some(namespace)
+                && scheduling_group(member) == Some(group)
+            {
+                waiting.allow(names::GANG_SCHEDULING);
+            }
+        }
+        debug!(pod = %pod.key(), group, "quorum is met for a gang; allowing its waiting pods");
+        (Status::success(), Duration::ZERO)
+    }
+}
+
+pub(crate) fn registration() -> PluginRegistration {
+    PluginRegistration::new(
+        GangScheduling::EXTENSION_POINTS,
+        crate::framework::args::no_args,
+        |_, handle| {
+            Ok(Arc::new(GangScheduling::new(handle.clone()))
+                as Arc<dyn crate::framework::interface::Plugin>)
+        },
+    )
+    .with_informers(INFORMERS)
+    .with_rbac_rules(vec![policy_rule(
+        &["scheduling.k8s.io"],
+        &["podgroups", "workloads"],
+        &["get", "list", "watch"],
+    )])
+}

@@ -1018,3 +1018,49 @@ fn a_bad_policy_does_not_stall_the_profile_it_names() {
         "{message}"
     );
 }
+
+/// The API server lets the operator grant a profile's scheduler only what the operator holds
+/// itself (RBAC's escalation check): every rule an in-tree plugin may add to a profile's
+/// ClusterRole is held by the installed operator's ClusterRole (`manifests/install`, generated
+/// from the chart). A plugin that watches a new kind fails here, not at a user's first profile.
+#[test]
+fn the_installed_operator_holds_every_rule_a_profile_may_get() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/install/rbac.yaml");
+    let text = std::fs::read_to_string(path).expect("manifests/install/rbac.yaml");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("rbac.yaml");
+    let held: Vec<PolicyRule> = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ksched-operator")
+        .map(|d| serde_json::from_value(d["rules"].clone()).expect("rules"))
+        .expect("ClusterRole ksched-operator");
+    let registry = Registry::in_tree();
+    let mut missing = Vec::new();
+    for plugin in registry.plugin_names() {
+        for rule in cluster_rules(&[plugin.as_str()], &registry) {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        let needed = PolicyRule {
+                            api_groups: Some(vec![group.clone()]),
+                            resources: Some(vec![resource.clone()]),
+                            verbs: vec![verb.clone()],
+                            ..PolicyRule::default()
+                        };
+                        if !held
+                            .iter()
+                            .any(|h| crate::framework::registry::grants(h, &needed))
+                        {
+                            missing.push(format!("{plugin}: {group}/{resource} {verb}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "the chart's ClusterRole ksched-operator lacks (add to charts/ksched/templates/rbac.yaml, then make manifests): {missing:#?}"
+    );
+}

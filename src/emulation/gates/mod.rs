@@ -32,7 +32,7 @@ const HONOURED: &[(&str, Minor)] = &[
 
 /// 1.37's workload-aware scheduling (beta, off by default): on, the default profile gets
 /// GangScheduling.
-pub const GENERIC_WORKLOAD: &str = "GenericWorkload";
+pub(super) const GENERIC_WORKLOAD: &str = "GenericWorkload";
 
 /// A gate's maturity at a minor (upstream's `featuregate.prerelease`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -784,8 +784,12 @@ async fn taint_workload(
         .create(&PostParams::default(), &rule)
         .await
         .expect("DeviceTaintRule (resource.k8s.io/v1, served from 1.37)");
-    // The scheduler starts with the rule in place: its first list has it.
+    // The scheduler starts with the rule in place: its first list has it. kube-scheduler applies
+    // rules to slices in a tracker of its own, after its caches sync and without saying when:
+    // its first attempts may see no devices (the pod is then retried) or unpatched ones, so the
+    // pods come a moment later.
     let contender = start();
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let logs = || contender.logs();
     let ns = cp().namespace(client, &format!("dra-taints-{tag}")).await;
     let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), &ns);
@@ -812,11 +816,11 @@ async fn taint_workload(
             .map(|r| r.device)
             .unwrap_or_default()
     };
-    for name in ["first", "second"] {
-        pods.create(&PostParams::default(), &pod(name, scheduler, "gpu"))
-            .await
-            .expect("create pod");
-    }
+    // One after the other: kube-scheduler's slice tracker may not have applied the rule yet when
+    // its first pod is tried (it then retries), so two pods at once could swap their devices.
+    pods.create(&PostParams::default(), &pod("first", scheduler, "gpu"))
+        .await
+        .expect("create pod");
     poll(
         "pod first bound",
         Duration::from_secs(90),
@@ -824,6 +828,9 @@ async fn taint_workload(
         async || node_of(&pods, "first").await,
     )
     .await;
+    pods.create(&PostParams::default(), &pod("second", scheduler, "gpu"))
+        .await
+        .expect("create pod");
     let tainted = poll(
         "pod second unschedulable",
         Duration::from_secs(90),

@@ -326,15 +326,21 @@ async fn workload(client: &Client, tag: &str, scheduler: &str, contender: &Conte
     assert_eq!(node_of(&pods, "d").await, None);
 
     // Let everything go: the namespace (pods, claims), the slice; the nodes when dropped.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    let_go(client, &ns, &slices, &slice).await;
+    observed
+}
+
+/// Deletes the namespace (pods, claims) and the slice of a workload.
+async fn let_go(client: &Client, ns: &str, slices: &Api<ResourceSlice>, slice: &ResourceSlice) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(ns, &DeleteParams::default())
+        .await;
     let _ = slices
         .delete(
             slice.metadata.name.as_deref().unwrap_or_default(),
             &DeleteParams::default(),
         )
         .await;
-    observed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -733,15 +739,7 @@ async fn extended_resources_backed_by_dra_are_left_pending_with_the_feature_name
     );
     assert_eq!(node_of(&pods, "wants-gpu").await, None);
     drop(ksched);
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&ns, &DeleteParams::default())
-        .await;
-    let _ = slices
-        .delete(
-            slice.metadata.name.as_deref().unwrap_or_default(),
-            &DeleteParams::default(),
-        )
-        .await;
+    let_go(&client, &ns, &slices, &slice).await;
     let _ = classes.delete(&test, &DeleteParams::default()).await;
 }
 
@@ -857,15 +855,7 @@ async fn taint_workload(
         after_rule_deleted: device("second").await,
     };
     drop(contender);
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&ns, &DeleteParams::default())
-        .await;
-    let _ = slices
-        .delete(
-            slice.metadata.name.as_deref().unwrap_or_default(),
-            &DeleteParams::default(),
-        )
-        .await;
+    let_go(client, &ns, &slices, &slice).await;
     observed
 }
 

@@ -586,13 +586,7 @@ fn main() {
     let started = Instant::now();
     let cp = support::control_plane_with_apiserver_args(
         Components::API_ONLY,
-        &[
-            // Upstream's own gang scheduling (the gang workloads) needs its alpha PodGroup API.
-            "--feature-gates=GenericWorkload=true",
-            "--runtime-config=scheduling.k8s.io/v1alpha2=true",
-            // Removing a run's pods between contenders: one worker takes seconds.
-            "--delete-collection-workers=16",
-        ],
+        contenders::gang_api().apiserver_args,
     );
     exit_on_signal(&runtime);
     let (rounds, preset) = (opts.rounds, opts.preset);

@@ -146,8 +146,42 @@ fn config(cp: &ControlPlane, contender: Contender, kind: Kind) -> String {
     config
 }
 
-/// Upstream's feature gates for its gang scheduling (alpha in 1.35 and 1.36).
-pub const UPSTREAM_GANG_GATES: &str = "GenericWorkload=true,GangScheduling=true";
+/// Upstream's own gang scheduling at the testenv's minor (`K8S_VERSION`): the PodGroup API the
+/// API server serves, and the gates kube-scheduler needs for it.
+pub struct GangApi {
+    pub version: &'static str,
+    /// kube-apiserver's flags: the API and its gate (and more delete workers: removing a run's
+    /// pods between contenders with one takes seconds).
+    pub apiserver_args: &'static [&'static str],
+    pub scheduler_gates: &'static str,
+}
+
+/// 1.37: `scheduling.k8s.io/v1beta1`, gate GenericWorkload (beta); 1.36: `v1alpha2`, gates
+/// GenericWorkload and GangScheduling (alpha).
+pub fn gang_api() -> GangApi {
+    let minor_36 = std::env::var("K8S_VERSION").is_ok_and(|v| v.starts_with("1.36."));
+    if minor_36 {
+        GangApi {
+            version: "v1alpha2",
+            apiserver_args: &[
+                "--feature-gates=GenericWorkload=true",
+                "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+                "--delete-collection-workers=16",
+            ],
+            scheduler_gates: "GenericWorkload=true,GangScheduling=true",
+        }
+    } else {
+        GangApi {
+            version: "v1beta1",
+            apiserver_args: &[
+                "--feature-gates=GenericWorkload=true",
+                "--runtime-config=scheduling.k8s.io/v1beta1=true",
+                "--delete-collection-workers=16",
+            ],
+            scheduler_gates: "GenericWorkload=true",
+        }
+    }
+}
 
 /// Starts `contender` for a run of workload `kind`, its output to `log`. Must be called on the
 /// main thread: the contender is killed when the thread that started it exits
@@ -200,7 +234,7 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
                 .args(&auth)
                 .args(&tls);
             if kind.gang_size().is_some() {
-                c.arg(format!("--feature-gates={UPSTREAM_GANG_GATES}"));
+                c.arg(format!("--feature-gates={}", gang_api().scheduler_gates));
             }
             c
         }

@@ -306,12 +306,13 @@ fn coscheduling_groups() -> ApiResource {
     }
 }
 
-/// Upstream's PodGroup (1.35+ alpha, gang scheduling by kube-scheduler's GangScheduling).
+/// Upstream's PodGroup (gang scheduling by kube-scheduler's GangScheduling).
 fn workload_groups() -> ApiResource {
+    let version = super::contenders::gang_api().version;
     ApiResource {
         group: "scheduling.k8s.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "scheduling.k8s.io/v1alpha2".into(),
+        version: version.into(),
+        api_version: format!("scheduling.k8s.io/{version}"),
         kind: "PodGroup".into(),
         plural: "podgroups".into(),
     }

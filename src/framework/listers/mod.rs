@@ -35,7 +35,7 @@ pub use in_tree::{
     STORAGE_CLASSES, WORKLOAD_POD_GROUPS,
 };
 pub use kind::{Kind, WatchedObject};
-pub use members::{BySchedulingGroup, PodGroupMembers};
+pub use members::{BySchedulingGroup, GroupOf, PodGroupMembers};
 pub use store::{ObjectStore, Store, StoreChange};
 
 use super::types::{ClusterEvent, EventObject, EventResource};

@@ -3,9 +3,9 @@
 
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
-use super::{GangScheduling, scheduling_group};
+use super::{GangScheduling, min_count};
 use crate::framework::interface::{ClusterEventWithHint, EnqueueExtensions};
-use crate::framework::listers::{Listers, SCHEDULING_GROUP_MEMBERS};
+use crate::framework::listers::{BySchedulingGroup, GroupOf, Listers, SCHEDULING_GROUP_MEMBERS};
 use crate::framework::plugins::helper::queue_if;
 use crate::framework::types::{
     ActionType, ClusterEvent, EventObject, EventResource, HintError, PodInfo, PodObject, PodView,
@@ -35,7 +35,7 @@ impl EnqueueExtensions for GangScheduling {
 
 /// Whether `group` is the PodGroup `pod` names.
 fn is_pods_group(pod: &PodInfo, group: &PodGroup) -> bool {
-    scheduling_group(&pod.pod).is_some_and(|name| {
+    BySchedulingGroup::group(&pod.pod).is_some_and(|name| {
         group.metadata.name.as_deref() == Some(name)
             && group.metadata.namespace.as_deref() == Some(pod.namespace())
     })
@@ -51,14 +51,14 @@ fn is_schedulable_after_pod_added(
     new: Option<&EventObject>,
 ) -> Result<QueueingHint, HintError> {
     let (_, added) = objects::<PodObject>(old, new)?;
-    let (Some(group), Some(added)) = (scheduling_group(&pod.pod), added) else {
+    let (Some(group), Some(added)) = (BySchedulingGroup::group(&pod.pod), added) else {
         return Ok(QueueingHint::QueueSkip);
     };
     if added.namespace() != pod.namespace() {
         return Ok(QueueingHint::QueueSkip);
     }
     let same_gang = match added {
-        PodObject::Unscheduled(info) => scheduling_group(&info.pod) == Some(group),
+        PodObject::Unscheduled(info) => BySchedulingGroup::group(&info.pod) == Some(group),
         PodObject::Assigned { pod: bound, .. } => listers
             .store(&SCHEDULING_GROUP_MEMBERS)
             .members(pod.namespace(), group)
@@ -91,9 +91,8 @@ fn is_schedulable_after_pod_group_updated(
     if !is_pods_group(pod, new) {
         return Ok(QueueingHint::QueueSkip);
     }
-    let min = |g: &PodGroup| g.spec.scheduling_policy.gang.as_ref().map(|g| g.min_count);
     Ok(queue_if(matches!(
-        (min(old), min(new)),
+        (min_count(old), min_count(new)),
         (Some(before), Some(after)) if after < before
     )))
 }

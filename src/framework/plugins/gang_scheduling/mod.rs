@@ -31,7 +31,7 @@ use super::helper::impl_plugin;
 use super::names;
 use crate::framework::interface::{Code, CycleState, PermitPlugin, PreEnqueuePlugin, Status};
 use crate::framework::listers::{
-    BySchedulingGroup, Informer, Listers, PodGroupMembers, SCHEDULING_GROUP_MEMBERS,
+    BySchedulingGroup, GroupOf, Informer, Listers, PodGroupMembers, SCHEDULING_GROUP_MEMBERS,
     WORKLOAD_POD_GROUPS,
 };
 use crate::framework::registry::{Handle, PluginRegistration, policy_rule};
@@ -54,14 +54,6 @@ impl_plugin!(
     [PreEnqueue, Permit],
     EnqueueExtensions
 );
-
-/// The PodGroup `pod` names in `spec.schedulingGroup`, if any.
-pub(crate) fn scheduling_group(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_group.as_ref())
-        .and_then(|g| g.pod_group_name.as_deref())
-}
 
 /// The gang's `minCount`; `None` for a group whose policy is not `gang`.
 fn min_count(group: &PodGroup) -> Option<usize> {
@@ -128,7 +120,7 @@ impl GangScheduling {
 
 impl PreEnqueuePlugin for GangScheduling {
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
-        let Some(group) = scheduling_group(&pod.pod) else {
+        let Some(group) = BySchedulingGroup::group(&pod.pod) else {
             return Status::success();
         };
         let Some(pg) = self.pod_group(pod.namespace(), group) else {
@@ -156,7 +148,7 @@ impl PreEnqueuePlugin for GangScheduling {
 
 impl PermitPlugin for GangScheduling {
     fn permit(&self, _: &mut CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
-        let Some(group) = scheduling_group(&pod.pod) else {
+        let Some(group) = BySchedulingGroup::group(&pod.pod) else {
             return (Status::success(), Duration::ZERO);
         };
         let namespace = pod.namespace();
@@ -188,7 +180,7 @@ impl PermitPlugin for GangScheduling {
         for waiting in self.handle.waiting_pods.list() {
             let member = &waiting.pod().pod;
             if member.metadata.namespace.as_deref() == Some(namespace)
-                && scheduling_group(member) == Some(group)
+                && BySchedulingGroup::group(member) == Some(group)
             {
                 waiting.allow(names::GANG_SCHEDULING);
             }

@@ -34,10 +34,11 @@ pub use crate::framework::args::{
 pub use crate::framework::background::{BackgroundTask, TaskContext};
 pub use crate::framework::interface::{
     BindPlugin, ClusterEventWithHint, Code, CycleState, EnqueueExtensions, FilterPlugin,
-    MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PermitPlugin, Plugin, PostBindPlugin,
-    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterExtensions,
-    PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin, ScorePlugin,
-    SignFragment, SignPlugin, Status, signer_names,
+    MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PermitPlugin, PlacementFeasiblePlugin,
+    PlacementProgress, Plugin, PodGroupPostFilterPlugin, PostBindPlugin, PostFilterPlugin,
+    PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterExtensions, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin, ScorePlugin, SignFragment,
+    SignPlugin, Status, signer_names,
 };
 pub use crate::framework::listers::{Informer, Kind, Listers, ObjectStore, Store, WatchedKind};
 pub use crate::framework::registry::{

@@ -19,9 +19,9 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use support::nodes::Nodes;
 use support::process::LoggedChild;
-use support::scheduler::{SchedulerProcess, config, kube_scheduler_command};
+use support::scheduler::{SchedulerProcess, config, upstream_scheduler};
 use support::wait::{node_of, poll, unschedulable_message};
-use support::{Components, ControlPlane, control_plane, path_str};
+use support::{Components, ControlPlane, control_plane};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -38,18 +38,7 @@ fn object<K: serde::de::DeserializeOwned>(v: Value) -> K {
 
 /// Upstream kube-scheduler serving `name` with its default profile; killed when dropped.
 fn kube_scheduler(cp: &ControlPlane, name: &str) -> LoggedChild {
-    let config = cp.dir.join(format!("{name}-config.yaml"));
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n",
-            path_str(&cp.kubeconfig)
-        ),
-    )
-    .expect("write kube-scheduler config");
-    let mut cmd = kube_scheduler_command(cp);
-    cmd.args([format!("--config={}", path_str(&config)), "--v=2".into()]);
-    LoggedChild::spawn(cmd, cp.dir.join(format!("{name}.log")))
+    upstream_scheduler(cp, name, &[])
 }
 
 /// The scheduler under test or upstream's, for the logs a failure shows.

@@ -537,6 +537,16 @@ pub trait Plugin: Send + Sync + 'static {
     fn as_enqueue_extensions(&self) -> Option<&dyn EnqueueExtensions> {
         None
     }
+    /// Whether a pod group can still meet its constraints as its cycle goes on (upstream 1.37's
+    /// PlacementFeasible; not configurable: GangScheduling's, when the profile has it).
+    fn as_placement_feasible(&self) -> Option<&dyn PlacementFeasiblePlugin> {
+        None
+    }
+    /// What may make an unschedulable pod group schedulable (upstream 1.37's PodGroupPostFilter:
+    /// workload-aware preemption).
+    fn as_pod_group_post_filter(&self) -> Option<&dyn PodGroupPostFilterPlugin> {
+        None
+    }
 }
 
 /// Whether an event may make `pod`, which the plugin rejected, schedulable: upstream's
@@ -854,6 +864,37 @@ pub trait ReservePlugin: Plugin {
 /// Approves, rejects or delays (Wait, with a timeout) the binding of the pod.
 pub trait PermitPlugin: Plugin {
     fn permit(&self, state: &mut CycleState, pod: &PodInfo, node_name: &str) -> (Status, Duration);
+}
+
+/// How far a pod group's cycle has got: members not tried yet, and members placed (in this
+/// cycle or before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacementProgress {
+    pub remaining: usize,
+    pub scheduled: usize,
+}
+
+/// Checks a pod group's constraints during its cycle (upstream 1.37's `PlacementFeasiblePlugin`):
+/// Success once they are met, Wait while more members may meet them, Unschedulable once they
+/// cannot be met (the cycle stops early).
+pub trait PlacementFeasiblePlugin: Plugin {
+    fn placement_feasible(
+        &self,
+        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+        progress: PlacementProgress,
+    ) -> Status;
+}
+
+/// Runs once for a pod group whose cycle did not place it (upstream's
+/// `PodGroupPostFilterPlugin`): Success when it made room (preemption), else why not.
+pub trait PodGroupPostFilterPlugin: Plugin {
+    /// `members`: the group's pods tried in the cycle; `snapshot`: the cluster the cycle saw.
+    fn pod_group_post_filter(
+        &self,
+        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+        members: &[Arc<PodInfo>],
+        snapshot: &Snapshot,
+    ) -> Status;
 }
 
 /// Runs before binding (volume binding and the like); may do API calls.

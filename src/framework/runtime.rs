@@ -615,6 +615,68 @@ impl Framework {
         !self.at(ExtensionPoint::PostFilter).is_empty()
     }
 
+    /// PlacementFeasible for a pod group's cycle (upstream's `RunPlacementFeasiblePlugins`): only
+    /// GangScheduling implements it (upstream takes no other), when the profile has the plugin;
+    /// without it every placement is feasible.
+    pub fn run_placement_feasible_plugins(
+        &self,
+        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+        progress: crate::framework::interface::PlacementProgress,
+    ) -> Status {
+        let plugin = self
+            .instances
+            .values()
+            .find_map(|p| p.as_placement_feasible());
+        let Some(plugin) = plugin else {
+            return Status::success();
+        };
+        let status = plugin.placement_feasible(group, progress);
+        let name = plugin.name().to_string();
+        match status.code() {
+            Code::Success => status,
+            Code::Wait | Code::Unschedulable => status.with_plugin(name),
+            Code::Error => Status::error(format!(
+                "running PlacementFeasible plugin: {}",
+                status.message()
+            ))
+            .with_plugin(name),
+            other => Status::error(format!(
+                "unexpected status from PlacementFeasible plugin: {other}"
+            ))
+            .with_plugin(name),
+        }
+    }
+
+    /// PodGroupPostFilter for a pod group its cycle did not place (upstream's
+    /// `RunPodGroupPostFilterPlugins` over its default set): DefaultPreemption's, when the
+    /// profile runs it at PostFilter; without one, Unschedulable with no reason, as upstream.
+    pub fn run_pod_group_post_filter_plugins(
+        &self,
+        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+        members: &[Arc<PodInfo>],
+        snapshot: &Snapshot,
+    ) -> Status {
+        let plugin = self
+            .at(ExtensionPoint::PostFilter)
+            .iter()
+            .find_map(|e| e.plugin.as_pod_group_post_filter());
+        let Some(plugin) = plugin else {
+            return Status::code_only(Code::Unschedulable);
+        };
+        let name = plugin.name().to_string();
+        let status = plugin.pod_group_post_filter(group, members, snapshot);
+        match status.code() {
+            Code::Success | Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                status.with_plugin(name)
+            }
+            _ => Status::error(format!(
+                "error in {name:?} PodGroupPostFilter plugins: {}",
+                status.message()
+            ))
+            .with_plugin(name),
+        }
+    }
+
     pub fn has_score_plugins(&self) -> bool {
         !self.at(ExtensionPoint::Score).is_empty()
     }

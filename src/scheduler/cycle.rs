@@ -15,6 +15,10 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 
+mod group;
+
+pub(crate) use group::{GroupDecision, GroupOutcome, condition_patch};
+
 use super::cache::Cache;
 use super::metrics::Metrics;
 use super::queue::Nominator;
@@ -39,6 +43,17 @@ pub(crate) struct Cycle {
 /// What the cycle decided for an entity.
 pub(crate) enum Decision {
     Pod(PodDecision),
+    Group(GroupDecision),
+}
+
+impl Decision {
+    /// The decision for each pod of the entity, in its order, and the group's outcome.
+    pub(crate) fn into_parts(self) -> (Vec<PodDecision>, Option<GroupOutcome>) {
+        match self {
+            Decision::Pod(decision) => (vec![decision], None),
+            Decision::Group(group) => (group.members, Some(group.outcome)),
+        }
+    }
 }
 
 /// What the cycle decided for one pod.
@@ -157,6 +172,7 @@ impl Cycle {
     ) -> Decision {
         match entity {
             QueuedEntity::Pod(qpi) => Decision::Pod(self.schedule_pod(fwk, &qpi.pod_info, started)),
+            QueuedEntity::Group(group) => Decision::Group(self.schedule_group(fwk, group, started)),
         }
     }
 
@@ -169,11 +185,7 @@ impl Cycle {
         started: Instant,
     ) -> PodDecision {
         let snapshot = self.snapshot();
-        let mut state = CycleState::new();
-        if let Some(m) = &self.metrics {
-            // Each plugin's duration is measured in a share of the cycles only, as upstream.
-            state.set_record_plugin_metrics(m.framework.sampler.sample());
-        }
+        let mut state = self.new_state();
         let host = self.find_node(fwk, &mut state, pod, &snapshot);
         if let Some(m) = &self.metrics {
             // From the start of the attempt, snapshot update and PostFilter included, as upstream.
@@ -191,6 +203,16 @@ impl Cycle {
         }
     }
 
+    /// A pod's cycle state; each plugin's duration is measured in a share of the cycles only, as
+    /// upstream.
+    fn new_state(&self) -> CycleState {
+        let mut state = CycleState::new();
+        if let Some(m) = &self.metrics {
+            state.set_record_plugin_metrics(m.framework.sampler.sample());
+        }
+        state
+    }
+
     /// Filter and Score over the snapshot, and PostFilter when no node fits (upstream's
     /// `schedulingAlgorithm`): the chosen node, or why there is none.
     pub(crate) fn find_node(
@@ -200,21 +222,41 @@ impl Cycle {
         pod: &Arc<PodInfo>,
         snapshot: &Snapshot,
     ) -> Result<String, Box<Failure>> {
-        let result = cpu_bound(|| {
-            self.algorithm
-                .lock()
-                .schedule_pod(fwk, state, pod, snapshot)
-        });
-        match result {
-            Ok(r) => Ok(r.suggested_host),
+        match self.run_algorithm(fwk, state, pod, snapshot) {
+            Ok(host) => Ok(host),
             Err(ScheduleError::Fit(fit)) => {
                 Err(Box::new(self.post_filter(fwk, state, pod, snapshot, fit)))
             }
-            Err(ScheduleError::NoNodesAvailable) => Err(Box::new(Failure::unschedulable(
-                "no nodes available to schedule pods".into(),
-            ))),
-            Err(ScheduleError::Internal(status)) => Err(Box::new(Failure::error(status.message()))),
+            Err(other) => Err(Box::new(schedule_failure(other))),
         }
+    }
+
+    /// Filter and Score without PostFilter: a pod group's member (upstream runs the group's
+    /// PostFilter once for the whole group instead).
+    pub(crate) fn select_host(
+        &self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &Arc<PodInfo>,
+        snapshot: &Snapshot,
+    ) -> Result<String, Box<Failure>> {
+        self.run_algorithm(fwk, state, pod, snapshot)
+            .map_err(|e| Box::new(schedule_failure(e)))
+    }
+
+    fn run_algorithm(
+        &self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &Arc<PodInfo>,
+        snapshot: &Snapshot,
+    ) -> Result<String, ScheduleError> {
+        cpu_bound(|| {
+            self.algorithm
+                .lock()
+                .schedule_pod(fwk, state, pod, snapshot)
+        })
+        .map(|r| r.suggested_host)
     }
 
     /// No node fits: PostFilter (preemption) may nominate the pod to a node; the failure carries
@@ -248,13 +290,8 @@ impl Cycle {
             }
         }
         Failure {
-            unschedulable: true,
-            message: fit.to_string(),
             nominated,
-            unschedulable_plugins: std::mem::take(&mut fit.diagnosis.unschedulable_plugins),
-            pending_plugins: std::mem::take(&mut fit.diagnosis.pending_plugins),
-            fit: Some(fit),
-            ..Failure::default()
+            ..fit_failure(fit)
         }
     }
 
@@ -304,6 +341,29 @@ impl Cycle {
     pub(crate) fn undo(&self, fwk: &Framework, reserved: &mut Reserved) {
         fwk.run_reserve_plugins_unreserve(&mut reserved.state, &reserved.assumed, &reserved.host);
         let _ = self.cache.forget_pod(&reserved.assumed.key());
+    }
+}
+
+/// Why the algorithm found no node, as the failure handler takes it.
+fn schedule_failure(err: ScheduleError) -> Failure {
+    match err {
+        ScheduleError::Fit(fit) => fit_failure(fit),
+        ScheduleError::NoNodesAvailable => {
+            Failure::unschedulable("no nodes available to schedule pods".into())
+        }
+        ScheduleError::Internal(status) => Failure::error(status.message()),
+    }
+}
+
+/// No node fits: unschedulable, requeued by the events of the plugins that rejected it.
+fn fit_failure(mut fit: Box<FitError>) -> Failure {
+    Failure {
+        unschedulable: true,
+        message: fit.to_string(),
+        unschedulable_plugins: std::mem::take(&mut fit.diagnosis.unschedulable_plugins),
+        pending_plugins: std::mem::take(&mut fit.diagnosis.pending_plugins),
+        fit: Some(fit),
+        ..Failure::default()
     }
 }
 

@@ -206,7 +206,9 @@ pub async fn run(
     let api =
         KubeApi::new(clients.binds.clone(), clients.writes.clone()).with_events(events.clone());
     let extenders = super::extender::build_extenders(&config.extenders)?;
-    let mut handle = Handle::new(Arc::new(api)).with_nominator(nominator.clone());
+    let mut handle = Handle::new(Arc::new(api))
+        .with_nominator(nominator.clone())
+        .with_emulation(config.emulation.clone());
     handle.extenders = extenders.clone();
     handle.metrics = Some(metrics.framework.clone());
     let (frameworks, informers) = build_frameworks(config, &options.registry, &handle)?;

@@ -7,20 +7,31 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, error};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::jiff::Timestamp;
+use tracing::{debug, error, warn};
 
-use super::cycle::{Cycle, Decision, Failure, PodDecision, Reserved};
+use super::cycle::{Cycle, Failure, GroupOutcome, PodDecision, Reserved, condition_patch};
 use super::events::{REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Reporter};
 use super::leader_election::Leadership;
 use super::metrics::{AttemptLabels, CacheLabels, Metrics, SliLabels};
 use super::queue::SchedulingQueue;
+use crate::framework::api_calls::PatchStatus;
 use crate::framework::events::EVENT_ASSIGNED_POD_DELETE;
 use crate::framework::extender::Extender;
 use crate::framework::interface::Status;
+use crate::framework::listers::{
+    BySchedulingGroup, GroupOf, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
+};
 use crate::framework::metrics::OPERATION_BINDING;
 use crate::framework::registry::Handle;
 use crate::framework::runtime::Framework;
-use crate::framework::types::{AssignedPod, PodInfo, PodObject, QueuedEntity, QueuedPodInfo};
+use crate::framework::types::{
+    AssignedPod, PodInfo, PodObject, QueuedEntity, QueuedPodGroup, QueuedPodInfo,
+};
+
+/// Kubernetes 1.37's workload-aware scheduling: PodGroup members scheduled in one group cycle.
+const GENERIC_WORKLOAD: &str = "GenericWorkload";
 
 /// The scheduler's scheduling and binding cycles over the parts they share (upstream's
 /// `Scheduler`).
@@ -35,19 +46,18 @@ pub(crate) struct Scheduler {
     pub(crate) leadership: Leadership,
 }
 
-/// One entity's scheduling attempt: what its cycles and the failure handler share.
+/// One pod's scheduling attempt (alone or in its group's cycle): what its binding cycle and the
+/// failure handler share.
 struct Attempt {
-    entity: QueuedEntity,
-    /// The framework of the entity's profile.
+    qpi: QueuedPodInfo,
+    /// The framework of the pod's profile.
     fwk: Arc<Framework>,
     started: Instant,
 }
 
 impl Attempt {
-    /// The queued pod of a single-pod attempt.
     fn pod(&self) -> &QueuedPodInfo {
-        let QueuedEntity::Pod(qpi) = &self.entity;
-        qpi
+        &self.qpi
     }
 }
 
@@ -55,7 +65,8 @@ impl Scheduler {
     /// Schedules the entities the queue hands out, one at a time, until it closes.
     pub(crate) async fn schedule_all(self: Arc<Self>) {
         while let Some(qpi) = self.queue.pop().await {
-            self.schedule_one(QueuedEntity::Pod(qpi)).await;
+            let entity = self.entity_of(qpi);
+            self.schedule_one(entity).await;
         }
     }
 
@@ -91,34 +102,111 @@ impl Scheduler {
         }
     }
 
-    /// One entity: the scheduling cycle, then a binding cycle that runs concurrently with the
-    /// next entity's scheduling cycle (upstream's `scheduleOne`).
-    pub(crate) async fn schedule_one(self: &Arc<Self>, entity: QueuedEntity) {
-        let QueuedEntity::Pod(qpi) = &entity;
-        let key = qpi.pod_info.key();
+    /// The entity a popped pod is scheduled as: with workload-aware scheduling (GenericWorkload)
+    /// a member of a known PodGroup brings its group's other waiting members along (upstream
+    /// queues the group as one entity); any other pod is scheduled alone.
+    fn entity_of(&self, qpi: QueuedPodInfo) -> QueuedEntity {
+        if !self.handle.emulation.enabled(GENERIC_WORKLOAD) {
+            return QueuedEntity::Pod(qpi);
+        }
+        let pod = &qpi.pod_info;
+        let Some(name) = BySchedulingGroup::group(&pod.pod) else {
+            return QueuedEntity::Pod(qpi);
+        };
+        let listers = &self.handle.listers;
+        let namespace = pod.namespace();
+        let Some(group) = listers.store(&WORKLOAD_POD_GROUPS).get(namespace, name) else {
+            return QueuedEntity::Pod(qpi);
+        };
+        let own = pod.key();
+        let others: Vec<String> = listers
+            .store(&SCHEDULING_GROUP_MEMBERS)
+            .members(namespace, name)
+            .iter()
+            .filter(|p| p.spec.as_ref().is_none_or(|s| s.node_name.is_none()))
+            .map(|p| {
+                format!(
+                    "{namespace}/{}",
+                    p.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .filter(|key| *key != own)
+            .collect();
+        let mut members = self.queue.take(&others);
+        members.push(qpi);
+        QueuedEntity::Group(QueuedPodGroup::new(group, members))
+    }
+
+    /// One entity: the scheduling cycle, then a binding cycle for each pod it placed, running
+    /// concurrently with the next entity's scheduling cycle, or the failure handler for each pod
+    /// it did not (upstream's `scheduleOne` and `scheduleOnePodGroup`).
+    pub(crate) async fn schedule_one(self: &Arc<Self>, mut entity: QueuedEntity) {
         let Some(fwk) = self.frameworks.get(entity.scheduler_name()).cloned() else {
-            self.queue.done(&key);
+            for pod in entity.pods() {
+                self.queue.done(&pod.key());
+            }
             return;
         };
-        if self.cycle.cache().is_assumed(&key) {
-            self.queue.done(&key);
-            return;
+        // A pod already assumed (its binding cycle runs) is not tried again.
+        let cache = self.cycle.cache();
+        let assumed: Vec<String> = entity
+            .pods()
+            .map(|p| p.key())
+            .filter(|key| cache.is_assumed(key))
+            .collect();
+        for key in &assumed {
+            self.queue.done(key);
+        }
+        if !assumed.is_empty() {
+            match &mut entity {
+                QueuedEntity::Pod(_) => return,
+                QueuedEntity::Group(g) => {
+                    g.members.retain(|m| !assumed.contains(&m.pod_info.key()));
+                    if g.members.is_empty() {
+                        return;
+                    }
+                }
+            }
         }
         let started = Instant::now();
-        let decision = self.cycle.schedule(&fwk, &entity, started);
-        let attempt = Attempt {
-            entity,
-            fwk,
-            started,
+        let (decisions, outcome) = self.cycle.schedule(&fwk, &entity, started).into_parts();
+        let (pods, group) = entity.into_members();
+        let mut failures = Vec::new();
+        for (qpi, decision) in pods.into_iter().zip(decisions) {
+            let attempt = Attempt {
+                qpi,
+                fwk: fwk.clone(),
+                started,
+            };
+            match decision {
+                PodDecision::Assumed(reserved) => {
+                    let scheduler = self.clone();
+                    tokio::spawn(scheduler.binding_cycle(attempt, reserved));
+                }
+                PodDecision::Failed(failure) => {
+                    failures.push(self.handle_scheduling_failure(attempt, failure));
+                }
+            }
+        }
+        // A group's members are reported together (each write is its own request).
+        futures::future::join_all(failures).await;
+        if let (Some(group), Some(outcome)) = (group, outcome) {
+            self.update_pod_group_condition(&group, &outcome).await;
+        }
+    }
+
+    /// Writes the group's `PodGroupInitiallyScheduled` condition (upstream's
+    /// `updatePodGroupCondition`); a failed write is logged, never retried by the cycle.
+    async fn update_pod_group_condition(&self, group: &PodGroup, outcome: &GroupOutcome) {
+        let Some(patch) = condition_patch(group, outcome, Timestamp::now()) else {
+            return;
         };
-        match decision {
-            Decision::Pod(PodDecision::Assumed(reserved)) => {
-                let scheduler = self.clone();
-                tokio::spawn(scheduler.binding_cycle(attempt, reserved));
-            }
-            Decision::Pod(PodDecision::Failed(failure)) => {
-                self.handle_scheduling_failure(attempt, failure).await
-            }
+        let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
+        let name = group.metadata.name.as_deref().unwrap_or_default();
+        let call =
+            PatchStatus::<PodGroup>::new(namespace, name, serde_json::json!({ "status": patch }));
+        if let Err(err) = self.handle.api.call(call).await {
+            warn!(group = %format!("{namespace}/{name}"), %err, "updating the PodGroup's condition failed");
         }
     }
 
@@ -196,11 +284,10 @@ impl Scheduler {
     /// may bind the pod at once) cannot overtake it.
     async fn handle_scheduling_failure(&self, attempt: Attempt, failure: Failure) {
         let Attempt {
-            entity,
+            mut qpi,
             fwk,
             started,
         } = attempt;
-        let QueuedEntity::Pod(mut qpi) = entity;
         let profile = fwk.profile_name();
         let pod = qpi.pod_info.pod.clone();
         let message = &failure.message;

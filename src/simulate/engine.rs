@@ -34,7 +34,7 @@ use crate::framework::runtime::{Framework, FrameworkError};
 use crate::framework::schedule::Algorithm;
 use crate::framework::types::{PodInfo, QueuedEntity, QueuedPodInfo, Snapshot};
 use crate::scheduler::cache::Cache;
-use crate::scheduler::cycle::{Cycle, Decision, Failure, PodDecision, Reserved};
+use crate::scheduler::cycle::{Cycle, Failure, PodDecision, Reserved};
 use crate::scheduler::queue::Nominator;
 use crate::scheduler::run::{SchedulerError, build_frameworks, scheduling_queue};
 use crate::scheduler::trim::{assigned_pod, trim_pod};
@@ -483,7 +483,13 @@ impl Simulation {
         let fwk = self.framework_for(&pod);
         self.api.clear();
         let entity = QueuedEntity::Pod(qpi.clone());
-        let Decision::Pod(decision) = self.cycle.schedule(&fwk, &entity, Instant::now());
+        let (decisions, _) = self
+            .cycle
+            .schedule(&fwk, &entity, Instant::now())
+            .into_parts();
+        let Some(decision) = decisions.into_iter().next() else {
+            return result(&pod, Outcome::Error, None, "no decision for the pod".into());
+        };
         match decision {
             PodDecision::Assumed(reserved) if reserved.waiting => {
                 self.waiting.push(Waiting {

@@ -186,6 +186,24 @@ pub fn kube_scheduler_command(cp: &ControlPlane) -> Command {
     cmd
 }
 
+/// Upstream kube-scheduler serving `name` with its default profile and `args` (feature gates),
+/// its log in `<name>.log`; killed when dropped.
+pub fn upstream_scheduler(cp: &ControlPlane, name: &str, args: &[&str]) -> LoggedChild {
+    let config = cp.dir.join(format!("{name}-config.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n",
+            path_str(&cp.kubeconfig)
+        ),
+    )
+    .expect("write kube-scheduler config");
+    let mut cmd = kube_scheduler_command(cp);
+    cmd.args([format!("--config={}", path_str(&config)), "--v=2".into()]);
+    cmd.args(args);
+    LoggedChild::spawn(cmd, cp.dir.join(format!("{name}.log")))
+}
+
 /// Upstream kube-scheduler as the cluster's default scheduler (it binds the pods of Deployments
 /// to kwok nodes), its log in `kube-scheduler-default.log`; stopped when dropped.
 pub fn default_scheduler(cp: &ControlPlane) -> super::process::LoggedChild {

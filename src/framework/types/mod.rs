@@ -29,7 +29,7 @@ pub use host_ports::{DEFAULT_BIND_ALL_HOST_IP, HostPort, HostPortInfo, pod_host_
 pub use node_info::{ImageStateSummary, ImageStates, NodeInfo, PodNotFound, next_generation};
 pub use pod_info::PodInfo;
 pub use pod_view::PodView;
-pub use queued_entity::QueuedEntity;
+pub use queued_entity::{QueuedEntity, QueuedPodGroup};
 pub use queued_pod_info::QueuedPodInfo;
 pub use resource::{
     DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, RESOURCE_CPU, RESOURCE_EPHEMERAL_STORAGE,

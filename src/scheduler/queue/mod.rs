@@ -398,23 +398,52 @@ impl SchedulingQueue {
                     }),
                 };
                 if let Some((key, mut qpi)) = next {
-                    qpi.attempts += 1;
-                    if qpi.initial_attempt_timestamp.is_none() {
-                        qpi.initial_attempt_timestamp = Some(Instant::now());
-                    }
-                    if inner.in_flight.pop(&key) {
-                        self.add_inflight_gauge(POD_POPPED, 1);
-                    } else {
-                        warn!(pod = %key, "pod popped while already in flight");
-                    }
-                    // It is being tried again: no longer counted as rejected.
-                    self.count_rejectors(&qpi, -1);
+                    self.start_attempt(&mut inner, &key, &mut qpi);
                     self.publish_counts(&inner);
                     return Some(qpi);
                 }
             }
             notified.await;
         }
+    }
+
+    /// The pods of `keys` that wait in any sub-queue and are not gated, taken out to be tried
+    /// now with a popped pod (the members of its pod group: upstream queues a group as one
+    /// entity, so an event that moves one member moves all). Each is in flight, as if popped.
+    pub fn take(&self, keys: &[String]) -> Vec<QueuedPodInfo> {
+        let mut inner = self.inner.lock();
+        let mut taken = Vec::new();
+        for key in keys {
+            let found = inner
+                .active
+                .remove(key)
+                .or_else(|| inner.backoff.remove(key))
+                .or_else(|| {
+                    let gated = inner.pool.pods.get(key).is_none_or(QueuedPodInfo::gated);
+                    if gated { None } else { inner.pool.remove(key) }
+                });
+            if let Some(mut qpi) = found {
+                self.start_attempt(&mut inner, key, &mut qpi);
+                taken.push(qpi);
+            }
+        }
+        self.publish_counts(&inner);
+        taken
+    }
+
+    /// A pod leaves the queue for an attempt: one more attempt, in flight until it comes back.
+    fn start_attempt(&self, inner: &mut Inner, key: &str, qpi: &mut QueuedPodInfo) {
+        qpi.attempts += 1;
+        if qpi.initial_attempt_timestamp.is_none() {
+            qpi.initial_attempt_timestamp = Some(Instant::now());
+        }
+        if inner.in_flight.pop(key) {
+            self.add_inflight_gauge(POD_POPPED, 1);
+        } else {
+            warn!(pod = %key, "pod popped while already in flight");
+        }
+        // It is being tried again: no longer counted as rejected.
+        self.count_rejectors(qpi, -1);
     }
 
     /// With the active queue empty, the pod backing off after a rejection whose backoff ends

@@ -629,3 +629,30 @@ async fn metrics_follow_upstream() {
     );
     assert!(!text.contains("entities"), "{text}");
 }
+
+#[tokio::test]
+async fn take_pulls_waiting_members_from_every_sub_queue_but_not_gated_ones() {
+    let gated = |p: &PodInfo| (p.name() == "gated").then(|| "Gate".to_string());
+    let q = queue_with_gate(Arc::new(gated));
+    for (name, priority) in [("popped", 10), ("rejected", 5), ("active", 0), ("gated", 0)] {
+        q.add(pod(name, priority));
+    }
+    let (first, _) = pop_name(&q).await;
+    assert_eq!(first, "popped");
+    let r = rejected(&q, "NodeResourcesFit").await;
+    assert_eq!(r.pod_info.name(), "rejected");
+    q.add_unschedulable_if_not_present(r);
+    assert_eq!(q.counts(), counts(1, 0, 1, 1));
+
+    let ns = pod("x", 0).namespace().to_string();
+    let keys: Vec<String> = ["active", "rejected", "gated", "unknown"]
+        .iter()
+        .map(|n| format!("{ns}/{n}"))
+        .collect();
+    let taken = q.take(&keys);
+    let names: Vec<&str> = taken.iter().map(|t| t.pod_info.name()).collect();
+    assert_eq!(names, ["active", "rejected"]);
+    assert!(taken.iter().all(|t| t.attempts >= 1));
+    // Only the gated pod is left; the taken ones are in flight.
+    assert_eq!(q.counts(), counts(0, 0, 0, 1));
+}

@@ -5,16 +5,19 @@
 //! - `plugin`: the plugin (`default_preemption.go`): eligibility, the victims on one node,
 //!   PreEnqueue, PostFilter, the registration.
 //! - `evaluator`: the evaluator (`preemption.go`): the dry run, extenders, choice of the node.
+//! - `pod_group`: PodGroupPostFilter, the preemption for a whole pod group (1.37).
 //! - `executor`: the executor (`executor.go`): the victims' eviction, handed to the scheduler's
 //!   API dispatcher so the scheduling cycle never waits on it.
 
 mod evaluator;
 mod executor;
 mod plugin;
+mod pod_group;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use plugin::registration;
+pub(crate) use pod_group::pod_group_priority;
 
 use serde::{Deserialize, Serialize};
 

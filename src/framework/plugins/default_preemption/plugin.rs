@@ -250,7 +250,8 @@ impl_plugin!(
     DefaultPreemption,
     names::DEFAULT_PREEMPTION,
     [PreEnqueue, PostFilter],
-    EnqueueExtensions
+    EnqueueExtensions,
+    PodGroupPostFilter
 );
 
 impl EnqueueExtensions for DefaultPreemption {

@@ -29,7 +29,10 @@ use tracing::debug;
 
 use super::helper::impl_plugin;
 use super::names;
-use crate::framework::interface::{Code, CycleState, PermitPlugin, PreEnqueuePlugin, Status};
+use crate::framework::interface::{
+    Code, CycleState, PermitPlugin, PlacementFeasiblePlugin, PlacementProgress, PreEnqueuePlugin,
+    Status,
+};
 use crate::framework::listers::{
     BySchedulingGroup, GroupOf, Informer, Listers, PodGroupMembers, SCHEDULING_GROUP_MEMBERS,
     WORKLOAD_POD_GROUPS,
@@ -52,7 +55,8 @@ impl_plugin!(
     GangScheduling,
     names::GANG_SCHEDULING,
     [PreEnqueue, Permit],
-    EnqueueExtensions
+    EnqueueExtensions,
+    PlacementFeasible
 );
 
 /// The gang's `minCount`; `None` for a group whose policy is not `gang`.
@@ -95,14 +99,16 @@ impl GangScheduling {
     }
 
     /// The gang's members assumed or bound: those on a node of `snapshot` (assumed pods are
-    /// there) or bound since.
-    fn scheduled(&self, namespace: &str, group: &str, snapshot: &Snapshot) -> usize {
+    /// there) or bound since, and `pod` (being assumed now; the snapshot may not show it yet).
+    fn scheduled(&self, pod: &PodInfo, group: &str, snapshot: &Snapshot) -> usize {
+        let namespace = pod.namespace();
         let members = self.members().members(namespace, group);
         let bound = members
             .iter()
             .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
             .filter_map(|p| p.metadata.name.as_deref());
         let mut scheduled: HashSet<&str> = bound.collect();
+        scheduled.insert(pod.name());
         let names: HashSet<&str> = members
             .iter()
             .filter_map(|p| p.metadata.name.as_deref())
@@ -163,9 +169,8 @@ impl PermitPlugin for GangScheduling {
         let Some(min) = min_count(&pg) else {
             return (Status::success(), Duration::ZERO);
         };
-        // The snapshot of this cycle does not hold this pod yet: +1.
         let snapshot = self.handle.snapshot.load();
-        let scheduled = self.scheduled(namespace, group, &snapshot) + 1;
+        let scheduled = self.scheduled(pod, group, &snapshot);
         if scheduled < min {
             debug!(pod = %pod.key(), group, scheduled, min,
                 "quorum is not met for a gang; waiting for another pod to allow");
@@ -190,6 +195,31 @@ impl PermitPlugin for GangScheduling {
     }
 }
 
+impl PlacementFeasiblePlugin for GangScheduling {
+    /// Upstream's messages: the cycle stops once `minCount` can no longer be met.
+    fn placement_feasible(&self, group: &PodGroup, progress: PlacementProgress) -> Status {
+        let min = min_count(group).unwrap_or(1);
+        let PlacementProgress {
+            remaining,
+            scheduled,
+        } = progress;
+        if remaining + scheduled < min {
+            return Status::unschedulable(format!(
+                "minCount ({min}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
+            ));
+        }
+        if scheduled < min {
+            return Status::new(
+                Code::Wait,
+                format!(
+                    "minCount ({min}) is not yet satisfied: {scheduled} scheduled, {remaining} remaining"
+                ),
+            );
+        }
+        Status::success()
+    }
+}
+
 pub(crate) fn registration() -> PluginRegistration {
     PluginRegistration::new(
         GangScheduling::EXTENSION_POINTS,
@@ -200,9 +230,13 @@ pub(crate) fn registration() -> PluginRegistration {
         },
     )
     .with_informers(INFORMERS)
-    .with_rbac_rules(vec![policy_rule(
-        &["scheduling.k8s.io"],
-        &["podgroups", "workloads"],
-        &["get", "list", "watch"],
-    )])
+    .with_rbac_rules(vec![
+        policy_rule(
+            &["scheduling.k8s.io"],
+            &["podgroups", "workloads"],
+            &["get", "list", "watch"],
+        ),
+        // The group cycle writes the PodGroupInitiallyScheduled condition.
+        policy_rule(&["scheduling.k8s.io"], &["podgroups/status"], &["patch"]),
+    ])
 }

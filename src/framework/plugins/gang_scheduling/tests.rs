@@ -128,3 +128,45 @@ fn hints() {
     );
     assert!(!p.events_to_register().is_empty());
 }
+
+#[test]
+fn placement_feasible_waits_for_min_count_and_stops_when_it_cannot_be_met() {
+    let p = plugin();
+    let g = gang("g", 8);
+    let at = |remaining, scheduled| {
+        p.placement_feasible(
+            &g,
+            PlacementProgress {
+                remaining,
+                scheduled,
+            },
+        )
+    };
+    let s = at(8, 0);
+    assert_eq!(s.code(), Code::Wait);
+    assert_eq!(
+        s.message(),
+        "minCount (8) is not yet satisfied: 0 scheduled, 8 remaining"
+    );
+    let s = at(3, 4);
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert_eq!(
+        s.message(),
+        "minCount (8) cannot be satisfied: 4 scheduled, 3 remaining"
+    );
+    assert!(at(0, 8).is_success());
+    // A basic group (no gang policy) needs one member.
+    let basic: PodGroup = serde_json::from_value(json!({
+        "metadata": {"name": "b", "namespace": "ns"},
+        "spec": {"schedulingPolicy": {"basic": {}}},
+    }))
+    .expect("pod group");
+    let s = p.placement_feasible(
+        &basic,
+        PlacementProgress {
+            remaining: 1,
+            scheduled: 0,
+        },
+    );
+    assert_eq!(s.code(), Code::Wait);
+}

@@ -1,0 +1,505 @@
+//! A pod group's cycle (upstream 1.37's `podGroupCycle` and `podGroupSchedulingDefaultAlgorithm`):
+//! the members are tried in order on the cluster as the earlier members left it (each assumed
+//! and reserved), PlacementFeasible says after each whether the group can still meet its
+//! constraints (GangScheduling: `minCount`), and the group is placed whole or not at all.
+//!
+//! Upstream assumes the members in its snapshot, reverts them, then assumes them again in the
+//! cache for binding; ksched assumes them in the cache once (the next member's snapshot update
+//! sees them) and undoes them only when the group does not fit.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+
+use super::{Cycle, Failure, PodDecision, Reserved};
+use crate::framework::interface::{Code, PlacementProgress, Status};
+use crate::framework::listers::SCHEDULING_GROUP_MEMBERS;
+use crate::framework::plugins::default_preemption::pod_group_priority;
+use crate::framework::runtime::Framework;
+use crate::framework::types::{PodInfo, QueuedPodGroup};
+
+/// Upstream's `errPodGroupUnschedulable`: the first reason of a member placed in a group that
+/// was not.
+const POD_GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
+
+/// The condition a group cycle writes on its PodGroup.
+pub(crate) const POD_GROUP_INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
+
+/// What the cycle decided for a pod group.
+pub(crate) struct GroupDecision {
+    /// One per member, in the entity's order.
+    pub(crate) members: Vec<PodDecision>,
+    pub(crate) outcome: GroupOutcome,
+}
+
+/// The group's result: what its `PodGroupInitiallyScheduled` condition says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GroupOutcome {
+    /// At least `minCount` placed: the placed members go on to bind.
+    Scheduled(String),
+    /// Not placed; nothing of the group is left assumed.
+    Unschedulable(String),
+    Error(String),
+}
+
+impl GroupOutcome {
+    /// The condition's status, reason and message (upstream's `submitPodGroupAlgorithmResult`).
+    pub(crate) fn condition(&self) -> (&'static str, &'static str, &str) {
+        match self {
+            GroupOutcome::Scheduled(m) => ("True", "Scheduled", m),
+            GroupOutcome::Unschedulable(m) => ("False", "Unschedulable", m),
+            GroupOutcome::Error(m) => ("False", "SchedulerError", m),
+        }
+    }
+}
+
+/// One member's try in the group cycle.
+enum Tried {
+    Placed(Reserved),
+    Failed(Failure),
+}
+
+impl Cycle {
+    /// The group cycle: every member tried, then all placed members permitted, or all undone.
+    pub(crate) fn schedule_group(
+        &self,
+        fwk: &Arc<Framework>,
+        group: &QueuedPodGroup,
+        started: Instant,
+    ) -> GroupDecision {
+        if let Err(message) = validate(group) {
+            return all_failed(group, &message);
+        }
+        let (tried, mut status) = self.try_members(fwk, group);
+        if let Some(m) = &self.metrics {
+            m.scheduling_algorithm_duration
+                .observe(started.elapsed().as_secs_f64());
+        }
+        let any_placed = tried.iter().any(|t| matches!(t, Tried::Placed(_)));
+        if status.is_success() && any_placed {
+            return self.permit_members(
+                fwk,
+                group,
+                tried,
+                GroupOutcome::Scheduled(status.message()),
+            );
+        }
+        if status.is_success() {
+            // The framework needs at least one member placed to call the group scheduled.
+            status = unschedulable(&Status::success());
+        }
+        // Not placed: the members placed are undone before the group's PostFilter looks.
+        let tried = self.undo_placed(fwk, tried);
+        // Members not tried are told the status as it was before PodGroupPostFilter's word.
+        let before_post_filter = status.clone();
+        if status.code() == Code::Unschedulable {
+            let post_filter = self.pod_group_post_filter(fwk, group);
+            if post_filter.code() == Code::Error {
+                status = post_filter;
+            } else {
+                status.append_reason(post_filter.message());
+            }
+        }
+        reject_members(group, tried, &status, &before_post_filter)
+    }
+
+    /// Every placed member undone, last first: what is left of each is whether it failed on
+    /// its own and whether it had a nomination to clear.
+    fn undo_placed(&self, fwk: &Framework, tried: Vec<Tried>) -> Vec<Result<bool, Failure>> {
+        let mut out: Vec<Result<bool, Failure>> = Vec::with_capacity(tried.len());
+        let mut placed = Vec::new();
+        for (i, t) in tried.into_iter().enumerate() {
+            match t {
+                Tried::Placed(reserved) => {
+                    placed.push((i, reserved));
+                    out.push(Ok(false));
+                }
+                Tried::Failed(failure) => out.push(Err(failure)),
+            }
+        }
+        for (i, mut reserved) in placed.into_iter().rev() {
+            self.undo(fwk, &mut reserved);
+            out[i] = Ok(!reserved.assumed.nominated_node_name().is_empty());
+        }
+        out
+    }
+
+    /// PodGroupPostFilter on the cluster as it was before the group's cycle.
+    fn pod_group_post_filter(&self, fwk: &Framework, group: &QueuedPodGroup) -> Status {
+        let snapshot = self.snapshot();
+        let members: Vec<Arc<PodInfo>> = group.members.iter().map(|m| m.pod_info.clone()).collect();
+        fwk.run_pod_group_post_filter_plugins(&group.group, &members, &snapshot)
+    }
+
+    /// Tries each member in turn, asking PlacementFeasible before the first and after each; the
+    /// members tried (the rest were not) and the group's status.
+    fn try_members(&self, fwk: &Framework, group: &QueuedPodGroup) -> (Vec<Tried>, Status) {
+        let mut progress = PlacementProgress {
+            remaining: group.members.len(),
+            scheduled: self.scheduled_before(fwk, group),
+        };
+        let mut tried = Vec::with_capacity(group.members.len());
+        let mut status = fwk.run_placement_feasible_plugins(&group.group, progress);
+        if status.code() == Code::Error {
+            return (tried, feasibility_error(&status));
+        }
+        if status.code() == Code::Unschedulable {
+            return (tried, unschedulable(&status));
+        }
+        for member in &group.members {
+            let result = self.try_member(fwk, &member.pod_info);
+            if let Tried::Failed(f) = &result
+                && !f.unschedulable
+            {
+                let message = format!(
+                    "failed to schedule other pod from a pod group: {}",
+                    f.message
+                );
+                tried.push(result);
+                return (tried, Status::error(message));
+            }
+            progress.remaining -= 1;
+            if matches!(result, Tried::Placed(_)) {
+                progress.scheduled += 1;
+            }
+            tried.push(result);
+            status = fwk.run_placement_feasible_plugins(&group.group, progress);
+            match status.code() {
+                Code::Error => return (tried, feasibility_error(&status)),
+                Code::Unschedulable => break,
+                _ => {}
+            }
+        }
+        if status.is_wait() {
+            status = unschedulable(&status);
+        }
+        (tried, status)
+    }
+
+    /// One member: a node on the snapshot as the members before it left the cluster (no
+    /// PostFilter: the group's preemption is the group's), then assume and Reserve.
+    fn try_member(&self, fwk: &Framework, pod: &Arc<PodInfo>) -> Tried {
+        let snapshot = self.snapshot();
+        let mut state = self.new_state();
+        let host = self.select_host(fwk, &mut state, pod, &snapshot);
+        drop(snapshot);
+        match host {
+            Ok(host) => match self.assume_and_reserve(fwk, state, pod, host) {
+                Ok(reserved) => Tried::Placed(reserved),
+                Err(failure) => Tried::Failed(*failure),
+            },
+            Err(failure) => Tried::Failed(*failure),
+        }
+    }
+
+    /// The group's members already bound or assumed before this cycle (upstream's
+    /// `ScheduledPodsCount`).
+    fn scheduled_before(&self, fwk: &Framework, group: &QueuedPodGroup) -> usize {
+        let namespace = group
+            .group
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default();
+        let name = group.group.metadata.name.as_deref().unwrap_or_default();
+        let queued: BTreeSet<String> = group.members.iter().map(|m| m.pod_info.key()).collect();
+        let members = fwk
+            .handle()
+            .listers
+            .store(&SCHEDULING_GROUP_MEMBERS)
+            .members(namespace, name);
+        members
+            .iter()
+            .filter(|p| {
+                let key = format!(
+                    "{namespace}/{}",
+                    p.metadata.name.as_deref().unwrap_or_default()
+                );
+                let bound = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+                !queued.contains(&key) && (bound || self.cache.is_assumed(&key))
+            })
+            .count()
+    }
+
+    /// The group fits: Permit for each placed member, in order, on a snapshot that shows them
+    /// all (GangScheduling's Permit then lets each through at once).
+    fn permit_members(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+        tried: Vec<Tried>,
+        outcome: GroupOutcome,
+    ) -> GroupDecision {
+        drop(self.snapshot());
+        let mut members: Vec<PodDecision> = tried
+            .into_iter()
+            .map(|t| match t {
+                Tried::Placed(reserved) => self.permit(fwk, reserved),
+                Tried::Failed(failure) => PodDecision::Failed(failure),
+            })
+            .collect();
+        // Every member is tried when the group fits; this only keeps the lists aligned.
+        while members.len() < group.members.len() {
+            members.push(PodDecision::Failed(group_failure(
+                false,
+                POD_GROUP_UNSCHEDULABLE.into(),
+            )));
+        }
+        GroupDecision { members, outcome }
+    }
+}
+
+/// The group does not fit (its placed members already undone): a member placed is rejected with
+/// the group's message, one that failed keeps its own reason, one not tried gets the group's
+/// status as it was when the cycle stopped (upstream's `submitPodGroupAlgorithmResult`).
+fn reject_members(
+    group: &QueuedPodGroup,
+    tried: Vec<Result<bool, Failure>>,
+    status: &Status,
+    before_post_filter: &Status,
+) -> GroupDecision {
+    let error = status.code() == Code::Error;
+    let mut members: Vec<PodDecision> = Vec::with_capacity(group.members.len());
+    for t in tried {
+        let failure = match t {
+            Err(own) => own,
+            Ok(had_nomination) => {
+                let message = if error {
+                    status.message()
+                } else {
+                    format!("{POD_GROUP_UNSCHEDULABLE}, {}", status.message())
+                };
+                let mut failure = group_failure(error, message);
+                if had_nomination {
+                    failure.nominated = Some(String::new());
+                }
+                failure
+            }
+        };
+        members.push(PodDecision::Failed(failure));
+    }
+    while members.len() < group.members.len() {
+        let message = before_post_filter.message();
+        members.push(PodDecision::Failed(group_failure(error, message)));
+    }
+    let outcome = if error {
+        GroupOutcome::Error(status.message())
+    } else {
+        GroupOutcome::Unschedulable(status.message())
+    };
+    GroupDecision { members, outcome }
+}
+
+/// Upstream's `validatePodGroup`: one scheduler, the group's priority and one preemption
+/// policy for all members.
+fn validate(group: &QueuedPodGroup) -> Result<(), String> {
+    let Some(first) = group.members.first() else {
+        return Ok(());
+    };
+    let scheduler = first.pod_info.scheduler_name();
+    let priority = pod_group_priority(&group.group);
+    let policy = preemption_policy(&first.pod_info);
+    for m in &group.members {
+        let pod = &m.pod_info;
+        if pod.scheduler_name() != scheduler {
+            return Err(format!(
+                "all pods in a single pod group should have the same .spec.schedulerName set, got: {:?} and {scheduler:?}",
+                pod.scheduler_name()
+            ));
+        }
+        if pod.priority() != priority {
+            return Err(format!(
+                "all pods in a single pod group should have the same priority as the pod group's priority, got {} and {priority}",
+                pod.priority()
+            ));
+        }
+        if preemption_policy(pod) != policy {
+            return Err(format!(
+                "all pods in a single pod group should have the same preemption policy, got {} and {policy}",
+                preemption_policy(pod)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The pod's preemption policy, `PreemptLowerPriority` when unset.
+fn preemption_policy(pod: &PodInfo) -> &str {
+    pod.spec()
+        .and_then(|s| s.preemption_policy.as_deref())
+        .unwrap_or("PreemptLowerPriority")
+}
+
+/// Every member failed with the group's error.
+fn all_failed(group: &QueuedPodGroup, message: &str) -> GroupDecision {
+    let members = group
+        .members
+        .iter()
+        .map(|_| PodDecision::Failed(group_failure(true, message.to_string())))
+        .collect();
+    GroupDecision {
+        members,
+        outcome: GroupOutcome::Error(message.to_string()),
+    }
+}
+
+/// A member's failure for the group's status: an error, or unschedulable (no plugin of its
+/// own rejected it: any event may help, as upstream requeues such a pod).
+fn group_failure(error: bool, message: String) -> Failure {
+    if error {
+        Failure::error(message)
+    } else {
+        Failure::unschedulable(message)
+    }
+}
+
+/// Unschedulable with the group's error first (upstream's `.WithError(errPodGroupUnschedulable)`).
+fn unschedulable(status: &Status) -> Status {
+    let mut reasons = vec![POD_GROUP_UNSCHEDULABLE.to_string()];
+    reasons.extend(status.reasons().iter().cloned());
+    Status::with_reasons(Code::Unschedulable, reasons)
+}
+
+fn feasibility_error(status: &Status) -> Status {
+    Status::error(format!(
+        "failed to evaluate placement feasibility: {}",
+        status.message()
+    ))
+}
+
+/// The strategic-merge patch of `group`'s status setting its `PodGroupInitiallyScheduled`
+/// condition as `outcome` says; `None` when nothing changes or the group was scheduled before
+/// (a later cycle for extra members does not take that back), as upstream's
+/// `updatePodGroupCondition`.
+pub(crate) fn condition_patch(
+    group: &PodGroup,
+    outcome: &GroupOutcome,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<serde_json::Value> {
+    let (status, reason, message) = outcome.condition();
+    let conditions = group
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let existing = conditions
+        .iter()
+        .find(|c| c.type_ == POD_GROUP_INITIALLY_SCHEDULED);
+    let generation = group.metadata.generation;
+    if let Some(c) = existing {
+        if c.status == "True" && status != "True" {
+            return None;
+        }
+        if c.status == status
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == generation
+        {
+            return None;
+        }
+    }
+    // The transition time moves only when the status does.
+    let transition = match existing {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+    };
+    Some(serde_json::json!({
+        "conditions": [{
+            "type": POD_GROUP_INITIALLY_SCHEDULED,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "observedGeneration": generation,
+            "lastTransitionTime": transition,
+        }]
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    use super::*;
+    use crate::framework::types::QueuedPodInfo;
+
+    fn group(conditions: serde_json::Value) -> PodGroup {
+        serde_json::from_value(json!({
+            "metadata": {"name": "g", "namespace": "ns", "generation": 2},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            "status": {"conditions": conditions},
+        }))
+        .expect("pod group")
+    }
+
+    fn condition(status: &str, reason: &str, message: &str) -> serde_json::Value {
+        json!({"type": POD_GROUP_INITIALLY_SCHEDULED, "status": status, "reason": reason,
+               "message": message, "observedGeneration": 2,
+               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn the_condition_is_written_when_it_changes_and_never_taken_back_from_true() {
+        let now = Timestamp::now();
+        let unschedulable = GroupOutcome::Unschedulable("minCount (2) cannot be satisfied".into());
+        let patch =
+            condition_patch(&group(json!([])), &unschedulable, now).expect("a new condition");
+        assert_eq!(patch["conditions"][0]["status"], "False");
+        assert_eq!(patch["conditions"][0]["reason"], "Unschedulable");
+        assert_eq!(patch["conditions"][0]["observedGeneration"], 2);
+        // The same again: nothing to write.
+        let same = group(json!([condition(
+            "False",
+            "Unschedulable",
+            "minCount (2) cannot be satisfied"
+        )]));
+        assert_eq!(condition_patch(&same, &unschedulable, now), None);
+        // Another message, same status: the transition time stays.
+        let other = GroupOutcome::Unschedulable("another reason".into());
+        let patch = condition_patch(&same, &other, now).expect("a new message");
+        assert_eq!(
+            patch["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        // Scheduled once: a later cycle for extra members does not take it back.
+        let scheduled = group(json!([condition("True", "Scheduled", "")]));
+        assert_eq!(condition_patch(&scheduled, &unschedulable, now), None);
+        let patch = condition_patch(&same, &GroupOutcome::Scheduled(String::new()), now)
+            .expect("scheduled");
+        assert_eq!(patch["conditions"][0]["status"], "True");
+        assert_ne!(
+            patch["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+    }
+
+    fn member(name: &str, scheduler: &str, priority: i32) -> QueuedPodInfo {
+        let pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"schedulerName": scheduler, "priority": priority, "containers": []},
+        }))
+        .expect("pod");
+        QueuedPodInfo::new(Arc::new(PodInfo::new(Arc::new(pod))), Instant::now())
+    }
+
+    #[test]
+    fn a_group_whose_pods_differ_in_scheduler_or_priority_is_refused_as_upstream_does() {
+        let g = Arc::new(group(json!([])));
+        let ok = QueuedPodGroup::new(g.clone(), vec![member("a", "s", 0), member("b", "s", 0)]);
+        assert_eq!(validate(&ok), Ok(()));
+        let two = QueuedPodGroup::new(g.clone(), vec![member("a", "s", 0), member("b", "t", 0)]);
+        assert_eq!(
+            validate(&two),
+            Err("all pods in a single pod group should have the same .spec.schedulerName set, got: \"t\" and \"s\"".into())
+        );
+        let priority = QueuedPodGroup::new(g, vec![member("a", "s", 5)]);
+        assert_eq!(
+            validate(&priority),
+            Err("all pods in a single pod group should have the same priority as the pod group's priority, got 5 and 0".into())
+        );
+    }
+}

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 mod group;
 
-pub(crate) use group::{GroupDecision, GroupOutcome, condition_patch};
+pub(crate) use group::{GroupDecision, GroupOutcome, condition_patch, pod_group_of};
 
 use super::cache::Cache;
 use super::metrics::Metrics;

@@ -11,7 +11,9 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, error, warn};
 
-use super::cycle::{Cycle, Failure, GroupOutcome, PodDecision, Reserved, condition_patch};
+use super::cycle::{
+    Cycle, Failure, GroupOutcome, PodDecision, Reserved, condition_patch, pod_group_of,
+};
 use super::events::{REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Reporter};
 use super::leader_election::Leadership;
 use super::metrics::{AttemptLabels, CacheLabels, Metrics, SliLabels};
@@ -20,18 +22,12 @@ use crate::framework::api_calls::PatchStatus;
 use crate::framework::events::EVENT_ASSIGNED_POD_DELETE;
 use crate::framework::extender::Extender;
 use crate::framework::interface::Status;
-use crate::framework::listers::{
-    BySchedulingGroup, GroupOf, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
-};
 use crate::framework::metrics::OPERATION_BINDING;
 use crate::framework::registry::Handle;
 use crate::framework::runtime::Framework;
 use crate::framework::types::{
     AssignedPod, PodInfo, PodObject, QueuedEntity, QueuedPodGroup, QueuedPodInfo,
 };
-
-/// Kubernetes 1.37's workload-aware scheduling: PodGroup members scheduled in one group cycle.
-const GENERIC_WORKLOAD: &str = "GenericWorkload";
 
 /// The scheduler's scheduling and binding cycles over the parts they share (upstream's
 /// `Scheduler`).
@@ -106,32 +102,9 @@ impl Scheduler {
     /// a member of a known PodGroup brings its group's other waiting members along (upstream
     /// queues the group as one entity); any other pod is scheduled alone.
     fn entity_of(&self, qpi: QueuedPodInfo) -> QueuedEntity {
-        if !self.handle.emulation.enabled(GENERIC_WORKLOAD) {
-            return QueuedEntity::Pod(qpi);
-        }
-        let pod = &qpi.pod_info;
-        let Some(name) = BySchedulingGroup::group(&pod.pod) else {
+        let Some((group, others)) = pod_group_of(&self.handle, &qpi.pod_info) else {
             return QueuedEntity::Pod(qpi);
         };
-        let listers = &self.handle.listers;
-        let namespace = pod.namespace();
-        let Some(group) = listers.store(&WORKLOAD_POD_GROUPS).get(namespace, name) else {
-            return QueuedEntity::Pod(qpi);
-        };
-        let own = pod.key();
-        let others: Vec<String> = listers
-            .store(&SCHEDULING_GROUP_MEMBERS)
-            .members(namespace, name)
-            .iter()
-            .filter(|p| p.spec.as_ref().is_none_or(|s| s.node_name.is_none()))
-            .map(|p| {
-                format!(
-                    "{namespace}/{}",
-                    p.metadata.name.as_deref().unwrap_or_default()
-                )
-            })
-            .filter(|key| *key != own)
-            .collect();
         let mut members = self.queue.take(&others);
         members.push(qpi);
         QueuedEntity::Group(QueuedPodGroup::new(group, members))

@@ -155,7 +155,7 @@ fn random_pod(rng: &mut fastrand::Rng, i: usize) -> Pod {
 
 /// The decisions of `ksched simulate`'s first pass.
 fn simulated(nodes: &[Node], running: &[Pod], pending: &[Pod]) -> HashMap<String, Decided> {
-    let profile = profile::load(None, &[], &Registry::in_tree()).expect("default profile");
+    let profile = profile::load(None, &[], &Registry::in_tree(), &[]).expect("default profile");
     let registry = offline_registry(Registry::in_tree());
     let mut state = ClusterState {
         nodes: nodes.to_vec(),
@@ -188,7 +188,7 @@ fn simulated(nodes: &[Node], running: &[Pod], pending: &[Pod]) -> HashMap<String
 /// The decisions of `ksched scheduler`: its queue, cycles and failure handler, binding through
 /// a recording API, over a cache filled as its informers fill it.
 async fn scheduled(nodes: &[Node], running: &[Pod], pending: &[Pod]) -> HashMap<String, Decided> {
-    let profile = profile::load(None, &[], &Registry::in_tree()).expect("default profile");
+    let profile = profile::load(None, &[], &Registry::in_tree(), &[]).expect("default profile");
     let config = &profile.config;
     let registry = offline_registry(Registry::in_tree());
     let api = Arc::new(RecordingApi::default());

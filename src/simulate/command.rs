@@ -68,6 +68,10 @@ pub struct SimulateArgs {
     /// Exit 3 when a pod would stay Pending (unschedulable, held at Permit, or a plugin error).
     #[arg(long)]
     pub fail_on_pending: bool,
+    /// Feature gates of the simulated scheduler, as kube-scheduler's flag
+    /// (`GenericWorkload=true`: PodGroup members placed all or nothing in one group cycle).
+    #[arg(long, value_name = "GATE=BOOL,...")]
+    pub feature_gates: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,8 +155,13 @@ fn run(args: &SimulateArgs) -> Result<ExitCode, CommandError> {
         .iter()
         .map(|p| read(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let profile = profile::load(profile_input.as_ref(), &policies, &registry)
-        .map_err(|e| CommandError::Message(format!("the profile cannot be simulated:\n{e}")))?;
+    let profile = profile::load(
+        profile_input.as_ref(),
+        &policies,
+        &registry,
+        &args.feature_gates,
+    )
+    .map_err(|e| CommandError::Message(format!("the profile cannot be simulated:\n{e}")))?;
     let needs = needs(&profile, &registry)?;
     let state = match (&args.kubeconfig, &args.snapshot) {
         (Some(kubeconfig), _) => {

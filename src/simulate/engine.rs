@@ -32,9 +32,9 @@ use crate::framework::plugins::network_traffic;
 use crate::framework::registry::{Handle, Registry};
 use crate::framework::runtime::{Framework, FrameworkError};
 use crate::framework::schedule::Algorithm;
-use crate::framework::types::{PodInfo, QueuedEntity, QueuedPodInfo, Snapshot};
+use crate::framework::types::{PodInfo, QueuedEntity, QueuedPodGroup, QueuedPodInfo, Snapshot};
 use crate::scheduler::cache::Cache;
-use crate::scheduler::cycle::{Cycle, Failure, PodDecision, Reserved};
+use crate::scheduler::cycle::{Cycle, Failure, PodDecision, Reserved, pod_group_of};
 use crate::scheduler::queue::Nominator;
 use crate::scheduler::run::{SchedulerError, build_frameworks, scheduling_queue};
 use crate::scheduler::trim::{assigned_pod, trim_pod};
@@ -324,7 +324,9 @@ impl Simulation {
         } = state;
         let api = Arc::new(RecordingApi::default());
         let nominator = Arc::new(Nominator::new());
-        let mut handle = Handle::new(api.clone()).with_nominator(nominator.clone());
+        let mut handle = Handle::new(api.clone())
+            .with_nominator(nominator.clone())
+            .with_emulation(config.emulation.clone());
         handle.listers = Arc::new(listers);
         let (frameworks, informers) = build_frameworks(config, registry, &handle)?;
         let cache = Arc::new(Cache::default());
@@ -433,11 +435,24 @@ impl Simulation {
             let Some(qpi) = futures::executor::block_on(queue.pop()) else {
                 break;
             };
-            let key = qpi.pod_info.key();
-            let result = self.try_once(&qpi, self.results.len());
-            self.results.push(result);
-            queue.done(&key);
-            popped.push(qpi);
+            // A member of a PodGroup brings its group's waiting members, as in the scheduler.
+            let entity = match pod_group_of(&self.handle, &qpi.pod_info) {
+                Some((group, others)) => {
+                    let mut members = queue.take(&others);
+                    members.push(qpi);
+                    QueuedEntity::Group(QueuedPodGroup::new(group, members))
+                }
+                None => QueuedEntity::Pod(qpi),
+            };
+            let first = self.results.len();
+            let indexes: Vec<usize> = (first..first + entity.pods().count()).collect();
+            let results = self.try_entity(&entity, &indexes);
+            self.results.extend(results);
+            let (members, _) = entity.into_members();
+            for qpi in members {
+                queue.done(&qpi.pod_info.key());
+                popped.push(qpi);
+            }
             self.settle_waiting();
             progress(self.results.len());
         }
@@ -459,13 +474,20 @@ impl Simulation {
         // A pass goes on only when the previous one left fewer pods unschedulable (a gang member
         // may turn back when Permit rejects its group), so the passes end.
         while before > 0 {
-            for (index, qpi) in popped.iter().enumerate() {
+            let mut index = 0;
+            while index < popped.len() {
                 if self.results[index].result != Outcome::Unschedulable {
+                    index += 1;
                     continue;
                 }
-                let retried = self.try_once(qpi, index);
-                self.results[index] = retried;
+                // A group's unschedulable members are tried again together.
+                let (entity, indexes) = self.retried_entity(popped, index);
+                let retried = self.try_entity(&entity, &indexes);
+                for (i, r) in indexes.iter().zip(retried) {
+                    self.results[*i] = r;
+                }
                 self.settle_waiting();
+                index += 1;
             }
             let after = unschedulable(&self.results);
             if after >= before {
@@ -475,36 +497,70 @@ impl Simulation {
         }
     }
 
-    /// One scheduling cycle (the scheduler's, up to Permit) for `qpi`; `index` is where its
-    /// result goes in `self.results`. What PostFilter hands over (preemption's evictions) lands in
-    /// the recording API, and is reported as what the preemption would do.
-    fn try_once(&mut self, qpi: &QueuedPodInfo, index: usize) -> PodResult {
-        let pod = qpi.pod_info.clone();
-        let fwk = self.framework_for(&pod);
+    /// The entity to retry for the unschedulable pod `popped[index]`: the pod alone, or with the
+    /// other unschedulable members of its PodGroup (they come after it, their results go to
+    /// their own indexes); and those indexes.
+    fn retried_entity(&self, popped: &[QueuedPodInfo], index: usize) -> (QueuedEntity, Vec<usize>) {
+        let qpi = &popped[index];
+        let Some((group, others)) = pod_group_of(&self.handle, &qpi.pod_info) else {
+            return (QueuedEntity::Pod(qpi.clone()), vec![index]);
+        };
+        let mut indexes = vec![index];
+        indexes.extend((0..popped.len()).filter(|&i| {
+            i != index
+                && self.results[i].result == Outcome::Unschedulable
+                && others.contains(&popped[i].pod_info.key())
+        }));
+        let group =
+            QueuedPodGroup::new(group, indexes.iter().map(|&i| popped[i].clone()).collect());
+        // The group's order decides; the indexes follow it.
+        let indexes = group
+            .members
+            .iter()
+            .filter_map(|m| {
+                indexes
+                    .iter()
+                    .copied()
+                    .find(|&i| popped[i].pod_info.key() == m.pod_info.key())
+            })
+            .collect();
+        (QueuedEntity::Group(group), indexes)
+    }
+
+    /// One scheduling cycle (the scheduler's, up to Permit) for `entity`; the result of its `i`th
+    /// pod goes to `self.results[indexes[i]]`. What PostFilter hands over
+    /// (preemption's evictions) lands in the recording API, and is reported as what the
+    /// preemption would do.
+    fn try_entity(&mut self, entity: &QueuedEntity, indexes: &[usize]) -> Vec<PodResult> {
+        let pods: Vec<Arc<PodInfo>> = entity.pods().cloned().collect();
+        let Some(first) = pods.first() else {
+            return Vec::new();
+        };
+        let fwk = self.framework_for(first);
         self.api.clear();
-        let entity = QueuedEntity::Pod(qpi.clone());
         let (decisions, _) = self
             .cycle
-            .schedule(&fwk, &entity, Instant::now())
+            .schedule(&fwk, entity, Instant::now())
             .into_parts();
-        let Some(decision) = decisions.into_iter().next() else {
-            return result(&pod, Outcome::Error, None, "no decision for the pod".into());
-        };
-        match decision {
-            PodDecision::Assumed(reserved) if reserved.waiting => {
-                self.waiting.push(Waiting {
-                    index,
-                    fwk,
-                    reserved,
-                });
-                // The message is written once the simulation ends and the pod still waits.
-                result(&pod, Outcome::Waiting, None, String::new())
-            }
-            PodDecision::Assumed(reserved) => {
-                result(&pod, Outcome::Scheduled, Some(reserved.host), String::new())
-            }
-            PodDecision::Failed(failure) => self.failed(&pod, failure),
-        }
+        pods.iter()
+            .zip(decisions)
+            .zip(indexes)
+            .map(|((pod, decision), &index)| match decision {
+                PodDecision::Assumed(reserved) if reserved.waiting => {
+                    self.waiting.push(Waiting {
+                        index,
+                        fwk: fwk.clone(),
+                        reserved,
+                    });
+                    // The message is written once the simulation ends and the pod still waits.
+                    result(pod, Outcome::Waiting, None, String::new())
+                }
+                PodDecision::Assumed(reserved) => {
+                    result(pod, Outcome::Scheduled, Some(reserved.host), String::new())
+                }
+                PodDecision::Failed(failure) => self.failed(pod, failure),
+            })
+            .collect()
     }
 
     /// A pod not placed: the message the FailedScheduling event would carry, every node's
@@ -784,7 +840,7 @@ mod tests {
     }
 
     fn default_profile() -> SimulatedProfile {
-        profile::load(None, &[], &Registry::in_tree()).expect("default profile")
+        profile::load(None, &[], &Registry::in_tree(), &[]).expect("default profile")
     }
 
     fn run(items: Vec<Value>, profile: &SimulatedProfile, request: Request) -> Report {
@@ -971,7 +1027,7 @@ mod tests {
             name: "gang.yaml".into(),
             text: ksc.into(),
         };
-        profile::load(Some(&input), &[], &Registry::in_tree()).expect("gang profile")
+        profile::load(Some(&input), &[], &Registry::in_tree(), &[]).expect("gang profile")
     }
 
     fn member(name: &str, group: &str, cpu: &str) -> Value {
@@ -1039,6 +1095,89 @@ mod tests {
             "{:?}",
             r.pods[0]
         );
+    }
+
+    /// The default profile with GenericWorkload on (GangScheduling joins it; group cycles).
+    fn workload_profile() -> SimulatedProfile {
+        profile::load(
+            None,
+            &[],
+            &Registry::in_tree(),
+            &["GenericWorkload=true".into()],
+        )
+        .expect("profile with GenericWorkload")
+    }
+
+    fn workload_member(name: &str, group: &str, cpu: &str) -> Value {
+        pod(
+            name,
+            cpu,
+            json!({"schedulingGroup": {"podGroupName": group}}),
+        )
+    }
+
+    fn workload_gang(name: &str, min: i32) -> Value {
+        json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+               "metadata": {"name": name, "namespace": "ns"},
+               "spec": {"schedulingPolicy": {"gang": {"minCount": min}}}})
+    }
+
+    #[test]
+    fn a_workload_gang_is_placed_whole_or_not_at_all_in_one_group_cycle() {
+        let profile = workload_profile();
+        let gang = |members: usize, cpu: &str| {
+            let mut items = vec![
+                node("a", "2", json!({}), json!({})),
+                node("b", "2", json!({}), json!({})),
+                workload_gang("g", 4),
+            ];
+            items.extend((0..members).map(|i| workload_member(&format!("m{i}"), "g", cpu)));
+            run(items, &profile, Request::Pending { all: false })
+        };
+        // Four 1-CPU members on two 2-CPU nodes: all placed.
+        let r = gang(4, "1");
+        assert!(
+            r.pods.iter().all(|p| p.result == Outcome::Scheduled),
+            "{:?}",
+            placements(&r)
+        );
+        // Four 2-CPU members: two would fit, so none is placed; the group's message says why.
+        let r = gang(4, "2");
+        assert!(
+            r.pods
+                .iter()
+                .all(|p| p.result == Outcome::Unschedulable && p.node.is_none()),
+            "{:?}",
+            placements(&r)
+        );
+        let messages: Vec<&str> = r.pods.iter().map(|p| p.message.as_str()).collect();
+        assert!(
+            messages.contains(&"pod group is unschedulable, minCount (4) cannot be satisfied: 2 scheduled, 1 remaining, pod group preemption: No preemption victims found for incoming preemptor"),
+            "{messages:?}"
+        );
+        assert!(
+            messages.contains(&"minCount (4) cannot be satisfied: 2 scheduled, 1 remaining"),
+            "{messages:?}"
+        );
+        // Without the gate the members are pods like any other: two are placed.
+        let r = run(
+            vec![
+                node("a", "2", json!({}), json!({})),
+                node("b", "2", json!({}), json!({})),
+                workload_gang("g", 4),
+                workload_member("m0", "g", "2"),
+                workload_member("m1", "g", "2"),
+                workload_member("m2", "g", "2"),
+            ],
+            &default_profile(),
+            Request::Pending { all: false },
+        );
+        let placed = r
+            .pods
+            .iter()
+            .filter(|p| p.result == Outcome::Scheduled)
+            .count();
+        assert_eq!(placed, 2, "{:?}", placements(&r));
     }
 
     #[test]

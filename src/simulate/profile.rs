@@ -7,6 +7,7 @@ use kube::ResourceExt;
 
 use crate::api::LeafClusterPolicy;
 use crate::config::{self, Config, PluginCatalog};
+use crate::emulation::{Emulation, Minor};
 use crate::framework::plugins::leaf::default_leaf_node_selector;
 use crate::operator::render::{self, RenderOptions};
 use crate::operator::render_cli::{Input, ParsedInputs, parse_inputs};
@@ -31,12 +32,16 @@ const DEFAULT_CONFIG: &str =
     "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
 
 /// Loads `profile` (a SchedulerProfile, or a KubeSchedulerConfiguration; `None`: upstream's
-/// default profile, `default-scheduler`) with the LeafClusterPolicies in `policies`.
+/// default profile, `default-scheduler`) with the LeafClusterPolicies in `policies`, as the newest
+/// minor's kube-scheduler with `feature_gates` (`--feature-gates` syntax) reads it.
 pub fn load(
     profile: Option<&Input>,
     policies: &[Input],
     catalog: &dyn PluginCatalog,
+    feature_gates: &[String],
 ) -> Result<SimulatedProfile, ProfileError> {
+    let emulation = Emulation::with_gates(Minor::NEWEST, feature_gates)
+        .map_err(|e| ProfileError(vec![format!("error: --feature-gates: {e}")]))?;
     let configuration = match profile {
         None => Some(Input {
             name: "the default configuration".into(),
@@ -55,7 +60,7 @@ pub fn load(
                 input.name
             )]));
         }
-        let loaded = config::load(input.text.as_bytes(), catalog).map_err(|e| {
+        let loaded = config::load_at(input.text.as_bytes(), catalog, &emulation).map_err(|e| {
             let mut lines: Vec<String> =
                 e.warnings.iter().map(|w| format!("warning: {w}")).collect();
             lines.extend(
@@ -97,7 +102,7 @@ pub fn load(
         return Err(ProfileError(errors));
     }
     let (file, sp) = &profiles[0];
-    render_profile(file, sp, &policies, catalog)
+    render_profile(file, sp, &policies, catalog, &emulation)
 }
 
 /// Renders a SchedulerProfile as the operator does; an invalid spec or policy is an error here
@@ -107,6 +112,7 @@ fn render_profile(
     profile: &crate::api::SchedulerProfile,
     policies: &[LeafClusterPolicy],
     catalog: &dyn PluginCatalog,
+    emulation: &Emulation,
 ) -> Result<SimulatedProfile, ProfileError> {
     let opts = RenderOptions {
         namespace: render::DEFAULT_NAMESPACE.into(),
@@ -140,7 +146,7 @@ fn render_profile(
                 .collect(),
         ));
     }
-    let loaded = config::load(rendered.config_yaml.as_bytes(), catalog)
+    let loaded = config::load_at(rendered.config_yaml.as_bytes(), catalog, emulation)
         .map_err(|e| ProfileError(vec![format!("error: the rendered configuration: {e}")]))?;
     let naming = render::policies_naming(&rendered.profile, policies);
     let leaf_selectors = if policies.is_empty() {
@@ -189,6 +195,7 @@ mod tests {
             Some(&input("p.yaml", PROFILE)),
             &[input("pol.yaml", POLICY)],
             &reg,
+            &[],
         )
         .expect("load");
         let profile = &p.config.profiles[0];
@@ -218,15 +225,16 @@ mod tests {
     #[test]
     fn configurations_defaults_and_errors() {
         let reg = Registry::in_tree();
-        let d = load(None, &[], &reg).expect("default");
+        let d = load(None, &[], &reg, &[]).expect("default");
         assert_eq!(d.config.profiles[0].scheduler_name, "default-scheduler");
         let ksc = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: a\n- schedulerName: b\n";
-        let k = load(Some(&input("k.yaml", ksc)), &[], &reg).expect("ksc");
+        let k = load(Some(&input("k.yaml", ksc)), &[], &reg, &[]).expect("ksc");
         assert_eq!(k.config.profiles.len(), 2);
         let e = load(
             Some(&input("k.yaml", ksc)),
             &[input("pol.yaml", POLICY)],
             &reg,
+            &[],
         )
         .expect_err("policy with a configuration");
         assert!(
@@ -234,25 +242,26 @@ mod tests {
                 .contains("--policy applies to a SchedulerProfile")
         );
         let bad = "kind: SchedulerProfile\nmetadata: {name: p}\nspec:\n  plugins:\n    filter:\n      enabled: [{name: NoSuchPlugin}]\n";
-        let e = load(Some(&input("bad.yaml", bad)), &[], &reg).expect_err("bad plugin");
+        let e = load(Some(&input("bad.yaml", bad)), &[], &reg, &[]).expect_err("bad plugin");
         assert!(
             e.to_string()
                 .contains("error: spec.plugins.filter.enabled[0]"),
             "{e}"
         );
-        let e = load(Some(&input("cm.yaml", "kind: ConfigMap\n")), &[], &reg).expect_err("kind");
+        let e =
+            load(Some(&input("cm.yaml", "kind: ConfigMap\n")), &[], &reg, &[]).expect_err("kind");
         assert!(
             e.to_string().contains("kind \"ConfigMap\" is not rendered"),
             "{e}"
         );
         let two = format!("{PROFILE}---\n{}", PROFILE.replace("hybrid", "other"));
-        let e = load(Some(&input("two.yaml", &two)), &[], &reg).expect_err("two");
+        let e = load(Some(&input("two.yaml", &two)), &[], &reg, &[]).expect_err("two");
         assert!(
             e.to_string().contains("exactly one SchedulerProfile"),
             "{e}"
         );
         let ksc_bad = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: a\n  plugins:\n    score:\n      enabled: [{name: Nope}]\n";
-        let e = load(Some(&input("k.yaml", ksc_bad)), &[], &reg).expect_err("ksc errors");
+        let e = load(Some(&input("k.yaml", ksc_bad)), &[], &reg, &[]).expect_err("ksc errors");
         assert!(e.to_string().contains("error: k.yaml:"), "{e}");
     }
 }

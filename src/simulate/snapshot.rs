@@ -279,9 +279,12 @@ impl ClusterState {
             "Node" => self.nodes.push(typed(v, item).map_err(err)?),
             "Pod" => self.pods.push(typed(v, item).map_err(err)?),
             other => {
-                let Some((of, _)) = self
-                    .snapshot_kinds()
-                    .find(|(k, _)| k.object_kind() == other)
+                // Two groups may name a kind alike (PodGroup: scheduling.x-k8s.io and, from 1.37,
+                // scheduling.k8s.io): the one of this apiVersion, else the first by that name.
+                let named = || self.snapshot_kinds().filter(|(k, _)| k.object_kind() == other);
+                let Some((of, _)) = named()
+                    .find(|(k, _)| k.api_version() == v)
+                    .or_else(|| named().next())
                 else {
                     return Err(err(format!(
                         "kind {other:?} is not part of a snapshot: expected one of {}",

@@ -15,8 +15,11 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use super::{Cycle, Failure, PodDecision, Reserved};
 use crate::framework::interface::{Code, PlacementProgress, Status};
-use crate::framework::listers::SCHEDULING_GROUP_MEMBERS;
+use crate::framework::listers::{
+    BySchedulingGroup, GroupOf, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
+};
 use crate::framework::plugins::default_preemption::pod_group_priority;
+use crate::framework::registry::Handle;
 use crate::framework::runtime::Framework;
 use crate::framework::types::{PodInfo, QueuedPodGroup};
 
@@ -290,6 +293,41 @@ fn reject_members(
         GroupOutcome::Unschedulable(status.message())
     };
     GroupDecision { members, outcome }
+}
+
+/// Kubernetes 1.37's workload-aware scheduling: PodGroup members scheduled in one group cycle.
+const GENERIC_WORKLOAD: &str = "GenericWorkload";
+
+/// The `scheduling.k8s.io` PodGroup `pod` is a member of, when workload-aware scheduling
+/// (GenericWorkload) is on and the group is known, with the keys of its other members not bound:
+/// what a popped member brings along into its group's cycle (upstream queues the group as one
+/// entity). `None`: the pod is scheduled alone.
+pub(crate) fn pod_group_of(handle: &Handle, pod: &PodInfo) -> Option<(Arc<PodGroup>, Vec<String>)> {
+    if !handle.emulation.enabled(GENERIC_WORKLOAD) {
+        return None;
+    }
+    let name = BySchedulingGroup::group(&pod.pod)?;
+    let namespace = pod.namespace();
+    let group = handle
+        .listers
+        .store(&WORKLOAD_POD_GROUPS)
+        .get(namespace, name)?;
+    let own = pod.key();
+    let others = handle
+        .listers
+        .store(&SCHEDULING_GROUP_MEMBERS)
+        .members(namespace, name)
+        .iter()
+        .filter(|p| p.spec.as_ref().is_none_or(|s| s.node_name.is_none()))
+        .map(|p| {
+            format!(
+                "{namespace}/{}",
+                p.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .filter(|key| *key != own)
+        .collect();
+    Some((group, others))
 }
 
 /// Upstream's `validatePodGroup`: one scheduler, the group's priority and one preemption

@@ -2,9 +2,10 @@
 //! scheduling, beta) on the real control plane, kube-apiserver serving the API
 //! (`--feature-gates=GenericWorkload=true`, `--runtime-config=scheduling.k8s.io/v1beta1=true`):
 //! `ksched scheduler --feature-gates=GenericWorkload=true` (GangScheduling joins its default
-//! profile, members are scheduled in one group cycle) binds a gang of 8 that fits completely, and
-//! none of a gang of 8 of which only 4 fit; for that gang, its PodGroup's condition and its pods'
-//! messages are those upstream kube-scheduler 1.37 writes with the same gate, on the same nodes.
+//! profile, a group's members are scheduled in one group cycle) binds a gang of 8 that fits
+//! completely, and a gang of 100; binds none of a gang of 8 of which only 4 fit; binds what fits
+//! of a basic group. For the last two, the PodGroup's condition and the members' messages are
+//! those upstream kube-scheduler 1.37 writes with the same gate, on the same nodes.
 
 mod support;
 
@@ -64,7 +65,7 @@ async fn members(pods: &Api<Pod>, group: &str, size: usize) -> Vec<Pod> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gang_that_fits_binds_completely_and_one_that_cannot_binds_none() {
+async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them() {
     let cp = cp();
     let client = cp.client().await;
     // Four nodes of 2 CPUs: eight 1-CPU pods fit exactly; of eight 2-CPU pods, four.
@@ -122,87 +123,165 @@ async fn a_gang_that_fits_binds_completely_and_one_that_cannot_binds_none() {
         Some(("True".into(), "Scheduled".into(), String::new()))
     );
 
-    // Room for the second gang: the first one goes.
-    for i in 0..8 {
-        let _ = pods.delete(&format!("fits-{i}"), &Default::default()).await;
-    }
-    poll(
-        "gang fits deleted",
-        Duration::from_secs(60),
-        logs,
-        async || members(&pods, "fits", 8).await.is_empty().then_some(()),
-    )
-    .await;
+    // Room for the next groups: the first one goes.
+    delete_members(&pods, "fits", 8, &logs).await;
 
     // A gang of 8 of which only 4 can be placed (2 CPUs each, one per node): none is bound;
-    // upstream first, then ksched, on the same four empty nodes.
+    // and a basic group of 6 such pods: 4 are bound, the group needs no quorum. Upstream first,
+    // then ksched, on the same four empty nodes.
     let upstream_name = "gangs-upstream";
     let upstream = upstream_scheduler(cp, upstream_name, &["--feature-gates=GenericWorkload=true"]);
     let up_ns = cp.namespace(&client, "gangs-upstream").await;
-    let theirs = too_big_gang(&client, &up_ns, upstream_name, &|| {
-        support::wait::tail(&upstream.logs(), 80)
-    })
+    let upstream_logs = || support::wait::tail(&upstream.logs(), 80);
+    let theirs_gang = group_outcome(
+        &client,
+        &up_ns,
+        upstream_name,
+        &upstream_logs,
+        gang("too-big", 8),
+        8,
+    )
+    .await;
+    let theirs_basic = group_outcome(
+        &client,
+        &up_ns,
+        upstream_name,
+        &upstream_logs,
+        basic("basic"),
+        6,
+    )
     .await;
     drop(upstream);
-    eprintln!("upstream: {theirs:?}");
-    let ours = too_big_gang(&client, &ns, name, &logs).await;
-    assert_eq!(ours, theirs, "ksched (left) and upstream (right) differ");
+    eprintln!("upstream: {theirs_gang:?}\n{theirs_basic:?}");
+    assert_eq!(theirs_gang.bound, 0, "upstream bound part of a gang");
+    // The nodes free again for ksched.
+    let up_pods: Api<Pod> = Api::namespaced(client.clone(), &up_ns);
+    delete_members(&up_pods, "basic", 6, &logs).await;
+    let ours_gang = group_outcome(&client, &ns, name, &logs, gang("too-big", 8), 8).await;
+    assert_eq!(
+        ours_gang, theirs_gang,
+        "gang: ksched (left) and upstream (right) differ"
+    );
+    let ours_basic = group_outcome(&client, &ns, name, &logs, basic("basic"), 6).await;
+    assert_eq!(
+        ours_basic, theirs_basic,
+        "basic group: ksched (left) and upstream (right) differ"
+    );
+    delete_members(&pods, "basic", 6, &logs).await;
+
+    // A gang of 100 small pods that fits: all bound, in group cycles.
+    groups
+        .create(&PostParams::default(), &gang("hundred", 100))
+        .await
+        .expect("PodGroup hundred");
+    for i in 0..100 {
+        pods.create(&PostParams::default(), &member("hundred", i, name, "50m"))
+            .await
+            .expect("create pod");
+    }
+    poll(
+        "all 100 of gang hundred bound",
+        Duration::from_secs(120),
+        logs,
+        async || {
+            let all = members(&pods, "hundred", 100).await;
+            (all.iter().filter_map(node).count() == 100).then_some(())
+        },
+    )
+    .await;
 }
 
-/// What a scheduler made of a gang of 8 two-CPU pods on the four nodes: its PodGroup's
-/// `PodGroupInitiallyScheduled` condition (status, reason, message) and its pods' messages,
-/// sorted; asserts that none was bound.
-async fn too_big_gang(
+/// Deletes the `size` members of `group` and waits until they are gone.
+async fn delete_members(pods: &Api<Pod>, group: &str, size: usize, logs: &dyn Fn() -> String) {
+    for i in 0..size {
+        let _ = pods
+            .delete(&format!("{group}-{i}"), &Default::default())
+            .await;
+    }
+    poll(
+        &format!("group {group} deleted"),
+        Duration::from_secs(60),
+        logs,
+        async || members(pods, group, size).await.is_empty().then_some(()),
+    )
+    .await;
+}
+
+/// A PodGroup `name` without a gang policy.
+fn basic(name: &str) -> PodGroup {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"basic": {}}},
+    }))
+    .expect("pod group")
+}
+
+/// What a scheduler made of `group` with `size` two-CPU members on the four nodes.
+#[derive(Debug, PartialEq, Eq)]
+struct GroupOutcome {
+    /// The PodGroup's `PodGroupInitiallyScheduled` condition: status, reason, message.
+    condition: Vec<String>,
+    /// The messages of the members not bound, sorted.
+    messages: Vec<String>,
+    bound: usize,
+}
+
+/// Creates `group` and its `size` members for `scheduler` and waits until every member is bound
+/// or says why not, then (a while later, so nothing is bound in part after) reads the outcome.
+async fn group_outcome(
     client: &kube::Client,
     ns: &str,
     scheduler: &str,
     logs: &dyn Fn() -> String,
-) -> (Vec<String>, Vec<String>) {
+    group: PodGroup,
+    size: usize,
+) -> GroupOutcome {
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = group.metadata.name.clone().unwrap_or_default();
     groups
-        .create(&PostParams::default(), &gang("too-big", 8))
+        .create(&PostParams::default(), &group)
         .await
         .expect("PodGroup");
-    for i in 0..8 {
-        pods.create(
-            &PostParams::default(),
-            &member("too-big", i, scheduler, "2"),
-        )
-        .await
-        .expect("create pod");
+    for i in 0..size {
+        pods.create(&PostParams::default(), &member(&name, i, scheduler, "2"))
+            .await
+            .expect("create pod");
     }
-    let condition = poll(
-        "gang too-big's PodGroup condition",
+    let read = async || {
+        let pg = groups.get(&name).await.ok()?;
+        let c = pg
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodGroupInitiallyScheduled")?;
+        let all = members(&pods, &name, size).await;
+        let bound = all.iter().filter_map(node).count();
+        let mut messages: Vec<String> = all
+            .iter()
+            .filter(|p| node(p).is_none())
+            .filter_map(unschedulable_message)
+            .collect();
+        messages.sort();
+        (bound + messages.len() == size).then_some(GroupOutcome {
+            condition: vec![c.status, c.reason, c.message],
+            messages,
+            bound,
+        })
+    };
+    poll(
+        &format!("every member of group {name} decided"),
         Duration::from_secs(90),
         logs,
-        async || {
-            let pg = groups.get("too-big").await.ok()?;
-            let c = pg
-                .status?
-                .conditions?
-                .into_iter()
-                .find(|c| c.type_ == "PodGroupInitiallyScheduled")?;
-            Some(vec![c.status, c.reason, c.message])
-        },
+        read,
     )
     .await;
-    let messages = poll(
-        "every member of gang too-big unschedulable",
-        Duration::from_secs(90),
-        logs,
-        async || {
-            let all = members(&pods, "too-big", 8).await;
-            let mut m: Vec<String> = all.iter().filter_map(unschedulable_message).collect();
-            m.sort();
-            (m.len() == 8).then_some(m)
-        },
-    )
-    .await;
-    // A while later, still none bound: the group was never placed in part.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let all = members(&pods, "too-big", 8).await;
-    let bound: Vec<String> = all.iter().filter_map(node).collect();
-    assert!(bound.is_empty(), "{scheduler} bound {bound:?}\n{}", logs());
-    (condition, messages)
+    poll(
+        &format!("group {name} read"),
+        Duration::from_secs(30),
+        logs,
+        read,
+    )
+    .await
 }

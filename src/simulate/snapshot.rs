@@ -281,7 +281,10 @@ impl ClusterState {
             other => {
                 // Two groups may name a kind alike (PodGroup: scheduling.x-k8s.io and, from 1.37,
                 // scheduling.k8s.io): the one of this apiVersion, else the first by that name.
-                let named = || self.snapshot_kinds().filter(|(k, _)| k.object_kind() == other);
+                let named = || {
+                    self.snapshot_kinds()
+                        .filter(|(k, _)| k.object_kind() == other)
+                };
                 let Some((of, _)) = named()
                     .find(|(k, _)| k.api_version() == v)
                     .or_else(|| named().next())

@@ -189,6 +189,21 @@ async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them(
         },
     )
     .await;
+    // Group cycles are counted as upstream counts them (GenericWorkload on).
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let admin = support::https::As::Cert(&cert, &key);
+    let ca = cp.dir.join("ca.crt");
+    let (status, metrics) = support::https::get_as(&ca, scheduler.secure_port, "/metrics", admin)
+        .await
+        .expect("metrics");
+    assert_eq!(status, 200);
+    for result in ["scheduled", "unschedulable"] {
+        let series = format!(
+            r#"scheduler_podgroup_schedule_attempts_total{{result="{result}",profile="{name}"}}"#
+        );
+        assert!(metrics.contains(&series), "no {series}");
+    }
+    assert!(metrics.contains("scheduler_podgroup_scheduling_algorithm_duration_seconds_count"));
 }
 
 /// Deletes the `size` members of `group` and waits until they are gone.

@@ -101,6 +101,53 @@ pub struct Metrics {
     pub queue: QueueMetrics,
     /// The families the enabled plugins declared (`Handle::plugin_metrics`), once the scheduler runs.
     plugins: PluginMetricsSlot,
+    /// Group cycles' families: registered, as upstream, only with GenericWorkload on.
+    pub pod_group: Option<PodGroupMetrics>,
+}
+
+/// `scheduler_podgroup_*`: each group cycle's result and latency, by profile.
+pub struct PodGroupMetrics {
+    pub schedule_attempts: Family<AttemptLabels, Counter>,
+    pub attempt_duration: Histograms<AttemptLabels>,
+    pub algorithm_duration: Histogram,
+}
+
+impl PodGroupMetrics {
+    fn registered(r: &mut Registry) -> PodGroupMetrics {
+        PodGroupMetrics {
+            schedule_attempts: register(
+                r,
+                "scheduler_podgroup_schedule_attempts",
+                "Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not be scheduled, while 'error' means an internal scheduler problem.",
+                Family::default(),
+            ),
+            attempt_duration: register(
+                r,
+                "scheduler_podgroup_scheduling_attempt_duration_seconds",
+                "Pod group scheduling attempt latency in seconds",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            algorithm_duration: register(
+                r,
+                "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+                "Pod group scheduling algorithm latency in seconds",
+                latency_histogram(),
+            ),
+        }
+    }
+
+    /// One group cycle of `profile` ended with `result` (scheduled, unschedulable or error)
+    /// after `seconds`.
+    pub fn record(&self, profile: &str, result: &str, seconds: f64) {
+        let labels = AttemptLabels {
+            result: result.into(),
+            profile: profile.into(),
+        };
+        self.schedule_attempts.get_or_create(&labels).inc();
+        self.attempt_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -335,6 +382,9 @@ impl Metrics {
     /// feature gates (`kubernetes_build_info`, `kubernetes_feature_enabled`).
     pub fn of(emulation: &Emulation) -> Self {
         let mut metrics = Self::scheduler_only(emulation.minor());
+        if emulation.enabled("GenericWorkload") {
+            metrics.pod_group = Some(PodGroupMetrics::registered(&mut metrics.registry));
+        }
         register_process_metrics(&mut metrics.registry);
         register_component_metrics(&mut metrics.registry, emulation);
         if *emulation::at(INFORMER_FAMILIES, emulation.minor()) {
@@ -411,6 +461,7 @@ impl Metrics {
                 slot
             },
             framework,
+            pod_group: None,
             registry,
         }
     }

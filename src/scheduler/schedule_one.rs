@@ -164,6 +164,14 @@ impl Scheduler {
         // A group's members are reported together (each write is its own request).
         futures::future::join_all(failures).await;
         if let (Some(group), Some(outcome)) = (group, outcome) {
+            if let Some(m) = &self.metrics.pod_group {
+                let result = match outcome {
+                    GroupOutcome::Scheduled(_) => "scheduled",
+                    GroupOutcome::Unschedulable(_) => "unschedulable",
+                    GroupOutcome::Error(_) => "error",
+                };
+                m.record(fwk.profile_name(), result, started.elapsed().as_secs_f64());
+            }
             self.update_pod_group_condition(&group, &outcome).await;
         }
     }

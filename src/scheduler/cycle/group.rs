@@ -76,8 +76,8 @@ impl Cycle {
             return all_failed(group, &message);
         }
         let (tried, mut status) = self.try_members(fwk, group);
-        if let Some(m) = &self.metrics {
-            m.scheduling_algorithm_duration
+        if let Some(m) = self.metrics.as_ref().and_then(|m| m.pod_group.as_ref()) {
+            m.algorithm_duration
                 .observe(started.elapsed().as_secs_f64());
         }
         let any_placed = tried.iter().any(|t| matches!(t, Tried::Placed(_)));
@@ -184,9 +184,14 @@ impl Cycle {
     /// One member: a node on the snapshot as the members before it left the cluster (no
     /// PostFilter: the group's preemption is the group's), then assume and Reserve.
     fn try_member(&self, fwk: &Framework, pod: &Arc<PodInfo>) -> Tried {
+        let started = Instant::now();
         let snapshot = self.snapshot();
         let mut state = self.new_state();
         let host = self.select_host(fwk, &mut state, pod, &snapshot);
+        if let Some(m) = &self.metrics {
+            m.scheduling_algorithm_duration
+                .observe(started.elapsed().as_secs_f64());
+        }
         drop(snapshot);
         match host {
             Ok(host) => match self.assume_and_reserve(fwk, state, pod, host) {

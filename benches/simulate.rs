@@ -108,7 +108,7 @@ fn main() {
     let parsed = start.elapsed();
 
     let registry = offline_registry(Registry::in_tree());
-    let profile = profile::load(None, &[], &registry).expect("default profile");
+    let profile = profile::load(None, &[], &registry, &[]).expect("default profile");
     let start = Instant::now();
     let report = simulate(
         state,

@@ -119,15 +119,16 @@ impl Drop for Running {
 }
 
 /// The contender's KubeSchedulerConfiguration: one profile, the bench's scheduler name, QPS
-/// 5000/burst 5000, no leader election. The gang workloads give ksched seed 002's Coscheduling
-/// plugins (the same extension points and args, as v1); upstream gets its own gang scheduling
-/// through feature gates (see `start`).
+/// 5000/burst 5000, no leader election. The gang workloads run, from 1.37, both schedulers' own
+/// workload-aware scheduling through the same feature gate (see `start`); at 1.36, where ksched
+/// has no GangScheduling, ksched gets seed 002's Coscheduling plugins (the same extension points
+/// and args, as v1).
 fn config(cp: &ControlPlane, contender: Contender, kind: Kind) -> String {
     let mut config = format!(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {}\n  qps: 5000\n  burst: 5000\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {SCHEDULER_NAME}\n",
         cp.kubeconfig.display()
     );
-    if contender.is_ksched() && kind.gang_size().is_some() {
+    if contender.is_ksched() && kind.gang_size().is_some() && !gang_api().ksched_has_it {
         config.push_str(
             "  plugins:
     queueSort:
@@ -154,6 +155,9 @@ pub struct GangApi {
     /// pods between contenders with one takes seconds).
     pub apiserver_args: &'static [&'static str],
     pub scheduler_gates: &'static str,
+    /// Whether ksched schedules these gangs itself (GangScheduling with GenericWorkload, from
+    /// 1.37); else it runs Coscheduling over scheduling.x-k8s.io PodGroups.
+    pub ksched_has_it: bool,
 }
 
 /// 1.37: `scheduling.k8s.io/v1beta1`, gate GenericWorkload (beta); 1.36: `v1alpha2`, gates
@@ -169,6 +173,7 @@ pub fn gang_api() -> GangApi {
                 "--delete-collection-workers=16",
             ],
             scheduler_gates: "GenericWorkload=true,GangScheduling=true",
+            ksched_has_it: false,
         }
     } else {
         GangApi {
@@ -179,6 +184,7 @@ pub fn gang_api() -> GangApi {
                 "--delete-collection-workers=16",
             ],
             scheduler_gates: "GenericWorkload=true",
+            ksched_has_it: true,
         }
     }
 }
@@ -221,6 +227,9 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
                 .args(["--kubeconfig", &kubeconfig])
                 .args(&auth)
                 .args(&tls);
+            if kind.gang_size().is_some() && gang_api().ksched_has_it {
+                c.arg(format!("--feature-gates={}", gang_api().scheduler_gates));
+            }
             // One binary, both allocators (src/allocator.rs).
             match contender.allocator() {
                 Some(allocator) => c.env("KSCHED_ALLOCATOR", allocator),

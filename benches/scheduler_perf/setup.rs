@@ -318,9 +318,10 @@ fn workload_groups() -> ApiResource {
     }
 }
 
-/// The gangs of a gang workload in `ns`, in the API `contender` reads: scheduler-plugins'
-/// PodGroup with `minMember` for ksched's Coscheduling, upstream's with a gang policy's `minCount`
-/// for kube-scheduler; both are the gang size. The null binder needs none.
+/// The gangs of a gang workload in `ns`, in the API `contender` reads: upstream's PodGroup with a
+/// gang policy's `minCount` for kube-scheduler, and for ksched from 1.37; at 1.36 scheduler-plugins'
+/// PodGroup with `minMember` for ksched's Coscheduling. Both are the gang size. The null binder
+/// needs none.
 pub async fn pod_groups(
     admin: &Client,
     ns: &str,
@@ -330,14 +331,20 @@ pub async fn pod_groups(
     let Some(size) = w.kind.gang_size() else {
         return Ok(());
     };
+    let workload = (
+        workload_groups(),
+        json!({"schedulingPolicy": {"gang": {"minCount": size}}}),
+    );
     let (resource, spec) = match contender {
+        Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc
+            if super::contenders::gang_api().ksched_has_it =>
+        {
+            workload
+        }
         Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc => {
             (coscheduling_groups(), json!({"minMember": size}))
         }
-        Contender::Upstream => (
-            workload_groups(),
-            json!({"schedulingPolicy": {"gang": {"minCount": size}}}),
-        ),
+        Contender::Upstream => workload,
         Contender::Ceiling => return Ok(()),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &resource);

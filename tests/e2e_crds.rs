@@ -3,10 +3,18 @@
 
 mod support;
 
-use support::{Components, control_plane, repo_root};
+use support::{Components, control_plane_with_apiserver_args, repo_root};
 
+/// The API server serves 1.37's `scheduling.k8s.io/v1beta1`, so the gang sample
+/// (`manifests/samples/gang.yaml`: a PodGroup and pods naming it) is accepted too.
 fn cp() -> &'static support::ControlPlane {
-    control_plane(Components::API_ONLY)
+    control_plane_with_apiserver_args(
+        Components::API_ONLY,
+        &[
+            "--feature-gates=GenericWorkload=true",
+            "--runtime-config=scheduling.k8s.io/v1beta1=true",
+        ],
+    )
 }
 
 #[test]
@@ -54,6 +62,16 @@ fn every_sample_is_accepted() {
         files.len() >= 5,
         "expected the samples of DESIGN.md, found {files:?}"
     );
+    // The gang sample's pods need their namespace's default ServiceAccount, which no controller
+    // creates on this control plane.
+    let (ok, _, err) = cp().kubectl_run(&[
+        "create",
+        "serviceaccount",
+        "default",
+        "--namespace",
+        "default",
+    ]);
+    assert!(ok || err.contains("AlreadyExists"), "{err}");
     for file in files {
         let path = support::path_str(&file);
         let (ok, out, err) = cp().kubectl_run(&["apply", "--dry-run=server", "-f", path]);
@@ -213,6 +231,11 @@ const INVALID: &[(&str, &str, &str)] = &[
         "a cpu limit in words",
         "kind: SchedulerProfile\nmetadata: {name: bad-cpu}\nspec: {resources: {limits: {cpu: 1 core}}}",
         "resources.limits values must be quantities",
+    ),
+    (
+        "workload-aware scheduling on a minor without it",
+        "kind: SchedulerProfile\nmetadata: {name: bad-gangs}\nspec: {workloadAwareScheduling: true, kubernetesVersion: '1.36'}",
+        "spec.workloadAwareScheduling needs Kubernetes 1.37 or later (the GenericWorkload feature gate): set spec.kubernetesVersion to 1.37",
     ),
     (
         "unknown placement mode",

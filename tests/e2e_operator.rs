@@ -62,14 +62,14 @@ impl EmbeddedSchedulers for RecordingEmbedded {
         &self,
         profile: &str,
         config_yaml: &str,
-        minor: ksched::emulation::Minor,
+        emulation: &ksched::emulation::Emulation,
     ) -> Result<(), EmbeddedError> {
         self.calls.lock().expect("lock").push((
             "ensure".into(),
             profile.into(),
             Some(config_yaml.into()),
         ));
-        self.inner().ensure(profile, config_yaml, minor).await
+        self.inner().ensure(profile, config_yaml, emulation).await
     }
     async fn stop(&self, profile: &str) {
         self.calls

@@ -10,6 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::schema;
+use crate::emulation::{GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE, SUPPORTED};
 
 /// Spec of a `SchedulerProfile`. `plugins`, `pluginConfig` and `percentageOfNodesToScore` have exactly
 /// the shape of one profile of an upstream `KubeSchedulerConfiguration`; the profile's scheduler name
@@ -63,6 +64,7 @@ use super::schema;
 )]
 #[x_kube(validation = Rule::new("self.podMaxBackoffSeconds >= self.podInitialBackoffSeconds").message("podMaxBackoffSeconds must be greater than or equal to podInitialBackoffSeconds: raise podMaxBackoffSeconds or lower podInitialBackoffSeconds"))]
 #[x_kube(validation = Rule::new("self.mode != 'Embedded' || self.replicas <= 1").message("mode Embedded runs one scheduler inside the operator: set replicas to 1, or use mode Deployment for more replicas"))]
+#[x_kube(validation = Rule::new(workload_aware_cel()).message(workload_aware_message().as_str()))]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulerProfileSpec {
     /// Plugins enabled and disabled per extension point, exactly as `profiles[].plugins` of a
@@ -144,6 +146,17 @@ pub struct SchedulerProfileSpec {
     #[x_kube(validation = Rule::new(crate::emulation::supported_cel()).message(crate::emulation::supported_cel_message().as_str()))]
     pub kubernetes_version: Option<String>,
 
+    /// Workload-aware (gang) scheduling of Kubernetes 1.37 for this profile (default false). True:
+    /// the scheduler runs with the feature gate `GenericWorkload=true` (`--feature-gates`; off by
+    /// default upstream), so GangScheduling joins its default plugins and the pods that name a
+    /// `scheduling.k8s.io/v1beta1` PodGroup in `spec.schedulingGroup.podGroupName` are scheduled as
+    /// one group: a gang binds at least `minCount` of its pods or none. The API server must serve
+    /// that API (kube-apiserver `--feature-gates=GenericWorkload=true`
+    /// `--runtime-config=scheduling.k8s.io/v1beta1=true`). Needs Kubernetes 1.37 or later: refused
+    /// with `kubernetesVersion` 1.36, or on a 1.36 cluster when `kubernetesVersion` is unset.
+    #[serde(default)]
+    pub workload_aware_scheduling: bool,
+
     /// Log verbosity of the scheduler, as kube-scheduler's `-v` (0-10; default 2). 4 logs every
     /// scheduling decision, 5 and more the plugins' details.
     #[serde(default = "default_log_level")]
@@ -181,6 +194,27 @@ pub struct SchedulerProfileSpec {
 /// optional registry host (DNS labels, optional port), lowercase path components, an optional tag
 /// and an optional digest. An empty string has its own rule.
 const IMAGE_RULE: &str = "self == '' || self.matches('^(([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])([.]([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9]))*(:[0-9]+)?/)?[a-z0-9]+(([.]|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([.]|_|__|-+)[a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$')";
+
+/// The CEL rule refusing `workloadAwareScheduling` with a `kubernetesVersion` older than the first
+/// minor whose `GenericWorkload` gate ksched honours.
+fn workload_aware_cel() -> String {
+    let older: Vec<String> = SUPPORTED
+        .iter()
+        .filter(|m| **m < GENERIC_WORKLOAD_SINCE)
+        .map(|m| format!("'{m}'"))
+        .collect();
+    format!(
+        "!self.workloadAwareScheduling || !has(self.kubernetesVersion) || !(self.kubernetesVersion in [{}])",
+        older.join(", ")
+    )
+}
+
+/// The message of [`workload_aware_cel`].
+fn workload_aware_message() -> String {
+    format!(
+        "spec.workloadAwareScheduling needs Kubernetes {GENERIC_WORKLOAD_SINCE} or later (the {GENERIC_WORKLOAD} feature gate): set spec.kubernetesVersion to {GENERIC_WORKLOAD_SINCE} (or leave it out on a {GENERIC_WORKLOAD_SINCE} cluster), or remove workloadAwareScheduling"
+    )
+}
 
 fn default_replicas() -> i32 {
     1

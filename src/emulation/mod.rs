@@ -10,7 +10,10 @@
 
 mod gates;
 
-pub use gates::{FeatureGateError, FeatureGates, OPPORTUNISTIC_BATCHING, Stage};
+pub use gates::{
+    FeatureGateError, FeatureGates, GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE,
+    OPPORTUNISTIC_BATCHING, Stage,
+};
 
 use std::fmt;
 use std::sync::Arc;

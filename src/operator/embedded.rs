@@ -11,7 +11,7 @@
 
 use async_trait::async_trait;
 
-use crate::emulation::Minor;
+use crate::emulation::Emulation;
 use crate::infra::leader_election::{Leadership, Takeover};
 
 /// How the Lease holder identity of every Embedded scheduler starts: `embedded/<operator>/...`,
@@ -87,13 +87,13 @@ pub enum EmbeddedError {
 /// Runs schedulers inside the operator process, one per Embedded profile.
 #[async_trait]
 pub trait EmbeddedSchedulers: Send + Sync {
-    /// Starts the scheduler of `profile` emulating Kubernetes `minor`, or restarts it when
-    /// `config_yaml` or the minor changed.
+    /// Starts the scheduler of `profile` emulating `emulation` (a Kubernetes minor and the feature
+    /// gates the profile sets), or restarts it when `config_yaml` or the emulation changed.
     async fn ensure(
         &self,
         profile: &str,
         config_yaml: &str,
-        minor: Minor,
+        emulation: &Emulation,
     ) -> Result<(), EmbeddedError>;
     /// Stops the scheduler of `profile` if it runs.
     async fn stop(&self, profile: &str);
@@ -121,7 +121,7 @@ impl EmbeddedSchedulers for NoEmbeddedSchedulers {
         &self,
         profile: &str,
         _config_yaml: &str,
-        _minor: Minor,
+        _emulation: &Emulation,
     ) -> Result<(), EmbeddedError> {
         tracing::warn!(
             profile,

@@ -15,14 +15,14 @@ use tracing::{info, warn};
 use super::embedded::{EmbeddedError, EmbeddedSchedulers, OperatorTerm};
 use super::metrics::OperatorMetrics;
 use crate::config;
-use crate::emulation::{Emulation, Minor, OPPORTUNISTIC_BATCHING};
+use crate::emulation::{Emulation, OPPORTUNISTIC_BATCHING};
 use crate::framework::registry::Registry;
 use crate::scheduler::queue::DEFAULT_MAX_IN_UNSCHEDULABLE;
 use crate::scheduler::{EmbeddedIn, SchedulerOptions, run};
 
 struct Running {
     config_yaml: String,
-    minor: Minor,
+    emulation: Emulation,
     identity: String,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -85,23 +85,19 @@ impl EmbeddedSchedulers for InProcessSchedulers {
         &self,
         profile: &str,
         config_yaml: &str,
-        minor: Minor,
+        emulation: &Emulation,
     ) -> Result<(), EmbeddedError> {
         let mut running = self.running.lock().await;
         if let Some(r) = running.get(profile)
             && r.config_yaml == config_yaml
-            && r.minor == minor
+            && r.emulation == *emulation
             && !r.task.is_finished()
         {
             return Ok(());
         }
         // Validate before stopping anything: a bad config never replaces a working scheduler.
-        let loaded = config::load_at(
-            config_yaml.as_bytes(),
-            self.registry.as_ref(),
-            &Emulation::of(minor),
-        )
-        .map_err(|e| EmbeddedError::Failed(e.to_string()))?;
+        let loaded = config::load_at(config_yaml.as_bytes(), self.registry.as_ref(), emulation)
+            .map_err(|e| EmbeddedError::Failed(e.to_string()))?;
         if let Some(old) = running.remove(profile) {
             info!(
                 profile,
@@ -110,7 +106,7 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             shut_down(profile, old).await;
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let metrics = self.metrics.embedded(profile, minor);
+        let metrics = self.metrics.embedded(profile, emulation.minor());
         let term = self.term.lock().clone();
         let identity = match &term {
             Some(term) => term.scheduler_identity(profile),
@@ -147,7 +143,7 @@ impl EmbeddedSchedulers for InProcessSchedulers {
             profile.to_string(),
             Running {
                 config_yaml: config_yaml.to_string(),
-                minor,
+                emulation: emulation.clone(),
                 identity,
                 shutdown,
                 task,

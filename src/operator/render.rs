@@ -56,7 +56,7 @@ use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfigur
 use crate::config::{
     self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
 };
-use crate::emulation::{Emulation, Minor};
+use crate::emulation::{Emulation, GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE, Minor};
 use crate::framework::registry::policy_rule;
 
 /// Field manager of every server-side apply the operator makes.
@@ -134,8 +134,9 @@ pub struct Rendered {
     pub ignored_policies: Vec<IgnoredPolicy>,
     /// Plugins enabled at some extension point of the effective profile, sorted.
     pub enabled_plugins: Vec<String>,
-    /// The Kubernetes minor the scheduler runs as (`status.kubernetesVersion`).
-    pub kubernetes_version: Minor,
+    /// What the scheduler emulates: its minor (`status.kubernetesVersion`) and the feature gates
+    /// the profile turns on (`workloadAwareScheduling`).
+    pub emulation: Emulation,
     pub config_map: ConfigMap,
     pub service_account: ServiceAccount,
     pub cluster_role: ClusterRole,
@@ -213,11 +214,13 @@ pub fn render(
     };
     let leaf = apply_leaf_policies(&mut doc, &name, policies)?;
     let minor = emulated_minor(profile, opts)?;
-    let loaded =
-        config::load_document(&doc, catalog, &Emulation::of(minor)).map_err(|e| InvalidSpec {
-            errors: e.errors.into_iter().map(to_spec_error).collect(),
-            warnings: e.warnings,
-        })?;
+    // The gates reach the loader, so the default plugins, and with them the ClusterRole, follow
+    // them as the scheduler will.
+    let emulation = profile_emulation(profile, minor)?;
+    let loaded = config::load_document(&doc, catalog, &emulation).map_err(|e| InvalidSpec {
+        errors: e.errors.into_iter().map(to_spec_error).collect(),
+        warnings: e.warnings,
+    })?;
     let enabled_plugins: Vec<String> = loaded
         .config
         .profile(&name)
@@ -334,7 +337,7 @@ pub fn render(
         leaf_policies,
         ignored_policies,
         enabled_plugins,
-        kubernetes_version: minor,
+        emulation,
         config_map,
         service_account,
         cluster_role,
@@ -369,6 +372,42 @@ fn emulated_minor(profile: &SchedulerProfile, opts: &RenderOptions) -> Result<Mi
             ))),
         },
     }
+}
+
+/// The `--feature-gates` values the profile sets: `GenericWorkload=true` with
+/// `workloadAwareScheduling`.
+pub(crate) fn feature_gates(profile: &SchedulerProfile) -> Vec<String> {
+    profile
+        .spec
+        .workload_aware_scheduling
+        .then(|| format!("{GENERIC_WORKLOAD}=true"))
+        .into_iter()
+        .collect()
+}
+
+/// `minor` with the profile's feature gates. `workloadAwareScheduling` needs a minor whose
+/// `GenericWorkload` ksched honours; the fix depends on where the minor came from.
+fn profile_emulation(profile: &SchedulerProfile, minor: Minor) -> Result<Emulation, InvalidSpec> {
+    const FIELD: &str = "spec.workloadAwareScheduling";
+    let invalid = |reason: String| InvalidSpec {
+        errors: vec![FieldError::new(FIELD, reason)],
+        warnings: Vec::new(),
+    };
+    let since = GENERIC_WORKLOAD_SINCE;
+    if profile.spec.workload_aware_scheduling && minor < since {
+        let fix = match profile.spec.kubernetes_version {
+            Some(_) => format!(
+                "spec.kubernetesVersion is {minor}: set it to {since} (or leave it out on a {since} cluster)"
+            ),
+            None => format!(
+                "the API server runs Kubernetes {minor} (spec.kubernetesVersion is not set): upgrade the cluster to {since}"
+            ),
+        };
+        return Err(invalid(format!(
+            "needs Kubernetes {since} or later (the {GENERIC_WORKLOAD} feature gate), and {fix}, or remove workloadAwareScheduling"
+        )));
+    }
+    Emulation::with_gates(minor, &feature_gates(profile)).map_err(|e| invalid(e.to_string()))
 }
 
 /// The profile name must make valid object names and label values.
@@ -708,6 +747,11 @@ fn deployment(
                 spec.kubernetes_version
                     .as_ref()
                     .map(|v| format!("--emulated-version={v}")),
+            )
+            .chain(
+                Some(feature_gates(profile))
+                    .filter(|gates| !gates.is_empty())
+                    .map(|gates| format!("--feature-gates={}", gates.join(","))),
             )
             .collect(),
         ),

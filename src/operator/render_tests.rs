@@ -644,6 +644,139 @@ fn rbac_for_dynamic_resources_only_when_enabled() {
     }));
 }
 
+fn container_args(r: &Rendered) -> Vec<String> {
+    pod_spec(r).containers[0].args.clone().unwrap_or_default()
+}
+
+/// GangScheduling's rules: its PodGroups and Workloads, and the PodGroup condition the group
+/// cycle writes.
+fn has_gang_rules(rules: &[PolicyRule]) -> bool {
+    [
+        ("podgroups", "watch"),
+        ("workloads", "list"),
+        ("podgroups/status", "patch"),
+    ]
+    .iter()
+    .all(|(resource, verb)| has_rule(rules, "scheduling.k8s.io", resource, verb))
+}
+
+#[test]
+fn workload_aware_scheduling_turns_on_generic_workload_and_gang_schedulings_rbac() {
+    let r = ok(&profile("gangs", json!({"workloadAwareScheduling": true})));
+    assert!(
+        container_args(&r).contains(&"--feature-gates=GenericWorkload=true".to_string()),
+        "{:?}",
+        container_args(&r)
+    );
+    assert!(r.emulation.enabled("GenericWorkload"));
+    assert!(r.enabled_plugins.iter().any(|p| p == "GangScheduling"));
+    let rules = r.cluster_role.rules.clone().unwrap_or_default();
+    assert!(has_gang_rules(&rules), "{rules:#?}");
+
+    // Off (the default): upstream's default gates, no GangScheduling, no rules for it.
+    let r = ok(&profile("plain", json!({})));
+    assert!(
+        !container_args(&r)
+            .iter()
+            .any(|a| a.starts_with("--feature-gates")),
+        "{:?}",
+        container_args(&r)
+    );
+    assert!(!r.emulation.enabled("GenericWorkload"));
+    assert!(!r.enabled_plugins.iter().any(|p| p == "GangScheduling"));
+    let rules = r.cluster_role.rules.clone().unwrap_or_default();
+    assert!(
+        !rules.iter().any(|r| {
+            r.api_groups
+                .iter()
+                .flatten()
+                .any(|g| g == "scheduling.k8s.io")
+        }),
+        "{rules:#?}"
+    );
+
+    // Beside a pinned minor, both flags.
+    let r = ok(&profile(
+        "pinned",
+        json!({"workloadAwareScheduling": true, "kubernetesVersion": "1.37"}),
+    ));
+    let args = container_args(&r);
+    assert!(
+        args.ends_with(&[
+            "--emulated-version=1.37".to_string(),
+            "--feature-gates=GenericWorkload=true".to_string()
+        ]),
+        "{args:?}"
+    );
+}
+
+/// An Embedded profile has no Deployment to carry the flag: the operator starts its scheduler with
+/// the rendered emulation, gate included.
+#[test]
+fn an_embedded_profile_gets_the_gate_through_its_emulation() {
+    let r = ok(&profile(
+        "embedded-gangs",
+        json!({"mode": "Embedded", "workloadAwareScheduling": true}),
+    ));
+    assert!(r.deployment.is_none());
+    assert_eq!(r.emulation.minor(), Minor::V1_37);
+    assert!(r.emulation.enabled("GenericWorkload"));
+    let rules = r.cluster_role.rules.clone().unwrap_or_default();
+    assert!(has_gang_rules(&rules), "{rules:#?}");
+    // The configuration it renders loads with that emulation and has GangScheduling.
+    let loaded = match config::load_at(r.config_yaml.as_bytes(), &Registry::in_tree(), &r.emulation)
+    {
+        Ok(l) => l.config,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(
+        loaded.profiles[0]
+            .enabled_plugins()
+            .contains(&"GangScheduling")
+    );
+}
+
+#[test]
+fn workload_aware_scheduling_needs_1_37() {
+    let errs = invalid(&profile(
+        "old",
+        json!({"workloadAwareScheduling": true, "kubernetesVersion": "1.36"}),
+    ));
+    assert_eq!(
+        errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![
+            "spec.workloadAwareScheduling: needs Kubernetes 1.37 or later (the GenericWorkload feature gate), and spec.kubernetesVersion is 1.36: set it to 1.37 (or leave it out on a 1.37 cluster), or remove workloadAwareScheduling"
+        ]
+    );
+    // Unset, the API server's minor decides: on a 1.36 cluster the fix is the cluster's.
+    let on_1_36 = RenderOptions {
+        cluster_minor: Some(Minor::V1_36),
+        ..opts()
+    };
+    let p = profile("old", json!({"workloadAwareScheduling": true}));
+    let errs = match render(&p, &[], &on_1_36, &Registry::in_tree()) {
+        Ok(_) => panic!("workloadAwareScheduling accepted on a 1.36 cluster"),
+        Err(e) => e.errors,
+    };
+    assert_eq!(
+        errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![
+            "spec.workloadAwareScheduling: needs Kubernetes 1.37 or later (the GenericWorkload feature gate), and the API server runs Kubernetes 1.36 (spec.kubernetesVersion is not set): upgrade the cluster to 1.37, or remove workloadAwareScheduling"
+        ]
+    );
+    // Without the field, 1.36 renders as before.
+    let r = match render(
+        &profile("old", json!({})),
+        &[],
+        &on_1_36,
+        &Registry::in_tree(),
+    ) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(r.emulation.minor(), Minor::V1_36);
+}
+
 #[test]
 fn plugin_rules_merge_into_the_base_ones_and_are_ordered() {
     let registry = Registry::in_tree();

@@ -345,7 +345,7 @@ async fn apply(profile: &SchedulerProfile, ctx: &Context) -> Result<Action, Erro
                 hash: r.config_hash.clone(),
                 warnings: r.warnings.clone(),
                 leaf_policies: r.leaf_policies.clone(),
-                kubernetes_version: r.kubernetes_version.to_string(),
+                kubernetes_version: r.emulation.minor().to_string(),
             }
         }
         Some(Err(invalid)) => {
@@ -816,7 +816,7 @@ async fn sync_embedded(
     if profile.spec.mode == ProfileMode::Embedded && !profile.spec.suspend {
         let res = ctx
             .embedded
-            .ensure(&name, &r.config_yaml, r.kubernetes_version)
+            .ensure(&name, &r.config_yaml, &r.emulation)
             .await
             .map_err(|e| e.to_string());
         if let Err(e) = &res {

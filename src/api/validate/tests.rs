@@ -50,10 +50,14 @@ fn the_samples_are_valid() {
         let path = entry.expect("entry").path();
         let text = std::fs::read_to_string(&path).expect("read sample");
         for doc in serde_saphyr::from_multiple::<Value>(&text).expect("YAML") {
-            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-            if kind == "PodGroup" {
+            // The samples' PodGroups and Pods are Kubernetes' (or scheduler-plugins') kinds.
+            if !doc["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("ksched.io/"))
+            {
                 continue;
             }
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
             assert_eq!(
                 errors(&kind, doc),
                 Vec::<String>::new(),
@@ -159,6 +163,31 @@ fn nonsense_the_cluster_used_to_accept_is_refused() {
             "{image}"
         );
     }
+}
+
+/// `workloadAwareScheduling` turns on a gate ksched honours from 1.37: a profile pinned to 1.36 is
+/// refused by the CRD; unpinned, the operator decides by the API server's minor.
+#[test]
+fn workload_aware_scheduling_is_refused_with_kubernetes_1_36() {
+    refused(
+        json!({"workloadAwareScheduling": true, "kubernetesVersion": "1.36"}),
+        "spec",
+        "spec.workloadAwareScheduling needs Kubernetes 1.37 or later (the GenericWorkload feature gate): set spec.kubernetesVersion to 1.37 (or leave it out on a 1.37 cluster), or remove workloadAwareScheduling",
+    );
+    for ok in [
+        json!({"workloadAwareScheduling": true, "kubernetesVersion": "1.37"}),
+        json!({"workloadAwareScheduling": true}),
+        json!({"workloadAwareScheduling": false, "kubernetesVersion": "1.36"}),
+    ] {
+        assert_eq!(
+            errors("SchedulerProfile", profile(ok.clone())),
+            Vec::<String>::new(),
+            "{ok}"
+        );
+    }
+    let mut object = profile(json!({}));
+    assert_eq!(validate("SchedulerProfile", &mut object), Ok(()));
+    assert_eq!(object["spec"]["workloadAwareScheduling"], false);
 }
 
 #[test]

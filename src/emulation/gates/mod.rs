@@ -27,12 +27,16 @@ pub const OPPORTUNISTIC_BATCHING: &str = "OpportunisticBatching";
 const HONOURED: &[(&str, Minor)] = &[
     ("NodeDeclaredFeatures", Minor::V1_36),
     (OPPORTUNISTIC_BATCHING, Minor::V1_36),
-    (GENERIC_WORKLOAD, Minor::V1_37),
+    (GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE),
 ];
 
 /// 1.37's workload-aware scheduling (beta, off by default): on, the default profile gets
 /// GangScheduling.
-pub(super) const GENERIC_WORKLOAD: &str = "GenericWorkload";
+pub const GENERIC_WORKLOAD: &str = "GenericWorkload";
+
+/// The first minor whose `GenericWorkload` ksched honours: 1.36 has the gate too, but its gang
+/// scheduling reads the v1alpha2 API, which ksched does not.
+pub const GENERIC_WORKLOAD_SINCE: Minor = Minor::V1_37;
 
 /// A gate's maturity at a minor (upstream's `featuregate.prerelease`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -382,7 +382,7 @@ impl Metrics {
     /// feature gates (`kubernetes_build_info`, `kubernetes_feature_enabled`).
     pub fn of(emulation: &Emulation) -> Self {
         let mut metrics = Self::scheduler_only(emulation.minor());
-        if emulation.enabled("GenericWorkload") {
+        if emulation.enabled(crate::emulation::GENERIC_WORKLOAD) {
             metrics.pod_group = Some(PodGroupMetrics::registered(&mut metrics.registry));
         }
         register_process_metrics(&mut metrics.registry);

@@ -102,7 +102,14 @@ pub fn load(
         return Err(ProfileError(errors));
     }
     let (file, sp) = &profiles[0];
-    render_profile(file, sp, &policies, catalog, &emulation)
+    render_profile(
+        file,
+        sp,
+        &policies,
+        catalog,
+        &emulation,
+        !feature_gates.is_empty(),
+    )
 }
 
 /// Renders a SchedulerProfile as the operator does; an invalid spec or policy is an error here
@@ -113,6 +120,7 @@ fn render_profile(
     policies: &[LeafClusterPolicy],
     catalog: &dyn PluginCatalog,
     emulation: &Emulation,
+    gates_given: bool,
 ) -> Result<SimulatedProfile, ProfileError> {
     let opts = RenderOptions {
         namespace: render::DEFAULT_NAMESPACE.into(),
@@ -146,6 +154,12 @@ fn render_profile(
                 .collect(),
         ));
     }
+    // The profile's own gates (workloadAwareScheduling) unless --feature-gates says otherwise.
+    let emulation = if gates_given {
+        emulation
+    } else {
+        &rendered.emulation
+    };
     let loaded = config::load_at(rendered.config_yaml.as_bytes(), catalog, emulation)
         .map_err(|e| ProfileError(vec![format!("error: the rendered configuration: {e}")]))?;
     let naming = render::policies_naming(&rendered.profile, policies);

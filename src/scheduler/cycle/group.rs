@@ -14,6 +14,7 @@ use std::time::Instant;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use super::{Cycle, Failure, PodDecision, Reserved};
+use crate::emulation::GENERIC_WORKLOAD;
 use crate::framework::interface::{Code, PlacementProgress, Status};
 use crate::framework::listers::{
     BySchedulingGroup, GroupOf, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
@@ -299,9 +300,6 @@ fn reject_members(
     };
     GroupDecision { members, outcome }
 }
-
-/// Kubernetes 1.37's workload-aware scheduling: PodGroup members scheduled in one group cycle.
-const GENERIC_WORKLOAD: &str = "GenericWorkload";
 
 /// The `scheduling.k8s.io` PodGroup `pod` is a member of, when workload-aware scheduling
 /// (GenericWorkload) is on and the group is known, with the keys of its other members not bound:

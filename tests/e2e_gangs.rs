@@ -26,6 +26,9 @@ const APISERVER_ARGS: &[&str] = &[
     "--runtime-config=scheduling.k8s.io/v1beta1=true",
 ];
 
+/// The tests count nodes in their messages: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn cp() -> &'static ControlPlane {
     control_plane_with_apiserver_args(Components::WITH_KWOK, APISERVER_ARGS)
 }
@@ -66,6 +69,7 @@ async fn members(pods: &Api<Pod>, group: &str, size: usize) -> Vec<Pod> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them() {
+    let _serial = SERIAL.lock().await;
     let cp = cp();
     let client = cp.client().await;
     // Four nodes of 2 CPUs: eight 1-CPU pods fit exactly; of eight 2-CPU pods, four.
@@ -204,6 +208,105 @@ async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them(
         assert!(metrics.contains(&series), "no {series}");
     }
     assert!(metrics.contains("scheduler_podgroup_scheduling_algorithm_duration_seconds_count"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_whose_leader_dies_while_binding_ends_bound_whole_by_the_next_leader() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let nodes = Nodes::new(cp, &format!("gangs-ha-{}", std::process::id())).waiting_on_drop();
+    for i in 0..4 {
+        nodes.create(&i.to_string(), "8", &[]);
+    }
+    nodes.wait_ready();
+    let ns = cp.namespace(&client, "gangs-ha").await;
+    let name = "gangs-ha";
+    let ha = config(name, Some(&ns));
+    let gate = ["--feature-gates=GenericWorkload=true"];
+    let mut first = SchedulerProcess::start_with_args(cp, "gangs-ha-1", &ha, &gate);
+    let mut second = SchedulerProcess::start_with_args(cp, "gangs-ha-2", &ha, &gate);
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &ns);
+    let logs = || {
+        format!(
+            "{}\n---\n{}",
+            support::wait::tail(&first.logs(), 40),
+            support::wait::tail(&second.logs(), 40)
+        )
+    };
+    let leader = poll("a leader", Duration::from_secs(60), &logs, async || {
+        let lease = leases.get(name).await.ok()?;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    })
+    .await;
+
+    // A gang of 300 small pods; its leader dies once the first member is bound.
+    let size = 300;
+    groups
+        .create(
+            &PostParams::default(),
+            &gang("big", i32::try_from(size).unwrap_or(i32::MAX)),
+        )
+        .await
+        .expect("PodGroup big");
+    for i in 0..size {
+        pods.create(&PostParams::default(), &member("big", i, name, "10m"))
+            .await
+            .expect("create pod");
+    }
+    poll(
+        "a member of gang big bound",
+        Duration::from_secs(90),
+        &logs,
+        async || (bound(&pods).await > 0).then_some(()),
+    )
+    .await;
+    let leader_is_first = first.logs().contains(&format!("identity={leader}"));
+    let bound_at_kill = {
+        if leader_is_first {
+            first.kill()
+        } else {
+            second.kill()
+        }
+        bound(&pods).await
+    };
+    let standby = if leader_is_first { &second } else { &first };
+    let logs = || support::wait::tail(&standby.logs(), 60);
+    eprintln!("{bound_at_kill} of {size} bound when the leader was killed");
+    assert!(
+        bound_at_kill < size,
+        "the whole gang was bound before the leader died: nothing was left for the next one"
+    );
+
+    // The standby takes over and binds the rest: the whole gang, each member once.
+    poll(
+        "the whole gang big bound",
+        Duration::from_secs(120),
+        &logs,
+        async || (bound(&pods).await == size).then_some(()),
+    )
+    .await;
+    let pg = groups.get("big").await.expect("PodGroup big");
+    let scheduled = pg
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|c| {
+            c.into_iter()
+                .find(|c| c.type_ == "PodGroupInitiallyScheduled")
+        })
+        .map(|c| c.status);
+    assert_eq!(scheduled.as_deref(), Some("True"));
+}
+
+/// How many pods of the namespace are bound (one list).
+async fn bound(pods: &Api<Pod>) -> usize {
+    pods.list(&Default::default())
+        .await
+        .map(|l| l.items.iter().filter_map(node).count())
+        .unwrap_or(0)
 }
 
 /// Deletes the `size` members of `group` and waits until they are gone.

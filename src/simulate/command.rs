@@ -56,7 +56,8 @@ pub struct SimulateArgs {
     /// With --reschedule (or alone): the running pods of every namespace.
     #[arg(long, conflicts_with = "explain")]
     pub all: bool,
-    /// Every plugin's filter status and score for one pod (NAMESPACE/NAME), per node.
+    /// Every plugin's filter status and score for one pod (NAMESPACE/NAME), per node; or, for
+    /// `podgroup/NAMESPACE/NAME`, what the group cycle made of that PodGroup and each member.
     #[arg(long, value_name = "POD")]
     pub explain: Option<String>,
     /// With --explain: only this node.
@@ -102,6 +103,14 @@ fn read(path: &Path) -> Result<Input, CommandError> {
 }
 
 fn request(args: &SimulateArgs) -> Result<Request, CommandError> {
+    if let Some(group) = args.explain.as_deref().and_then(|e| {
+        e.strip_prefix("podgroup/")
+            .or_else(|| e.strip_prefix("podgroups/"))
+    }) {
+        return Ok(Request::ExplainGroup {
+            group: group.to_string(),
+        });
+    }
     if let Some(pod) = &args.explain {
         return Ok(Request::Explain {
             pod: pod.clone(),

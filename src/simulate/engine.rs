@@ -20,13 +20,16 @@ use kube::core::{Selector, SelectorExt};
 
 use super::profile::SimulatedProfile;
 use super::report::{
-    Explanation, Mode, NodeExplanation, NodeReason, Outcome, PluginScore, PluginStatus, PodResult,
-    Preemption, Report, Summary,
+    Explanation, GroupExplanation, MemberExplanation, Mode, NodeExplanation, NodeReason, Outcome,
+    PluginScore, PluginStatus, PodResult, Preemption, Report, Summary,
 };
 use super::snapshot::{ClusterState, is_finished, pod_key};
 use crate::config::ExtensionPoint;
 use crate::framework::api_calls::{ApiClient, RecordingApi, Verb};
 use crate::framework::interface::{CycleState, Status};
+use crate::framework::listers::{
+    BySchedulingGroup, GroupOf, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
+};
 use crate::framework::plugins::names;
 use crate::framework::plugins::network_traffic;
 use crate::framework::registry::{Handle, Registry};
@@ -34,7 +37,7 @@ use crate::framework::runtime::{Framework, FrameworkError};
 use crate::framework::schedule::Algorithm;
 use crate::framework::types::{PodInfo, QueuedEntity, QueuedPodGroup, QueuedPodInfo, Snapshot};
 use crate::scheduler::cache::Cache;
-use crate::scheduler::cycle::{Cycle, Failure, PodDecision, Reserved, pod_group_of};
+use crate::scheduler::cycle::{Cycle, Failure, GroupOutcome, PodDecision, Reserved, pod_group_of};
 use crate::scheduler::queue::Nominator;
 use crate::scheduler::run::{SchedulerError, build_frameworks, scheduling_queue};
 use crate::scheduler::trim::{assigned_pod, trim_pod};
@@ -50,6 +53,9 @@ pub enum Request {
     Reschedule { namespace: Option<String> },
     /// One pod (`namespace/name`), every plugin's verdict per node; only `node` when given.
     Explain { pod: String, node: Option<String> },
+    /// One `scheduling.k8s.io` PodGroup (`namespace/name`): its pending members placed in its
+    /// group cycle (with GenericWorkload), and what became of each.
+    ExplainGroup { group: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +66,10 @@ pub enum SimulateError {
     Scheduler(#[from] SchedulerError),
     #[error("pod {0} is not in the cluster state (give it as NAMESPACE/NAME)")]
     PodNotFound(String),
+    #[error(
+        "PodGroup {0} (scheduling.k8s.io) is not in the cluster state, or none of its pods is pending (give it as podgroup/NAMESPACE/NAME)"
+    )]
+    PodGroupNotFound(String),
     #[error("node {0} is not in the cluster state")]
     NodeNotFound(String),
     #[error("leaf node selector: {0}")]
@@ -91,6 +101,8 @@ pub(super) struct Simulation {
     api: Arc<RecordingApi>,
     pub(super) results: Vec<PodResult>,
     waiting: Vec<Waiting>,
+    /// The last group cycle's outcome per PodGroup (`namespace/name`).
+    group_outcomes: HashMap<String, GroupOutcome>,
 }
 
 /// Runs `request` on `state` under `profile`; `progress(done, total)` after every pod.
@@ -181,12 +193,16 @@ pub fn simulate(
         mode: match request {
             Request::Pending { .. } => Mode::Pending,
             Request::Reschedule { .. } => Mode::Reschedule,
-            Request::Explain { .. } => Mode::Explain,
+            Request::Explain { .. } | Request::ExplainGroup { .. } => Mode::Explain,
         },
         profiles,
         nodes: num_nodes,
         warnings,
         summary,
+        explain_group: match request {
+            Request::ExplainGroup { group } => Some(sim.explain_group(group)),
+            _ => None,
+        },
         pods: sim.results,
         explain,
     })
@@ -281,6 +297,30 @@ pub(super) fn select(
                 chosen.push(pod.clone());
             }
         }
+        Request::ExplainGroup { group } => {
+            let (namespace, name) = group.split_once('/').unwrap_or(("default", group));
+            let known = state
+                .listers
+                .store(&WORKLOAD_POD_GROUPS)
+                .get(namespace, name)
+                .is_some();
+            for pod in &mut state.pods {
+                let member = pod.metadata.namespace.as_deref() == Some(namespace)
+                    && BySchedulingGroup::group(pod) == Some(name);
+                if !member || !is_pending(pod) {
+                    continue;
+                }
+                if !profiles.iter().any(|p| p == scheduler_name(pod)) {
+                    unbind(pod, first);
+                }
+                chosen.push(pod.clone());
+            }
+            if !known || chosen.is_empty() {
+                return Err(SimulateError::PodGroupNotFound(format!(
+                    "{namespace}/{name}"
+                )));
+            }
+        }
         Request::Explain { pod: key, .. } => {
             let key = if key.contains('/') {
                 key.clone()
@@ -361,6 +401,7 @@ impl Simulation {
             api,
             results: Vec::new(),
             waiting: Vec::new(),
+            group_outcomes: HashMap::new(),
         })
     }
 
@@ -538,10 +579,13 @@ impl Simulation {
         };
         let fwk = self.framework_for(first);
         self.api.clear();
-        let (decisions, _) = self
+        let (decisions, outcome) = self
             .cycle
             .schedule(&fwk, entity, Instant::now())
             .into_parts();
+        if let (QueuedEntity::Group(group), Some(outcome)) = (entity, outcome) {
+            self.group_outcomes.insert(group.key(), outcome);
+        }
         pods.iter()
             .zip(decisions)
             .zip(indexes)
@@ -561,6 +605,66 @@ impl Simulation {
                 PodDecision::Failed(failure) => self.failed(pod, failure),
             })
             .collect()
+    }
+
+    /// What became of the PodGroup `group` (`namespace/name`) and each of its members simulated.
+    fn explain_group(&self, group: &str) -> GroupExplanation {
+        let (namespace, name) = group.split_once('/').unwrap_or(("default", group));
+        let pg = self
+            .handle
+            .listers
+            .store(&WORKLOAD_POD_GROUPS)
+            .get(namespace, name);
+        let policy = match pg
+            .as_ref()
+            .and_then(|g| g.spec.scheduling_policy.gang.as_ref())
+        {
+            Some(gang) => format!("gang (minCount {})", gang.min_count),
+            None => "basic".into(),
+        };
+        let key = format!("{namespace}/{name}");
+        let (result, message) = match self.group_outcomes.get(&key) {
+            Some(outcome) => {
+                let (_, reason, message) = outcome.condition();
+                (reason.to_string(), message.to_string())
+            }
+            // Without GenericWorkload the members are pods like any other.
+            None => (
+                "NotGrouped".into(),
+                "no group cycle ran: workload-aware scheduling is off (--feature-gates=GenericWorkload=true, or a SchedulerProfile's workloadAwareScheduling)".into(),
+            ),
+        };
+        let members: HashSet<String> = self
+            .handle
+            .listers
+            .store(&SCHEDULING_GROUP_MEMBERS)
+            .members(namespace, name)
+            .iter()
+            .map(|p| {
+                format!(
+                    "{namespace}/{}",
+                    p.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        let members = self
+            .results
+            .iter()
+            .filter(|r| members.contains(&r.key()))
+            .map(|r| MemberExplanation {
+                pod: r.key(),
+                node: r.node.clone(),
+                message: r.message.clone(),
+            })
+            .collect();
+        GroupExplanation {
+            group: key,
+            policy,
+            placement: "every node (no topology constraint)".into(),
+            result,
+            message,
+            members,
+        }
     }
 
     /// A pod not placed: the message the FailedScheduling event would carry, every node's
@@ -1178,6 +1282,64 @@ mod tests {
             .filter(|p| p.result == Outcome::Scheduled)
             .count();
         assert_eq!(placed, 2, "{:?}", placements(&r));
+    }
+
+    #[test]
+    fn explain_of_a_pod_group_says_what_became_of_it_and_each_member() {
+        let items = vec![
+            node("a", "2", json!({}), json!({})),
+            node("b", "2", json!({}), json!({})),
+            workload_gang("g", 4),
+            workload_member("m0", "g", "2"),
+            workload_member("m1", "g", "2"),
+            workload_member("m2", "g", "2"),
+            workload_member("m3", "g", "2"),
+            pod("other", "1", json!({})),
+        ];
+        let explain = Request::ExplainGroup {
+            group: "ns/g".into(),
+        };
+        let r = run(items.clone(), &workload_profile(), explain.clone());
+        let g = r.explain_group.as_ref().expect("the group explained");
+        assert_eq!(g.policy, "gang (minCount 4)");
+        assert_eq!(g.result, "Unschedulable");
+        assert!(
+            g.message
+                .starts_with("minCount (4) cannot be satisfied: 2 scheduled, 1 remaining"),
+            "{}",
+            g.message
+        );
+        // Only the group's pending members were simulated, each with its reason.
+        let pods: Vec<&str> = g.members.iter().map(|m| m.pod.as_str()).collect();
+        assert_eq!(pods.len(), 4, "{pods:?}");
+        assert!(
+            g.members
+                .iter()
+                .all(|m| m.node.is_none() && !m.message.is_empty())
+        );
+        let table = r.to_table();
+        assert!(
+            table.contains("PodGroup ns/g (gang (minCount 4))"),
+            "{table}"
+        );
+        // Without the gate the group is not grouped, and says why.
+        let r = run(items, &default_profile(), explain);
+        assert_eq!(
+            r.explain_group.as_ref().map(|g| g.result.as_str()),
+            Some("NotGrouped")
+        );
+        // A group the state does not have is an error that says how to name one.
+        let err = simulate(
+            state(vec![node("a", "2", json!({}), json!({}))]),
+            &workload_profile(),
+            &Registry::in_tree(),
+            &Request::ExplainGroup {
+                group: "ns/none".into(),
+            },
+            &mut |_, _| {},
+        )
+        .expect_err("no such group");
+        assert!(err.to_string().contains("podgroup/NAMESPACE/NAME"), "{err}");
     }
 
     #[test]

@@ -38,6 +38,14 @@
 //!     filters: [{plugin: NodeUnschedulable, code: Success}, ...]
 //!     scores: [{plugin: NodeResourcesFit, score: 87, weight: 1, weighted: 87}, ...]
 //!     totalScore: 310
+//! explainGroup:                  # Explain of a PodGroup (`--explain podgroup/NAMESPACE/NAME`) only
+//!   group: default/training
+//!   policy: gang (minCount 8)    # or basic
+//!   placement: every node        # the nodes the group was tried on (no topology constraint)
+//!   result: Unschedulable        # its PodGroupInitiallyScheduled condition: Scheduled, Unschedulable, SchedulerError
+//!   message: "minCount (8) cannot be satisfied: 4 scheduled, 3 remaining, ..."
+//!   members:                     # in the order the group cycle tried them
+//!   - {pod: default/training-0, node: null, message: "pod group is unschedulable, ..."}
 //! ```
 
 use std::collections::BTreeMap;
@@ -54,8 +62,29 @@ pub enum Mode {
     Pending,
     /// Where running pods would go on an empty cluster.
     Reschedule,
-    /// Every plugin's verdict for one pod.
+    /// Every plugin's verdict for one pod, or what became of each member of one PodGroup.
     Explain,
+}
+
+/// What the group cycle made of one PodGroup: its result as its condition would say it, and
+/// each member's node or reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupExplanation {
+    pub group: String,
+    pub policy: String,
+    pub placement: String,
+    pub result: String,
+    pub message: String,
+    pub members: Vec<MemberExplanation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberExplanation {
+    pub pod: String,
+    pub node: Option<String>,
+    pub message: String,
 }
 
 /// What became of one pod.
@@ -199,6 +228,8 @@ pub struct Report {
     pub pods: Vec<PodResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Explanation>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain_group: Option<GroupExplanation>,
 }
 
 /// Node names listed per rejection in the table before "(+N more)".
@@ -277,6 +308,9 @@ impl Report {
         if let Some(e) = &self.explain {
             out.push_str(&explain_table(e));
         }
+        if let Some(g) = &self.explain_group {
+            out.push_str(&group_table(g));
+        }
         out
     }
 
@@ -328,6 +362,27 @@ fn status_text(s: &PluginStatus) -> String {
     } else {
         format!("{}: {}", s.code, s.reasons.join("; "))
     }
+}
+
+fn group_table(g: &GroupExplanation) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nPodGroup {} ({}), tried on {}:",
+        g.group, g.policy, g.placement
+    );
+    let _ = writeln!(out, "  {}: {}", g.result, g.message);
+    for m in &g.members {
+        match &m.node {
+            Some(node) => {
+                let _ = writeln!(out, "  {:<40} {node}", m.pod);
+            }
+            None => {
+                let _ = writeln!(out, "  {:<40} not placed: {}", m.pod, m.message);
+            }
+        }
+    }
+    out
 }
 
 fn explain_table(e: &Explanation) -> String {
@@ -409,6 +464,7 @@ mod tests {
             },
             pods: vec![pod("web", Outcome::Scheduled, Some("n1")), big, pre],
             explain: None,
+            explain_group: None,
         };
         let table = report.to_table();
         let lines: Vec<&str> = table.lines().collect();

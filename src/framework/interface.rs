@@ -867,12 +867,16 @@ pub trait PermitPlugin: Plugin {
 }
 
 /// How far a pod group's cycle has got: members not tried yet, and members placed (in this
-/// cycle or before it).
+/// cycle or before it). The group cycle also leaves it in each placed member's [`CycleState`]
+/// under [`PLACEMENT_PROGRESS`] for Permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlacementProgress {
     pub remaining: usize,
     pub scheduled: usize,
 }
+
+/// The [`CycleState`] key of the group cycle's [`PlacementProgress`] when a member reaches Permit.
+pub const PLACEMENT_PROGRESS: &str = "PlacementProgress";
 
 /// Checks a pod group's constraints during its cycle (upstream 1.37's `PlacementFeasiblePlugin`):
 /// Success once they are met, Wait while more members may meet them, Unschedulable once they

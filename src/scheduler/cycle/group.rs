@@ -15,7 +15,7 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use super::{Cycle, Failure, PodDecision, Reserved};
 use crate::emulation::GENERIC_WORKLOAD;
-use crate::framework::interface::{Code, PlacementProgress, Status};
+use crate::framework::interface::{Code, PLACEMENT_PROGRESS, PlacementProgress, Status};
 use crate::framework::listers::{
     BySchedulingGroup, GroupOf, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
 };
@@ -76,19 +76,15 @@ impl Cycle {
         if let Err(message) = validate(group) {
             return all_failed(group, &message);
         }
-        let (tried, mut status) = self.try_members(fwk, group);
+        let (tried, mut status, progress) = self.try_members(fwk, group);
         if let Some(m) = self.metrics.as_ref().and_then(|m| m.pod_group.as_ref()) {
             m.algorithm_duration
                 .observe(started.elapsed().as_secs_f64());
         }
         let any_placed = tried.iter().any(|t| matches!(t, Tried::Placed(_)));
         if status.is_success() && any_placed {
-            return self.permit_members(
-                fwk,
-                group,
-                tried,
-                GroupOutcome::Scheduled(status.message()),
-            );
+            let outcome = GroupOutcome::Scheduled(status.message());
+            return self.permit_members(fwk, group, tried, progress, outcome);
         }
         if status.is_success() {
             // The framework needs at least one member placed to call the group scheduled.
@@ -139,7 +135,11 @@ impl Cycle {
 
     /// Tries each member in turn, asking PlacementFeasible before the first and after each; the
     /// members tried (the rest were not) and the group's status.
-    fn try_members(&self, fwk: &Framework, group: &QueuedPodGroup) -> (Vec<Tried>, Status) {
+    fn try_members(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+    ) -> (Vec<Tried>, Status, PlacementProgress) {
         let mut progress = PlacementProgress {
             remaining: group.members.len(),
             scheduled: self.scheduled_before(fwk, group),
@@ -147,10 +147,10 @@ impl Cycle {
         let mut tried = Vec::with_capacity(group.members.len());
         let mut status = fwk.run_placement_feasible_plugins(&group.group, progress);
         if status.code() == Code::Error {
-            return (tried, feasibility_error(&status));
+            return (tried, feasibility_error(&status), progress);
         }
         if status.code() == Code::Unschedulable {
-            return (tried, unschedulable(&status));
+            return (tried, unschedulable(&status), progress);
         }
         for member in &group.members {
             let result = self.try_member(fwk, &member.pod_info);
@@ -162,7 +162,7 @@ impl Cycle {
                     f.message
                 );
                 tried.push(result);
-                return (tried, Status::error(message));
+                return (tried, Status::error(message), progress);
             }
             progress.remaining -= 1;
             if matches!(result, Tried::Placed(_)) {
@@ -171,7 +171,7 @@ impl Cycle {
             tried.push(result);
             status = fwk.run_placement_feasible_plugins(&group.group, progress);
             match status.code() {
-                Code::Error => return (tried, feasibility_error(&status)),
+                Code::Error => return (tried, feasibility_error(&status), progress),
                 Code::Unschedulable => break,
                 _ => {}
             }
@@ -179,7 +179,7 @@ impl Cycle {
         if status.is_wait() {
             status = unschedulable(&status);
         }
-        (tried, status)
+        (tried, status, progress)
     }
 
     /// One member: a node on the snapshot as the members before it left the cluster (no
@@ -233,19 +233,24 @@ impl Cycle {
     }
 
     /// The group fits: Permit for each placed member, in order, on a snapshot that shows them
-    /// all (GangScheduling's Permit then lets each through at once).
+    /// all; each member's cycle state carries how far the group got, so GangScheduling's Permit
+    /// lets each through at once without counting the group's pods on every node.
     fn permit_members(
         &self,
         fwk: &Framework,
         group: &QueuedPodGroup,
         tried: Vec<Tried>,
+        progress: PlacementProgress,
         outcome: GroupOutcome,
     ) -> GroupDecision {
         drop(self.snapshot());
         let mut members: Vec<PodDecision> = tried
             .into_iter()
             .map(|t| match t {
-                Tried::Placed(reserved) => self.permit(fwk, reserved),
+                Tried::Placed(mut reserved) => {
+                    reserved.state.write(PLACEMENT_PROGRESS, progress);
+                    self.permit(fwk, reserved)
+                }
                 Tried::Failed(failure) => PodDecision::Failed(failure),
             })
             .collect();

@@ -407,7 +407,7 @@ impl SchedulingQueue {
         }
     }
 
-    /// The pods of `keys` that wait in any sub-queue and are not gated, taken out to be tried
+    /// The pods of `keys` that wait in any sub-queue and are not (or no longer) gated, taken out to be tried
     /// now with a popped pod (the members of its pod group: upstream queues a group as one
     /// entity, so an event that moves one member moves all). Each is in flight, as if popped.
     pub fn take(&self, keys: &[String]) -> Vec<QueuedPodInfo> {
@@ -419,10 +419,16 @@ impl SchedulingQueue {
                 .remove(key)
                 .or_else(|| inner.backoff.remove(key))
                 .or_else(|| {
-                    let gated = inner.pool.pods.get(key).is_none_or(QueuedPodInfo::gated);
-                    if gated { None } else { inner.pool.remove(key) }
+                    // A gated member whose gate is open by now (the event that opened it may not
+                    // have moved it yet) comes too; one still gated stays.
+                    let open =
+                        inner.pool.pods.get(key).is_some_and(|q| {
+                            !q.gated() || (self.pre_enqueue)(&q.pod_info).is_none()
+                        });
+                    if open { inner.pool.remove(key) } else { None }
                 });
             if let Some(mut qpi) = found {
+                qpi.gating_plugin = None;
                 self.start_attempt(&mut inner, key, &mut qpi);
                 taken.push(qpi);
             }

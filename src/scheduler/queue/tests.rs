@@ -656,3 +656,22 @@ async fn take_pulls_waiting_members_from_every_sub_queue_but_not_gated_ones() {
     // Only the gated pod is left; the taken ones are in flight.
     assert_eq!(q.counts(), counts(0, 0, 0, 1));
 }
+
+#[tokio::test]
+async fn take_brings_a_gated_member_whose_gate_opened_before_an_event_moved_it() {
+    let open = Arc::new(AtomicBool::new(false));
+    let gate = {
+        let open = open.clone();
+        move |_: &PodInfo| (!open.load(Ordering::SeqCst)).then(|| "Gate".to_string())
+    };
+    let q = queue_with_gate(Arc::new(gate));
+    q.add(pod("member", 0));
+    assert_eq!(q.counts(), counts(0, 0, 0, 1));
+    let key = format!("{}/member", pod("x", 0).namespace());
+    assert!(q.take(std::slice::from_ref(&key)).is_empty());
+    open.store(true, Ordering::SeqCst);
+    let taken = q.take(&[key]);
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].gating_plugin, None);
+    assert_eq!(q.counts(), counts(0, 0, 0, 0));
+}

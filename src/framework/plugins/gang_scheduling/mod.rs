@@ -30,8 +30,8 @@ use tracing::debug;
 use super::helper::impl_plugin;
 use super::names;
 use crate::framework::interface::{
-    Code, CycleState, PermitPlugin, PlacementFeasiblePlugin, PlacementProgress, PreEnqueuePlugin,
-    Status,
+    Code, CycleState, PLACEMENT_PROGRESS, PermitPlugin, PlacementFeasiblePlugin, PlacementProgress,
+    PreEnqueuePlugin, Status,
 };
 use crate::framework::listers::{
     BySchedulingGroup, GroupOf, Informer, Listers, PodGroupMembers, SCHEDULING_GROUP_MEMBERS,
@@ -153,7 +153,7 @@ impl PreEnqueuePlugin for GangScheduling {
 }
 
 impl PermitPlugin for GangScheduling {
-    fn permit(&self, _: &mut CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
+    fn permit(&self, state: &mut CycleState, pod: &PodInfo, _node: &str) -> (Status, Duration) {
         let Some(group) = BySchedulingGroup::group(&pod.pod) else {
             return (Status::success(), Duration::ZERO);
         };
@@ -169,8 +169,11 @@ impl PermitPlugin for GangScheduling {
         let Some(min) = min_count(&pg) else {
             return (Status::success(), Duration::ZERO);
         };
-        let snapshot = self.handle.snapshot.load();
-        let scheduled = self.scheduled(pod, group, &snapshot);
+        // In a group cycle the cycle knows how many are placed; otherwise count them.
+        let scheduled = match state.read::<PlacementProgress>(PLACEMENT_PROGRESS) {
+            Some(progress) => progress.scheduled,
+            None => self.scheduled(pod, group, &self.handle.snapshot.load()),
+        };
         if scheduled < min {
             debug!(pod = %pod.key(), group, scheduled, min,
                 "quorum is not met for a gang; waiting for another pod to allow");

@@ -98,6 +98,27 @@ fn permit_waits_until_min_count_are_scheduled() {
 }
 
 #[test]
+fn permit_in_a_group_cycle_takes_the_cycles_count() {
+    let p = plugin();
+    p.listers().store(&WORKLOAD_POD_GROUPS).apply(gang("g", 3));
+    let a = info(member("a", "g", None));
+    let placed = |scheduled| {
+        let mut state = CycleState::new();
+        state.write(
+            PLACEMENT_PROGRESS,
+            PlacementProgress {
+                remaining: 0,
+                scheduled,
+            },
+        );
+        state
+    };
+    // The cycle placed all three: through at once, though no member is bound yet.
+    assert!(p.permit(&mut placed(3), &a, "n1").0.is_success());
+    assert_eq!(p.permit(&mut placed(2), &a, "n1").0.code(), Code::Wait);
+}
+
+#[test]
 fn hints() {
     let p = plugin();
     let a = info(member("a", "g", None));

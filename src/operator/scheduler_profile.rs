@@ -821,11 +821,25 @@ async fn sync_embedded(
             .map_err(|e| e.to_string());
         if let Err(e) = &res {
             tracing::warn!(profile = %name, error = %e, "embedded scheduler not running");
+        } else if deleted_meanwhile(profile, ctx).await {
+            // The deletion watcher may have stopped it while this reconcile was starting it: a
+            // deleted profile never keeps a scheduler.
+            ctx.embedded.stop(&name).await;
         }
         Some(res)
     } else {
         ctx.embedded.stop(&name).await;
         None
+    }
+}
+
+/// Whether `profile` is gone (or replaced, or being deleted) by now; an API error says no.
+async fn deleted_meanwhile(profile: &SchedulerProfile, ctx: &Context) -> bool {
+    let api: Api<SchedulerProfile> = Api::all(ctx.client.clone());
+    match api.get_opt(&profile.name_any()).await {
+        Ok(Some(now)) => now.uid() != profile.uid() || now.metadata.deletion_timestamp.is_some(),
+        Ok(None) => true,
+        Err(_) => false,
     }
 }
 

@@ -640,12 +640,7 @@ impl Simulation {
             .store(&SCHEDULING_GROUP_MEMBERS)
             .members(namespace, name)
             .iter()
-            .map(|p| {
-                format!(
-                    "{namespace}/{}",
-                    p.metadata.name.as_deref().unwrap_or_default()
-                )
-            })
+            .map(|p| pod_key(p))
             .collect();
         let members = self
             .results

@@ -23,6 +23,7 @@ use crate::framework::plugins::default_preemption::pod_group_priority;
 use crate::framework::registry::Handle;
 use crate::framework::runtime::Framework;
 use crate::framework::types::{PodInfo, QueuedPodGroup};
+use crate::scheduler::informers::pod_key;
 
 /// Upstream's `errPodGroupUnschedulable`: the first reason of a member placed in a group that
 /// was not.
@@ -222,10 +223,7 @@ impl Cycle {
         members
             .iter()
             .filter(|p| {
-                let key = format!(
-                    "{namespace}/{}",
-                    p.metadata.name.as_deref().unwrap_or_default()
-                );
+                let key = pod_key(p);
                 let bound = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
                 !queued.contains(&key) && (bound || self.cache.is_assumed(&key))
             })
@@ -327,12 +325,7 @@ pub(crate) fn pod_group_of(handle: &Handle, pod: &PodInfo) -> Option<(Arc<PodGro
         .members(namespace, name)
         .iter()
         .filter(|p| p.spec.as_ref().is_none_or(|s| s.node_name.is_none()))
-        .map(|p| {
-            format!(
-                "{namespace}/{}",
-                p.metadata.name.as_deref().unwrap_or_default()
-            )
-        })
+        .map(|p| pod_key(p))
         .filter(|key| *key != own)
         .collect();
     Some((group, others))

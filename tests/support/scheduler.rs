@@ -215,9 +215,25 @@ pub fn default_scheduler(cp: &ControlPlane) -> super::process::LoggedChild {
 /// A v1 configuration with one default profile named `name`; leader election on a lease in
 /// `lease_ns` when given, else off.
 pub fn config(name: &str, lease_ns: Option<&str>) -> String {
+    config_with_lease(name, lease_ns, FAST_LEASE)
+}
+
+/// Lease timings: duration, renew deadline, retry period.
+pub type LeaseTimings = (&'static str, &'static str, &'static str);
+
+/// Short enough that a test sees a failover within seconds.
+pub const FAST_LEASE: LeaseTimings = ("4s", "3s", "1s");
+
+/// kube-scheduler's defaults: a leader keeps its lease through a few slow seconds of the API
+/// server (a test that floods it with writes right after a takeover needs that).
+pub const DEFAULT_LEASE: LeaseTimings = ("15s", "10s", "2s");
+
+/// [`config`] with the lease timings given.
+pub fn config_with_lease(name: &str, lease_ns: Option<&str>, timings: LeaseTimings) -> String {
+    let (duration, renew, retry) = timings;
     let le = match lease_ns {
         Some(ns) => format!(
-            "leaderElection:\n  leaderElect: true\n  resourceName: {name}\n  resourceNamespace: {ns}\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s\n"
+            "leaderElection:\n  leaderElect: true\n  resourceName: {name}\n  resourceNamespace: {ns}\n  leaseDuration: {duration}\n  renewDeadline: {renew}\n  retryPeriod: {retry}\n"
         ),
         None => "leaderElection:\n  leaderElect: false\n".to_string(),
     };

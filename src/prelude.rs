@@ -34,11 +34,12 @@ pub use crate::framework::args::{
 pub use crate::framework::background::{BackgroundTask, TaskContext};
 pub use crate::framework::interface::{
     BindPlugin, ClusterEventWithHint, Code, CycleState, EnqueueExtensions, FilterPlugin,
-    MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PermitPlugin, PlacementFeasiblePlugin,
-    PlacementProgress, Plugin, PodGroupPostFilterPlugin, PostBindPlugin, PostFilterPlugin,
+    FrameworkHandle, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PermitPlugin,
+    PlacementFeasiblePlugin, PlacementProgress, Plugin, PodGroupPlacement,
+    PodGroupPostFilterPlugin, PodGroupPostFilterResult, PostBindPlugin, PostFilterPlugin,
     PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterExtensions, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin, ScorePlugin, SignFragment,
-    SignPlugin, Status, signer_names,
+    PreFilterResult, PreScorePlugin, ProposedAssignment, QueueSortPlugin, ReservePlugin,
+    ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
 };
 pub use crate::framework::listers::{Informer, Kind, Listers, ObjectStore, Store, WatchedKind};
 pub use crate::framework::registry::{

@@ -12,6 +12,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -406,4 +407,241 @@ async fn group_outcome(
         read,
     )
     .await
+}
+
+/// A high-priority gang preempts a lower one whose `disruptionMode` is `all`: every pod of the
+/// lower gang goes (even those on nodes the new gang does not need), the new gang binds whole,
+/// and the victims' `Preempted` events name the preempting PodGroup; upstream kube-scheduler
+/// 1.37 first, then ksched, on the same four nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_high_priority_gang_preempts_a_whole_lower_gang_as_upstream_does() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let test = format!("gangs-preempt-{}", std::process::id());
+    let nodes = Nodes::new(cp, &test).waiting_on_drop();
+    for i in 0..4 {
+        nodes.create(&i.to_string(), "2", &[]);
+    }
+    nodes.wait_ready();
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    for (suffix, value) in [("low", 100), ("high", 1000)] {
+        let pc: PriorityClass = serde_json::from_value(json!({
+            "metadata": {"name": format!("{test}-{suffix}")},
+            "value": value,
+        }))
+        .expect("priority class");
+        classes
+            .create(&PostParams::default(), &pc)
+            .await
+            .expect("create priority class");
+    }
+    let gate = ["--feature-gates=GenericWorkload=true"];
+
+    let upstream_name = "gangs-preempt-upstream";
+    let upstream = upstream_scheduler(cp, upstream_name, &gate);
+    let upstream_logs = || support::wait::tail(&upstream.logs(), 80);
+    let up_ns = cp.namespace(&client, "gangs-preempt-upstream").await;
+    let theirs =
+        preemption_outcome(&client, &up_ns, upstream_name, &test, "all", &upstream_logs).await;
+    let theirs_single = preemption_outcome(
+        &client,
+        &up_ns,
+        upstream_name,
+        &test,
+        "single",
+        &upstream_logs,
+    )
+    .await;
+    drop(upstream);
+    eprintln!("upstream: {theirs:?}\n{theirs_single:?}");
+
+    let name = "gangs-preempt";
+    let scheduler = SchedulerProcess::start_with_args(cp, name, &config(name, None), &gate);
+    let logs = || support::wait::tail(&scheduler.logs(), 80);
+    let ns = cp.namespace(&client, "gangs-preempt").await;
+    let ours = preemption_outcome(&client, &ns, name, &test, "all", &logs).await;
+    assert_eq!(
+        ours, theirs,
+        "preemption by a gang: ksched (left) and upstream (right) differ"
+    );
+    assert_eq!(ours.victims, vec!["low-0", "low-1", "low-2", "low-3"]);
+    // With `disruptionMode: single` only the two pods the new gang needs go. Which two is up to
+    // the start times (kwok starts them within a second): the rest must agree.
+    let mut ours_single = preemption_outcome(&client, &ns, name, &test, "single", &logs).await;
+    let mut theirs_single = theirs_single;
+    assert_eq!(ours_single.victims.len(), 2, "{ours_single:?}");
+    ours_single.victims.clear();
+    theirs_single.victims.clear();
+    assert_eq!(
+        ours_single, theirs_single,
+        "preemption of single pods of a gang: ksched (left) and upstream (right) differ"
+    );
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let admin = support::https::As::Cert(&cert, &key);
+    let (_, metrics) = support::https::get_as(
+        &cp.dir.join("ca.crt"),
+        scheduler.secure_port,
+        "/metrics",
+        admin,
+    )
+    .await
+    .expect("metrics");
+    for series in [
+        r#"scheduler_workload_preemption_attempts_total{result="Success"}"#,
+        // Four pods, then two.
+        "scheduler_workload_preemption_victims_sum 6",
+        "scheduler_workload_preemption_victims_count 2",
+        // One whole gang, then two single pods of a gang.
+        r#"scheduler_preemption_workload_disruptions_sum{preemptor="podgroup"} 3"#,
+    ] {
+        assert!(metrics.contains(series), "no {series} in\n{metrics}");
+    }
+    for suffix in ["low", "high"] {
+        let _ = classes
+            .delete(&format!("{test}-{suffix}"), &Default::default())
+            .await;
+    }
+}
+
+/// What a scheduler did when gang `high` (2 pods of 2 CPUs, class `<classes>-high`) came to
+/// four 2-CPU nodes full with gang `low` (4 such pods, class `<classes>-low`, `disruptionMode`
+/// `mode`). Both gangs are gone after.
+#[derive(Debug, PartialEq, Eq)]
+struct PreemptionOutcome {
+    /// The pods of `low` preempted (a `Preempted` event each), sorted.
+    victims: Vec<String>,
+    /// The events' notes, the preemptor's UID left out, sorted.
+    notes: Vec<String>,
+    /// `high`'s `PodGroupInitiallyScheduled`: status, reason, message.
+    condition: Vec<String>,
+    high_bound: usize,
+}
+
+async fn preemption_outcome(
+    client: &kube::Client,
+    ns: &str,
+    scheduler: &str,
+    classes: &str,
+    mode: &str,
+    logs: &dyn Fn() -> String,
+) -> PreemptionOutcome {
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let class = |suffix: &str| format!("{classes}-{suffix}");
+    // Each mode has gangs of its own: a PodGroup outlives its pods for a while.
+    let (low_name, high_name) = (format!("low-{mode}"), format!("high-{mode}"));
+    let mut low = gang(&low_name, 4);
+    low.spec.priority_class_name = Some(class("low"));
+    low.spec.disruption_mode = serde_json::from_value(json!({ mode: {} })).ok();
+    groups
+        .create(&PostParams::default(), &low)
+        .await
+        .expect("PodGroup low");
+    for i in 0..4 {
+        let pod = with_class(member(&low_name, i, scheduler, "2"), &class("low"));
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    poll(
+        "gang low bound",
+        Duration::from_secs(90),
+        logs,
+        async || {
+            (members(&pods, &low_name, 4)
+                .await
+                .iter()
+                .filter_map(node)
+                .count()
+                == 4)
+                .then_some(())
+        },
+    )
+    .await;
+    let mut high = gang(&high_name, 2);
+    high.spec.priority_class_name = Some(class("high"));
+    groups
+        .create(&PostParams::default(), &high)
+        .await
+        .expect("PodGroup high");
+    for i in 0..2 {
+        let pod = with_class(member(&high_name, i, scheduler, "2"), &class("high"));
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    let victims = if mode == "all" { 4 } else { 2 };
+    poll(
+        "gang high bound, its victims gone",
+        Duration::from_secs(120),
+        logs,
+        async || {
+            let high = members(&pods, &high_name, 2).await;
+            let low = members(&pods, &low_name, 4).await;
+            (high.iter().filter_map(node).count() == 2 && low.len() == 4 - victims).then_some(())
+        },
+    )
+    .await;
+    let preempted = async || {
+        let mut events = support::events::with_reason(client, ns, "Preempted").await;
+        events.retain(|e| support::events::regarding(e).starts_with(&low_name));
+        (events.len() >= victims).then_some(events)
+    };
+    let events = poll(
+        "the victims' events",
+        Duration::from_secs(30),
+        logs,
+        preempted,
+    )
+    .await;
+    let group_uid = groups
+        .get(&high_name)
+        .await
+        .ok()
+        .and_then(|g| g.metadata.uid)
+        .unwrap_or_default();
+    let mut victims: Vec<String> = events
+        .iter()
+        .map(|e| support::events::regarding(e).replacen(&low_name, "low", 1))
+        .collect();
+    victims.sort();
+    let mut notes: Vec<String> = events
+        .iter()
+        .filter_map(|e| e.note.as_deref())
+        .map(|n| n.replace(&group_uid, "<uid>"))
+        .collect();
+    notes.sort();
+    let condition = groups
+        .get(&high_name)
+        .await
+        .ok()
+        .and_then(|g| g.status?.conditions)
+        .and_then(|c| {
+            c.into_iter()
+                .find(|c| c.type_ == "PodGroupInitiallyScheduled")
+        })
+        .map(|c| vec![c.status, c.reason, c.message])
+        .unwrap_or_default();
+    let high_bound = members(&pods, &high_name, 2)
+        .await
+        .iter()
+        .filter_map(node)
+        .count();
+    delete_members(&pods, &high_name, 2, logs).await;
+    delete_members(&pods, &low_name, 4, logs).await;
+    PreemptionOutcome {
+        victims,
+        notes,
+        condition,
+        high_bound,
+    }
+}
+
+/// `pod` with PriorityClass `class`.
+fn with_class(mut pod: Pod, class: &str) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.priority_class_name = Some(class.to_string());
+    }
+    pod
 }

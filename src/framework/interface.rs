@@ -11,7 +11,7 @@
 //! [`ApiClient`]: super::api_calls::ApiClient
 
 use std::any::Any;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -889,16 +889,40 @@ pub trait PlacementFeasiblePlugin: Plugin {
     ) -> Status;
 }
 
+/// A member's node in a placement of its group (upstream's `ProposedAssignment`), with the cycle
+/// state its PreFilter left (the members before it assumed).
+#[derive(Clone)]
+pub struct ProposedAssignment {
+    pub pod: Arc<PodInfo>,
+    pub node: String,
+    pub state: CycleState,
+}
+
+/// A placement of a pod group on a cluster (upstream's `PodGroupSchedulingFunc`): the group's
+/// algorithm run on the snapshot given, without changing it or the scheduler's cache; the
+/// members placed, and the group's status (Success when its constraints are met).
+pub type PodGroupPlacement<'a> = dyn Fn(&Snapshot) -> (Vec<ProposedAssignment>, Status) + 'a;
+
+/// What a PodGroupPostFilter that made room returns (upstream's `PodGroupPostFilterResult`): the
+/// node each member (`namespace/name`) is nominated to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodGroupPostFilterResult {
+    pub nominations: BTreeMap<String, String>,
+}
+
 /// Runs once for a pod group whose cycle did not place it (upstream's
 /// `PodGroupPostFilterPlugin`): Success when it made room (preemption), else why not.
 pub trait PodGroupPostFilterPlugin: Plugin {
-    /// `members`: the group's pods tried in the cycle; `snapshot`: the cluster the cycle saw.
+    /// `members`: the group's pods tried in the cycle; `snapshot`: the cluster the cycle saw;
+    /// `place`: the group's algorithm, to try the group on a changed copy of it.
     fn pod_group_post_filter(
         &self,
+        fwk: &dyn FrameworkHandle,
         group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
         members: &[Arc<PodInfo>],
         snapshot: &Snapshot,
-    ) -> Status;
+        place: &PodGroupPlacement<'_>,
+    ) -> (Option<PodGroupPostFilterResult>, Status);
 }
 
 /// Runs before binding (volume binding and the like); may do API calls.

@@ -52,6 +52,12 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// What preempted: `pod` or `podgroup`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptorLabels {
+    pub preemptor: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
     pub operation: String,
@@ -120,6 +126,11 @@ pub fn batch_histogram() -> Histogram {
 /// Victims per preemption: upstream's `(1, 2, 7)`.
 pub fn victims_histogram() -> Histogram {
     Histogram::new(go_exponential_buckets(1.0, 2.0, 7))
+}
+
+/// Victims per workload preemption: upstream's `(1, 2, 11)`.
+pub fn workload_victims_histogram() -> Histogram {
+    Histogram::new(go_exponential_buckets(1.0, 2.0, 11))
 }
 
 /// The values of the `extension_point` label (upstream's `metrics.ExtensionPoints`, and the
@@ -272,6 +283,12 @@ pub struct FrameworkMetrics {
     pub preemption_victims: Histogram,
     pub preemption_goroutines_duration: Histograms<ResultLabels>,
     pub preemption_goroutines_execution: Family<ResultLabels, Counter>,
+    /// Pod groups' preemption attempts by the status code they ended with.
+    pub workload_preemption_attempts: Family<ResultLabels, Counter>,
+    pub workload_preemption_victims: Histogram,
+    /// Victims that are a pod group's pod, or a whole group with `disruptionMode: all`.
+    pub preemption_workload_disruptions: Histograms<PreemptorLabels>,
+    pub preemption_pdb_violations: Family<PreemptorLabels, Counter>,
     pub batch_attempts: Family<BatchAttemptLabels, Counter>,
     pub batch_cache_flushed: Family<BatchFlushLabels, Counter>,
     pub get_node_hint_duration: Histograms<NodeHintLabels>,
@@ -292,6 +309,12 @@ impl Default for FrameworkMetrics {
             preemption_victims: victims_histogram(),
             preemption_goroutines_duration: Family::new_with_constructor(long_histogram),
             preemption_goroutines_execution: Family::default(),
+            workload_preemption_attempts: Family::default(),
+            workload_preemption_victims: workload_victims_histogram(),
+            preemption_workload_disruptions: Family::new_with_constructor(
+                workload_victims_histogram,
+            ),
+            preemption_pdb_violations: Family::default(),
             batch_attempts: Family::default(),
             batch_cache_flushed: Family::default(),
             get_node_hint_duration: Family::new_with_constructor(batch_histogram),

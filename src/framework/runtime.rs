@@ -15,8 +15,8 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::interface::{
     Code, CycleState, FrameworkHandle, MAX_NODE_SCORE, MAX_PERMIT_TIMEOUT, MIN_NODE_SCORE,
-    NodeScore, NodeToStatus, Plugin, PostFilterResult, PreFilterExtensions, PreFilterResult,
-    Status,
+    NodeScore, NodeToStatus, Plugin, PodGroupPlacement, PodGroupPostFilterResult, PostFilterResult,
+    PreFilterExtensions, PreFilterResult, Status,
 };
 use super::metrics::{
     ByStatus, ExtensionPointLabels, FrameworkMetrics, PluginEvaluationLabels, PluginLabels, Point,
@@ -655,25 +655,29 @@ impl Framework {
         group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
         members: &[Arc<PodInfo>],
         snapshot: &Snapshot,
-    ) -> Status {
+        place: &PodGroupPlacement<'_>,
+    ) -> (Option<PodGroupPostFilterResult>, Status) {
         let plugin = self
             .at(ExtensionPoint::PostFilter)
             .iter()
             .find_map(|e| e.plugin.as_pod_group_post_filter());
         let Some(plugin) = plugin else {
-            return Status::code_only(Code::Unschedulable);
+            return (None, Status::code_only(Code::Unschedulable));
         };
         let name = plugin.name().to_string();
-        let status = plugin.pod_group_post_filter(group, members, snapshot);
+        let (result, status) = plugin.pod_group_post_filter(self, group, members, snapshot, place);
         match status.code() {
             Code::Success | Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                status.with_plugin(name)
+                (result, status.with_plugin(name))
             }
-            _ => Status::error(format!(
-                "error in {name:?} PodGroupPostFilter plugins: {}",
-                status.message()
-            ))
-            .with_plugin(name),
+            _ => (
+                None,
+                Status::error(format!(
+                    "error in {name:?} PodGroupPostFilter plugins: {}",
+                    status.message()
+                ))
+                .with_plugin(name),
+            ),
         }
     }
 

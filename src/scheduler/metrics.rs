@@ -384,6 +384,7 @@ impl Metrics {
         let mut metrics = Self::scheduler_only(emulation.minor());
         if emulation.enabled(crate::emulation::GENERIC_WORKLOAD) {
             metrics.pod_group = Some(PodGroupMetrics::registered(&mut metrics.registry));
+            register_workload_preemption(&mut metrics.registry, &metrics.framework);
         }
         register_process_metrics(&mut metrics.registry);
         register_component_metrics(&mut metrics.registry, emulation);
@@ -558,6 +559,34 @@ fn register_framework_metrics(r: &mut Registry, m: &FrameworkMetrics) {
         "scheduler_preemption_goroutines_execution",
         "Number of preemption goroutines executed.",
         m.preemption_goroutines_execution.clone(),
+    );
+}
+
+/// Workload-aware preemption's families: registered, as upstream, only with GenericWorkload on.
+fn register_workload_preemption(r: &mut Registry, m: &FrameworkMetrics) {
+    register(
+        r,
+        "scheduler_workload_preemption_attempts",
+        "Total preemption attempts initiated by workload (including pod groups) in the cluster till now.",
+        m.workload_preemption_attempts.clone(),
+    );
+    register(
+        r,
+        "scheduler_workload_preemption_victims",
+        "Number of pod preemption victims caused by workload preemption.",
+        m.workload_preemption_victims.clone(),
+    );
+    register(
+        r,
+        "scheduler_preemption_workload_disruptions",
+        "Number of workload preemption units being preempted. A single preemption unit can be all pods in a pod group (in case of DisruptionMode=all), or a single pod (in case of DisruptionMode=single).",
+        m.preemption_workload_disruptions.clone(),
+    );
+    register(
+        r,
+        "scheduler_preemption_pdb_violations",
+        "Total number of pod disruption budget violations caused by preemption.",
+        m.preemption_pdb_violations.clone(),
     );
 }
 

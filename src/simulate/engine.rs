@@ -665,28 +665,32 @@ impl Simulation {
     /// A pod not placed: the message the FailedScheduling event would carry, every node's
     /// rejecting plugin when no node fit, and the preemption PostFilter would start.
     fn failed(&mut self, pod: &PodInfo, failure: Failure) -> PodResult {
-        let Some(fit) = failure.fit else {
-            // Rejected at Reserve or Permit, or an error.
-            let outcome = if failure.unschedulable {
-                Outcome::Unschedulable
-            } else {
-                Outcome::Error
-            };
-            let message = match &failure.plugin {
-                Some(p) => format!("{p}: {}", failure.message),
-                None => failure.message,
-            };
-            return result(pod, outcome, None, message);
-        };
         let api: Arc<dyn ApiClient> = self.api.clone();
         self.handle.dispatcher.run_queued(&api);
         let preemption = failure
             .nominated
+            .clone()
             .filter(|node| !node.is_empty())
             .map(|node| Preemption {
                 node,
                 victims: self.api.keys::<Pod>(Verb::Delete, None),
             });
+        let Some(fit) = failure.fit else {
+            // Rejected at Reserve or Permit, an error, or a member of a group (its group's
+            // preemption nominates it).
+            let outcome = match (&preemption, failure.unschedulable) {
+                (Some(_), _) => Outcome::WouldPreempt,
+                (None, true) => Outcome::Unschedulable,
+                (None, false) => Outcome::Error,
+            };
+            let message = match &failure.plugin {
+                Some(p) => format!("{p}: {}", failure.message),
+                None => failure.message,
+            };
+            let mut r = result(pod, outcome, None, message);
+            r.preemption = preemption;
+            return r;
+        };
         let snapshot = self.handle.snapshot.load();
         let mut node_reasons: Vec<NodeReason> = snapshot
             .nodes()
@@ -1277,6 +1281,57 @@ mod tests {
             .filter(|p| p.result == Outcome::Scheduled)
             .count();
         assert_eq!(placed, 2, "{:?}", placements(&r));
+    }
+
+    #[test]
+    fn a_higher_priority_gang_would_preempt_a_whole_lower_gang() {
+        let running = |name: &str, node: &str| {
+            pod(
+                name,
+                "2",
+                json!({"schedulingGroup": {"podGroupName": "low"}, "nodeName": node, "priority": 10}),
+            )
+        };
+        let incoming = |name: &str| {
+            pod(
+                name,
+                "2",
+                json!({"schedulingGroup": {"podGroupName": "high"}, "priority": 1000}),
+            )
+        };
+        let with = |mut group: Value, fields: Value| {
+            for (k, v) in fields.as_object().into_iter().flatten() {
+                group["spec"][k] = v.clone();
+            }
+            group
+        };
+        let mut items = vec![
+            node("a", "2", json!({}), json!({})),
+            node("b", "2", json!({}), json!({})),
+            node("c", "2", json!({}), json!({})),
+            with(
+                workload_gang("low", 3),
+                json!({"priority": 10, "disruptionMode": {"all": {}}}),
+            ),
+            with(workload_gang("high", 1), json!({"priority": 1000})),
+            running("low-0", "a"),
+            running("low-1", "b"),
+            running("low-2", "c"),
+        ];
+        items.push(incoming("high-0"));
+        let r = run(items, &workload_profile(), Request::Pending { all: false });
+        let high = &r.pods[0];
+        assert_eq!(high.result, Outcome::WouldPreempt, "{}", high.message);
+        // One node is needed, but the lower gang goes whole.
+        let preemption = high.preemption.clone().expect("a preemption");
+        assert_eq!(
+            preemption.victims,
+            vec!["ns/low-0", "ns/low-1", "ns/low-2"],
+            "{}",
+            high.message
+        );
+        // A member that did not fit keeps its own reason, as upstream's.
+        assert_eq!(high.message, "0/3 nodes are available: 3 Insufficient cpu.");
     }
 
     #[test]

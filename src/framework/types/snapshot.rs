@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::assigned_pod::AssignedPod;
-use super::node_info::{ImageStates, NodeInfo, next_generation};
+use super::node_info::{ImageStates, NodeInfo, PodNotFound, next_generation};
 
 /// The zone key upstream's node tree groups nodes by (region and zone labels).
 fn zone_key(node: &NodeInfo) -> String {
@@ -233,6 +233,30 @@ impl Snapshot {
     }
 
     /// All nodes, in scheduling order.
+    /// Puts `pod` on `node` in this snapshot only (simulations: a group's placement, preemption);
+    /// false when the node is not in it.
+    pub fn add_pod(&mut self, node: &str, pod: Arc<AssignedPod>) -> bool {
+        let Some(info) = self.get(node) else {
+            return false;
+        };
+        let mut info = NodeInfo::clone(info);
+        info.add_pod(pod);
+        self.update_from([NodeChange::Upsert(Arc::new(info))]);
+        true
+    }
+
+    /// Takes `pod` off `node` in this snapshot only.
+    pub fn remove_pod(&mut self, node: &str, pod: &AssignedPod) -> Result<(), PodNotFound> {
+        let not_found = || PodNotFound {
+            pod: pod.key(),
+            node: node.to_string(),
+        };
+        let mut info = NodeInfo::clone(self.get(node).ok_or_else(not_found)?);
+        info.remove_pod(pod)?;
+        self.update_from([NodeChange::Upsert(Arc::new(info))]);
+        Ok(())
+    }
+
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {
         &self.node_infos
     }

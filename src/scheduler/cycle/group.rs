@@ -15,14 +15,17 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use super::{Cycle, Failure, PodDecision, Reserved};
 use crate::emulation::GENERIC_WORKLOAD;
-use crate::framework::interface::{Code, PLACEMENT_PROGRESS, PlacementProgress, Status};
+use crate::framework::interface::{
+    Code, PLACEMENT_PROGRESS, PlacementProgress, PodGroupPostFilterResult, ProposedAssignment,
+    Status,
+};
 use crate::framework::listers::{
     BySchedulingGroup, GroupOf, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
 };
 use crate::framework::plugins::default_preemption::pod_group_priority;
 use crate::framework::registry::Handle;
 use crate::framework::runtime::Framework;
-use crate::framework::types::{PodInfo, QueuedPodGroup};
+use crate::framework::types::{AssignedPod, PodInfo, QueuedPodGroup, Snapshot};
 use crate::scheduler::informers::pod_key;
 
 /// Upstream's `errPodGroupUnschedulable`: the first reason of a member placed in a group that
@@ -60,11 +63,8 @@ impl GroupOutcome {
     }
 }
 
-/// One member's try in the group cycle.
-enum Tried {
-    Placed(Reserved),
-    Failed(Failure),
-}
+/// One member's try in the group cycle: placed (assumed and reserved), or why not.
+type Tried = Result<Reserved, Box<Failure>>;
 
 impl Cycle {
     /// The group cycle: every member tried, then all placed members permitted, or all undone.
@@ -77,12 +77,13 @@ impl Cycle {
         if let Err(message) = validate(group) {
             return all_failed(group, &message);
         }
-        let (tried, mut status, progress) = self.try_members(fwk, group);
+        let (tried, mut status, progress) =
+            self.run_members(fwk, group, |pod| self.try_member(fwk, pod));
         if let Some(m) = self.metrics.as_ref().and_then(|m| m.pod_group.as_ref()) {
             m.algorithm_duration
                 .observe(started.elapsed().as_secs_f64());
         }
-        let any_placed = tried.iter().any(|t| matches!(t, Tried::Placed(_)));
+        let any_placed = tried.iter().any(Result::is_ok);
         if status.is_success() && any_placed {
             let outcome = GroupOutcome::Scheduled(status.message());
             return self.permit_members(fwk, group, tried, progress, outcome);
@@ -95,15 +96,24 @@ impl Cycle {
         let tried = self.undo_placed(fwk, tried);
         // Members not tried are told the status as it was before PodGroupPostFilter's word.
         let before_post_filter = status.clone();
+        let mut preempting = None;
         if status.code() == Code::Unschedulable {
-            let post_filter = self.pod_group_post_filter(fwk, group);
+            let (result, post_filter) = self.pod_group_post_filter(fwk, group);
             if post_filter.code() == Code::Error {
                 status = post_filter;
             } else {
                 status.append_reason(post_filter.message());
+                if post_filter.is_success() {
+                    preempting = result;
+                }
             }
         }
-        reject_members(group, tried, &status, &before_post_filter)
+        let rejected = Rejected {
+            status: &status,
+            before_post_filter: &before_post_filter,
+            preempting: preempting.as_ref(),
+        };
+        rejected.members(group, tried)
     }
 
     /// Every placed member undone, last first: what is left of each is whether it failed on
@@ -113,11 +123,11 @@ impl Cycle {
         let mut placed = Vec::new();
         for (i, t) in tried.into_iter().enumerate() {
             match t {
-                Tried::Placed(reserved) => {
+                Ok(reserved) => {
                     placed.push((i, reserved));
                     out.push(Ok(false));
                 }
-                Tried::Failed(failure) => out.push(Err(failure)),
+                Err(failure) => out.push(Err(*failure)),
             }
         }
         for (i, mut reserved) in placed.into_iter().rev() {
@@ -127,20 +137,53 @@ impl Cycle {
         out
     }
 
-    /// PodGroupPostFilter on the cluster as it was before the group's cycle.
-    fn pod_group_post_filter(&self, fwk: &Framework, group: &QueuedPodGroup) -> Status {
-        let snapshot = self.snapshot();
-        let members: Vec<Arc<PodInfo>> = group.members.iter().map(|m| m.pod_info.clone()).collect();
-        fwk.run_pod_group_post_filter_plugins(&group.group, &members, &snapshot)
-    }
-
-    /// Tries each member in turn, asking PlacementFeasible before the first and after each; the
-    /// members tried (the rest were not) and the group's status.
-    fn try_members(
+    /// PodGroupPostFilter on the cluster as it was before the group's cycle, with the group's
+    /// algorithm to try the group on a changed copy of it.
+    fn pod_group_post_filter(
         &self,
         fwk: &Framework,
         group: &QueuedPodGroup,
-    ) -> (Vec<Tried>, Status, PlacementProgress) {
+    ) -> (Option<PodGroupPostFilterResult>, Status) {
+        let snapshot = self.snapshot();
+        let members: Vec<Arc<PodInfo>> = group.members.iter().map(|m| m.pod_info.clone()).collect();
+        let place = |cluster: &Snapshot| self.place_on(fwk, group, cluster);
+        fwk.run_pod_group_post_filter_plugins(&group.group, &members, &snapshot, &place)
+    }
+
+    /// The group's algorithm on `cluster` alone (upstream's `PodGroupSchedulingFunc`): each
+    /// member placed on a copy of it as the members before it left it; no cache, no Reserve.
+    fn place_on(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+        cluster: &Snapshot,
+    ) -> (Vec<ProposedAssignment>, Status) {
+        let mut cluster = cluster.clone();
+        let (tried, mut status, _) = self.run_members(fwk, group, |pod| {
+            let mut state = self.new_state();
+            let node = self.select_host(fwk, &mut state, pod, &cluster)?;
+            cluster.add_pod(&node, Arc::new(AssignedPod::from_pod_info(pod)));
+            Ok(ProposedAssignment {
+                pod: pod.clone(),
+                node,
+                state,
+            })
+        });
+        let placed: Vec<ProposedAssignment> = tried.into_iter().filter_map(Result::ok).collect();
+        if status.is_success() && placed.is_empty() {
+            status = unschedulable(&Status::success());
+        }
+        (placed, status)
+    }
+
+    /// Runs `step` on each member in turn, asking PlacementFeasible before the first and after
+    /// each; the members tried (the rest were not) and the group's status.
+    fn run_members<T>(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+        mut step: impl FnMut(&Arc<PodInfo>) -> Result<T, Box<Failure>>,
+    ) -> (Vec<Result<T, Box<Failure>>>, Status, PlacementProgress) {
         let mut progress = PlacementProgress {
             remaining: group.members.len(),
             scheduled: self.scheduled_before(fwk, group),
@@ -154,8 +197,8 @@ impl Cycle {
             return (tried, unschedulable(&status), progress);
         }
         for member in &group.members {
-            let result = self.try_member(fwk, &member.pod_info);
-            if let Tried::Failed(f) = &result
+            let result = step(&member.pod_info);
+            if let Err(f) = &result
                 && !f.unschedulable
             {
                 let message = format!(
@@ -166,7 +209,7 @@ impl Cycle {
                 return (tried, Status::error(message), progress);
             }
             progress.remaining -= 1;
-            if matches!(result, Tried::Placed(_)) {
+            if result.is_ok() {
                 progress.scheduled += 1;
             }
             tried.push(result);
@@ -195,13 +238,7 @@ impl Cycle {
                 .observe(started.elapsed().as_secs_f64());
         }
         drop(snapshot);
-        match host {
-            Ok(host) => match self.assume_and_reserve(fwk, state, pod, host) {
-                Ok(reserved) => Tried::Placed(reserved),
-                Err(failure) => Tried::Failed(*failure),
-            },
-            Err(failure) => Tried::Failed(*failure),
-        }
+        self.assume_and_reserve(fwk, state, pod, host?)
     }
 
     /// The group's members already bound or assumed before this cycle (upstream's
@@ -245,11 +282,11 @@ impl Cycle {
         let mut members: Vec<PodDecision> = tried
             .into_iter()
             .map(|t| match t {
-                Tried::Placed(mut reserved) => {
+                Ok(mut reserved) => {
                     reserved.state.write(PLACEMENT_PROGRESS, progress);
                     self.permit(fwk, reserved)
                 }
-                Tried::Failed(failure) => PodDecision::Failed(failure),
+                Err(failure) => PodDecision::Failed(*failure),
             })
             .collect();
         // Every member is tried when the group fits; this only keeps the lists aligned.
@@ -263,45 +300,63 @@ impl Cycle {
     }
 }
 
-/// The group does not fit (its placed members already undone): a member placed is rejected with
-/// the group's message, one that failed keeps its own reason, one not tried gets the group's
-/// status as it was when the cycle stopped (upstream's `submitPodGroupAlgorithmResult`).
-fn reject_members(
-    group: &QueuedPodGroup,
-    tried: Vec<Result<bool, Failure>>,
-    status: &Status,
-    before_post_filter: &Status,
-) -> GroupDecision {
-    let error = status.code() == Code::Error;
-    let mut members: Vec<PodDecision> = Vec::with_capacity(group.members.len());
-    for t in tried {
-        let failure = match t {
-            Err(own) => own,
-            Ok(had_nomination) => {
-                let message = if error {
-                    status.message()
-                } else {
-                    format!("{POD_GROUP_UNSCHEDULABLE}, {}", status.message())
-                };
-                let mut failure = group_failure(error, message);
-                if had_nomination {
-                    failure.nominated = Some(String::new());
+/// How a group that does not fit ends (its placed members already undone).
+struct Rejected<'a> {
+    /// The group's status, PodGroupPostFilter's word included.
+    status: &'a Status,
+    /// The group's status when its algorithm stopped.
+    before_post_filter: &'a Status,
+    /// PodGroupPostFilter made room: the group waits for its victims to go, each member
+    /// nominated to its node.
+    preempting: Option<&'a PodGroupPostFilterResult>,
+}
+
+impl Rejected<'_> {
+    /// Each member's failure (upstream's `submitPodGroupAlgorithmResult`): a member placed is
+    /// rejected with the group's message, one that failed keeps its own reason, one not tried
+    /// gets the group's status as it was when the algorithm stopped; while the group waits on
+    /// its preemption, each member carries its nomination.
+    fn members(&self, group: &QueuedPodGroup, tried: Vec<Result<bool, Failure>>) -> GroupDecision {
+        let error = self.status.code() == Code::Error;
+        let mut members: Vec<PodDecision> = Vec::with_capacity(group.members.len());
+        for t in tried {
+            let failure = match t {
+                Err(own) => own,
+                Ok(had_nomination) => {
+                    let message = if error || self.preempting.is_some() {
+                        self.status.message()
+                    } else {
+                        format!("{POD_GROUP_UNSCHEDULABLE}, {}", self.status.message())
+                    };
+                    let mut failure = group_failure(error, message);
+                    if had_nomination {
+                        failure.nominated = Some(String::new());
+                    }
+                    failure
                 }
-                failure
+            };
+            members.push(PodDecision::Failed(failure));
+        }
+        while members.len() < group.members.len() {
+            let message = self.before_post_filter.message();
+            members.push(PodDecision::Failed(group_failure(error, message)));
+        }
+        if let Some(result) = self.preempting {
+            for (decision, member) in members.iter_mut().zip(&group.members) {
+                if let (PodDecision::Failed(f), Some(node)) =
+                    (decision, result.nominations.get(&member.pod_info.key()))
+                {
+                    f.nominated = Some(node.clone());
+                }
             }
+        }
+        let outcome = if error {
+            GroupOutcome::Error(self.status.message())
+        } else {
+            GroupOutcome::Unschedulable(self.status.message())
         };
-        members.push(PodDecision::Failed(failure));
+        GroupDecision { members, outcome }
     }
-    while members.len() < group.members.len() {
-        let message = before_post_filter.message();
-        members.push(PodDecision::Failed(group_failure(error, message)));
-    }
-    let outcome = if error {
-        GroupOutcome::Error(status.message())
-    } else {
-        GroupOutcome::Unschedulable(status.message())
-    };
-    GroupDecision { members, outcome }
 }
 
 /// The `scheduling.k8s.io` PodGroup `pod` is a member of, when workload-aware scheduling

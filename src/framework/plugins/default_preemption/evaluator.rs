@@ -88,6 +88,10 @@ impl Evaluator {
         &self.executor
     }
 
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
     /// Upstream's `Evaluator.Preempt` (without the "preemption: " prefix).
     pub(crate) fn preempt(
         &self,

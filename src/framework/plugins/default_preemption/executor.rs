@@ -24,6 +24,9 @@ use crate::framework::types::DISRUPTION_TARGET;
 use crate::framework::types::{AssignedPod, PodInfo, PodView};
 use crate::framework::waiting_pods::WaitingPods;
 
+/// The candidate name of a pod group's preemption (upstream's: its domain is the whole cluster).
+const CLUSTER: &str = "cluster";
+
 /// The reason of the `DisruptionTarget` condition preemption puts on its victims.
 pub(super) const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
 
@@ -35,18 +38,57 @@ pub(crate) struct Executor {
     pub(super) preempting: Arc<Mutex<HashSet<String>>>,
 }
 
+/// Who preempts (upstream's `ExecutorPreemptor`): a pod, or a pod group.
+pub(super) struct Preemptor {
+    /// Upstream's `Type()`: `pod` or `podgroup` (the victims' condition and events name it).
+    pub(super) kind: &'static str,
+    /// The victims' `Preempted` events relate to it.
+    pub(super) reference: ObjectReference,
+    /// `namespace/name`.
+    pub(super) key: String,
+    pub(super) uid: String,
+    /// The preemptor's scheduler name (the victims' condition reports it).
+    pub(super) scheduler: String,
+    pub(super) priority: i32,
+}
+
+impl Preemptor {
+    fn pod(pod: &PodInfo) -> Preemptor {
+        Preemptor {
+            kind: "pod",
+            reference: object_ref("v1", "Pod", pod.namespace(), pod.name(), pod.uid()),
+            key: pod.key(),
+            uid: pod.uid().to_string(),
+            scheduler: pod.scheduler_name().to_string(),
+            priority: pod.priority(),
+        }
+    }
+}
+
+/// A reference to the object `namespace/name` of `kind`.
+pub(super) fn object_ref(
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: Some(uid.into()),
+        ..ObjectReference::default()
+    }
+}
+
 /// One decided preemption, as the dispatcher runs it.
 struct Preemption {
-    /// `namespace/name`.
-    preemptor: String,
-    namespace: String,
-    name: String,
-    uid: String,
-    /// The preemptor's scheduler name (the victims' `Preempted` events report it).
-    scheduler: String,
-    /// Whether the preemptor already shows the nomination to `node`.
-    nominated: bool,
-    priority: i32,
+    preemptor: Preemptor,
+    /// A pod preemptor's nomination to write first, unless it shows it already.
+    nominate: Option<(String, String)>,
+    /// The candidate's name: the node, or `cluster` for a pod group's.
     node: String,
     /// Not terminating yet; most important first.
     victims: Vec<Arc<AssignedPod>>,
@@ -78,13 +120,33 @@ impl Executor {
     /// `prepareCandidateAsync`); returns at once. Victims already terminating are left alone;
     /// when none is left there is nothing to wait for.
     pub(crate) fn actuate(&self, pod: &PodInfo, node: &str, victims: &[Arc<AssignedPod>]) {
-        let selected = victims.len();
+        if let Some(m) = &self.handle.metrics {
+            m.preemption_victims.observe(victims.len() as f64);
+        }
+        let nominate = (pod.nominated_node_name() != node)
+            .then(|| (pod.namespace().to_string(), pod.name().to_string()));
+        self.start(Preemptor::pod(pod), nominate, node, victims);
+    }
+
+    /// A pod group's preemption (upstream's `actuatePodGroupPreemption`): its victims across the
+    /// cluster; the members' nominations are the scheduling failure's to write.
+    pub(super) fn actuate_group(&self, preemptor: Preemptor, victims: &[Arc<AssignedPod>]) {
+        self.start(preemptor, None, CLUSTER, victims);
+    }
+
+    fn start(
+        &self,
+        preemptor: Preemptor,
+        nominate: Option<(String, String)>,
+        node: &str,
+        victims: &[Arc<AssignedPod>],
+    ) {
         let victims: Vec<Arc<AssignedPod>> = victims
             .iter()
             .filter(|v| {
                 let terminating = v.is_terminating();
                 if terminating {
-                    debug!(preemptor = %pod.key(), victim = %v.key(), %node,
+                    debug!(preemptor = %preemptor.key, victim = %v.key(), %node,
                         "victim pod is already being deleted, skipping the API call for it");
                 }
                 !terminating
@@ -95,30 +157,24 @@ impl Executor {
             return;
         }
         let metrics = self.handle.metrics.clone();
-        if let Some(m) = &metrics {
-            m.preemption_victims.observe(selected as f64);
-        }
         let preemption = Preemption {
-            preemptor: pod.key(),
-            namespace: pod.namespace().to_string(),
-            name: pod.name().to_string(),
-            uid: pod.uid().to_string(),
-            scheduler: pod.scheduler_name().to_string(),
-            nominated: pod.nominated_node_name() == node,
-            priority: pod.priority(),
+            message: format!(
+                "{}: preempting to accommodate a higher priority {}",
+                preemptor.scheduler, preemptor.kind
+            ),
+            preemptor,
+            nominate,
             node: node.to_string(),
             victims,
-            message: format!(
-                "{}: preempting to accommodate a higher priority pod",
-                pod.scheduler_name()
-            ),
             nominator: self.handle.nominator.clone(),
             waiting: self.handle.waiting_pods.clone(),
             preempting: self.preempting.clone(),
             metrics,
             started: Instant::now(),
         };
-        self.preempting.lock().insert(preemption.uid.clone());
+        self.preempting
+            .lock()
+            .insert(preemption.preemptor.uid.clone());
         self.handle
             .dispatcher
             .dispatch(move |api| async move { preemption.run(api).await });
@@ -130,7 +186,7 @@ impl Preemption {
     /// together, then the last unless one of the others failed (upstream's order, so the
     /// preemptor comes back soon after a failure).
     async fn run(self, api: Arc<dyn ApiClient>) {
-        info!(preemptor = %self.preemptor, node = %self.node, victims = self.victims.len(),
+        info!(preemptor = %self.preemptor.key, node = %self.node, victims = self.victims.len(),
             "start the preemption asynchronously");
         // The nomination is written before any victim goes: other schedulers, which respect
         // every pod's nomination, see it before they see the room it is for.
@@ -148,33 +204,33 @@ impl Preemption {
                 .filter_map(Result::err)
                 .collect();
             if let Some(err) = errors.first() {
-                error!(preemptor = %self.preemptor, %err, "Error occurred during async preemption");
+                error!(preemptor = %self.preemptor.key, %err, "Error occurred during async preemption");
                 failed = true;
             } else if let Err(err) = self.evict(&api, last).await {
-                error!(preemptor = %self.preemptor, %err,
+                error!(preemptor = %self.preemptor.key, %err,
                     "Error occurred during async preemption of the last victim");
                 failed = true;
             }
         }
         drop(running);
-        self.preempting.lock().remove(&self.uid);
+        self.preempting.lock().remove(&self.preemptor.uid);
         if let Some(m) = &self.metrics {
             m.preemption_finished(!failed, self.started);
         }
         let result = if failed { "error" } else { "success" };
-        info!(preemptor = %self.preemptor, node = %self.node, result,
+        info!(preemptor = %self.preemptor.key, node = %self.node, result,
             "async preemption finished completely");
     }
 
     /// Writes the preemptor's nomination to its node unless it shows it already. Whether the
     /// patch failed (not critical: the scheduling failure handler writes it too).
     async fn nominate(&self, api: &Arc<dyn ApiClient>) -> bool {
-        if self.nominated {
+        let Some((namespace, name)) = &self.nominate else {
             return false;
-        }
+        };
         let nominate = PatchPodStatus {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
             condition: None,
             nominating: Some(NominatingInfo {
                 nominated_node_name: self.node.clone(),
@@ -184,7 +240,7 @@ impl Preemption {
         match api.call(nominate).await {
             Ok(()) => false,
             Err(err) => {
-                error!(preemptor = %self.preemptor, node = %self.node, %err,
+                error!(preemptor = %self.preemptor.key, node = %self.node, %err,
                     "Cannot set the preemptor's nominated node before preempting");
                 true
             }
@@ -200,7 +256,7 @@ impl Preemption {
         };
         let mut failed = false;
         for p in nominator.nominated_pods_for_node(&self.node) {
-            if p.priority() >= self.priority || nominator.is_foreign(&p.key()) {
+            if p.priority() >= self.preemptor.priority || nominator.is_foreign(&p.key()) {
                 continue;
             }
             let clear = NominatingInfo {
@@ -227,7 +283,7 @@ impl Preemption {
     /// A victim already gone is not an error.
     async fn evict(&self, api: &Arc<dyn ApiClient>, victim: &AssignedPod) -> Result<(), ApiError> {
         if self.waiting.reject(victim.uid(), "preempted") {
-            info!(preemptor = %self.preemptor, victim = %victim.key(), node = %self.node,
+            info!(preemptor = %self.preemptor.key, victim = %victim.key(), node = %self.node,
                 "preemptor preempted a waiting pod");
             self.preempted_event(api, victim, " (in kube-scheduler memory).");
             return Ok(());
@@ -253,13 +309,13 @@ impl Preemption {
         };
         match result {
             Ok(()) => {
-                info!(preemptor = %self.preemptor, victim = %victim.key(), node = %self.node,
+                info!(preemptor = %self.preemptor.key, victim = %victim.key(), node = %self.node,
                     "preemptor pod preempted victim pod");
                 self.preempted_event(api, victim, "");
                 Ok(())
             }
             Err(ApiError::NotFound(_)) => {
-                debug!(preemptor = %self.preemptor, victim = %victim.key(), "victim pod is already deleted");
+                debug!(preemptor = %self.preemptor.key, victim = %victim.key(), "victim pod is already deleted");
                 Ok(())
             }
             Err(err) => Err(err),
@@ -271,24 +327,17 @@ impl Preemption {
     /// Upstream's `Preempted` event on the victim (related: the preemptor): "Preempted by pod
     /// <uid> on node <node>", `suffix` for a victim preempted in memory.
     fn preempted_event(&self, api: &Arc<dyn ApiClient>, victim: &AssignedPod, suffix: &str) {
-        let pod_ref = |namespace: &str, name: &str, uid: &str| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
-            uid: Some(uid.into()),
-            ..ObjectReference::default()
-        };
+        let regarding = object_ref("v1", "Pod", victim.namespace(), victim.name(), victim.uid());
         api.record_event(ApiEvent {
-            reporting_controller: self.scheduler.clone(),
-            regarding: pod_ref(victim.namespace(), victim.name(), victim.uid()),
-            related: Some(pod_ref(&self.namespace, &self.name, &self.uid)),
+            reporting_controller: self.preemptor.scheduler.clone(),
+            regarding,
+            related: Some(self.preemptor.reference.clone()),
             type_: "Normal",
             reason: "Preempted",
             action: "Preempting",
             note: format!(
-                "Preempted by pod {} on node {}{suffix}",
-                self.uid, self.node
+                "Preempted by {} {} on node {}{suffix}",
+                self.preemptor.kind, self.preemptor.uid, self.node
             ),
         });
     }

@@ -3,7 +3,6 @@
 //! victims on one node (`SelectVictimsOnNode`, PDB violations first reprieved), and its PreEnqueue
 //! and PostFilter.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -13,12 +12,15 @@ use kube::core::{Selector, SelectorExt};
 use super::DefaultPreemptionArgs;
 use super::evaluator::{Evaluator, Interface, more_important_cmp};
 use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
+use crate::emulation::GENERIC_WORKLOAD;
 use crate::framework::args::{decode, typed};
 use crate::framework::interface::{
     ClusterEventWithHint, Code, CycleState, EnqueueExtensions, FrameworkHandle, NodeToStatus,
     PostFilterPlugin, PostFilterResult, PreEnqueuePlugin, Status,
 };
-use crate::framework::listers::POD_DISRUPTION_BUDGETS;
+use crate::framework::listers::{
+    BySchedulingGroup, GroupOf, POD_DISRUPTION_BUDGETS, WORKLOAD_POD_GROUPS,
+};
 use crate::framework::metrics::FrameworkMetrics;
 use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
@@ -40,6 +42,10 @@ pub(crate) const NOT_ELIGIBLE_TERMINATING: &str =
 pub(crate) const WAITING_FOR_PREEMPTION: &str =
     "waiting for the preemption for this pod to be finished";
 
+/// PreEnqueue's reason while the preemption of the pod's group is still evicting.
+pub(crate) const WAITING_FOR_GROUP_PREEMPTION: &str =
+    "waiting for the preemption for this pod group to be finished";
+
 /// Picks the random start among `n` potential nodes (upstream's `getOffsetRand`).
 type OffsetFn = Box<dyn Fn(usize) -> usize + Send + Sync>;
 
@@ -48,7 +54,7 @@ pub(crate) struct DefaultPreemption {
     min_candidate_nodes_absolute: i32,
     offset: OffsetFn,
     pub(super) evaluator: Evaluator,
-    metrics: Option<Arc<FrameworkMetrics>>,
+    pub(super) metrics: Option<Arc<FrameworkMetrics>>,
 }
 
 impl DefaultPreemption {
@@ -180,7 +186,7 @@ impl Interface for DefaultPreemption {
 
 /// A victim the scheduler is already evicting: deleted, with `DisruptionTarget=True` by
 /// `PreemptionByScheduler`.
-fn terminating_by_preemption(p: &AssignedPod) -> bool {
+pub(super) fn terminating_by_preemption(p: &AssignedPod) -> bool {
     p.is_terminating()
         && p.disruption_target().is_some_and(|c| {
             c.status == "True" && c.reason.as_deref() == Some(REASON_PREEMPTION_BY_SCHEDULER)
@@ -193,57 +199,76 @@ fn filter_pods_with_pdb_violation(
     pods: &[Arc<AssignedPod>],
     pdbs: &[Arc<PodDisruptionBudget>],
 ) -> (Vec<Arc<AssignedPod>>, Vec<Arc<AssignedPod>>) {
-    let mut allowed: Vec<i32> = pdbs
-        .iter()
-        .map(|p| {
-            p.status
-                .as_ref()
-                .map_or(0, |s| s.disruptions_allowed.unwrap_or(0))
-        })
-        .collect();
-    // A PDB without a selector selects nothing; an empty one is skipped as upstream does.
-    let selectors: Vec<Option<Selector>> = pdbs
-        .iter()
-        .map(|p| {
-            let sel = p.spec.as_ref()?.selector.clone()?;
-            Selector::try_from(sel).ok().filter(|s| !s.selects_all())
-        })
-        .collect();
-    let empty = BTreeMap::new();
-    let (mut violating, mut non_violating) = (Vec::new(), Vec::new());
-    for p in pods {
-        let labels = p.labels().unwrap_or(&empty);
-        let mut violated = false;
-        if !labels.is_empty() {
-            for (i, pdb) in pdbs.iter().enumerate() {
-                if pdb.metadata.namespace.as_deref() != Some(p.namespace()) {
-                    continue;
-                }
-                let Some(sel) = &selectors[i] else { continue };
-                if !sel.matches(labels) {
-                    continue;
-                }
-                let disrupted = pdb
-                    .status
+    let mut budgets = PdbBudgets::new(pdbs);
+    pods.iter()
+        .cloned()
+        .partition(|p| budgets.evict_violates(p))
+}
+
+/// The disruptions each PDB still allows while evictions are counted against them in turn.
+pub(super) struct PdbBudgets<'a> {
+    pdbs: &'a [Arc<PodDisruptionBudget>],
+    allowed: Vec<i32>,
+    /// A PDB without a selector selects nothing; an empty one is skipped as upstream does.
+    selectors: Vec<Option<Selector>>,
+}
+
+impl<'a> PdbBudgets<'a> {
+    pub(super) fn new(pdbs: &'a [Arc<PodDisruptionBudget>]) -> Self {
+        let allowed = pdbs
+            .iter()
+            .map(|p| {
+                p.status
                     .as_ref()
-                    .and_then(|s| s.disrupted_pods.as_ref())
-                    .is_some_and(|d| d.contains_key(p.name()));
-                if disrupted {
-                    continue;
-                }
-                allowed[i] -= 1;
-                if allowed[i] < 0 {
-                    violated = true;
-                }
-            }
-        }
-        if violated {
-            violating.push(p.clone());
-        } else {
-            non_violating.push(p.clone());
+                    .map_or(0, |s| s.disruptions_allowed.unwrap_or(0))
+            })
+            .collect();
+        let selectors = pdbs
+            .iter()
+            .map(|p| {
+                let sel = p.spec.as_ref()?.selector.clone()?;
+                Selector::try_from(sel).ok().filter(|s| !s.selects_all())
+            })
+            .collect();
+        PdbBudgets {
+            pdbs,
+            allowed,
+            selectors,
         }
     }
-    (violating, non_violating)
+
+    /// Counts the eviction of `p` against the PDBs that select it (unless a PDB lists it as
+    /// disrupted already); whether one of them is then exceeded.
+    pub(super) fn evict_violates(&mut self, p: &AssignedPod) -> bool {
+        let Some(labels) = p.labels().filter(|l| !l.is_empty()) else {
+            return false;
+        };
+        let mut violated = false;
+        for (i, pdb) in self.pdbs.iter().enumerate() {
+            if pdb.metadata.namespace.as_deref() != Some(p.namespace()) {
+                continue;
+            }
+            let Some(sel) = &self.selectors[i] else {
+                continue;
+            };
+            if !sel.matches(labels) {
+                continue;
+            }
+            let disrupted = pdb
+                .status
+                .as_ref()
+                .and_then(|s| s.disrupted_pods.as_ref())
+                .is_some_and(|d| d.contains_key(p.name()));
+            if disrupted {
+                continue;
+            }
+            self.allowed[i] -= 1;
+            if self.allowed[i] < 0 {
+                violated = true;
+            }
+        }
+        violated
+    }
 }
 
 impl_plugin!(
@@ -271,7 +296,19 @@ impl EnqueueExtensions for DefaultPreemption {
 /// preemption), so it does not preempt again meanwhile.
 impl PreEnqueuePlugin for DefaultPreemption {
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
-        if self.evaluator.executor().is_preempting(pod.uid()) {
+        let handle = self.evaluator.handle();
+        let executor = self.evaluator.executor();
+        // With workload-aware scheduling a group's member waits for its group's preemption
+        // instead of its own (a group not known yet holds nothing back here).
+        if handle.emulation.enabled(GENERIC_WORKLOAD)
+            && BySchedulingGroup::group(&pod.pod).is_some()
+        {
+            if pod_group_uid(handle, pod).is_some_and(|uid| executor.is_preempting(&uid)) {
+                return Status::unresolvable(WAITING_FOR_GROUP_PREEMPTION);
+            }
+            return Status::success();
+        }
+        if executor.is_preempting(pod.uid()) {
             return Status::unresolvable(WAITING_FOR_PREEMPTION);
         }
         Status::success()
@@ -337,4 +374,15 @@ pub(crate) fn registration() -> PluginRegistration {
             &["get", "list", "watch"],
         ),
     ])
+}
+
+/// The UID of the PodGroup `pod` is a member of, when it names a known one: a member waits for
+/// its group's preemption (upstream's PreEnqueue with GenericWorkload).
+fn pod_group_uid(handle: &Handle, pod: &PodInfo) -> Option<String> {
+    let name = BySchedulingGroup::group(&pod.pod)?;
+    let group = handle
+        .listers
+        .store(&WORKLOAD_POD_GROUPS)
+        .get(pod.namespace(), name)?;
+    group.metadata.uid.clone()
 }

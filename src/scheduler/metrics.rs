@@ -5,7 +5,7 @@
 //!
 //! Where they are recorded follows upstream: the scheduling loop's in `scheduler/run.rs`
 //! (`schedule_one.go`), the cache's size by its housekeeping, the framework's (per extension
-//! point, per plugin, Permit waits, preemption) by `framework/runtime.rs` and the plugins, into
+//! point, per plugin, Permit waits, preemption) by `framework/runtime/` and the plugins, into
 //! the handles of [`FrameworkMetrics`], registered here. Families marked "queue" are defined but
 //! recorded by the queue (issue 18 part 1): until then they expose no samples.
 

@@ -1335,6 +1335,45 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_preempting_one_member_of_a_disruption_all_gang_takes_the_whole_gang() {
+        let items = |gate: bool| {
+            let mut gang = workload_gang("low", 3);
+            gang["spec"]["priority"] = json!(10);
+            gang["spec"]["disruptionMode"] = json!({"all": {}});
+            let running = |name: &str, node_name: &str| {
+                let spec = json!({"schedulingGroup": {"podGroupName": "low"},
+                                  "nodeName": node_name, "priority": 10});
+                pod(name, "2", spec)
+            };
+            let profile = if gate {
+                workload_profile()
+            } else {
+                default_profile()
+            };
+            let items = vec![
+                node("a", "2", json!({}), json!({})),
+                node("b", "2", json!({}), json!({})),
+                node("c", "2", json!({}), json!({})),
+                gang,
+                running("low-0", "a"),
+                running("low-1", "b"),
+                running("low-2", "c"),
+                pod("vip", "2", json!({"priority": 1000})),
+            ];
+            run(items, &profile, Request::Pending { all: false })
+        };
+        let victims = |r: &Report| {
+            let vip = &r.pods[0];
+            assert_eq!(vip.result, Outcome::WouldPreempt, "{}", vip.message);
+            vip.preemption.clone().map(|p| p.victims.len())
+        };
+        // With workload-aware scheduling the gang goes whole, whichever node is chosen.
+        assert_eq!(victims(&items(true)), Some(3));
+        // Without it, one pod.
+        assert_eq!(victims(&items(false)), Some(1));
+    }
+
+    #[test]
     fn explain_of_a_pod_group_says_what_became_of_it_and_each_member() {
         let items = vec![
             node("a", "2", json!({}), json!({})),

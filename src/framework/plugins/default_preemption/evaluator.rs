@@ -4,16 +4,15 @@
 //! the status when preemption cannot help. It knows the plugin only through [`Interface`] and
 //! hands its decision to the [`Executor`].
 
-use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use rayon::prelude::*;
 use tracing::{debug, info};
 
 use super::executor::Executor;
+use super::victims::{VictimCluster, VictimIndex};
 use crate::emulation::{self, Minor};
 use crate::framework::extender::Victims;
 use crate::framework::interface::{
@@ -49,6 +48,7 @@ pub(crate) trait Interface: Send + Sync {
         &self,
         pod: &PodInfo,
         snapshot: &Snapshot,
+        index: &VictimIndex,
         nominated_status: &Status,
     ) -> Result<(), &'static str>;
 
@@ -60,7 +60,7 @@ pub(crate) trait Interface: Send + Sync {
         state: &mut CycleState,
         pod: &PodInfo,
         node: &mut NodeInfo,
-        pdbs: &[Arc<PodDisruptionBudget>],
+        cluster: &VictimCluster<'_>,
     ) -> Result<(Vec<Arc<AssignedPod>>, usize), Status>;
 }
 
@@ -103,7 +103,10 @@ impl Evaluator {
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
         let nominated_status = filtered.get(pod.nominated_node_name());
-        if let Err(msg) = plugin.pod_eligible_to_preempt_others(pod, snapshot, nominated_status) {
+        let index = VictimIndex::new(&self.handle, snapshot);
+        if let Err(msg) =
+            plugin.pod_eligible_to_preempt_others(pod, snapshot, &index, nominated_status)
+        {
             debug!(pod = %pod.key(), reason = msg, "pod is not eligible for preemption");
             return (None, Status::unschedulable(msg));
         }
@@ -119,8 +122,13 @@ impl Evaluator {
             (Vec::new(), NodeToStatus::new(), Vec::new())
         } else {
             let pdbs = self.handle.listers.store(&POD_DISRUPTION_BUDGETS).list();
+            let cluster = VictimCluster {
+                pdbs: &pdbs,
+                index: &index,
+                snapshot,
+            };
             let (offset, num) = plugin.offset_and_num_candidates(potential.len());
-            self.dry_run_preemption(plugin, fwk, state, pod, &potential, &pdbs, offset, num)
+            self.dry_run_preemption(plugin, fwk, state, pod, &potential, &cluster, offset, num)
         };
         if candidates.is_empty() && !errors.is_empty() {
             return (None, Status::error(aggregate(&errors)));
@@ -229,7 +237,7 @@ impl Evaluator {
         state: &CycleState,
         pod: &PodInfo,
         potential: &[&Arc<NodeInfo>],
-        pdbs: &[Arc<PodDisruptionBudget>],
+        cluster: &VictimCluster<'_>,
         offset: usize,
         num: usize,
     ) -> (Vec<Candidate>, NodeToStatus, Vec<String>) {
@@ -242,7 +250,8 @@ impl Evaluator {
             let node = potential[(offset + i) % n];
             let mut node_copy = NodeInfo::clone(node);
             let mut state_copy = state.clone();
-            let r = plugin.select_victims_on_node(fwk, &mut state_copy, pod, &mut node_copy, pdbs);
+            let r =
+                plugin.select_victims_on_node(fwk, &mut state_copy, pod, &mut node_copy, cluster);
             (node.name().to_string(), r)
         };
         let mut next = 0;
@@ -389,16 +398,4 @@ fn earliest_start_time(victims: &[Arc<AssignedPod>], now: Timestamp) -> Timestam
 /// `status.startTime`, or `now` for pods not started yet (upstream's `GetPodStartTime`).
 fn start_time(p: &AssignedPod, now: Timestamp) -> Timestamp {
     p.start_time().map_or(now, |t| t.0)
-}
-
-pub(super) fn more_important_cmp(a: &AssignedPod, b: &AssignedPod, now: Timestamp) -> Ordering {
-    b.priority()
-        .cmp(&a.priority())
-        .then_with(|| start_time(a, now).cmp(&start_time(b, now)))
-}
-
-/// Higher priority, or equal priority and started earlier (upstream's `MoreImportantPod`).
-#[cfg(test)]
-pub(crate) fn more_important_pod(a: &AssignedPod, b: &AssignedPod) -> bool {
-    more_important_cmp(a, b, Timestamp::now()) == Ordering::Less
 }

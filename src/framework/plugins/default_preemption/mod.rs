@@ -6,6 +6,7 @@
 //!   PreEnqueue, PostFilter, the registration.
 //! - `evaluator`: the evaluator (`preemption.go`): the dry run, extenders, choice of the node.
 //! - `pod_group`: PodGroupPostFilter, the preemption for a whole pod group (1.37).
+//! - `victims`: victims as units (a pod, or a whole PodGroup with `disruptionMode: all`).
 //! - `executor`: the executor (`executor.go`): the victims' eviction, handed to the scheduler's
 //!   API dispatcher so the scheduling cycle never waits on it.
 
@@ -15,9 +16,10 @@ mod plugin;
 mod pod_group;
 #[cfg(test)]
 mod tests;
+mod victims;
 
 pub(crate) use plugin::registration;
-pub(crate) use pod_group::pod_group_priority;
+pub(crate) use victims::pod_group_priority;
 
 use serde::{Deserialize, Serialize};
 

@@ -10,8 +10,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::{Selector, SelectorExt};
 
 use super::DefaultPreemptionArgs;
-use super::evaluator::{Evaluator, Interface, more_important_cmp};
+use super::evaluator::{Evaluator, Interface};
 use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
+use super::victims::{Victim, VictimCluster, VictimIndex, more_important};
 use crate::emulation::GENERIC_WORKLOAD;
 use crate::framework::args::{decode, typed};
 use crate::framework::interface::{
@@ -96,6 +97,7 @@ impl Interface for DefaultPreemption {
         &self,
         pod: &PodInfo,
         snapshot: &Snapshot,
+        index: &VictimIndex,
         nominated_status: &Status,
     ) -> Result<(), &'static str> {
         let policy = pod.spec().and_then(|s| s.preemption_policy.as_deref());
@@ -110,41 +112,54 @@ impl Interface for DefaultPreemption {
             && node
                 .pods
                 .iter()
-                .any(|p| p.priority() < pod.priority() && terminating_by_preemption(p))
+                .any(|p| index.priority_of(p) < pod.priority() && terminating_by_preemption(p))
         {
             return Err(NOT_ELIGIBLE_TERMINATING);
         }
         Ok(())
     }
 
-    /// Lower-priority pods only; PDB violators are reprieved first.
+    /// Lower-priority units only (a pod, or a whole PodGroup with `disruptionMode: all` that has
+    /// a pod here); PDB violators are reprieved first. Only `node` changes: a whole group's pods
+    /// on other nodes go through the PreFilter extensions with their own node, as upstream's.
     fn select_victims_on_node(
         &self,
         fwk: &dyn FrameworkHandle,
         state: &mut CycleState,
         pod: &PodInfo,
         node: &mut NodeInfo,
-        pdbs: &[Arc<PodDisruptionBudget>],
+        cluster: &VictimCluster<'_>,
     ) -> Result<(Vec<Arc<AssignedPod>>, usize), Status> {
-        let remove = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<AssignedPod>| {
-            node.remove_pod(p)
-                .map_err(|e| Status::error(e.to_string()))?;
-            let s = fwk.run_pre_filter_extension_remove_pod(state, pod, p, node);
-            if s.is_success() { Ok(()) } else { Err(s) }
+        let main = node.name().to_string();
+        let change = |state: &mut CycleState, node: &mut NodeInfo, v: &Victim, add: bool| {
+            for (on, p) in &v.pods {
+                let status = if *on == main {
+                    if add {
+                        node.add_pod(p.clone());
+                    } else {
+                        node.remove_pod(p)
+                            .map_err(|e| Status::error(e.to_string()))?;
+                    }
+                    extend(fwk, state, pod, p, node, add)
+                } else if let Some(remote) = cluster.snapshot.get(on) {
+                    extend(fwk, state, pod, p, remote, add)
+                } else {
+                    continue;
+                };
+                if !status.is_success() {
+                    return Err(status);
+                }
+            }
+            Ok(())
         };
-        let add = |state: &mut CycleState, node: &mut NodeInfo, p: &Arc<AssignedPod>| {
-            node.add_pod(p.clone());
-            let s = fwk.run_pre_filter_extension_add_pod(state, pod, p, node);
-            if s.is_success() { Ok(()) } else { Err(s) }
-        };
-        let mut potential: Vec<Arc<AssignedPod>> = node
-            .pods
-            .iter()
-            .filter(|p| p.priority() < pod.priority())
-            .cloned()
+        let mut potential: Vec<Victim> = cluster
+            .index
+            .units(std::iter::once(&*node))
+            .into_iter()
+            .filter(|v| v.priority < pod.priority())
             .collect();
-        for p in &potential {
-            remove(state, node, p)?;
+        for v in &potential {
+            change(state, node, v, false)?;
         }
         if potential.is_empty() {
             return Err(Status::unresolvable(ERR_NO_VICTIMS));
@@ -154,34 +169,79 @@ impl Interface for DefaultPreemption {
             return Err(s);
         }
         let now = Timestamp::now();
-        potential.sort_by(|a, b| more_important_cmp(a, b, now));
-        let (violating, non_violating) = filter_pods_with_pdb_violation(&potential, pdbs);
+        potential.sort_by(|a, b| more_important(a, b, now));
+        let (violating, non_violating) = split_by_pdb_violation(potential, cluster.pdbs);
         let mut victims = Vec::new();
         let mut num_violating = 0;
-        let mut reprieve = |p: &Arc<AssignedPod>, victims: &mut Vec<Arc<AssignedPod>>| {
-            add(state, node, p)?;
+        let mut reprieve = |v: Victim, victims: &mut Vec<Victim>| {
+            change(state, node, &v, true)?;
             let fits = fwk
                 .run_filter_plugins_with_nominated_pods(state, pod, node)
                 .is_success();
             if !fits {
-                remove(state, node, p)?;
-                victims.push(p.clone());
+                change(state, node, &v, false)?;
+                victims.push(v);
             }
             Ok::<bool, Status>(fits)
         };
-        for p in &violating {
-            if !reprieve(p, &mut victims)? {
-                num_violating += 1;
+        let mixed = !violating.is_empty() && !non_violating.is_empty();
+        for (v, count) in violating {
+            if !reprieve(v, &mut victims)? {
+                num_violating += count;
             }
         }
-        for p in &non_violating {
-            reprieve(p, &mut victims)?;
+        for v in non_violating {
+            reprieve(v, &mut victims)?;
         }
-        if !violating.is_empty() && !non_violating.is_empty() {
-            victims.sort_by(|a, b| more_important_cmp(a, b, now));
+        if mixed {
+            victims.sort_by(|a, b| more_important(a, b, now));
         }
-        Ok((victims, num_violating))
+        let pods = victims
+            .into_iter()
+            .flat_map(|v| v.pods.into_iter().map(|(_, p)| p))
+            .collect();
+        Ok((pods, num_violating))
     }
+}
+
+/// The PreFilter AddPod (`add`) or RemovePod extensions for `victim` on `node`.
+fn extend(
+    fwk: &dyn FrameworkHandle,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    victim: &AssignedPod,
+    node: &NodeInfo,
+    add: bool,
+) -> Status {
+    if add {
+        fwk.run_pre_filter_extension_add_pod(state, pod, victim, node)
+    } else {
+        fwk.run_pre_filter_extension_remove_pod(state, pod, victim, node)
+    }
+}
+
+/// Splits `victims` (most important first) into those whose eviction would exceed a PDB's
+/// allowed disruptions, with how many of their pods do, and the others (upstream's
+/// `FilterVictimsWithPDBViolation`: a unit violates when any of its pods does).
+pub(super) fn split_by_pdb_violation(
+    victims: Vec<Victim>,
+    pdbs: &[Arc<PodDisruptionBudget>],
+) -> (Vec<(Victim, usize)>, Vec<Victim>) {
+    let mut budgets = PdbBudgets::new(pdbs);
+    let (mut violating, mut non_violating) = (Vec::new(), Vec::new());
+    for v in victims {
+        let count = v
+            .pods
+            .iter()
+            .filter(|(_, p)| budgets.evict_violates(p))
+            .count();
+        if count > 0 {
+            violating.push((v, count));
+        } else {
+            non_violating.push(v);
+        }
+    }
+    (violating, non_violating)
 }
 
 /// A victim the scheduler is already evicting: deleted, with `DisruptionTarget=True` by
@@ -193,20 +253,8 @@ pub(super) fn terminating_by_preemption(p: &AssignedPod) -> bool {
         })
 }
 
-/// Splits `pods` (most important first) into those whose eviction would exceed a PDB's allowed
-/// disruptions and the others (upstream's `filterPodsWithPDBViolation`).
-fn filter_pods_with_pdb_violation(
-    pods: &[Arc<AssignedPod>],
-    pdbs: &[Arc<PodDisruptionBudget>],
-) -> (Vec<Arc<AssignedPod>>, Vec<Arc<AssignedPod>>) {
-    let mut budgets = PdbBudgets::new(pdbs);
-    pods.iter()
-        .cloned()
-        .partition(|p| budgets.evict_violates(p))
-}
-
 /// The disruptions each PDB still allows while evictions are counted against them in turn.
-pub(super) struct PdbBudgets<'a> {
+struct PdbBudgets<'a> {
     pdbs: &'a [Arc<PodDisruptionBudget>],
     allowed: Vec<i32>,
     /// A PDB without a selector selects nothing; an empty one is skipped as upstream does.
@@ -214,7 +262,7 @@ pub(super) struct PdbBudgets<'a> {
 }
 
 impl<'a> PdbBudgets<'a> {
-    pub(super) fn new(pdbs: &'a [Arc<PodDisruptionBudget>]) -> Self {
+    fn new(pdbs: &'a [Arc<PodDisruptionBudget>]) -> Self {
         let allowed = pdbs
             .iter()
             .map(|p| {
@@ -239,7 +287,7 @@ impl<'a> PdbBudgets<'a> {
 
     /// Counts the eviction of `p` against the PDBs that select it (unless a PDB lists it as
     /// disrupted already); whether one of them is then exceeded.
-    pub(super) fn evict_violates(&mut self, p: &AssignedPod) -> bool {
+    fn evict_violates(&mut self, p: &AssignedPod) -> bool {
         let Some(labels) = p.labels().filter(|l| !l.is_empty()) else {
             return false;
         };

@@ -12,8 +12,6 @@
 //! Unlike upstream, the placement on the copy runs no Reserve plugins (volume and claim
 //! reservations are not simulated).
 
-use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
@@ -21,17 +19,17 @@ use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, info};
 
 use super::executor::{Preemptor, object_ref};
-use super::plugin::{DefaultPreemption, NOT_ELIGIBLE_NEVER, PdbBudgets, terminating_by_preemption};
+use super::plugin::{
+    DefaultPreemption, NOT_ELIGIBLE_NEVER, split_by_pdb_violation, terminating_by_preemption,
+};
+use super::victims::{Victim, VictimIndex, more_important, pod_group_priority};
 use crate::framework::interface::{
     Code, FrameworkHandle, PodGroupPlacement, PodGroupPostFilterPlugin, PodGroupPostFilterResult,
     ProposedAssignment, Status,
 };
-use crate::framework::listers::{
-    POD_DISRUPTION_BUDGETS, SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS,
-};
+use crate::framework::listers::POD_DISRUPTION_BUDGETS;
 use crate::framework::metrics::{PreemptorLabels, ResultLabels};
-use crate::framework::registry::Handle;
-use crate::framework::types::{AssignedPod, PodInfo, PodView, Snapshot};
+use crate::framework::types::{AssignedPod, PodInfo, Snapshot};
 
 /// No pod in the cluster has a lower priority than the group.
 const NO_GROUP_VICTIMS: &str = "No preemption victims found for incoming preemptor";
@@ -44,110 +42,6 @@ const ONGOING: &str = "ongoing preemption on nominated nodes";
 
 /// The preemptor type a pod group's preemption reports (upstream's `PodGroupKeyType`).
 const PODGROUP: &str = "podgroup";
-
-/// The group's priority (upstream's `PodGroupPriority`: unset is 0).
-pub(crate) fn pod_group_priority(group: &PodGroup) -> i32 {
-    group.spec.priority.unwrap_or(0)
-}
-
-/// The PodGroup a running pod belongs to, as preemption weighs it.
-struct VictimGroup {
-    /// `namespace/name`.
-    key: String,
-    priority: i32,
-    /// `disruptionMode: all`: its pods go together.
-    all: bool,
-}
-
-/// The known PodGroups of the running pods, by pod UID.
-fn groups_by_pod(handle: &Handle) -> HashMap<String, Arc<VictimGroup>> {
-    let members = handle.listers.store(&SCHEDULING_GROUP_MEMBERS);
-    let mut by_pod = HashMap::new();
-    for group in handle.listers.store(&WORKLOAD_POD_GROUPS).list() {
-        let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
-        let name = group.metadata.name.as_deref().unwrap_or_default();
-        let all = group
-            .spec
-            .disruption_mode
-            .as_ref()
-            .is_some_and(|m| m.all.is_some());
-        let victim_group = Arc::new(VictimGroup {
-            key: format!("{namespace}/{name}"),
-            priority: pod_group_priority(&group),
-            all,
-        });
-        for pod in members.members(namespace, name) {
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            by_pod.insert(uid, victim_group.clone());
-        }
-    }
-    by_pod
-}
-
-/// What can be evicted as one (upstream's `Victim`): a pod, or all running pods of a group
-/// with `disruptionMode: all`.
-struct Victim {
-    /// Each pod with its node.
-    pods: Vec<(String, Arc<AssignedPod>)>,
-    /// The group's priority for a group's pods, else the pod's.
-    priority: i32,
-    /// Its pods belong to a PodGroup (upstream's `PodGroupKeyType`, which also marks one pod of
-    /// a group with `disruptionMode: single`): ranked above plain pods, and counted as a
-    /// workload disruption.
-    grouped: bool,
-}
-
-impl Victim {
-    /// The earliest start among its pods (a pod not started counts as starting now).
-    fn earliest_start(&self, now: Timestamp) -> Timestamp {
-        self.pods
-            .iter()
-            .map(|(_, p)| p.start_time().map_or(now, |t| t.0))
-            .min()
-            .unwrap_or(now)
-    }
-}
-
-/// Every running pod of `snapshot` as a victim unit, in the order the nodes list them
-/// (upstream's `getCrossNodesVictims`).
-fn cluster_victims(snapshot: &Snapshot, groups: &HashMap<String, Arc<VictimGroup>>) -> Vec<Victim> {
-    let mut victims: Vec<Victim> = Vec::new();
-    let mut whole_groups: HashMap<&str, usize> = HashMap::new();
-    for node in snapshot.nodes() {
-        for pod in &node.pods {
-            let placed = (node.name().to_string(), pod.clone());
-            match groups.get(pod.uid()) {
-                Some(g) if g.all => {
-                    let i = *whole_groups.entry(&g.key).or_insert_with(|| {
-                        victims.push(Victim {
-                            pods: Vec::new(),
-                            priority: g.priority,
-                            grouped: true,
-                        });
-                        victims.len() - 1
-                    });
-                    victims[i].pods.push(placed);
-                }
-                group => victims.push(Victim {
-                    pods: vec![placed],
-                    priority: group.map_or(pod.priority(), |g| g.priority),
-                    grouped: group.is_some(),
-                }),
-            }
-        }
-    }
-    victims
-}
-
-/// Upstream's `MoreImportantVictim` as an ordering (most important first): higher priority,
-/// then a group's pods before plain pods, then more pods, then started earlier.
-fn more_important(a: &Victim, b: &Victim, now: Timestamp) -> Ordering {
-    b.priority
-        .cmp(&a.priority)
-        .then_with(|| b.grouped.cmp(&a.grouped))
-        .then_with(|| b.pods.len().cmp(&a.pods.len()))
-        .then_with(|| a.earliest_start(now).cmp(&b.earliest_start(now)))
-}
 
 /// The cluster while victims are tried back: the snapshot without the victims not reprieved,
 /// and the members' placements with the cycle states their PreFilter left.
@@ -252,8 +146,8 @@ impl DefaultPreemption {
             return (None, Status::unschedulable(NOT_ELIGIBLE_NEVER));
         }
         let priority = pod_group_priority(group);
-        let groups = groups_by_pod(self.evaluator.handle());
-        if ongoing(members, snapshot, priority, &groups) {
+        let index = VictimIndex::new(self.evaluator.handle(), snapshot);
+        if ongoing(members, snapshot, priority, &index) {
             let nominations = members
                 .iter()
                 .map(|m| (m.key(), m.nominated_node_name().to_string()))
@@ -261,7 +155,8 @@ impl DefaultPreemption {
             let result = PodGroupPostFilterResult { nominations };
             return (Some(result), Status::new(Code::Success, ONGOING));
         }
-        let potential: Vec<Victim> = cluster_victims(snapshot, &groups)
+        let potential: Vec<Victim> = index
+            .units(snapshot.nodes().iter().map(AsRef::as_ref))
             .into_iter()
             .filter(|v| v.priority < priority)
             .collect();
@@ -326,20 +221,7 @@ impl DefaultPreemption {
             .listers
             .store(&POD_DISRUPTION_BUDGETS)
             .list();
-        let mut budgets = PdbBudgets::new(&pdbs);
-        let (mut violating, mut non_violating) = (Vec::new(), Vec::new());
-        for v in potential {
-            let count = v
-                .pods
-                .iter()
-                .filter(|(_, p)| budgets.evict_violates(p))
-                .count();
-            if count > 0 {
-                violating.push((v, count));
-            } else {
-                non_violating.push(v);
-            }
-        }
+        let (violating, non_violating) = split_by_pdb_violation(potential, &pdbs);
         let mut reprieve = Reprieve {
             fwk,
             cluster,
@@ -395,16 +277,15 @@ fn ongoing(
     members: &[Arc<PodInfo>],
     snapshot: &Snapshot,
     priority: i32,
-    groups: &HashMap<String, Arc<VictimGroup>>,
+    index: &VictimIndex,
 ) -> bool {
-    let priority_of = |p: &AssignedPod| groups.get(p.uid()).map_or(p.priority(), |g| g.priority);
     members
         .iter()
         .filter_map(|m| snapshot.get(m.nominated_node_name()))
         .any(|node| {
             node.pods
                 .iter()
-                .any(|p| priority_of(p) < priority && terminating_by_preemption(p))
+                .any(|p| index.priority_of(p) < priority && terminating_by_preemption(p))
         })
 }
 

@@ -761,10 +761,19 @@ fn num_candidates_and_pick() {
         pick_one_node_for_preemption(&[c("a", &[10, 5], 0), c("b", &[10], 0), c("c", &[10], 0)]),
         1
     );
-    assert!(more_important_pod(
-        &pod("a", 2, "1").assigned(),
-        &pod("b", 1, "1").assigned()
-    ));
+    let unit = |p: crate::framework::types::AssignedPod| super::victims::Victim {
+        priority: p.priority(),
+        pods: vec![("n".into(), Arc::new(p))],
+        grouped: false,
+    };
+    let (a, b) = (
+        unit(pod("a", 2, "1").assigned()),
+        unit(pod("b", 1, "1").assigned()),
+    );
+    assert_eq!(
+        super::victims::more_important(&a, &b, Timestamp::now()),
+        std::cmp::Ordering::Less
+    );
 }
 
 /// Upstream's hint: a pod deletion is registered, and always QueueSkip (the pod's other rejecting

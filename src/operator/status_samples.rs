@@ -1,4 +1,4 @@
-//! Every status the operator writes, computed by the status code itself (`status.rs`) from the
+//! Every status the operator writes, computed by the status code itself (`status/`) from the
 //! observation that leads to it, as the whole objects GitOps tools read: the rows of the health
 //! tables (`tests/kstatus_health.rs` reads them with Flux's and Helm's kstatus). A status the
 //! operator learns to write gets a sample here.

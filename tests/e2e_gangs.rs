@@ -411,8 +411,9 @@ async fn group_outcome(
 
 /// A high-priority gang preempts a lower one whose `disruptionMode` is `all`: every pod of the
 /// lower gang goes (even those on nodes the new gang does not need), the new gang binds whole,
-/// and the victims' `Preempted` events name the preempting PodGroup; upstream kube-scheduler
-/// 1.37 first, then ksched, on the same four nodes.
+/// and the victims' `Preempted` events name the preempting PodGroup. With `single`, only the
+/// pods it needs go. A high-priority pod of no group that needs one node takes a whole `all`
+/// gang too. Upstream kube-scheduler 1.37 first, then ksched, on the same four nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_high_priority_gang_preempts_a_whole_lower_gang_as_upstream_does() {
     let _serial = SERIAL.lock().await;
@@ -442,41 +443,50 @@ async fn a_high_priority_gang_preempts_a_whole_lower_gang_as_upstream_does() {
     let upstream = upstream_scheduler(cp, upstream_name, &gate);
     let upstream_logs = || support::wait::tail(&upstream.logs(), 80);
     let up_ns = cp.namespace(&client, "gangs-preempt-upstream").await;
-    let theirs =
-        preemption_outcome(&client, &up_ns, upstream_name, &test, "all", &upstream_logs).await;
-    let theirs_single = preemption_outcome(
-        &client,
-        &up_ns,
-        upstream_name,
-        &test,
-        "single",
-        &upstream_logs,
-    )
-    .await;
+    // A gang preempting a gang of each disruption mode, and a pod (of no group) preempting one
+    // pod's room from a gang with `disruptionMode: all`.
+    let cases = [
+        ("all", Preemptor::Gang),
+        ("single", Preemptor::Gang),
+        ("all", Preemptor::Pod),
+    ];
+    let mut theirs = Vec::new();
+    for (mode, by) in cases {
+        let outcome = preemption_outcome(
+            &client,
+            &up_ns,
+            upstream_name,
+            &test,
+            mode,
+            by,
+            &upstream_logs,
+        );
+        theirs.push(outcome.await);
+    }
     drop(upstream);
-    eprintln!("upstream: {theirs:?}\n{theirs_single:?}");
+    eprintln!("upstream: {theirs:#?}");
 
     let name = "gangs-preempt";
     let scheduler = SchedulerProcess::start_with_args(cp, name, &config(name, None), &gate);
     let logs = || support::wait::tail(&scheduler.logs(), 80);
     let ns = cp.namespace(&client, "gangs-preempt").await;
-    let ours = preemption_outcome(&client, &ns, name, &test, "all", &logs).await;
-    assert_eq!(
-        ours, theirs,
-        "preemption by a gang: ksched (left) and upstream (right) differ"
-    );
-    assert_eq!(ours.victims, vec!["low-0", "low-1", "low-2", "low-3"]);
-    // With `disruptionMode: single` only the two pods the new gang needs go. Which two is up to
-    // the start times (kwok starts them within a second): the rest must agree.
-    let mut ours_single = preemption_outcome(&client, &ns, name, &test, "single", &logs).await;
-    let mut theirs_single = theirs_single;
-    assert_eq!(ours_single.victims.len(), 2, "{ours_single:?}");
-    ours_single.victims.clear();
-    theirs_single.victims.clear();
-    assert_eq!(
-        ours_single, theirs_single,
-        "preemption of single pods of a gang: ksched (left) and upstream (right) differ"
-    );
+    for ((mode, by), mut theirs) in cases.into_iter().zip(theirs) {
+        let mut ours = preemption_outcome(&client, &ns, name, &test, mode, by, &logs).await;
+        if mode == "all" {
+            // The lower gang goes whole, even from nodes the preemptor does not need.
+            assert_eq!(ours.victims, vec!["low-0", "low-1", "low-2", "low-3"]);
+        } else {
+            // Only the two pods the new gang needs go; which two is up to the start times
+            // (kwok starts them within a second): the rest must agree.
+            assert_eq!(ours.victims.len(), 2, "{ours:?}");
+            ours.victims.clear();
+            theirs.victims.clear();
+        }
+        assert_eq!(
+            ours, theirs,
+            "disruptionMode {mode}, preempted by {by:?}: ksched (left) and upstream (right) differ"
+        );
+    }
     let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
     let admin = support::https::As::Cert(&cert, &key);
     let (_, metrics) = support::https::get_as(
@@ -504,9 +514,9 @@ async fn a_high_priority_gang_preempts_a_whole_lower_gang_as_upstream_does() {
     }
 }
 
-/// What a scheduler did when gang `high` (2 pods of 2 CPUs, class `<classes>-high`) came to
-/// four 2-CPU nodes full with gang `low` (4 such pods, class `<classes>-low`, `disruptionMode`
-/// `mode`). Both gangs are gone after.
+/// What a scheduler did when gang `high` (2 pods of 2 CPUs, class `<classes>-high`), or one such
+/// pod of no group, came to four 2-CPU nodes full with gang `low` (4 such pods, class
+/// `<classes>-low`, `disruptionMode` `mode`). Both are gone after.
 #[derive(Debug, PartialEq, Eq)]
 struct PreemptionOutcome {
     /// The pods of `low` preempted (a `Preempted` event each), sorted.
@@ -524,13 +534,18 @@ async fn preemption_outcome(
     scheduler: &str,
     classes: &str,
     mode: &str,
+    by: Preemptor,
     logs: &dyn Fn() -> String,
 ) -> PreemptionOutcome {
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let class = |suffix: &str| format!("{classes}-{suffix}");
-    // Each mode has gangs of its own: a PodGroup outlives its pods for a while.
-    let (low_name, high_name) = (format!("low-{mode}"), format!("high-{mode}"));
+    // Each case has gangs of its own: a PodGroup outlives its pods for a while.
+    let case = match by {
+        Preemptor::Gang => mode.to_string(),
+        Preemptor::Pod => format!("{mode}-by-pod"),
+    };
+    let (low_name, high_name) = (format!("low-{case}"), format!("high-{case}"));
     let mut low = gang(&low_name, 4);
     low.spec.priority_class_name = Some(class("low"));
     low.spec.disruption_mode = serde_json::from_value(json!({ mode: {} })).ok();
@@ -559,27 +574,43 @@ async fn preemption_outcome(
         },
     )
     .await;
-    let mut high = gang(&high_name, 2);
-    high.spec.priority_class_name = Some(class("high"));
-    groups
-        .create(&PostParams::default(), &high)
-        .await
-        .expect("PodGroup high");
-    for i in 0..2 {
-        let pod = with_class(member(&high_name, i, scheduler, "2"), &class("high"));
+    let high_size = match by {
+        Preemptor::Gang => {
+            let mut high = gang(&high_name, 2);
+            high.spec.priority_class_name = Some(class("high"));
+            groups
+                .create(&PostParams::default(), &high)
+                .await
+                .expect("PodGroup high");
+            2
+        }
+        Preemptor::Pod => 1,
+    };
+    for i in 0..high_size {
+        let mut pod = with_class(member(&high_name, i, scheduler, "2"), &class("high"));
+        if by == Preemptor::Pod
+            && let Some(spec) = pod.spec.as_mut()
+        {
+            spec.scheduling_group = None;
+        }
         pods.create(&PostParams::default(), &pod)
             .await
             .expect("create pod");
     }
-    let victims = if mode == "all" { 4 } else { 2 };
+    let victims = match (mode, by) {
+        ("all", _) => 4,
+        (_, Preemptor::Gang) => 2,
+        (_, Preemptor::Pod) => 1,
+    };
     poll(
-        "gang high bound, its victims gone",
+        "the preemptor bound, its victims gone",
         Duration::from_secs(120),
         logs,
         async || {
-            let high = members(&pods, &high_name, 2).await;
+            let high = members(&pods, &high_name, high_size).await;
             let low = members(&pods, &low_name, 4).await;
-            (high.iter().filter_map(node).count() == 2 && low.len() == 4 - victims).then_some(())
+            let bound = high.iter().filter_map(node).count();
+            (bound == high_size && low.len() == 4 - victims).then_some(())
         },
     )
     .await;
@@ -595,12 +626,19 @@ async fn preemption_outcome(
         preempted,
     )
     .await;
-    let group_uid = groups
-        .get(&high_name)
-        .await
-        .ok()
-        .and_then(|g| g.metadata.uid)
-        .unwrap_or_default();
+    let preemptor_uid = match by {
+        Preemptor::Gang => groups
+            .get(&high_name)
+            .await
+            .ok()
+            .and_then(|g| g.metadata.uid),
+        Preemptor::Pod => pods
+            .get(&format!("{high_name}-0"))
+            .await
+            .ok()
+            .and_then(|p| p.metadata.uid),
+    }
+    .unwrap_or_default();
     let mut victims: Vec<String> = events
         .iter()
         .map(|e| support::events::regarding(e).replacen(&low_name, "low", 1))
@@ -609,7 +647,14 @@ async fn preemption_outcome(
     let mut notes: Vec<String> = events
         .iter()
         .filter_map(|e| e.note.as_deref())
-        .map(|n| n.replace(&group_uid, "<uid>"))
+        // The node a pod preempted on is its choice among equals.
+        .map(|n| {
+            let n = n.replace(&preemptor_uid, "<uid>");
+            match n.split_once(" on node ") {
+                Some((head, _)) if by == Preemptor::Pod => format!("{head} on node <node>"),
+                _ => n,
+            }
+        })
         .collect();
     notes.sort();
     let condition = groups
@@ -623,12 +668,12 @@ async fn preemption_outcome(
         })
         .map(|c| vec![c.status, c.reason, c.message])
         .unwrap_or_default();
-    let high_bound = members(&pods, &high_name, 2)
+    let high_bound = members(&pods, &high_name, high_size)
         .await
         .iter()
         .filter_map(node)
         .count();
-    delete_members(&pods, &high_name, 2, logs).await;
+    delete_members(&pods, &high_name, high_size, logs).await;
     delete_members(&pods, &low_name, 4, logs).await;
     PreemptionOutcome {
         victims,
@@ -636,6 +681,13 @@ async fn preemption_outcome(
         condition,
         high_bound,
     }
+}
+
+/// What preempts the lower gang: a gang of two, or one pod of no group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Preemptor {
+    Gang,
+    Pod,
 }
 
 /// `pod` with PriorityClass `class`.

@@ -1,6 +1,6 @@
 //! The `ksched operator`, `ksched render` and `ksched uninstall` commands (argument parsing and
 //! process set-up; the work is in [`super::run`], [`super::render_cli`] and
-//! [`super::uninstall::teardown`]).
+//! [`super::uninstall::teardown()`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

@@ -504,6 +504,8 @@ async fn a_high_priority_gang_preempts_a_whole_lower_gang_as_upstream_does() {
         "scheduler_workload_preemption_victims_count 2",
         // One whole gang, then two single pods of a gang.
         r#"scheduler_preemption_workload_disruptions_sum{preemptor="podgroup"} 3"#,
+        // The group cycles that made room, counted as upstream counts them.
+        r#"scheduler_podgroup_schedule_attempts_total{result="waiting_on_preemption",profile="gangs-preempt"}"#,
     ] {
         assert!(metrics.contains(series), "no {series} in\n{metrics}");
     }

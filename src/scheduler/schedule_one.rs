@@ -168,6 +168,7 @@ impl Scheduler {
                 let result = match outcome {
                     GroupOutcome::Scheduled(_) => "scheduled",
                     GroupOutcome::Unschedulable(_) => "unschedulable",
+                    GroupOutcome::WaitingOnPreemption(_) => "waiting_on_preemption",
                     GroupOutcome::Error(_) => "error",
                 };
                 m.record(fwk.profile_name(), result, started.elapsed().as_secs_f64());

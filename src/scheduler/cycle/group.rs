@@ -49,6 +49,9 @@ pub(crate) enum GroupOutcome {
     Scheduled(String),
     /// Not placed; nothing of the group is left assumed.
     Unschedulable(String),
+    /// Not placed, but PodGroupPostFilter made room: the members wait, nominated, for their
+    /// victims to go.
+    WaitingOnPreemption(String),
     Error(String),
 }
 
@@ -57,7 +60,9 @@ impl GroupOutcome {
     pub(crate) fn condition(&self) -> (&'static str, &'static str, &str) {
         match self {
             GroupOutcome::Scheduled(m) => ("True", "Scheduled", m),
-            GroupOutcome::Unschedulable(m) => ("False", "Unschedulable", m),
+            GroupOutcome::Unschedulable(m) | GroupOutcome::WaitingOnPreemption(m) => {
+                ("False", "Unschedulable", m)
+            }
             GroupOutcome::Error(m) => ("False", "SchedulerError", m),
         }
     }
@@ -350,10 +355,11 @@ impl Rejected<'_> {
                 }
             }
         }
-        let outcome = if error {
-            GroupOutcome::Error(self.status.message())
-        } else {
-            GroupOutcome::Unschedulable(self.status.message())
+        let message = self.status.message();
+        let outcome = match (error, self.preempting) {
+            (true, _) => GroupOutcome::Error(message),
+            (false, Some(_)) => GroupOutcome::WaitingOnPreemption(message),
+            (false, None) => GroupOutcome::Unschedulable(message),
         };
         GroupDecision { members, outcome }
     }

@@ -5,14 +5,10 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::jiff::Timestamp;
-use kube::core::{Selector, SelectorExt};
-
 use super::DefaultPreemptionArgs;
 use super::evaluator::{Evaluator, Interface};
 use super::executor::REASON_PREEMPTION_BY_SCHEDULER;
-use super::victims::{Victim, VictimCluster, VictimIndex, more_important};
+use super::victims::{Victim, VictimCluster, VictimIndex, choose_victims, extend};
 use crate::emulation::GENERIC_WORKLOAD;
 use crate::framework::args::{decode, typed};
 use crate::framework::interface::{
@@ -27,8 +23,7 @@ use crate::framework::plugins::helper::impl_plugin;
 use crate::framework::plugins::names;
 use crate::framework::registry::{Handle, PluginRegistration, policy_rule};
 use crate::framework::types::{
-    ActionType, AssignedPod, ClusterEvent, EventResource, NodeInfo, PodInfo, PodView, QueueingHint,
-    Snapshot,
+    ActionType, AssignedPod, ClusterEvent, EventResource, NodeInfo, PodInfo, QueueingHint, Snapshot,
 };
 
 /// A node where every lower-priority pod was removed and the pod still does not fit.
@@ -152,7 +147,7 @@ impl Interface for DefaultPreemption {
             }
             Ok(())
         };
-        let mut potential: Vec<Victim> = cluster
+        let potential: Vec<Victim> = cluster
             .index
             .units(std::iter::once(&*node))
             .into_iter()
@@ -168,80 +163,22 @@ impl Interface for DefaultPreemption {
         if !s.is_success() {
             return Err(s);
         }
-        let now = Timestamp::now();
-        potential.sort_by(|a, b| more_important(a, b, now));
-        let (violating, non_violating) = split_by_pdb_violation(potential, cluster.pdbs);
-        let mut victims = Vec::new();
-        let mut num_violating = 0;
-        let mut reprieve = |v: Victim, victims: &mut Vec<Victim>| {
-            change(state, node, &v, true)?;
+        let (victims, num_violating) = choose_victims(potential, cluster.pdbs, |v| {
+            change(state, node, v, true)?;
             let fits = fwk
                 .run_filter_plugins_with_nominated_pods(state, pod, node)
                 .is_success();
             if !fits {
-                change(state, node, &v, false)?;
-                victims.push(v);
+                change(state, node, v, false)?;
             }
-            Ok::<bool, Status>(fits)
-        };
-        let mixed = !violating.is_empty() && !non_violating.is_empty();
-        for (v, count) in violating {
-            if !reprieve(v, &mut victims)? {
-                num_violating += count;
-            }
-        }
-        for v in non_violating {
-            reprieve(v, &mut victims)?;
-        }
-        if mixed {
-            victims.sort_by(|a, b| more_important(a, b, now));
-        }
+            Ok(fits)
+        })?;
         let pods = victims
             .into_iter()
             .flat_map(|v| v.pods.into_iter().map(|(_, p)| p))
             .collect();
         Ok((pods, num_violating))
     }
-}
-
-/// The PreFilter AddPod (`add`) or RemovePod extensions for `victim` on `node`.
-fn extend(
-    fwk: &dyn FrameworkHandle,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    victim: &AssignedPod,
-    node: &NodeInfo,
-    add: bool,
-) -> Status {
-    if add {
-        fwk.run_pre_filter_extension_add_pod(state, pod, victim, node)
-    } else {
-        fwk.run_pre_filter_extension_remove_pod(state, pod, victim, node)
-    }
-}
-
-/// Splits `victims` (most important first) into those whose eviction would exceed a PDB's
-/// allowed disruptions, with how many of their pods do, and the others (upstream's
-/// `FilterVictimsWithPDBViolation`: a unit violates when any of its pods does).
-pub(super) fn split_by_pdb_violation(
-    victims: Vec<Victim>,
-    pdbs: &[Arc<PodDisruptionBudget>],
-) -> (Vec<(Victim, usize)>, Vec<Victim>) {
-    let mut budgets = PdbBudgets::new(pdbs);
-    let (mut violating, mut non_violating) = (Vec::new(), Vec::new());
-    for v in victims {
-        let count = v
-            .pods
-            .iter()
-            .filter(|(_, p)| budgets.evict_violates(p))
-            .count();
-        if count > 0 {
-            violating.push((v, count));
-        } else {
-            non_violating.push(v);
-        }
-    }
-    (violating, non_violating)
 }
 
 /// A victim the scheduler is already evicting: deleted, with `DisruptionTarget=True` by
@@ -251,72 +188,6 @@ pub(super) fn terminating_by_preemption(p: &AssignedPod) -> bool {
         && p.disruption_target().is_some_and(|c| {
             c.status == "True" && c.reason.as_deref() == Some(REASON_PREEMPTION_BY_SCHEDULER)
         })
-}
-
-/// The disruptions each PDB still allows while evictions are counted against them in turn.
-struct PdbBudgets<'a> {
-    pdbs: &'a [Arc<PodDisruptionBudget>],
-    allowed: Vec<i32>,
-    /// A PDB without a selector selects nothing; an empty one is skipped as upstream does.
-    selectors: Vec<Option<Selector>>,
-}
-
-impl<'a> PdbBudgets<'a> {
-    fn new(pdbs: &'a [Arc<PodDisruptionBudget>]) -> Self {
-        let allowed = pdbs
-            .iter()
-            .map(|p| {
-                p.status
-                    .as_ref()
-                    .map_or(0, |s| s.disruptions_allowed.unwrap_or(0))
-            })
-            .collect();
-        let selectors = pdbs
-            .iter()
-            .map(|p| {
-                let sel = p.spec.as_ref()?.selector.clone()?;
-                Selector::try_from(sel).ok().filter(|s| !s.selects_all())
-            })
-            .collect();
-        PdbBudgets {
-            pdbs,
-            allowed,
-            selectors,
-        }
-    }
-
-    /// Counts the eviction of `p` against the PDBs that select it (unless a PDB lists it as
-    /// disrupted already); whether one of them is then exceeded.
-    fn evict_violates(&mut self, p: &AssignedPod) -> bool {
-        let Some(labels) = p.labels().filter(|l| !l.is_empty()) else {
-            return false;
-        };
-        let mut violated = false;
-        for (i, pdb) in self.pdbs.iter().enumerate() {
-            if pdb.metadata.namespace.as_deref() != Some(p.namespace()) {
-                continue;
-            }
-            let Some(sel) = &self.selectors[i] else {
-                continue;
-            };
-            if !sel.matches(labels) {
-                continue;
-            }
-            let disrupted = pdb
-                .status
-                .as_ref()
-                .and_then(|s| s.disrupted_pods.as_ref())
-                .is_some_and(|d| d.contains_key(p.name()));
-            if disrupted {
-                continue;
-            }
-            self.allowed[i] -= 1;
-            if self.allowed[i] < 0 {
-                violated = true;
-            }
-        }
-        violated
-    }
 }
 
 impl_plugin!(

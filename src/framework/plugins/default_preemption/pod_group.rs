@@ -15,14 +15,11 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, info};
 
 use super::executor::{Preemptor, object_ref};
-use super::plugin::{
-    DefaultPreemption, NOT_ELIGIBLE_NEVER, split_by_pdb_violation, terminating_by_preemption,
-};
-use super::victims::{Victim, VictimIndex, more_important, pod_group_priority};
+use super::plugin::{DefaultPreemption, NOT_ELIGIBLE_NEVER, terminating_by_preemption};
+use super::victims::{Victim, VictimIndex, choose_victims, extend, pod_group_priority};
 use crate::framework::interface::{
     Code, FrameworkHandle, PodGroupPlacement, PodGroupPostFilterPlugin, PodGroupPostFilterResult,
     ProposedAssignment, Status,
@@ -98,13 +95,7 @@ impl Reprieve<'_> {
             return Ok(());
         };
         for a in &mut self.assignments {
-            let status = if added {
-                self.fwk
-                    .run_pre_filter_extension_add_pod(&mut a.state, &a.pod, pod, info)
-            } else {
-                self.fwk
-                    .run_pre_filter_extension_remove_pod(&mut a.state, &a.pod, pod, info)
-            };
+            let status = extend(self.fwk, &mut a.state, &a.pod, pod, info, added);
             if !status.is_success() {
                 return Err(Status::error(status.message()));
             }
@@ -198,7 +189,7 @@ impl DefaultPreemption {
         &self,
         fwk: &dyn FrameworkHandle,
         snapshot: &Snapshot,
-        mut potential: Vec<Victim>,
+        potential: Vec<Victim>,
         place: &PodGroupPlacement<'_>,
     ) -> Result<(Chosen, Vec<ProposedAssignment>), Status> {
         let mut cluster = snapshot.clone();
@@ -213,34 +204,18 @@ impl DefaultPreemption {
         if !status.is_success() {
             return Err(status);
         }
-        let now = Timestamp::now();
-        potential.sort_by(|a, b| more_important(a, b, now));
         let pdbs = self
             .evaluator
             .handle()
             .listers
             .store(&POD_DISRUPTION_BUDGETS)
             .list();
-        let (violating, non_violating) = split_by_pdb_violation(potential, &pdbs);
         let mut reprieve = Reprieve {
             fwk,
             cluster,
             assignments,
         };
-        let mut evicted = Vec::new();
-        let mut pdb_violations = 0;
-        for (v, count) in violating {
-            if !reprieve.try_back(&v)? {
-                pdb_violations += count;
-                evicted.push(v);
-            }
-        }
-        for v in non_violating {
-            if !reprieve.try_back(&v)? {
-                evicted.push(v);
-            }
-        }
-        evicted.sort_by(|a, b| more_important(a, b, now));
+        let (evicted, pdb_violations) = choose_victims(potential, &pdbs, |v| reprieve.try_back(v))?;
         debug!(
             victims = evicted.len(),
             "pod group preemption chose its victims"

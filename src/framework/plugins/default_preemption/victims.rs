@@ -15,7 +15,10 @@ use k8s_openapi::jiff::Timestamp;
 use crate::emulation::GENERIC_WORKLOAD;
 use crate::framework::listers::{SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS};
 use crate::framework::registry::Handle;
-use crate::framework::types::{AssignedPod, NodeInfo, PodView, Snapshot};
+use kube::core::{Selector, SelectorExt};
+
+use crate::framework::interface::{CycleState, FrameworkHandle, Status};
+use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
 /// The group's priority (upstream's `PodGroupPriority`: unset is 0).
 pub(crate) fn pod_group_priority(group: &PodGroup) -> i32 {
@@ -154,5 +157,249 @@ impl VictimIndex {
             }
         }
         victims
+    }
+}
+
+/// Upstream's reprieve (`SelectVictimsOnNode`, `selectVictimsOnDomain`): `potential` is sorted
+/// most important first and split by PDB violation (`FilterVictimsWithPDBViolation`: a unit
+/// violates when any of its pods does); each is then offered back, violators first, and
+/// `try_back` says whether it could stay. The units that go, most important first, and how many
+/// of their pods violate a PDB.
+pub(super) fn choose_victims(
+    mut potential: Vec<Victim>,
+    pdbs: &[Arc<PodDisruptionBudget>],
+    mut try_back: impl FnMut(&Victim) -> Result<bool, Status>,
+) -> Result<(Vec<Victim>, usize), Status> {
+    let now = Timestamp::now();
+    potential.sort_by(|a, b| more_important(a, b, now));
+    let mut budgets = PdbBudgets::new(pdbs);
+    let (mut violating, mut non_violating) = (Vec::new(), Vec::new());
+    for v in potential {
+        let count = v
+            .pods
+            .iter()
+            .filter(|(_, p)| budgets.evict_violates(p))
+            .count();
+        if count > 0 {
+            violating.push((v, count));
+        } else {
+            non_violating.push((v, 0));
+        }
+    }
+    let mut evicted = Vec::new();
+    let mut violations = 0;
+    for (v, count) in violating.into_iter().chain(non_violating) {
+        if !try_back(&v)? {
+            violations += count;
+            evicted.push(v);
+        }
+    }
+    // Already in order unless both kinds were evicted (a stable sort keeps equal ones as they are).
+    evicted.sort_by(|a, b| more_important(a, b, now));
+    Ok((evicted, violations))
+}
+
+/// The PreFilter AddPod (`add`) or RemovePod extensions of `pod`'s state for `victim` on `node`.
+pub(super) fn extend(
+    fwk: &dyn FrameworkHandle,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    victim: &AssignedPod,
+    node: &NodeInfo,
+    add: bool,
+) -> Status {
+    if add {
+        fwk.run_pre_filter_extension_add_pod(state, pod, victim, node)
+    } else {
+        fwk.run_pre_filter_extension_remove_pod(state, pod, victim, node)
+    }
+}
+
+/// The disruptions each PDB still allows while evictions are counted against them in turn.
+struct PdbBudgets<'a> {
+    pdbs: &'a [Arc<PodDisruptionBudget>],
+    allowed: Vec<i32>,
+    /// A PDB without a selector selects nothing; an empty one is skipped as upstream does.
+    selectors: Vec<Option<Selector>>,
+}
+
+impl<'a> PdbBudgets<'a> {
+    fn new(pdbs: &'a [Arc<PodDisruptionBudget>]) -> Self {
+        let allowed = pdbs
+            .iter()
+            .map(|p| {
+                p.status
+                    .as_ref()
+                    .map_or(0, |s| s.disruptions_allowed.unwrap_or(0))
+            })
+            .collect();
+        let selectors = pdbs
+            .iter()
+            .map(|p| {
+                let sel = p.spec.as_ref()?.selector.clone()?;
+                Selector::try_from(sel).ok().filter(|s| !s.selects_all())
+            })
+            .collect();
+        PdbBudgets {
+            pdbs,
+            allowed,
+            selectors,
+        }
+    }
+
+    /// Counts the eviction of `p` against the PDBs that select it (unless a PDB lists it as
+    /// disrupted already); whether one of them is then exceeded.
+    fn evict_violates(&mut self, p: &AssignedPod) -> bool {
+        let Some(labels) = p.labels().filter(|l| !l.is_empty()) else {
+            return false;
+        };
+        let mut violated = false;
+        for (i, pdb) in self.pdbs.iter().enumerate() {
+            if pdb.metadata.namespace.as_deref() != Some(p.namespace()) {
+                continue;
+            }
+            let Some(sel) = &self.selectors[i] else {
+                continue;
+            };
+            if !sel.matches(labels) {
+                continue;
+            }
+            let disrupted = pdb
+                .status
+                .as_ref()
+                .and_then(|s| s.disrupted_pods.as_ref())
+                .is_some_and(|d| d.contains_key(p.name()));
+            if disrupted {
+                continue;
+            }
+            self.allowed[i] -= 1;
+            if self.allowed[i] < 0 {
+                violated = true;
+            }
+        }
+        violated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+    use super::*;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
+
+    fn running(name: &str, priority: i32, app: &str) -> Arc<AssignedPod> {
+        let pod = PodBuilder::new(name).uid(name).priority(priority);
+        Arc::new(pod.label("app", app).assigned())
+    }
+
+    fn unit(pods: &[&Arc<AssignedPod>], priority: i32, grouped: bool) -> Victim {
+        Victim {
+            pods: pods
+                .iter()
+                .map(|p| ("n".to_string(), Arc::clone(p)))
+                .collect(),
+            priority,
+            grouped,
+        }
+    }
+
+    fn names(victims: &[Victim]) -> Vec<Vec<String>> {
+        let name = |p: &AssignedPod| p.name().to_string();
+        victims
+            .iter()
+            .map(|v| v.pods.iter().map(|(_, p)| name(p)).collect())
+            .collect()
+    }
+
+    /// A PDB allowing no disruption of the pods labelled `app`.
+    fn no_disruption(app: &str) -> Arc<PodDisruptionBudget> {
+        Arc::new(PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some(app.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(LabelSelector {
+                    match_labels: Some([("app".to_string(), app.to_string())].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: Some(0),
+                ..Default::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn a_whole_gang_is_one_unit_with_its_pods_on_every_node() {
+        let (g0, g1, alone) = (
+            running("g-0", 0, "g"),
+            running("g-1", 0, "g"),
+            running("p", 5, "p"),
+        );
+        let gang = Arc::new(VictimGroup {
+            key: "default/g".into(),
+            priority: 7,
+            all: true,
+        });
+        let index = VictimIndex {
+            groups: [("g-0", &gang), ("g-1", &gang)]
+                .into_iter()
+                .map(|(uid, g)| (uid.to_string(), Arc::clone(g)))
+                .collect(),
+            whole: [(
+                "default/g".to_string(),
+                vec![
+                    ("n1".to_string(), g0.clone()),
+                    ("n2".to_string(), g1.clone()),
+                ],
+            )]
+            .into(),
+        };
+        let mut n1 = NodeBuilder::new("n1").info(vec![]);
+        n1.add_pod(g0.clone());
+        n1.add_pod(alone.clone());
+        let units = index.units([&n1]);
+        assert_eq!(names(&units), [vec!["g-0", "g-1"], vec!["p"]]);
+        // The gang weighs with its group's priority, the pod with its own.
+        assert_eq!((units[0].priority, units[0].grouped), (7, true));
+        assert_eq!((units[1].priority, units[1].grouped), (5, false));
+        assert_eq!(index.priority_of(&g1), 7);
+        assert_eq!(index.priority_of(&alone), 5);
+    }
+
+    #[test]
+    fn violators_are_offered_back_first_and_their_pods_counted() {
+        let (a0, a1, b, c) = (
+            running("a-0", 1, "protected"),
+            running("a-1", 1, "free"),
+            running("b", 3, "free"),
+            running("c", 2, "free"),
+        );
+        let potential = vec![
+            unit(&[&c], 2, false),
+            unit(&[&a0, &a1], 1, true),
+            unit(&[&b], 3, false),
+        ];
+        let pdbs = [no_disruption("protected")];
+        let mut offered = Vec::new();
+        // Only the most important unit, b, may stay.
+        let (evicted, violations) = choose_victims(potential, &pdbs, |v| {
+            offered.push(names(std::slice::from_ref(v)));
+            Ok(v.priority == 3)
+        })
+        .expect("no error");
+        assert_eq!(
+            offered,
+            [vec![vec!["a-0", "a-1"]], vec![vec!["b"]], vec![vec!["c"]]]
+        );
+        // Evicted, most important first; one pod of the gang violates the PDB.
+        assert_eq!(names(&evicted), [vec!["c"], vec!["a-0", "a-1"]]);
+        assert_eq!(violations, 1);
     }
 }

@@ -144,7 +144,7 @@ fn never(mut p: Pod) -> Pod {
     p
 }
 
-fn pdb(name: &str, app: &str, allowed: i32) -> PodDisruptionBudget {
+pub(super) fn pdb(name: &str, app: &str, allowed: i32) -> PodDisruptionBudget {
     PodDisruptionBudget {
         metadata: ObjectMeta {
             name: Some(name.into()),

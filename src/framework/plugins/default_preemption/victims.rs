@@ -283,9 +283,6 @@ impl<'a> PdbBudgets<'a> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-
     use super::*;
     use crate::framework::testing::{NodeBuilder, PodBuilder};
 
@@ -311,28 +308,6 @@ mod tests {
             .iter()
             .map(|v| v.pods.iter().map(|(_, p)| name(p)).collect())
             .collect()
-    }
-
-    /// A PDB allowing no disruption of the pods labelled `app`.
-    fn no_disruption(app: &str) -> Arc<PodDisruptionBudget> {
-        Arc::new(PodDisruptionBudget {
-            metadata: ObjectMeta {
-                name: Some(app.into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            spec: Some(PodDisruptionBudgetSpec {
-                selector: Some(LabelSelector {
-                    match_labels: Some([("app".to_string(), app.to_string())].into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            status: Some(PodDisruptionBudgetStatus {
-                disruptions_allowed: Some(0),
-                ..Default::default()
-            }),
-        })
     }
 
     #[test]
@@ -386,7 +361,12 @@ mod tests {
             unit(&[&a0, &a1], 1, true),
             unit(&[&b], 3, false),
         ];
-        let pdbs = [no_disruption("protected")];
+        // A PDB allowing no disruption of the pods labelled `protected`.
+        let pdbs = [Arc::new(super::super::tests::pdb(
+            "protected",
+            "protected",
+            0,
+        ))];
         let mut offered = Vec::new();
         // Only the most important unit, b, may stay.
         let (evicted, violations) = choose_victims(potential, &pdbs, |v| {

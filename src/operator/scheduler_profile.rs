@@ -858,6 +858,9 @@ pub(crate) async fn embedded_stopped(ctx: &Context) {
             }
         };
         let previous = profile.status.clone().unwrap_or_default();
+        if status::says_uninstalled(&previous) {
+            continue;
+        }
         let new_status = status::operator_stopped(
             &previous,
             previous.observed_generation,
@@ -923,6 +926,9 @@ async fn mark_stopped_by(ctx: &Context, holder: &str) -> Result<(), kube::Error>
     let api: Api<SchedulerProfile> = Api::all(ctx.client.clone());
     for p in api.list(&ListParams::default()).await?.items {
         let Some(previous) = &p.status else { continue };
+        if status::says_uninstalled(previous) {
+            continue;
+        }
         if !previous
             .leader
             .as_deref()

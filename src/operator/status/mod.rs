@@ -19,7 +19,9 @@ pub(crate) use observation::{
     ApplyError, ConfigOutcome, DeploymentState, LeaseState, ProfileObservation,
 };
 pub(crate) use policy::{BlockedNode, PolicyConflict, PolicyObservation, policy_status};
-pub(crate) use profile::{objects_in_use_message, operator_stopped, profile_status, uninstalled};
+pub(crate) use profile::{
+    objects_in_use_message, operator_stopped, profile_status, says_uninstalled, uninstalled,
+};
 
 pub(crate) const READY: &str = "Ready";
 pub(crate) const RECONCILING: &str = "Reconciling";

@@ -367,6 +367,15 @@ pub(crate) fn uninstalled(
     )
 }
 
+/// Whether `status` says ksched was uninstalled ([`uninstalled`]): final until an operator
+/// reconciles the profile again, so a replica going away does not overwrite it.
+pub(crate) fn says_uninstalled(status: &SchedulerProfileStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == STALLED && c.status == "True" && c.reason == OPERATOR_STOPPED)
+}
+
 /// `Ready=False` (`OperatorStopped`) with `progress` (`Reconciling` while an operator may come
 /// back, `Stalled` when none will), no leader and no replica; the configuration's conditions kept.
 fn nothing_runs(
@@ -825,6 +834,12 @@ mod tests {
         assert!(
             get(&s, READY).is_some_and(|c| c.message.contains("ksched was uninstalled")),
             "{s:?}"
+        );
+        assert!(says_uninstalled(&s));
+        assert!(!says_uninstalled(&running));
+        assert!(
+            !says_uninstalled(&operator_stopped(&running, Some(3), "op-1", later(9))),
+            "an operator's stop is not an uninstall"
         );
         assert_eq!(s.ready.as_deref(), Some("0/1"));
         assert_eq!(s.leader, None);

@@ -6,11 +6,12 @@ use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
@@ -71,7 +72,13 @@ pub async fn stop_operator(client: &Client, namespace: &str) -> Result<bool, Err
                     })
             });
         if !leading {
-            return Ok(scaled);
+            match hold_lease(&leases, lease).await {
+                Ok(()) => return Ok(scaled),
+                // A replica took the lease meanwhile (409: Conflict or AlreadyExists): wait for
+                // it to stop too.
+                Err(e) if is_conflict(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         if Instant::now() > deadline {
             return Err(Error::Uninstall(format!(
@@ -80,6 +87,50 @@ pub async fn stop_operator(client: &Client, namespace: &str) -> Result<bool, Err
         }
         tokio::time::sleep(TICK).await;
     }
+}
+
+/// The holder the uninstall writes into the operator's Lease while it cleans up.
+pub(crate) const UNINSTALL_HOLDER: &str = "ksched-uninstall";
+/// How long the uninstall holds the operator's Lease: the teardown deletes it when done; an
+/// uninstall that died midway leaves it to expire.
+const HOLD: Duration = Duration::from_secs(300);
+
+/// The operator's Lease, released or expired, held by [`UNINSTALL_HOLDER`]: a replica of the
+/// Deployment that has not stopped yet (scaled to 0, still terminating) cannot take the lead and
+/// render, taint or write status behind the cleanup. `lease` is the one just read; a replica that
+/// wrote it since makes this a 409 (Conflict, or AlreadyExists).
+async fn hold_lease(leases: &Api<Lease>, lease: Option<Lease>) -> Result<(), kube::Error> {
+    let now = MicroTime(Timestamp::now());
+    let seconds = i32::try_from(HOLD.as_secs()).unwrap_or(i32::MAX);
+    let held = |transitions: Option<i32>| LeaseSpec {
+        holder_identity: Some(UNINSTALL_HOLDER.into()),
+        lease_duration_seconds: Some(seconds),
+        acquire_time: Some(now.clone()),
+        renew_time: Some(now.clone()),
+        lease_transitions: transitions,
+        ..Default::default()
+    };
+    match lease {
+        Some(mut lease) => {
+            let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
+            lease.spec = Some(held(Some(transitions.unwrap_or(0) + 1)));
+            leases
+                .replace(LEASE_NAME, &PostParams::default(), &lease)
+                .await?;
+        }
+        None => {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(LEASE_NAME.into()),
+                    ..Default::default()
+                },
+                spec: Some(held(Some(0))),
+            };
+            leases.create(&PostParams::default(), &lease).await?;
+        }
+    }
+    tracing::info!("holding Lease {LEASE_NAME} as {UNINSTALL_HOLDER} while cleaning up");
+    Ok(())
 }
 
 /// What [`teardown`] removed.

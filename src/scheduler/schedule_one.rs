@@ -42,6 +42,16 @@ pub(crate) struct Scheduler {
     pub(crate) leadership: Leadership,
 }
 
+/// How a pod that was not scheduled goes back to the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Requeue {
+    /// By the events its rejecting plugins name, after backoff.
+    Rejected,
+    /// A member of a group its cycle scheduled: at once (upstream requeues the group's
+    /// remaining pods to the active queue).
+    GroupScheduled,
+}
+
 /// One pod's scheduling attempt (alone or in its group's cycle): what its binding cycle and the
 /// failure handler share.
 struct Attempt {
@@ -144,6 +154,11 @@ impl Scheduler {
         let started = Instant::now();
         let (decisions, outcome) = self.cycle.schedule(&fwk, &entity, started).into_parts();
         let (pods, group) = entity.into_members();
+        let requeue = if matches!(outcome, Some(GroupOutcome::Scheduled(_))) {
+            Requeue::GroupScheduled
+        } else {
+            Requeue::Rejected
+        };
         let mut failures = Vec::new();
         for (qpi, decision) in pods.into_iter().zip(decisions) {
             let attempt = Attempt {
@@ -157,7 +172,7 @@ impl Scheduler {
                     tokio::spawn(scheduler.binding_cycle(attempt, reserved));
                 }
                 PodDecision::Failed(failure) => {
-                    failures.push(self.handle_scheduling_failure(attempt, failure));
+                    failures.push(self.handle_scheduling_failure(attempt, failure, requeue));
                 }
             }
         }
@@ -246,8 +261,12 @@ impl Scheduler {
                 None,
                 |p| p.uid() != uid,
             );
-            self.handle_scheduling_failure(attempt, Failure::from_status(&status))
-                .await;
+            self.handle_scheduling_failure(
+                attempt,
+                Failure::from_status(&status),
+                Requeue::Rejected,
+            )
+            .await;
             return;
         }
         self.cycle.cache().finish_binding(&key);
@@ -264,7 +283,12 @@ impl Scheduler {
     /// PodScheduled=False): upstream's `handleSchedulingFailure`, the one place every failed
     /// attempt ends. The status is written before the caller goes on, so the next attempt (which
     /// may bind the pod at once) cannot overtake it.
-    async fn handle_scheduling_failure(&self, attempt: Attempt, failure: Failure) {
+    async fn handle_scheduling_failure(
+        &self,
+        attempt: Attempt,
+        failure: Failure,
+        requeue: Requeue,
+    ) {
         let Attempt {
             mut qpi,
             fwk,
@@ -283,7 +307,10 @@ impl Scheduler {
         // This attempt's rejecting plugins decide which events requeue the pod.
         qpi.unschedulable_plugins = failure.unschedulable_plugins;
         qpi.pending_plugins = failure.pending_plugins;
-        self.queue.add_unschedulable_if_not_present(qpi);
+        match requeue {
+            Requeue::Rejected => self.queue.add_unschedulable_if_not_present(qpi),
+            Requeue::GroupScheduled => self.queue.add_after_group_scheduled(qpi),
+        }
         let Some(reporter) = self.reporters.get(profile) else {
             return;
         };

@@ -47,7 +47,20 @@ pub const FAMILIES: &[Family] = &[
     ("fill", fill),
     ("dra", dra),
     ("dra-shared", dra_shared),
+    ("groups", groups),
 ];
+
+/// The family that needs the API server to serve `scheduling.k8s.io/v1beta1` (Kubernetes 1.37+).
+pub const GROUPS: &str = "groups";
+
+/// Command-line arguments both schedulers get for a case of `family`.
+pub fn scheduler_args(family: &str) -> &'static [&'static str] {
+    if family == GROUPS {
+        &["--feature-gates=GenericWorkload=true"]
+    } else {
+        &[]
+    }
+}
 
 /// `per_family` cases of every family, from `seed`.
 pub fn corpus(seed: u64, per_family: usize) -> Vec<Case> {
@@ -1175,5 +1188,85 @@ fn dra_shared(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
                 .build(),
         );
     }
+    (objects, incoming)
+}
+
+// ---------------------------------------------------------------------------------------------
+// groups: `scheduling.k8s.io/v1beta1` PodGroups with GenericWorkload on in both schedulers: gangs
+// that fit and bind whole, gangs of which fewer than minCount fit and bind none, basic groups
+// that bind what fits, gangs of a higher priority preempting single pods or a lower gang
+// (`disruptionMode` single or all).
+
+/// The step that creates a PodGroup's members and then the PodGroup (see `cluster.rs`).
+fn group_step(group: Value, members: Vec<Value>) -> Value {
+    json!({"kind": "Group", "podGroup": group, "members": members})
+}
+
+fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let mut objects = vec![
+        priority_class("fid-low", 10, false),
+        priority_class("fid-high", 1000, false),
+    ];
+    let n = count(rng, 2, 4);
+    // Nodes of distinct sizes: fewer ties, so the members' nodes compare.
+    let mut sizes = vec![2000u64, 3000, 4000, 5000];
+    rng.shuffle(&mut sizes);
+    for (i, size) in sizes.iter().take(n).enumerate() {
+        objects.push(node(&node_name(i)).cpu(&milli(*size)).memory("8Gi").build());
+    }
+    let preempting = chance(rng, 40);
+    if preempting && chance(rng, 50) {
+        // A lower gang bound across the nodes.
+        let all = chance(rng, 50);
+        let min = i32::try_from(n).unwrap_or(2);
+        objects.push(pod_group("low", "fid-a", Some(min), all, Some("fid-low")));
+        for i in 0..n {
+            objects.push(
+                pod(&format!("low-{i}"))
+                    .on(&node_name(i), rng.u32(..60))
+                    .req(&milli(pick(rng, &[1000u64, 1500])), "256Mi")
+                    .priority("fid-low")
+                    .group("low")
+                    .build(),
+            );
+        }
+    } else if preempting {
+        for i in 0..n {
+            for j in 0..rng.usize(1..=2) {
+                objects.push(
+                    pod(&format!("e{i}-{j}"))
+                        .on(&node_name(i), rng.u32(..60))
+                        .req(&milli(pick(rng, &[500u64, 1000])), "256Mi")
+                        .priority("fid-low")
+                        .build(),
+                );
+            }
+        }
+    }
+    let steps = if preempting { 1 } else { count(rng, 1, 2) };
+    let class = preempting.then_some("fid-high");
+    let incoming = (0..steps)
+        .map(|g| {
+            let name = format!("g{g}");
+            let min = count(rng, 2, 5);
+            let gang = !chance(rng, 20);
+            let size = min + usize::from(chance(rng, 30));
+            let cpu = milli(pick(rng, &[500u64, 1000, 1500]));
+            let group = pod_group(
+                &name,
+                "fid-a",
+                gang.then(|| i32::try_from(min).unwrap_or(2)),
+                chance(rng, 30),
+                class,
+            );
+            let members = (0..size)
+                .map(|i| {
+                    let p = pod(&format!("{name}-{i}")).req(&cpu, "256Mi").group(&name);
+                    class.map_or(p.clone(), |c| p.priority(c)).build()
+                })
+                .collect();
+            group_step(group, members)
+        })
+        .collect();
     (objects, incoming)
 }

@@ -17,7 +17,7 @@ use kube::api::{
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::cases::{Case, FIDELITY_LABEL, NAMESPACES, SCHEDULER_NAME};
+use crate::cases::{Case, FIDELITY_LABEL, NAMESPACES, SCHEDULER_NAME, scheduler_args};
 use crate::support::process::LoggedChild;
 use crate::support::scheduler::{ksched_bin, kube_scheduler_command, scheduler_command};
 use crate::support::{ControlPlane, path_str};
@@ -50,6 +50,8 @@ pub struct Observation {
     pub deleted: BTreeSet<String>,
     /// Claims the scheduler annotated with `volume.kubernetes.io/selected-node`.
     pub selected_nodes: BTreeMap<String, String>,
+    /// The conditions of the case's PodGroups, as `name: type=status reason: message`.
+    pub groups: Vec<String>,
 }
 
 /// How long a state must stay unchanged before it is the outcome: a rejected pod without a
@@ -57,6 +59,8 @@ pub struct Observation {
 /// to go or for a PreBind that never finishes (no PV controller runs).
 const QUIET_REJECTED: Duration = Duration::from_millis(600);
 const QUIET_NOMINATED: Duration = Duration::from_secs(5);
+/// The longest a group's condition may take after its members' answers.
+const GROUP_CONDITION_WAIT: Duration = Duration::from_secs(3);
 /// The longest a pod may take to get any answer (scheduler start included).
 const DEADLINE: Duration = Duration::from_secs(40);
 
@@ -72,6 +76,8 @@ pub struct Runner {
     /// `--emulated-version` for ksched when it does not emulate the cluster's minor (a release
     /// being bumped to): the newest it does, so the report lists what the new minor changed.
     emulate: Option<String>,
+    /// The API server serves `scheduling.k8s.io/v1beta1` PodGroups (the `groups` family).
+    pub serves_pod_groups: bool,
 }
 
 /// Kinds a case may create, in creation order, with their API coordinates and whether they are
@@ -114,6 +120,8 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
         "poddisruptionbudgets",
         true,
     ),
+    // Served from Kubernetes 1.37 (with GenericWorkload on): see `Runner::serves_pod_groups`.
+    ("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups", true),
     ("v1", "Pod", "pods", true),
 ];
 
@@ -184,6 +192,10 @@ impl Runner {
             );
             newest.to_string()
         });
+        let serves_pod_groups = client
+            .list_api_group_resources("scheduling.k8s.io/v1beta1")
+            .await
+            .is_ok_and(|list| list.resources.iter().any(|r| r.name == "podgroups"));
         Runner {
             cp,
             client,
@@ -192,6 +204,7 @@ impl Runner {
             runs: 0,
             upstream_version: info.git_version,
             emulate,
+            serves_pod_groups,
         }
     }
 
@@ -227,8 +240,17 @@ impl Runner {
         let mut scheduler: Option<LoggedChild> = None;
         for (i, item) in case.incoming.iter().enumerate() {
             // An `Ungate` step removes a pod's scheduling gates; its old (gated) message is not
-            // an answer.
-            let (ns, name, stale) = if item["kind"] == "Ungate" {
+            // an answer. A `Group` step creates a PodGroup's members, then the PodGroup (the
+            // members wait for it: both schedulers see the whole group at once, not a first
+            // minCount of members created one by one), and waits for them all.
+            let awaited: Vec<Awaited> = if item["kind"] == "Group" {
+                let members = item["members"].as_array().cloned().unwrap_or_default();
+                for member in &members {
+                    self.create(member).await;
+                }
+                self.create(&item["podGroup"]).await;
+                members.iter().map(Awaited::of).collect()
+            } else if item["kind"] == "Ungate" {
                 let ns = item["namespace"].as_str().unwrap_or_default();
                 let name = item["name"].as_str().unwrap_or_default();
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
@@ -242,20 +264,22 @@ impl Runner {
                 .expect("remove scheduling gates");
                 let mut gated = PodOutcome::default();
                 update(&mut gated, &before, &mut false);
-                (ns, name, gated.messages.pop())
+                vec![Awaited {
+                    ns: ns.to_string(),
+                    name: name.to_string(),
+                    stale: gated.messages.pop(),
+                }]
             } else {
                 self.create(item).await;
-                let meta = &item["metadata"];
-                (
-                    meta["namespace"].as_str().unwrap_or_default(),
-                    meta["name"].as_str().unwrap_or_default(),
-                    None,
-                )
+                vec![Awaited::of(item)]
             };
-            let s =
-                scheduler.get_or_insert_with(|| LoggedChild::spawn(self.command(who), log.clone()));
-            let outcome = follow(&mut events, ns, name, stale, &mut obs, s).await;
-            if outcome.timed_out {
+            let s = scheduler
+                .get_or_insert_with(|| LoggedChild::spawn(self.command(who, case), log.clone()));
+            let outcomes = follow(&mut events, &awaited, &mut obs, s).await;
+            if item["kind"] == "Group" {
+                self.wait_for_group_condition(&item["podGroup"]).await;
+            }
+            if outcomes.iter().any(|o| o.timed_out) {
                 let logs = scheduler
                     .as_ref()
                     .map(LoggedChild::logs)
@@ -266,7 +290,7 @@ impl Runner {
                     crate::support::wait::tail(&logs, 15)
                 );
             }
-            obs.pods.push(outcome);
+            obs.pods.extend(outcomes);
         }
         if let Some(mut s) = scheduler {
             s.kill();
@@ -277,11 +301,12 @@ impl Runner {
         // Victims deleted just before the scheduler stopped still count.
         drain(&mut events, &mut obs).await;
         obs.selected_nodes = self.selected_nodes().await;
+        obs.groups = self.group_conditions().await;
         obs
     }
 
-    fn command(&self, who: Scheduler) -> Command {
-        match who {
+    fn command(&self, who: Scheduler, case: &Case) -> Command {
+        let mut cmd = match who {
             Scheduler::Upstream => {
                 let mut cmd = kube_scheduler_command(self.cp);
                 // KSCHED_FIDELITY_UPSTREAM_V=10 logs every plugin's score.
@@ -301,9 +326,68 @@ impl Runner {
                 if let Some(minor) = &self.emulate {
                     cmd.arg(format!("--emulated-version={minor}"));
                 }
+                // KSCHED_FIDELITY_KSCHED_V=4 logs each pod's and group's cycle.
+                if let Ok(v) = std::env::var("KSCHED_FIDELITY_KSCHED_V") {
+                    cmd.arg(format!("--v={v}"));
+                }
                 cmd
             }
+        };
+        cmd.args(scheduler_args(case.family));
+        cmd
+    }
+
+    /// Waits (a little) until the scheduler wrote `group`'s condition: it writes it beside the
+    /// members' binding cycles, and the run may otherwise end before.
+    async fn wait_for_group_condition(&self, group: &Value) {
+        let ar = api_resource("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups");
+        let ns = group["metadata"]["namespace"].as_str().unwrap_or("fid-a");
+        let name = group["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+        let deadline = Instant::now() + GROUP_CONDITION_WAIT;
+        while Instant::now() < deadline {
+            let written = api.get(name).await.ok().is_some_and(|g| {
+                g.data["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty())
+            });
+            if written {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The conditions of the case's PodGroups (none when the API server serves no PodGroups).
+    async fn group_conditions(&self) -> Vec<String> {
+        if !self.serves_pod_groups {
+            return Vec::new();
+        }
+        let ar = api_resource("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let lp = ListParams::default().labels(&format!("{FIDELITY_LABEL}=case"));
+        let mut out = Vec::new();
+        for g in api.list(&lp).await.expect("list pod groups").items {
+            let conditions = g.data["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for c in conditions {
+                out.push(
+                    format!(
+                        "{}: {}={} {}: {}",
+                        g.name_any(),
+                        c["type"],
+                        c["status"],
+                        c["reason"],
+                        c["message"]
+                    )
+                    .replace('"', ""),
+                );
+            }
+        }
+        out.sort();
+        out
     }
 
     /// Creates `obj`, then sets its `status` (pod start times, PDB budgets, bound claims) through
@@ -339,6 +423,9 @@ impl Runner {
             ..Default::default()
         };
         for (api_version, kind, plural, namespaced) in KINDS.iter().rev() {
+            if *kind == "PodGroup" && !self.serves_pod_groups {
+                continue;
+            }
             let ar = api_resource(api_version, kind, plural);
             let all: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -440,37 +527,64 @@ async fn apply(client: &Client, plural: &str, obj: &Value, ns: Option<&str>) -> 
 
 type Events = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Pod>>>;
 
-/// Follows pod `ns/name` until its outcome holds still (see the QUIET constants) or the deadline.
+/// A pod a step waits for, and a `PodScheduled=False` message of it that is not an answer (the
+/// gated one of an `Ungate` step).
+struct Awaited {
+    ns: String,
+    name: String,
+    stale: Option<String>,
+}
+
+impl Awaited {
+    fn of(pod: &Value) -> Awaited {
+        let meta = &pod["metadata"];
+        Awaited {
+            ns: meta["namespace"].as_str().unwrap_or_default().to_string(),
+            name: meta["name"].as_str().unwrap_or_default().to_string(),
+            stale: None,
+        }
+    }
+}
+
+/// Follows the `awaited` pods until each is bound or its answer held still since the last change
+/// of any of them (see the QUIET constants), or the deadline.
 async fn follow(
     events: &mut Events,
-    ns: &str,
-    name: &str,
-    stale_message: Option<String>,
+    awaited: &[Awaited],
     obs: &mut Observation,
     scheduler: &mut LoggedChild,
-) -> PodOutcome {
-    let mut out = PodOutcome::default();
+) -> Vec<PodOutcome> {
+    let mut outs = vec![PodOutcome::default(); awaited.len()];
+    let mut rejected = vec![false; awaited.len()];
     let start = Instant::now();
     let mut last_change = Instant::now();
-    let mut rejected = false;
     loop {
-        if out.node.is_some() {
-            return out;
+        // The quiet the slowest pod still needs; `None` while one has no answer at all.
+        let mut quiet = Some(Duration::ZERO);
+        for (out, rejected) in outs.iter().zip(&rejected) {
+            let needs = if out.node.is_some() {
+                Some(Duration::ZERO)
+            } else if !out.nominated.is_empty() {
+                Some(QUIET_NOMINATED)
+            } else if *rejected {
+                Some(QUIET_REJECTED)
+            } else {
+                None
+            };
+            quiet = quiet.zip(needs).map(|(a, b)| a.max(b));
         }
-        let quiet = if !out.nominated.is_empty() {
-            Some(QUIET_NOMINATED)
-        } else if rejected {
-            Some(QUIET_REJECTED)
-        } else {
-            None
-        };
+        if quiet == Some(Duration::ZERO) {
+            return outs;
+        }
         let wait = match quiet {
             Some(q) => q.saturating_sub(last_change.elapsed()),
             None => DEADLINE.saturating_sub(start.elapsed()),
         };
         if wait.is_zero() {
-            out.timed_out = quiet.is_none();
-            return out;
+            for (out, rejected) in outs.iter_mut().zip(&rejected) {
+                out.timed_out = out.node.is_none() && out.nominated.is_empty() && !rejected;
+            }
+            return outs;
         }
         if let Ok(Some(status)) = scheduler.child.try_wait() {
             panic!(
@@ -485,20 +599,23 @@ async fn follow(
                 Ok(Ok(None)) | Ok(Err(_)) => panic!("the pod watch ended"),
             };
         let Some(pod) = record(ev, obs) else { continue };
-        if pod.namespace().as_deref() != Some(ns) || pod.name_any() != name {
+        let Some(i) = awaited.iter().position(|a| {
+            pod.namespace().as_deref() == Some(a.ns.as_str()) && pod.name_any() == a.name
+        }) else {
             continue;
-        }
+        };
+        let out = &mut outs[i];
         let before = out.messages.len();
-        if update(&mut out, &pod, &mut rejected) {
+        if update(out, &pod, &mut rejected[i]) {
             last_change = Instant::now();
         }
-        if stale_message.is_some()
+        if awaited[i].stale.is_some()
             && out.messages.len() > before
-            && out.messages.last() == stale_message.as_ref()
+            && out.messages.last() == awaited[i].stale.as_ref()
         {
             // The gated message again, from before the scheduler acted.
             out.messages.pop();
-            rejected = false;
+            rejected[i] = false;
         }
     }
 }

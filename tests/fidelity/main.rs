@@ -1,7 +1,9 @@
 //! The differential test: the same generated cluster states and pods, scheduled by upstream
 //! kube-scheduler (the testenv's, `K8S_VERSION`: 1.37.2, or `make fidelity K8S_VERSION=1.36.3`)
 //! and by `ksched scheduler` with the default profile (emulating the API server's minor, as it
-//! decides by default), compared on outcome, node, message, nominated node and preemption victims.
+//! decides by default), compared on outcome, node, message, nominated node, preemption victims
+//! and PodGroup conditions. The `groups` family (PodGroups, both schedulers with
+//! `--feature-gates=GenericWorkload=true`) runs where the API server serves them (1.37+).
 //!
 //! One control plane; each run wipes the last case, creates the case and starts a fresh scheduler
 //! (see `cluster.rs`). Upstream runs twice, then ksched; while ksched's answer is none of
@@ -15,7 +17,7 @@
 //! (full run, default 30), `KSCHED_FIDELITY_CASE` (only cases whose name starts with it),
 //! `KSCHED_FIDELITY_DUMP` (print each case's objects), `KSCHED_FIDELITY_KEEP_LOGS` (keep each scheduler's log in the testenv directory, with
 //! `KSCHED_KEEP_TESTENV`), `KSCHED_FIDELITY_UPSTREAM_V` (upstream's log level: 10 logs
-//! every plugin's score). The report is printed and written to `target/fidelity/report.txt`.
+//! every plugin's score), `KSCHED_FIDELITY_KSCHED_V` (ksched's). The report is printed and written to `target/fidelity/report.txt`.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -28,7 +30,7 @@ mod report;
 use std::time::Instant;
 
 use cluster::{Runner, Scheduler};
-use support::{Components, control_plane};
+use support::{Components, control_plane_with_apiserver_args};
 
 /// Cases per family in `make test`.
 const QUICK_PER_FAMILY: usize = 2;
@@ -41,6 +43,33 @@ const UPSTREAM_RUNS_ON_DIFFERENCE: usize = 5;
 /// (`NodePluginScores.Randomizer`), so with five nodes tied a node it can pick is missed by
 /// five runs one time in three, by 25 runs one time in 250.
 const UPSTREAM_RUNS_ON_TIE: usize = 25;
+
+/// The API server's flags: PodGroups served (GenericWorkload, `scheduling.k8s.io/v1beta1`) on a
+/// testenv of 1.37 or later (1.36's API server knows neither).
+fn apiserver_args() -> &'static [&'static str] {
+    const WORKLOADS: &[&str] = &[
+        "--feature-gates=GenericWorkload=true",
+        "--runtime-config=scheduling.k8s.io/v1beta1=true",
+    ];
+    let apiserver = support::testenv_bin_dir().join("kube-apiserver");
+    let version = std::process::Command::new(&apiserver)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    // "Kubernetes v1.37.2"
+    let minor = version
+        .trim()
+        .rsplit('v')
+        .next()
+        .and_then(|v| v.split('.').nth(1))
+        .and_then(|m| m.parse::<u32>().ok());
+    if minor.is_some_and(|m| m >= 37) {
+        WORKLOADS
+    } else {
+        &[]
+    }
+}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -60,8 +89,21 @@ async fn differential(per_family: usize, report_name: &str) {
         .into_iter()
         .filter(|c| c.name.starts_with(&only))
         .collect();
-    let cp = control_plane(Components::API_ONLY);
+    let cp = control_plane_with_apiserver_args(Components::API_ONLY, apiserver_args());
     let mut runner = Runner::new(cp).await;
+    let corpus: Vec<cases::Case> = if runner.serves_pod_groups {
+        corpus
+    } else {
+        eprintln!(
+            "fidelity: the API server ({}) serves no scheduling.k8s.io/v1beta1 PodGroups: the {} family is left out",
+            runner.upstream_version,
+            cases::GROUPS
+        );
+        corpus
+            .into_iter()
+            .filter(|c| c.family != cases::GROUPS)
+            .collect()
+    };
     let started = Instant::now();
     let mut verdicts = Vec::new();
     let dump = std::env::var_os("KSCHED_FIDELITY_DUMP").is_some();

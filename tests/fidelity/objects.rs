@@ -180,6 +180,10 @@ impl PodB {
         self.spec["containers"][0][field] = v;
         self
     }
+    /// A member of the PodGroup `group` (in the pod's namespace).
+    pub fn group(self, group: &str) -> Self {
+        self.set("schedulingGroup", json!({"podGroupName": group}))
+    }
     pub fn priority(self, class: &str) -> Self {
         self.set("priorityClassName", json!(class))
     }
@@ -193,6 +197,29 @@ impl PodB {
         }
         p
     }
+}
+
+/// A `scheduling.k8s.io/v1beta1` PodGroup: a gang of `min_count`, or a basic group (`None`).
+pub fn pod_group(
+    name: &str,
+    ns: &str,
+    min_count: Option<i32>,
+    disruption_all: bool,
+    priority_class: Option<&str>,
+) -> Value {
+    let policy = match min_count {
+        Some(m) => json!({"gang": {"minCount": m}}),
+        None => json!({"basic": {}}),
+    };
+    let mut spec = json!({"schedulingPolicy": policy});
+    if disruption_all {
+        spec["disruptionMode"] = json!({"all": {}});
+    }
+    if let Some(class) = priority_class {
+        spec["priorityClassName"] = json!(class);
+    }
+    json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": meta(name, Some(ns), &Map::new()), "spec": spec})
 }
 
 pub fn priority_class(name: &str, value: i32, never: bool) -> Value {

@@ -14,7 +14,14 @@ pub enum Mark {
     Disagree,
 }
 
-pub const ASPECTS: [&str; 5] = ["outcome", "node", "message", "nominated", "preemption"];
+pub const ASPECTS: [&str; 6] = [
+    "outcome",
+    "node",
+    "message",
+    "nominated",
+    "preemption",
+    "group",
+];
 
 /// The comparison of one case.
 #[derive(Debug, Clone)]
@@ -22,9 +29,9 @@ pub struct Verdict {
     pub family: &'static str,
     pub case: String,
     /// Per aspect of [`ASPECTS`].
-    pub marks: [Mark; 5],
+    pub marks: [Mark; ASPECTS.len()],
     /// Per aspect: upstream's own runs gave different answers (nondeterministic on this state).
-    pub varied: [bool; 5],
+    pub varied: [bool; ASPECTS.len()],
     /// What differed, for the report.
     pub details: Vec<String>,
 }
@@ -41,7 +48,7 @@ impl Verdict {
 }
 
 /// The values of each aspect for one observation, in [`ASPECTS`] order, as comparable strings.
-fn aspects(o: &Observation) -> [String; 5] {
+fn aspects(o: &Observation) -> [String; ASPECTS.len()] {
     let per_pod = |f: &dyn Fn(&crate::cluster::PodOutcome) -> String| {
         o.pods.iter().map(f).collect::<Vec<_>>().join(" | ")
     };
@@ -63,6 +70,7 @@ fn aspects(o: &Observation) -> [String; 5] {
         per_pod(&|p| format!("{:?}", p.messages)),
         per_pod(&|p| format!("{:?}", p.nominated)),
         format!("{:?}", o.deleted),
+        format!("{:?}", o.groups),
     ]
 }
 
@@ -70,10 +78,10 @@ fn aspects(o: &Observation) -> [String; 5] {
 /// agrees when ksched's answer is one of the answers upstream gave in its runs; one on which those
 /// runs differ is marked nondeterministic (and still compared so).
 pub fn compare(case: &Case, upstream: &[Observation], ksched: &Observation) -> Verdict {
-    let theirs: Vec<[String; 5]> = upstream.iter().map(aspects).collect();
+    let theirs: Vec<[String; ASPECTS.len()]> = upstream.iter().map(aspects).collect();
     let ours = aspects(ksched);
-    let mut marks = [Mark::Agree; 5];
-    let mut varied = [false; 5];
+    let mut marks = [Mark::Agree; ASPECTS.len()];
+    let mut varied = [false; ASPECTS.len()];
     let mut details = Vec::new();
     for (i, name) in ASPECTS.iter().enumerate() {
         let mut answers: Vec<&String> = theirs.iter().map(|t| &t[i]).collect();

@@ -272,9 +272,11 @@ impl Cycle {
             .count()
     }
 
-    /// The group fits: Permit for each placed member, in order, on a snapshot that shows them
-    /// all; each member's cycle state carries how far the group got, so GangScheduling's Permit
-    /// lets each through at once without counting the group's pods on every node.
+    /// The group fits: Permit for each placed member, in order, as upstream permits them one
+    /// after the other: each member's cycle state carries how many of the group are scheduled
+    /// with it (those before it and itself), so GangScheduling's Permit keeps the members before
+    /// the quorum waiting (their binding cycles publish the node as nominated first) and the one
+    /// that meets it allows them, without counting the group's pods on every node.
     fn permit_members(
         &self,
         fwk: &Framework,
@@ -284,11 +286,18 @@ impl Cycle {
         outcome: GroupOutcome,
     ) -> GroupDecision {
         drop(self.snapshot());
+        let placed = tried.iter().filter(|t| t.is_ok()).count();
+        let mut scheduled = progress.scheduled.saturating_sub(placed);
         let mut members: Vec<PodDecision> = tried
             .into_iter()
             .map(|t| match t {
                 Ok(mut reserved) => {
-                    reserved.state.write(PLACEMENT_PROGRESS, progress);
+                    scheduled += 1;
+                    let with_it = PlacementProgress {
+                        scheduled,
+                        ..progress
+                    };
+                    reserved.state.write(PLACEMENT_PROGRESS, with_it);
                     self.permit(fwk, reserved)
                 }
                 Err(failure) => PodDecision::Failed(*failure),

@@ -497,7 +497,18 @@ impl SchedulingQueue {
     /// A pod whose attempt failed, with the plugins that rejected it (none: it failed with an
     /// error): back to the pool, or to backoff or active when an event that arrived during the
     /// attempt may make it schedulable (upstream's `AddUnschedulableIfNotPresent`).
-    pub fn add_unschedulable_if_not_present(&self, mut qpi: QueuedPodInfo) {
+    pub fn add_unschedulable_if_not_present(&self, qpi: QueuedPodInfo) {
+        self.back_from_attempt(qpi, false);
+    }
+
+    /// A member left unscheduled by a group cycle that scheduled its group: straight back to
+    /// active, its timestamp kept (upstream's `AddAttemptedPodGroupIfNeeded` after a successful
+    /// attempt): the group's next attempt, its preemption included, comes at once.
+    pub fn add_after_group_scheduled(&self, qpi: QueuedPodInfo) {
+        self.back_from_attempt(qpi, true);
+    }
+
+    fn back_from_attempt(&self, mut qpi: QueuedPodInfo, group_scheduled: bool) {
         let key = qpi.pod_info.key();
         let mut inner = self.inner.lock();
         if let Some(latest) = inner.updated_in_flight.remove(&key) {
@@ -507,11 +518,17 @@ impl SchedulingQueue {
             self.finish_in_flight(&mut inner, &key);
             return;
         }
-        qpi.timestamp = Instant::now();
+        if !group_scheduled {
+            qpi.timestamp = Instant::now();
+        }
         // Back after an attempt: a flush before it no longer explains what happens next.
         qpi.was_flushed_from_unschedulable = false;
         self.count_rejectors(&qpi, 1);
-        let strategy = self.strategy_for_in_flight_pod(&inner, &key, &qpi);
+        let strategy = if group_scheduled {
+            Strategy::Immediately
+        } else {
+            self.strategy_for_in_flight_pod(&inner, &key, &qpi)
+        };
         self.finish_in_flight(&mut inner, &key);
         let to = self.requeue(&mut inner, key, qpi, strategy, SCHEDULE_ATTEMPT_FAILURE);
         self.release(inner, Wake::one_if(to.wakes_pop()));

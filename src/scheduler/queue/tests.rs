@@ -675,3 +675,20 @@ async fn take_brings_a_gated_member_whose_gate_opened_before_an_event_moved_it()
     assert_eq!(taken[0].gating_plugin, None);
     assert_eq!(q.counts(), counts(0, 0, 0, 0));
 }
+
+#[tokio::test]
+async fn a_member_left_by_a_scheduled_group_is_back_in_active_at_once_keeping_its_place() {
+    let q = queue();
+    q.add(pod("member", 0));
+    let (_, mut member) = pop_name(&q).await;
+    let queued = member.timestamp;
+    member
+        .unschedulable_plugins
+        .insert("NodeResourcesFit".into());
+    q.add_after_group_scheduled(member);
+    // No backoff, no event needed; its timestamp is kept.
+    assert_eq!(q.counts(), counts(1, 0, 0, 0));
+    let (_, again) = pop_name(&q).await;
+    assert_eq!(again.timestamp, queued);
+    assert_eq!(again.attempts, 2);
+}

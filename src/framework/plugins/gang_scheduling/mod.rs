@@ -144,6 +144,7 @@ impl PreEnqueuePlugin for GangScheduling {
             .filter(|p| counts(p))
             .count();
         if known < min {
+            debug!(pod = %pod.key(), group, known, min, "gang members not all seen yet");
             return Status::unresolvable(
                 "waiting for minCount pods from a gang to appear in scheduling queue",
             );

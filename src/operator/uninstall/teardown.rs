@@ -29,8 +29,8 @@ const PASSES: u32 = 3;
 const STOP_WAIT: Duration = Duration::from_secs(90);
 
 /// Stops the operator of `namespace` (`ksched uninstall`, the chart's pre-delete hook): its
-/// Deployment scaled to 0, then waits until no replica leads (its Lease released or expired), so
-/// nothing re-renders or re-taints behind the cleanup. `Ok(false)` when there was no operator.
+/// Deployment scaled to 0, then waits until no replica leads (its Lease released or expired) and
+/// holds the Lease, so nothing re-renders, re-taints or writes status behind the cleanup. `Ok(false)` when there was no operator.
 pub async fn stop_operator(client: &Client, namespace: &str) -> Result<bool, Error> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let scaled = match deployments.get_opt(OPERATOR_NAME).await? {

@@ -541,6 +541,11 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// `true` for a 403 Forbidden from the API server.
+pub(crate) fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
 /// `true` for a 409 Conflict from the API server.
 pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)

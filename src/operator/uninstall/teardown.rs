@@ -19,8 +19,8 @@ use super::{RENDERED, TICK, identity_gone};
 use crate::api::{LeafClusterPolicy, SchedulerProfile};
 use crate::operator::render::FIELD_MANAGER;
 use crate::operator::{
-    Error, FINALIZER, LEASE_NAME, LEGACY_FINALIZER, OPERATOR_NAME, is_conflict, is_not_found,
-    remove_finalizer,
+    Error, FINALIZER, LEASE_NAME, LEGACY_FINALIZER, OPERATOR_NAME, is_conflict, is_forbidden,
+    is_not_found, remove_finalizer,
 };
 
 /// Passes of [`teardown`] before it gives up (each one resumes where the last failed).
@@ -77,6 +77,12 @@ pub async fn stop_operator(client: &Client, namespace: &str) -> Result<bool, Err
                 // A replica took the lease meanwhile (409: Conflict or AlreadyExists): wait for
                 // it to stop too.
                 Err(e) if is_conflict(&e) => {}
+                // A namespace being deleted takes no new Lease (403), nor from a replica; one
+                // gone has none: nothing to hold.
+                Err(e) if is_forbidden(&e) || is_not_found(&e) => {
+                    tracing::info!(error = %e, "not holding Lease {namespace}/{LEASE_NAME}");
+                    return Ok(scaled);
+                }
                 Err(e) => return Err(e.into()),
             }
         }

@@ -30,7 +30,8 @@ const STOP_WAIT: Duration = Duration::from_secs(90);
 
 /// Stops the operator of `namespace` (`ksched uninstall`, the chart's pre-delete hook): its
 /// Deployment scaled to 0, then waits until no replica leads (its Lease released or expired) and
-/// holds the Lease, so nothing re-renders, re-taints or writes status behind the cleanup. `Ok(false)` when there was no operator.
+/// holds the Lease, so nothing re-renders, re-taints or writes status behind the cleanup.
+/// `Ok(false)` when there was no operator.
 pub async fn stop_operator(client: &Client, namespace: &str) -> Result<bool, Error> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let scaled = match deployments.get_opt(OPERATOR_NAME).await? {
@@ -96,7 +97,7 @@ pub async fn stop_operator(client: &Client, namespace: &str) -> Result<bool, Err
 }
 
 /// The holder the uninstall writes into the operator's Lease while it cleans up.
-pub(crate) const UNINSTALL_HOLDER: &str = "ksched-uninstall";
+const UNINSTALL_HOLDER: &str = "ksched-uninstall";
 /// How long the uninstall holds the operator's Lease: the teardown deletes it when done; an
 /// uninstall that died midway leaves it to expire.
 const HOLD: Duration = Duration::from_secs(300);
@@ -108,18 +109,18 @@ const HOLD: Duration = Duration::from_secs(300);
 async fn hold_lease(leases: &Api<Lease>, lease: Option<Lease>) -> Result<(), kube::Error> {
     let now = MicroTime(Timestamp::now());
     let seconds = i32::try_from(HOLD.as_secs()).unwrap_or(i32::MAX);
-    let held = |transitions: Option<i32>| LeaseSpec {
+    let held = |transitions: i32| LeaseSpec {
         holder_identity: Some(UNINSTALL_HOLDER.into()),
         lease_duration_seconds: Some(seconds),
         acquire_time: Some(now.clone()),
         renew_time: Some(now.clone()),
-        lease_transitions: transitions,
+        lease_transitions: Some(transitions),
         ..Default::default()
     };
     match lease {
         Some(mut lease) => {
             let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
-            lease.spec = Some(held(Some(transitions.unwrap_or(0) + 1)));
+            lease.spec = Some(held(transitions.unwrap_or(0) + 1));
             leases
                 .replace(LEASE_NAME, &PostParams::default(), &lease)
                 .await?;
@@ -130,7 +131,7 @@ async fn hold_lease(leases: &Api<Lease>, lease: Option<Lease>) -> Result<(), kub
                     name: Some(LEASE_NAME.into()),
                     ..Default::default()
                 },
-                spec: Some(held(Some(0))),
+                spec: Some(held(0)),
             };
             leases.create(&PostParams::default(), &lease).await?;
         }

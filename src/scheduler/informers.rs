@@ -4,7 +4,7 @@
 //! is (with its old and new objects), which moves the pods whose rejecting plugins' hints say it
 //! may help.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -61,6 +61,46 @@ pub(crate) struct PodHandler {
     pub queue: Arc<SchedulingQueue>,
     pub profiles: HashSet<String>,
     known: HashMap<String, KnownPod>,
+    pod_kinds: PodKinds,
+}
+
+/// The kinds of pods this informer fills ([`WatchedKind::fed_by_pod_informer`]: GangScheduling's
+/// members index), each told of a pod before the queue is.
+#[derive(Default)]
+pub(crate) struct PodKinds {
+    listers: Option<Arc<Listers>>,
+    kinds: Vec<Informer>,
+}
+
+impl PodKinds {
+    /// Those of `informers` that the pod informer fills, in `listers`.
+    pub(crate) fn new(informers: &BTreeSet<Informer>, listers: Arc<Listers>) -> Self {
+        Self {
+            listers: Some(listers),
+            kinds: informers
+                .iter()
+                .copied()
+                .filter(|k| k.fed_by_pod_informer())
+                .collect(),
+        }
+    }
+
+    fn applied(&self, pod: &Pod) {
+        if let Some(listers) = &self.listers {
+            for kind in &self.kinds {
+                kind.pod_applied(listers, pod);
+            }
+        }
+    }
+
+    fn deleted(&self, key: &str) {
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        if let Some(listers) = &self.listers {
+            for kind in &self.kinds {
+                kind.pod_deleted(listers, namespace, name);
+            }
+        }
+    }
 }
 
 /// What the handler remembers of a pod it has seen: a pending pod of ours whole (its next update
@@ -84,10 +124,18 @@ impl PodHandler {
             queue,
             profiles,
             known: HashMap::new(),
+            pod_kinds: PodKinds::default(),
         }
     }
 
+    /// Fills `pod_kinds` too.
+    pub(crate) fn with_pod_kinds(mut self, pod_kinds: PodKinds) -> Self {
+        self.pod_kinds = pod_kinds;
+        self
+    }
+
     pub(crate) fn apply(&mut self, mut pod: Pod) {
+        self.pod_kinds.applied(&pod);
         let key = pod_key(&pod);
         let node = node_name(&pod).to_string();
         if !node.is_empty() {
@@ -233,6 +281,7 @@ impl PodHandler {
     }
 
     pub(crate) fn delete(&mut self, key: &str) {
+        self.pod_kinds.deleted(key);
         let start = Instant::now();
         match self.known.remove(key) {
             None | Some(KnownPod::Pending(None)) | Some(KnownPod::Foreign(None)) => {}
@@ -408,13 +457,13 @@ impl EventSink for SchedulingQueue {
 /// Starts the informer of each kind; each returned receiver turns true once its first list is in.
 pub(crate) fn start_informers(
     client: &Client,
-    informers: &std::collections::BTreeSet<Informer>,
+    informers: &BTreeSet<Informer>,
     listers: &Arc<Listers>,
     queue: &Arc<SchedulingQueue>,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Vec<watch::Receiver<bool>>) {
     let mut tasks = Vec::new();
     let mut synced = Vec::new();
-    for kind in informers {
+    for kind in informers.iter().filter(|k| !k.fed_by_pod_informer()) {
         let (tx, rx) = watch::channel(false);
         synced.push(rx);
         let ctx = WatchContext {
@@ -426,4 +475,93 @@ pub(crate) fn start_informers(
         tasks.push(tokio::spawn(kind.watch(ctx)));
     }
     (tasks, synced)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::framework::listers::SCHEDULING_GROUP_MEMBERS;
+    use crate::framework::testing::PodBuilder;
+    use crate::scheduler::queue::{LessFn, PreEnqueueFn};
+
+    const PROFILE: &str = "default-scheduler";
+
+    fn member(name: &str) -> Pod {
+        PodBuilder::new(name)
+            .namespace("ns")
+            .scheduler_name(PROFILE)
+            .scheduling_group("g")
+            .build()
+    }
+
+    /// A gang's PreEnqueue counts its members in the index the pod informer fills: when a
+    /// member is queued, the index holds it and every member queued before it, and a deleted
+    /// member leaves it at once (a watch of its own could run ahead of the queue or behind it).
+    #[test]
+    fn the_pod_informer_fills_the_members_index_before_it_queues_the_pod() {
+        let listers = Arc::new(Listers::default());
+        let counted = Arc::new(Mutex::new(Vec::new()));
+        let gate: PreEnqueueFn = {
+            let (listers, counted) = (listers.clone(), counted.clone());
+            Arc::new(move |pod: &PodInfo| {
+                let members = listers.store(&SCHEDULING_GROUP_MEMBERS).members("ns", "g");
+                counted.lock().push((pod.name().to_string(), members.len()));
+                None
+            })
+        };
+        let less: LessFn = Arc::new(|a, b| a.timestamp < b.timestamp);
+        let queue = Arc::new(SchedulingQueue::new(
+            less,
+            gate,
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        ));
+        let informers: BTreeSet<Informer> = BTreeSet::from([&SCHEDULING_GROUP_MEMBERS as Informer]);
+        let mut handler = PodHandler::new(
+            Arc::new(Cache::default()),
+            queue,
+            HashSet::from([PROFILE.to_string()]),
+        )
+        .with_pod_kinds(PodKinds::new(&informers, listers.clone()));
+
+        handler.apply(member("a"));
+        handler.apply(member("b"));
+        let seen: Vec<(String, usize)> = counted.lock().clone();
+        assert_eq!(seen, [("a".to_string(), 1), ("b".to_string(), 2)]);
+
+        handler.delete("ns/a");
+        let left = listers.store(&SCHEDULING_GROUP_MEMBERS).members("ns", "g");
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].metadata.name.as_deref(), Some("b"));
+    }
+
+    /// The informers started for a profile leave out the kinds the pod informer fills: a second
+    /// watch of every pod would cost a list of the cluster's pods and could disagree with it.
+    #[tokio::test]
+    async fn a_kind_the_pod_informer_fills_has_no_informer_of_its_own() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let informers: BTreeSet<Informer> = BTreeSet::from([
+            &SCHEDULING_GROUP_MEMBERS as Informer,
+            &crate::framework::listers::POD_GROUP_MEMBERS,
+        ]);
+        let queue = Arc::new(SchedulingQueue::new(
+            Arc::new(|a, b| a.timestamp < b.timestamp),
+            Arc::new(|_: &PodInfo| None),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        ));
+        let (tasks, synced) =
+            start_informers(&client, &informers, &Arc::new(Listers::default()), &queue);
+        assert_eq!(
+            (tasks.len(), synced.len()),
+            (1, 1),
+            "only Coscheduling's index watches"
+        );
+        tasks.iter().for_each(|t| t.abort());
+    }
 }

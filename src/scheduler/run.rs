@@ -16,7 +16,7 @@ use super::cache::Cache;
 use super::cycle::Cycle;
 use super::events::{EventQueue, PodReporter, Reporter};
 use super::http::{self, HttpState};
-use super::informers::{PodHandler, start_informers, watch_nodes, watch_pods};
+use super::informers::{PodHandler, PodKinds, start_informers, watch_nodes, watch_pods};
 use super::kube_api::KubeApi;
 use super::leader_election::{
     LeaderElectionConfig, LeaderElectionError, LeaderElector, Leadership,
@@ -271,7 +271,8 @@ pub async fn run(
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(watch_pods(
         clients.informers.clone(),
-        PodHandler::new(cache.clone(), queue.clone(), profiles),
+        PodHandler::new(cache.clone(), queue.clone(), profiles)
+            .with_pod_kinds(PodKinds::new(&informers, scheduler.handle.listers.clone())),
         pods_synced_tx,
     )));
     tasks.push(tokio::spawn(watch_nodes(

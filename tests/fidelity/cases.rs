@@ -1197,9 +1197,10 @@ fn dra_shared(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
 // that bind what fits, gangs of a higher priority preempting single pods or a lower gang
 // (`disruptionMode` single or all).
 
-/// The step that creates a PodGroup's members and then the PodGroup (see `cluster.rs`).
-fn group_step(group: Value, members: Vec<Value>) -> Value {
-    json!({"kind": "Group", "podGroup": group, "members": members})
+/// The step that creates a PodGroup's members and then the PodGroup, or (`group_first`) the
+/// PodGroup and then its members, one by one as a controller would (see `cluster.rs`).
+fn group_step(group: Value, members: Vec<Value>, group_first: bool) -> Value {
+    json!({"kind": "Group", "podGroup": group, "members": members, "podGroupFirst": group_first})
 }
 
 fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
@@ -1245,7 +1246,7 @@ fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
     }
     let steps = if preempting { 1 } else { count(rng, 1, 2) };
     let class = preempting.then_some("fid-high");
-    let incoming = (0..steps)
+    let incoming: Vec<(Value, Vec<Value>)> = (0..steps)
         .map(|g| {
             let name = format!("g{g}");
             let min = count(rng, 2, 5);
@@ -1265,8 +1266,18 @@ fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
                     class.map_or(p.clone(), |c| p.priority(c)).build()
                 })
                 .collect();
-            group_step(group, members)
+            (group, members)
         })
         .collect();
+    // Drawn last, so the cases drawn before it stay as they were.
+    let mut incoming: Vec<Value> = incoming
+        .into_iter()
+        .map(|(group, members)| group_step(group, members, chance(rng, 40)))
+        .collect();
+    if incoming[0]["podGroupFirst"] == true {
+        // The scheduler starts after the first step is created: a small pod first, so it runs
+        // (its informers synced) when the members come.
+        incoming.insert(0, pod("warm-up").req("10m", "16Mi").build());
+    }
     (objects, incoming)
 }

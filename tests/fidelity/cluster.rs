@@ -241,14 +241,21 @@ impl Runner {
         for (i, item) in case.incoming.iter().enumerate() {
             // An `Ungate` step removes a pod's scheduling gates; its old (gated) message is not
             // an answer. A `Group` step creates a PodGroup's members, then the PodGroup (the
-            // members wait for it: both schedulers see the whole group at once, not a first
-            // minCount of members created one by one), and waits for them all.
+            // members wait for it: both schedulers see the whole group at once), and waits for
+            // them all; with `podGroupFirst`, the PodGroup and then its members one by one (the
+            // scheduler sees a first minCount of them, maybe more, as a controller's burst).
             let awaited: Vec<Awaited> = if item["kind"] == "Group" {
                 let members = item["members"].as_array().cloned().unwrap_or_default();
+                let group_first = item["podGroupFirst"] == true;
+                if group_first {
+                    self.create(&item["podGroup"]).await;
+                }
                 for member in &members {
                     self.create(member).await;
                 }
-                self.create(&item["podGroup"]).await;
+                if !group_first {
+                    self.create(&item["podGroup"]).await;
+                }
                 members.iter().map(Awaited::of).collect()
             } else if item["kind"] == "Ungate" {
                 let ns = item["namespace"].as_str().unwrap_or_default();

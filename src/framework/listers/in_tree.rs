@@ -121,12 +121,12 @@ pub static WORKLOAD_POD_GROUPS: Kind<WorkloadPodGroup> = Kind::new("WorkloadPodG
     .in_snapshot("podgroups.scheduling.k8s.io", false);
 
 /// Every pod, indexed by the PodGroup its `spec.schedulingGroup` names (GangScheduling counts a
-/// gang's members); like [`POD_GROUP_MEMBERS`], a pending pod joining a group is an unscheduled
-/// pod added once more when the index holds it.
+/// gang's members). Filled by the scheduler's pod informer, as upstream's pod group states are:
+/// a gang's PreEnqueue counts exactly the members the queue has seen.
 pub static SCHEDULING_GROUP_MEMBERS: Kind<Pod, PodGroupMembers<BySchedulingGroup>> =
     Kind::new("SchedulingGroupMembers")
-        .events(EventResource::UnscheduledPod)
-        .served_from(Minor::V1_37);
+        .served_from(Minor::V1_37)
+        .fed_by_pod_informer();
 
 /// Every in-tree kind, in a saved snapshot's order.
 pub static IN_TREE: [Informer; 21] = [

@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -43,6 +44,7 @@ pub struct Kind<K, S = ObjectStore<K>> {
     snapshot_name: Option<&'static str>,
     in_default_snapshot: bool,
     selector: Option<&'static str>,
+    fed_by_pod_informer: bool,
     slot: OnceLock<usize>,
     objects: PhantomData<fn() -> (K, S)>,
 }
@@ -60,6 +62,7 @@ impl<K, S> Kind<K, S> {
             snapshot_name: None,
             in_default_snapshot: false,
             selector: None,
+            fed_by_pod_informer: false,
             slot: OnceLock::new(),
             objects: PhantomData,
         }
@@ -107,6 +110,16 @@ impl<K, S> Kind<K, S> {
     /// Only the objects `label_selector` selects are watched.
     pub const fn selected_by(mut self, label_selector: &'static str) -> Self {
         self.selector = Some(label_selector);
+        self
+    }
+
+    /// A kind of pods filled by the scheduler's pod informer, not by a watch of its own: the
+    /// store changes in the same step as the queue (as upstream's pod group states, which the
+    /// pod event handlers update before they queue the pod), so a plugin never counts a pod the
+    /// queue has not seen yet, nor misses one it holds. Its changes raise no events of their own
+    /// (the pod informer's are the events).
+    pub const fn fed_by_pod_informer(mut self) -> Self {
+        self.fed_by_pod_informer = true;
         self
     }
 
@@ -239,6 +252,31 @@ impl<K: WatchedObject, S: Store<K>> WatchedKind for Kind<K, S> {
 
     fn label_selector(&self) -> Option<&'static str> {
         self.selector
+    }
+
+    fn fed_by_pod_informer(&self) -> bool {
+        self.fed_by_pod_informer
+    }
+
+    fn pod_applied(&'static self, listers: &Listers, pod: &Pod) {
+        if let Some(pod) = (pod as &dyn Any).downcast_ref::<K>() {
+            Store::apply(listers.store(self), pod.clone());
+        }
+    }
+
+    fn pod_deleted(&'static self, listers: &Listers, namespace: &str, name: &str) {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let pod: Box<dyn Any> = Box::new(pod);
+        if let Ok(pod) = pod.downcast::<K>() {
+            Store::delete(listers.store(self), *pod);
+        }
     }
 
     fn len(&'static self, listers: &Listers) -> usize {

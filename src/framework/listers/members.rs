@@ -208,10 +208,11 @@ impl<G: GroupOf> PodGroupMembers<G> {
     }
 }
 
-/// Member pods. The pod informer tells the queue what changed, but this index is filled by a
-/// watch of its own and may catch up later: a gang member rejected because its siblings were
-/// not counted yet would then wait for an unrelated event. So a pending pod joining a group is an
-/// unscheduled pod added once more, when the index holds it.
+/// Member pods. Coscheduling's index is filled by a watch of its own and may catch up after the
+/// pod informer told the queue: a gang member rejected because its siblings were not counted yet
+/// would then wait for an unrelated event. So a pending pod joining a group is an unscheduled pod
+/// added once more, when the index holds it. (GangScheduling's index is filled by the pod
+/// informer itself, which drops these changes: its own events come first.)
 impl<G: GroupOf> Store<Pod> for PodGroupMembers<G> {
     fn apply(&self, pod: Pod) -> Option<StoreChange<Pod>> {
         let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());

@@ -62,6 +62,14 @@ pub trait WatchedKind: Send + Sync + 'static {
     fn in_default_snapshot(&self) -> bool;
     /// The label selector its informer watches with, if it watches only some objects.
     fn label_selector(&self) -> Option<&'static str>;
+    /// A kind of pods the scheduler's pod informer fills ([`Kind::fed_by_pod_informer`]): no
+    /// informer of its own is started.
+    fn fed_by_pod_informer(&self) -> bool;
+    /// For a kind of pods: the pod informer added or updated `pod` (the kind's store in
+    /// `listers` keeps it if it indexes it). Other kinds ignore it.
+    fn pod_applied(&'static self, listers: &Listers, pod: &k8s_openapi::api::core::v1::Pod);
+    /// For a kind of pods: the pod informer deleted the pod `namespace/name`.
+    fn pod_deleted(&'static self, listers: &Listers, namespace: &str, name: &str);
     /// The number of objects its store in `listers` holds.
     fn len(&'static self, listers: &Listers) -> usize;
     /// Adds one object of a snapshot (`item` of `api_version`) to its store in `listers`.

@@ -285,6 +285,14 @@ impl PodBuilder {
         self
     }
 
+    /// A member of the `scheduling.k8s.io` PodGroup `group` (`spec.schedulingGroup`).
+    pub fn scheduling_group(mut self, group: &str) -> Self {
+        self.spec().scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some(group.to_string()),
+        });
+        self
+    }
+
     pub fn build(self) -> Pod {
         self.pod
     }

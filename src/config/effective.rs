@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
-use super::decode::suggest;
+use super::decode::did_you_mean;
 use super::defaults::merge_plugins;
 use super::error::FieldError;
 use super::types::{
@@ -71,7 +71,7 @@ impl<'c> Availability<'c> {
         let catalog = self.catalog;
         let names = self.names.get_or_insert_with(|| catalog.plugin_names());
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let close = suggest(name, &refs).map_or(String::new(), |s| format!(" (did you mean {s}?)"));
+        let close = did_you_mean(name, &refs);
         format!(
             "unknown plugin {name:?}{close}: no plugin of that name exists in this ksched; the plugins that exist are: {} (an out-of-tree plugin must be registered in the binary's main before a configuration can use it)",
             refs.join(", ")
@@ -195,8 +195,7 @@ fn check_user_plugins(
             if avail.points(name).is_none() {
                 let names = avail.catalog.plugin_names();
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let close =
-                    suggest(name, &refs).map_or(String::new(), |s| format!(" (did you mean {s}?)"));
+                let close = did_you_mean(name, &refs);
                 warnings.push(format!(
                     "{path}.disabled[{k}]: no plugin named {name:?} exists{close}, so disabling it has no effect"
                 ));

@@ -20,7 +20,7 @@ mod validation;
 mod tests;
 
 pub use catalog::{ExtensionPoint, PluginAvailability, PluginCatalog};
-pub(crate) use decode::suggest;
+pub(crate) use decode::{did_you_mean, suggest};
 pub use duration::GoDuration;
 pub use error::FieldError;
 pub use output::{profile_plugin_config, profile_plugins, to_v1_yaml, validate_file_output};

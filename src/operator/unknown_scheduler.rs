@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 
 use super::{Context, DEFAULT_SCHEDULER, Shutdown};
 use crate::api::SchedulerProfile;
-use crate::config::suggest;
+use crate::config::did_you_mean;
 
 /// Event reason.
 pub(crate) const REASON: &str = "UnknownSchedulerName";
@@ -108,7 +108,7 @@ async fn check(ctx: &Context, pod: &Pod, warned: &mut HashSet<String>) {
 /// suggests plugin names), and the two fixes.
 fn unknown_name_note(wanted: &str, known: &[String]) -> String {
     let refs: Vec<&str> = known.iter().map(String::as_str).collect();
-    let close = suggest(wanted, &refs).map_or(String::new(), |s| format!(" (did you mean {s}?)"));
+    let close = did_you_mean(wanted, &refs);
     format!(
         "no scheduler serves spec.schedulerName {wanted:?}{close}: the pod stays Pending until one does. Schedulers that exist: {}. Fix spec.schedulerName, or create a SchedulerProfile named {wanted:?}",
         known.join(", ")

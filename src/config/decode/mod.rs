@@ -275,6 +275,12 @@ pub(crate) fn suggest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
         .map(|(_, c)| c)
 }
 
+/// ` (did you mean X?)` with the closest candidate, or nothing when none is close: the one wording
+/// of every "unknown name" message (plugins, scheduler names).
+pub(crate) fn did_you_mean(word: &str, candidates: &[&str]) -> String {
+    suggest(word, candidates).map_or(String::new(), |s| format!(" (did you mean {s}?)"))
+}
+
 fn levenshtein(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();

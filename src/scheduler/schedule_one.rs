@@ -26,7 +26,7 @@ use crate::framework::metrics::OPERATION_BINDING;
 use crate::framework::registry::Handle;
 use crate::framework::runtime::Framework;
 use crate::framework::types::{
-    AssignedPod, PodInfo, PodObject, QueuedEntity, QueuedPodGroup, QueuedPodInfo,
+    AssignedPod, GroupBackoff, PodInfo, PodObject, QueuedEntity, QueuedPodGroup, QueuedPodInfo,
 };
 
 /// The scheduler's scheduling and binding cycles over the parts they share (upstream's
@@ -154,13 +154,26 @@ impl Scheduler {
         let started = Instant::now();
         let (decisions, outcome) = self.cycle.schedule(&fwk, &entity, started).into_parts();
         let (pods, group) = entity.into_members();
-        let requeue = if matches!(outcome, Some(GroupOutcome::Scheduled(_))) {
+        let scheduled = matches!(outcome, Some(GroupOutcome::Scheduled(_)));
+        let requeue = if scheduled {
             Requeue::GroupScheduled
         } else {
             Requeue::Rejected
         };
+        let group_backoff = group.as_ref().map(|_| {
+            let sent_back = decisions
+                .iter()
+                .filter(|d| matches!(d, PodDecision::Failed(_)))
+                .count();
+            GroupBackoff::after_cycle(&pods, sent_back, scheduled)
+        });
         let mut failures = Vec::new();
-        for (qpi, decision) in pods.into_iter().zip(decisions) {
+        for (mut qpi, decision) in pods.into_iter().zip(decisions) {
+            // A placed member that fails later (Permit, binding) backs off as a pod.
+            qpi.group_backoff = match decision {
+                PodDecision::Failed(_) => group_backoff,
+                PodDecision::Assumed(_) => None,
+            };
             let attempt = Attempt {
                 qpi,
                 fwk: fwk.clone(),

@@ -30,7 +30,7 @@ pub use node_info::{ImageStateSummary, ImageStates, NodeInfo, PodNotFound, next_
 pub use pod_info::PodInfo;
 pub use pod_view::PodView;
 pub use queued_entity::{QueuedEntity, QueuedPodGroup};
-pub use queued_pod_info::QueuedPodInfo;
+pub use queued_pod_info::{GroupBackoff, QueuedPodInfo};
 pub use resource::{
     DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, RESOURCE_CPU, RESOURCE_EPHEMERAL_STORAGE,
     RESOURCE_MEMORY, RESOURCE_PODS, Resource, calculate_pod_resource, fit_scoring_requests,

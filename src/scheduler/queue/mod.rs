@@ -868,13 +868,25 @@ impl SchedulingQueue {
     }
 
     fn is_backing_off(&self, qpi: &QueuedPodInfo) -> bool {
-        qpi.attempts > 0 && self.backoff_window(qpi) >= self.window(Instant::now())
+        let count = qpi.group_backoff.map_or(qpi.attempts, |g| g.failed_cycles);
+        count > 0 && self.backoff_window(qpi) >= self.window(Instant::now())
     }
 
     /// When the pod's backoff ends: its last timestamp + initial * 2^(attempts-1), at most max.
-    /// It counts as backing off until the wall-clock second this falls in is over.
+    /// A member its group's cycle sent back counts the group's failed cycles instead, and its
+    /// maximum is max * sqrt(members) (upstream's `calculateBackoffDuration` of an entity), so
+    /// the members of a group back off together. It counts as backing off until the
+    /// wall-clock second this falls in is over.
     pub fn backoff_expiry(&self, qpi: &QueuedPodInfo) -> Instant {
-        qpi.timestamp + backoff_duration(qpi.attempts, self.initial_backoff, self.max_backoff)
+        let duration = match qpi.group_backoff {
+            None => backoff_duration(qpi.attempts, self.initial_backoff, self.max_backoff),
+            Some(g) => backoff_duration(
+                g.failed_cycles,
+                self.initial_backoff,
+                group_max_backoff(self.max_backoff, g.size),
+            ),
+        };
+        qpi.timestamp + duration
     }
 
     fn backoff_window(&self, qpi: &QueuedPodInfo) -> u64 {
@@ -996,8 +1008,21 @@ fn pending_gauges(metrics: &QueueMetrics) -> [Gauge; 4] {
     })
 }
 
+/// The maximum backoff of a group of `size` members: `max` * sqrt(size) (longer than a pod's,
+/// still bounded).
+fn group_max_backoff(max: Duration, size: usize) -> Duration {
+    if size > 1 {
+        max.mul_f64((size as f64).sqrt())
+    } else {
+        max
+    }
+}
+
 /// initial * 2^(attempts-1), capped at `max` (upstream's calculateBackoffDuration).
 pub(crate) fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
+    if attempts == 0 {
+        return Duration::ZERO;
+    }
     let mut d = initial;
     for _ in 1..attempts {
         d = d.saturating_mul(2);

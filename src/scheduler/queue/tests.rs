@@ -9,7 +9,7 @@ use crate::framework::events::{EVENT_NODE_ADD, QueueingHintMap};
 use crate::framework::interface::ClusterEventWithHint;
 use crate::framework::testing::hints::node_obj;
 use crate::framework::testing::{NodeBuilder, PodBuilder};
-use crate::framework::types::{ActionType, EventResource, objects};
+use crate::framework::types::{ActionType, EventResource, GroupBackoff, objects};
 
 const PROFILE: &str = "default-scheduler";
 
@@ -139,6 +139,35 @@ fn backoff_doubles_from_initial_up_to_max() {
         .map(|a| backoff_duration(a, i, m).as_secs())
         .collect();
     assert_eq!(got, [1, 2, 4, 8, 10, 10]);
+}
+
+/// A member its group's cycle sent back backs off by the group's failed cycles, not its own
+/// attempts, up to max * sqrt(members) (upstream's backoff of a QueuedPodGroupInfo); its
+/// siblings, sent back by the same cycle, end their backoff in the same second.
+#[test]
+fn a_group_backs_off_as_one_entity_by_its_failed_cycles_and_size() {
+    let q = queue(); // initial 1s, max 10s
+    let t = Instant::now();
+    let member = |name: &str, attempts: u32, failed_cycles: u32, size: usize| {
+        let mut qpi = QueuedPodInfo::new(pod(name, 0), t);
+        qpi.attempts = attempts;
+        qpi.group_backoff = Some(GroupBackoff {
+            failed_cycles,
+            size,
+        });
+        qpi
+    };
+    let backoff = |qpi: &QueuedPodInfo| (q.backoff_expiry(qpi) - t).as_secs();
+    // A member that joined late (1 attempt) backs off as its group, at its second failure.
+    assert_eq!(backoff(&member("late", 1, 2, 4)), 2);
+    assert_eq!(backoff(&member("early", 7, 2, 4)), 2);
+    // 2^5 = 32s is over the group's maximum: 10s * sqrt(4) = 20s, not a pod's 10s.
+    assert_eq!(backoff(&member("a", 6, 6, 4)), 20);
+    let mut alone = QueuedPodInfo::new(pod("alone", 0), t);
+    alone.attempts = 6;
+    assert_eq!(backoff(&alone), 10);
+    // After a cycle that scheduled the group, its members left behind do not back off.
+    assert!(!q.is_backing_off(&member("rest", 3, 0, 1)));
 }
 
 #[tokio::test]

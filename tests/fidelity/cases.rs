@@ -1269,10 +1269,17 @@ fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
             (group, members)
         })
         .collect();
-    // Drawn last, so the cases drawn before it stay as they were.
+    // Drawn last, so the cases drawn before it stay as they were. Only for a gang of exactly
+    // minCount members: its cycle starts with the last of them, whereas a basic group or a
+    // member beyond minCount joins a cycle or not by milliseconds, in either scheduler.
     let mut incoming: Vec<Value> = incoming
         .into_iter()
-        .map(|(group, members)| group_step(group, members, chance(rng, 40)))
+        .map(|(group, members)| {
+            let exact_gang = group["spec"]["schedulingPolicy"]["gang"]["minCount"].as_u64()
+                == Some(members.len() as u64);
+            let group_first = chance(rng, 40) && exact_gang;
+            group_step(group, members, group_first)
+        })
         .collect();
     if incoming[0]["podGroupFirst"] == true {
         // The scheduler starts after the first step is created: a small pod first, so it runs

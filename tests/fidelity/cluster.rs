@@ -52,6 +52,9 @@ pub struct Observation {
     pub selected_nodes: BTreeMap<String, String>,
     /// The conditions of the case's PodGroups, as `name: type=status reason: message`.
     pub groups: Vec<String>,
+    /// The places in `pods` of each `Group` step's members (identical pods: which of them took
+    /// which node is not an answer, see `report::aspects`).
+    pub members: Vec<std::ops::Range<usize>>,
 }
 
 /// How long a state must stay unchanged before it is the outcome: a rejected pod without a
@@ -296,6 +299,10 @@ impl Runner {
                     case.name,
                     crate::support::wait::tail(&logs, 15)
                 );
+            }
+            if item["kind"] == "Group" {
+                obs.members
+                    .push(obs.pods.len()..obs.pods.len() + outcomes.len());
             }
             obs.pods.extend(outcomes);
         }

@@ -48,9 +48,18 @@ impl Verdict {
 }
 
 /// The values of each aspect for one observation, in [`ASPECTS`] order, as comparable strings.
+/// A group's members are identical pods (the generator makes them so): upstream hands them the
+/// group's nodes in any order, so each aspect lists them sorted within their group; the nodes,
+/// messages and nominations the group got are the answer, not which member got which.
 fn aspects(o: &Observation) -> [String; ASPECTS.len()] {
     let per_pod = |f: &dyn Fn(&crate::cluster::PodOutcome) -> String| {
-        o.pods.iter().map(f).collect::<Vec<_>>().join(" | ")
+        let mut values: Vec<String> = o.pods.iter().map(f).collect();
+        for members in &o.members {
+            if let Some(group) = values.get_mut(members.clone()) {
+                group.sort();
+            }
+        }
+        values.join(" | ")
     };
     [
         per_pod(&|p| {
@@ -199,4 +208,51 @@ pub fn render(
         }
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::PodOutcome;
+
+    fn bound(nodes: &[&str], members: Vec<std::ops::Range<usize>>) -> Observation {
+        Observation {
+            pods: nodes
+                .iter()
+                .map(|n| PodOutcome {
+                    node: Some(n.to_string()),
+                    ..PodOutcome::default()
+                })
+                .collect(),
+            members,
+            ..Observation::default()
+        }
+    }
+
+    /// The members of a group may take its nodes in any order; a pod outside a group (or a
+    /// group's different nodes) may not.
+    #[test]
+    fn a_groups_members_compare_as_the_nodes_the_group_got() {
+        let case = Case {
+            family: "groups",
+            name: "groups-000".into(),
+            objects: Vec::new(),
+            incoming: Vec::new(),
+        };
+        let upstream = [bound(&["w", "n0", "n1", "n1"], vec![1..4])];
+        let node = |v: &Verdict| v.marks[1];
+        let swapped = bound(&["w", "n1", "n0", "n1"], vec![1..4]);
+        assert_eq!(node(&compare(&case, &upstream, &swapped)), Mark::Agree);
+        let other_nodes = bound(&["w", "n0", "n0", "n1"], vec![1..4]);
+        assert_eq!(
+            node(&compare(&case, &upstream, &other_nodes)),
+            Mark::Disagree
+        );
+        let alone = [bound(&["n0", "n1"], vec![])];
+        let swapped_alone = bound(&["n1", "n0"], vec![]);
+        assert_eq!(
+            node(&compare(&case, &alone, &swapped_alone)),
+            Mark::Disagree
+        );
+    }
 }

@@ -215,7 +215,7 @@ mod tests {
     use super::*;
     use crate::cluster::PodOutcome;
 
-    fn bound(nodes: &[&str], members: Vec<std::ops::Range<usize>>) -> Observation {
+    fn bound(nodes: &[&str], group: Option<std::ops::Range<usize>>) -> Observation {
         Observation {
             pods: nodes
                 .iter()
@@ -224,7 +224,7 @@ mod tests {
                     ..PodOutcome::default()
                 })
                 .collect(),
-            members,
+            members: group.into_iter().collect(),
             ..Observation::default()
         }
     }
@@ -239,17 +239,17 @@ mod tests {
             objects: Vec::new(),
             incoming: Vec::new(),
         };
-        let upstream = [bound(&["w", "n0", "n1", "n1"], vec![1..4])];
+        let upstream = [bound(&["w", "n0", "n1", "n1"], Some(1..4))];
         let node = |v: &Verdict| v.marks[1];
-        let swapped = bound(&["w", "n1", "n0", "n1"], vec![1..4]);
+        let swapped = bound(&["w", "n1", "n0", "n1"], Some(1..4));
         assert_eq!(node(&compare(&case, &upstream, &swapped)), Mark::Agree);
-        let other_nodes = bound(&["w", "n0", "n0", "n1"], vec![1..4]);
+        let other_nodes = bound(&["w", "n0", "n0", "n1"], Some(1..4));
         assert_eq!(
             node(&compare(&case, &upstream, &other_nodes)),
             Mark::Disagree
         );
-        let alone = [bound(&["n0", "n1"], vec![])];
-        let swapped_alone = bound(&["n1", "n0"], vec![]);
+        let alone = [bound(&["n0", "n1"], None)];
+        let swapped_alone = bound(&["n1", "n0"], None);
         assert_eq!(
             node(&compare(&case, &alone, &swapped_alone)),
             Mark::Disagree

@@ -7,7 +7,7 @@
 //!
 //! One control plane; each run wipes the last case, creates the case and starts a fresh scheduler
 //! (see `cluster.rs`). Upstream runs twice, then ksched; while ksched's answer is none of
-//! upstream's, upstream runs again on the same state (up to 5 runs, 25 once upstream's own runs
+//! upstream's, upstream runs again on the same state (up to 10 runs, 25 once upstream's own runs
 //! differed: it picks among equal nodes at random). An aspect agrees when ksched's
 //! answer is one of the answers upstream gave over its runs; a case on which upstream's own runs
 //! differed is counted as nondeterministic, per family.
@@ -37,8 +37,10 @@ const QUICK_PER_FAMILY: usize = 2;
 const FULL_PER_FAMILY: usize = 30;
 /// Upstream runs on every case (to see whether it is deterministic there).
 const UPSTREAM_RUNS: usize = 2;
-/// Upstream runs at most, while ksched's answer differs from all of upstream's.
-const UPSTREAM_RUNS_ON_DIFFERENCE: usize = 5;
+/// Upstream runs at most, while ksched's answer differs from all of upstream's: between two
+/// equal nodes upstream picks at random, so 5 runs miss one of them one time in 16, which the
+/// 480-case corpus met (under load) twice; 10 runs, one time in 512.
+const UPSTREAM_RUNS_ON_DIFFERENCE: usize = 10;
 /// The same, once upstream's own runs differed: it breaks ties between equal nodes at random
 /// (`NodePluginScores.Randomizer`), so with five nodes tied a node it can pick is missed by
 /// five runs one time in three, by 25 runs one time in 250.

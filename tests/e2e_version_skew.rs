@@ -8,6 +8,9 @@
 //!   volume's image is on one node and whose container's image is on another goes to the first at
 //!   1.37 and to the second at 1.36;
 //! - the 1.37 families of `/metrics` (`scheduler_queued_entities`) only at 1.37.
+//!
+//! `ksched simulate --kubeconfig` on each emulates that minor as well (`kubernetesVersion` in its
+//! report) and predicts the ImageLocality pod's node of that minor.
 
 mod support;
 
@@ -108,16 +111,6 @@ async fn run(cp: &'static ControlPlane, want: &Expected) {
             .await
             .expect("create node");
     }
-    let ksched = SchedulerProcess::start(cp, "skew", &config("skew", None));
-    wait_log(
-        || ksched.logs(),
-        &format!(
-            "emulating Kubernetes {}, the API server's minor",
-            want.minor
-        ),
-    )
-    .await;
-
     // ImageLocality. 1.36 scores the container's 600MB/3 = 200MB on container-image; 1.37 also
     // the volume's 3000MB/3 = 1000MB on volume-image, of two images.
     let imaged = pod(
@@ -134,6 +127,38 @@ async fn run(cp: &'static ControlPlane, want: &Expected) {
     pods.create(&PostParams::default(), &imaged)
         .await
         .expect("create pod");
+
+    // `ksched simulate` on the live cluster emulates its minor too, and predicts the node.
+    let out = std::process::Command::new(support::scheduler::ksched_bin())
+        .args(["simulate", "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .args(["--all-pending", "-o", "json"])
+        .output()
+        .expect("ksched simulate");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(report["kubernetesVersion"], want.minor, "{report}");
+    let predicted = report["pods"]
+        .as_array()
+        .and_then(|pods| pods.iter().find(|p| p["name"] == "imaged"))
+        .map(|p| p["node"].clone());
+    assert_eq!(
+        predicted,
+        Some(json!(want.imaged_node)),
+        "simulate at Kubernetes {}: {report}",
+        want.minor
+    );
+
+    let ksched = SchedulerProcess::start(cp, "skew", &config("skew", None));
+    wait_log(
+        || ksched.logs(),
+        &format!(
+            "emulating Kubernetes {}, the API server's minor",
+            want.minor
+        ),
+    )
+    .await;
+
     let bound = wait_bound(&pods, "imaged", Duration::from_secs(60), || ksched.logs()).await;
     assert_eq!(bound, want.imaged_node, "Kubernetes {}", want.minor);
 

@@ -587,7 +587,7 @@ fn report_warnings(args: &SchedulerArgs, cfg: &config::Config, warnings: &[Strin
 }
 
 /// The API server's minor (discovery's `/version`), which ksched must emulate.
-async fn discover_minor(client: &kube::Client) -> Result<Minor, String> {
+pub(crate) async fn discover_minor(client: &kube::Client) -> Result<Minor, String> {
     let info = client
         .apiserver_version()
         .await

@@ -11,6 +11,7 @@ use super::live;
 use super::profile::{self, SimulatedProfile};
 use super::report::Report;
 use super::snapshot::ClusterState;
+use crate::emulation::{self, Minor};
 use crate::framework::registry::Registry;
 use crate::operator::render_cli::Input;
 
@@ -73,6 +74,12 @@ pub struct SimulateArgs {
     /// (`GenericWorkload=true`: PodGroup members placed all or nothing in one group cycle).
     #[arg(long, value_name = "GATE=BOOL,...")]
     pub feature_gates: Vec<String>,
+    /// The Kubernetes minor whose kube-scheduler to emulate (`1.36`, or `kube=1.36`, as
+    /// kube-scheduler's flag). Default: with --kubeconfig, the API server's minor; with
+    /// --snapshot (which does not record its cluster's version), the newest ksched supports. A
+    /// SchedulerProfile's own `spec.kubernetesVersion` wins, as in the operator.
+    #[arg(long, value_name = "VERSION")]
+    pub emulated_version: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,17 +171,28 @@ fn run(args: &SimulateArgs) -> Result<ExitCode, CommandError> {
         .iter()
         .map(|p| read(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let profile = profile::load(
+    let live = args.kubeconfig.as_deref().map(Live::connect).transpose()?;
+    let minor = match emulation::minor_from_flag(&args.emulated_version)
+        .map_err(|e| CommandError::Message(format!("--emulated-version: {e}")))?
+    {
+        Some(minor) => minor,
+        None => match &live {
+            Some(live) => live.minor()?,
+            None => Minor::NEWEST,
+        },
+    };
+    let profile = profile::load_for(
         profile_input.as_ref(),
         &policies,
         &registry,
+        minor,
         &args.feature_gates,
     )
     .map_err(|e| CommandError::Message(format!("the profile cannot be simulated:\n{e}")))?;
     let needs = needs(&profile, &registry)?;
-    let state = match (&args.kubeconfig, &args.snapshot) {
-        (Some(kubeconfig), _) => {
-            let (state, warnings) = read_live(kubeconfig, &registry, &needs)?;
+    let state = match (live, &args.snapshot) {
+        (Some(live), _) => {
+            let (state, warnings) = live.read(&registry, &needs)?;
             for w in warnings {
                 eprintln!("warning: {w}");
             }
@@ -231,25 +249,43 @@ fn needs(
     Ok(informers)
 }
 
-fn read_live(
-    kubeconfig: &Path,
-    registry: &Registry,
-    needs: &std::collections::BTreeSet<crate::framework::listers::Informer>,
-) -> Result<(ClusterState, Vec<String>), CommandError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CommandError::Message(format!("starting the runtime: {e}")))?;
-    // The simulation itself runs after the runtime is gone: plugins then use the in-memory API
-    // synchronously.
-    runtime.block_on(async {
-        let client = live::client(kubeconfig)
-            .await
+/// A live cluster, asked with get/list calls only.
+struct Live {
+    runtime: tokio::runtime::Runtime,
+    client: kube::Client,
+}
+
+impl Live {
+    fn connect(kubeconfig: &Path) -> Result<Live, CommandError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| CommandError::Message(format!("starting the runtime: {e}")))?;
+        let client = runtime
+            .block_on(live::client(kubeconfig))
             .map_err(|e| CommandError::Message(e.to_string()))?;
-        live::read(&client, &registry.watched_kinds(), needs)
-            .await
+        Ok(Live { runtime, client })
+    }
+
+    /// The API server's minor, which the simulated scheduler emulates (as `ksched scheduler`
+    /// does by default).
+    fn minor(&self) -> Result<Minor, CommandError> {
+        self.runtime
+            .block_on(crate::scheduler::command::discover_minor(&self.client))
+            .map_err(CommandError::Message)
+    }
+
+    /// The state of the kinds the plugins need. The runtime ends here: the simulation runs
+    /// without it, its plugins using the in-memory API synchronously.
+    fn read(
+        self,
+        registry: &Registry,
+        needs: &std::collections::BTreeSet<crate::framework::listers::Informer>,
+    ) -> Result<(ClusterState, Vec<String>), CommandError> {
+        self.runtime
+            .block_on(live::read(&self.client, &registry.watched_kinds(), needs))
             .map_err(|e| CommandError::Message(e.to_string()))
-    })
+    }
 }
 
 fn save(state: &ClusterState, path: &Path) -> Result<(), CommandError> {

@@ -31,16 +31,28 @@ pub struct ProfileError(pub Vec<String>);
 const DEFAULT_CONFIG: &str =
     "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
 
-/// Loads `profile` (a SchedulerProfile, or a KubeSchedulerConfiguration; `None`: upstream's
-/// default profile, `default-scheduler`) with the LeafClusterPolicies in `policies`, as the newest
-/// minor's kube-scheduler with `feature_gates` (`--feature-gates` syntax) reads it.
+/// [`load_for`] the newest minor.
 pub fn load(
     profile: Option<&Input>,
     policies: &[Input],
     catalog: &dyn PluginCatalog,
     feature_gates: &[String],
 ) -> Result<SimulatedProfile, ProfileError> {
-    let emulation = Emulation::with_gates(Minor::NEWEST, feature_gates)
+    load_for(profile, policies, catalog, Minor::NEWEST, feature_gates)
+}
+
+/// Loads `profile` (a SchedulerProfile, or a KubeSchedulerConfiguration; `None`: upstream's
+/// default profile, `default-scheduler`) with the LeafClusterPolicies in `policies`, as the
+/// kube-scheduler of `minor` with `feature_gates` (`--feature-gates` syntax) reads it (a
+/// SchedulerProfile's own `spec.kubernetesVersion` wins, as in the operator).
+pub fn load_for(
+    profile: Option<&Input>,
+    policies: &[Input],
+    catalog: &dyn PluginCatalog,
+    minor: Minor,
+    feature_gates: &[String],
+) -> Result<SimulatedProfile, ProfileError> {
+    let emulation = Emulation::with_gates(minor, feature_gates)
         .map_err(|e| ProfileError(vec![format!("error: --feature-gates: {e}")]))?;
     let configuration = match profile {
         None => Some(Input {
@@ -102,14 +114,7 @@ pub fn load(
         return Err(ProfileError(errors));
     }
     let (file, sp) = &profiles[0];
-    render_profile(
-        file,
-        sp,
-        &policies,
-        catalog,
-        &emulation,
-        !feature_gates.is_empty(),
-    )
+    render_profile(file, sp, &policies, catalog, minor, feature_gates)
 }
 
 /// Renders a SchedulerProfile as the operator does; an invalid spec or policy is an error here
@@ -119,13 +124,13 @@ fn render_profile(
     profile: &crate::api::SchedulerProfile,
     policies: &[LeafClusterPolicy],
     catalog: &dyn PluginCatalog,
-    emulation: &Emulation,
-    gates_given: bool,
+    cluster_minor: Minor,
+    feature_gates: &[String],
 ) -> Result<SimulatedProfile, ProfileError> {
     let opts = RenderOptions {
         namespace: render::DEFAULT_NAMESPACE.into(),
         image: String::new(),
-        cluster_minor: None,
+        cluster_minor: Some(cluster_minor),
     };
     let rendered = render::render(profile, policies, &opts, catalog).map_err(|invalid| {
         let mut lines: Vec<String> = invalid
@@ -154,13 +159,15 @@ fn render_profile(
                 .collect(),
         ));
     }
-    // The profile's own gates (workloadAwareScheduling) unless --feature-gates says otherwise.
-    let emulation = if gates_given {
-        emulation
+    // The profile's own gates (workloadAwareScheduling) unless --feature-gates says otherwise,
+    // at the minor the profile runs (its own pin, else the cluster's).
+    let emulation = if feature_gates.is_empty() {
+        rendered.emulation.clone()
     } else {
-        &rendered.emulation
+        Emulation::with_gates(rendered.emulation.minor(), feature_gates)
+            .map_err(|e| ProfileError(vec![format!("error: --feature-gates: {e}")]))?
     };
-    let loaded = config::load_at(rendered.config_yaml.as_bytes(), catalog, emulation)
+    let loaded = config::load_at(rendered.config_yaml.as_bytes(), catalog, &emulation)
         .map_err(|e| ProfileError(vec![format!("error: the rendered configuration: {e}")]))?;
     let naming = render::policies_naming(&rendered.profile, policies);
     let leaf_selectors = if policies.is_empty() {
@@ -234,6 +241,40 @@ mod tests {
         };
         let rendered = render::render(&sp, &[pol], &opts, &reg).expect("render");
         assert_eq!(config::to_v1_yaml(&p.config), rendered.config_yaml);
+    }
+
+    /// The cluster's minor applies to a configuration and to an unpinned SchedulerProfile; a
+    /// profile's own `spec.kubernetesVersion` wins, as in the operator.
+    #[test]
+    fn the_clusters_minor_is_emulated_unless_the_profile_pins_one() {
+        let reg = Registry::in_tree();
+        let minor = |p: SimulatedProfile| p.config.emulation.minor();
+        let default = load_for(None, &[], &reg, Minor::V1_36, &[]).expect("default");
+        assert_eq!(minor(default), Minor::V1_36);
+        let unpinned = "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {name: p}\nspec: {}\n";
+        let p = load_for(
+            Some(&input("p.yaml", unpinned)),
+            &[],
+            &reg,
+            Minor::V1_36,
+            &[],
+        )
+        .expect("unpinned");
+        assert_eq!(minor(p), Minor::V1_36);
+        let pinned = "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {name: p}\nspec: {kubernetesVersion: \"1.37\"}\n";
+        let p =
+            load_for(Some(&input("p.yaml", pinned)), &[], &reg, Minor::V1_36, &[]).expect("pinned");
+        assert_eq!(minor(p), Minor::V1_37);
+        let gated = load_for(
+            Some(&input("p.yaml", pinned)),
+            &[],
+            &reg,
+            Minor::V1_36,
+            &["GenericWorkload=true".into()],
+        )
+        .expect("pinned, with gates");
+        assert_eq!(minor(gated.clone()), Minor::V1_37);
+        assert!(gated.config.emulation.enabled("GenericWorkload"));
     }
 
     #[test]

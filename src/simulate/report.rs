@@ -222,6 +222,8 @@ pub struct Report {
     pub kind: String,
     pub mode: Mode,
     pub profiles: Vec<String>,
+    /// The minor whose kube-scheduler was emulated (`1.36`).
+    pub kubernetes_version: String,
     pub nodes: usize,
     pub warnings: Vec<String>,
     pub summary: Summary,
@@ -337,6 +339,7 @@ impl Report {
         if let (Some(host), Some(leaf)) = (s.on_host_nodes, s.on_leaf_nodes) {
             let _ = write!(line, "; on host nodes: {host}, on leaf nodes: {leaf}");
         }
+        let _ = write!(line, " (as kube-scheduler {})", self.kubernetes_version);
         line
     }
 }
@@ -451,6 +454,7 @@ mod tests {
             kind: "SimulationReport".into(),
             mode: Mode::Pending,
             profiles: vec!["p".into()],
+            kubernetes_version: "1.36".into(),
             nodes: 7,
             warnings: vec![],
             summary: Summary {
@@ -480,7 +484,7 @@ mod tests {
         );
         assert_eq!(lines[5], "    would preempt on n2: default/low");
         assert!(
-            table.contains("3 pod(s) on 7 node(s): 1 scheduled, 1 unschedulable, 1 would preempt; on host nodes: 1, on leaf nodes: 0"),
+            table.contains("3 pod(s) on 7 node(s): 1 scheduled, 1 unschedulable, 1 would preempt; on host nodes: 1, on leaf nodes: 0 (as kube-scheduler 1.36)"),
             "{table}"
         );
         assert!(report.has_pending());

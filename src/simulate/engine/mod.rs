@@ -201,6 +201,7 @@ pub fn simulate(
             Request::Explain { .. } | Request::ExplainGroup { .. } => Mode::Explain,
         },
         profiles,
+        kubernetes_version: config.emulation.minor().to_string(),
         nodes: num_nodes,
         warnings,
         summary,

@@ -48,6 +48,10 @@ pub const FAMILIES: &[Family] = &[
     ("dra", dra),
     ("dra-shared", dra_shared),
     ("groups", groups),
+    // Appended: the seeds of the families above stay as they were.
+    ("volume-capacity", volume_capacity),
+    ("volume-drivers", volume_drivers),
+    ("declared-features", declared_features),
 ];
 
 /// The family that needs the API server to serve `scheduling.k8s.io/v1beta1` (Kubernetes 1.37+).
@@ -1286,5 +1290,231 @@ fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         // (its informers synced) when the members come.
         incoming.insert(0, pod("warm-up").req("10m", "16Mi").build());
     }
+    (objects, incoming)
+}
+
+/// `n` nodes of distinct CPU sizes (fewer ties: LeastAllocated ranks them when nothing else does).
+fn sized_nodes(rng: &mut Rng, n: usize) -> Vec<NodeB> {
+    let mut sizes = vec![2000u64, 3000, 4000, 5000];
+    rng.shuffle(&mut sizes);
+    sizes
+        .iter()
+        .take(n)
+        .enumerate()
+        .map(|(i, size)| node(&node_name(i)).cpu(&milli(*size)))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// volume-capacity: WaitForFirstConsumer classes of a CSI driver with `storageCapacity: true`,
+// CSIStorageCapacity pools of different sizes per node or per zone, claims to provision of one or
+// both classes. With StorageCapacityScoring (on from 1.37) VolumeBinding scores the emptiest pool
+// highest (against the node sizes LeastAllocated ranks); a pool too small refuses its nodes; a
+// static PV on one node makes that node score by the PV instead.
+
+const CAPACITY_DRIVER: &str = "capacity.csi.example.com";
+const CAPACITY_CLASSES: [&str; 2] = ["fid-cap-a", "fid-cap-b"];
+
+fn volume_capacity(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let mut objects = vec![
+        storage_class(CAPACITY_CLASSES[0], CAPACITY_DRIVER, true),
+        storage_class(CAPACITY_CLASSES[1], CAPACITY_DRIVER, true),
+        csi_driver_with(CAPACITY_DRIVER, &[("storageCapacity", true)]),
+        // A class whose driver tracks no capacity: its claims are not scored.
+        storage_class("fid-wffc", DRIVER, true),
+        csi_driver(DRIVER),
+    ];
+    let n = count(rng, 2, 4);
+    for (i, nb) in sized_nodes(rng, n).into_iter().enumerate() {
+        objects.push(nb.zone(ZONES[i % 2]).build());
+    }
+    // Pools per node, or per zone (the nodes of a zone share one).
+    let topology: Vec<(&str, String)> = if chance(rng, 25) {
+        ZONES[..2]
+            .iter()
+            .map(|z| ("topology.kubernetes.io/zone", z.to_string()))
+            .collect()
+    } else {
+        (0..n)
+            .map(|i| ("kubernetes.io/hostname", node_name(i)))
+            .collect()
+    };
+    let sizes = ["1Gi", "2Gi", "3Gi", "4Gi", "5Gi", "8Gi", "10Gi", "20Gi"];
+    for (t, (key, value)) in topology.iter().enumerate() {
+        for class in CAPACITY_CLASSES {
+            // Some places have no pool of a class.
+            if chance(rng, 10) {
+                continue;
+            }
+            let capacity = pick(rng, &sizes);
+            // The largest volume, below the capacity: what the filter compares a claim with.
+            let max = chance(rng, 20).then(|| pick(rng, &["1Gi", "2Gi"]));
+            objects.push(storage_capacity(
+                &format!("{class}-{t}"),
+                class,
+                (key, value),
+                capacity,
+                max,
+            ));
+        }
+    }
+    let mut claim = 0;
+    let incoming: Vec<Value> = (0..count(rng, 1, 2))
+        .map(|p| {
+            let vols: Vec<Value> = (0..count(rng, 1, 2))
+                .map(|_| {
+                    let name = format!("c{claim}");
+                    claim += 1;
+                    let class = match rng.u32(..10) {
+                        0 => "fid-wffc",
+                        1..=5 => CAPACITY_CLASSES[0],
+                        _ => CAPACITY_CLASSES[1],
+                    };
+                    let size = pick(rng, &["1Gi", "2Gi"]);
+                    objects.push(pvc(&name, "fid-a", class, size, &["ReadWriteOnce"], None));
+                    claim_volume(&name)
+                })
+                .collect();
+            pod(&format!("incoming-{p}"))
+                .req("500m", "256Mi")
+                .set("volumes", json!(vols))
+                .build()
+        })
+        .collect();
+    if chance(rng, 25) {
+        // A static PV for the first claim on one node: that node scores by it.
+        objects.push(pv(
+            "pv-static",
+            CAPACITY_CLASSES[0],
+            pick(rng, &["2Gi", "5Gi"]),
+            &["ReadWriteOnce"],
+            Some((
+                "kubernetes.io/hostname",
+                &[node_name(rng.usize(..n)).as_str()],
+            )),
+            &[],
+            None,
+        ));
+    }
+    (objects, incoming)
+}
+
+// ---------------------------------------------------------------------------------------------
+// volume-drivers: VolumeLimitScaling (on from 1.37): a CSIDriver setting
+// `preventPodSchedulingIfMissing` refuses a pod with a new volume of it on nodes whose CSINode is
+// missing or does not list the driver; unset or false (or no CSIDriver) it does not. Volumes bound
+// to PVs of either driver, or claims its class would provision; attach limits on some nodes.
+
+const OTHER_DRIVER: &str = "other.csi.example.com";
+
+fn volume_drivers(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let prevent = pick(rng, &[None, Some(false), Some(true), Some(true)]);
+    let fields: Vec<(&str, bool)> = prevent
+        .map(|p| ("preventPodSchedulingIfMissing", p))
+        .into_iter()
+        .collect();
+    let mut objects = vec![
+        storage_class("fid-wffc", DRIVER, true),
+        storage_class("fid-other", OTHER_DRIVER, true),
+        csi_driver_with(DRIVER, &fields),
+    ];
+    // The other driver never opts in (else a pod missing both would get either message).
+    if chance(rng, 50) {
+        objects.push(csi_driver_with(
+            OTHER_DRIVER,
+            &[("preventPodSchedulingIfMissing", false)],
+        ));
+    }
+    let n = count(rng, 2, 4);
+    let limit = chance(rng, 30).then(|| rng.i32(1..=2));
+    // How far the driver is rolled out: on no node, about half of them, or all of them.
+    let rollout = pick(rng, &[0u32, 50, 100]);
+    for (i, nb) in sized_nodes(rng, n).into_iter().enumerate() {
+        let name = node_name(i);
+        objects.push(nb.build());
+        // Some nodes have no CSINode at all.
+        if chance(rng, 20) {
+            continue;
+        }
+        let mut drivers = Vec::new();
+        if chance(rng, rollout) {
+            drivers.push((DRIVER, limit));
+        }
+        if chance(rng, 50) {
+            drivers.push((OTHER_DRIVER, None));
+        }
+        objects.push(csi_node_drivers(&name, &drivers));
+    }
+    let rwo = ["ReadWriteOnce"];
+    let vols: Vec<Value> = (0..count(rng, 1, 2))
+        .map(|c| {
+            let claim = format!("c{c}");
+            match rng.u32(..4) {
+                0 => objects.extend(bound_claim(&claim, &rwo, None, &[])),
+                1 => {
+                    let [mut v, c] = bound_claim(&claim, &rwo, None, &[]);
+                    v["spec"]["csi"]["driver"] = json!(OTHER_DRIVER);
+                    objects.extend([v, c]);
+                }
+                2 => objects.push(pvc(&claim, "fid-a", "fid-wffc", "1Gi", &rwo, None)),
+                _ => objects.push(pvc(&claim, "fid-a", "fid-other", "1Gi", &rwo, None)),
+            }
+            claim_volume(&claim)
+        })
+        .collect();
+    let p = pod("incoming-0")
+        .req("500m", "256Mi")
+        .set("volumes", json!(vols));
+    (objects, vec![p.build()])
+}
+
+// ---------------------------------------------------------------------------------------------
+// declared-features: NodeDeclaredFeatures (GA in 1.37): nodes declaring features in
+// `status.declaredFeatures`; pods whose container (or sidecar) restarts all containers on an
+// exit code need `RestartAllContainersOnContainerExits` and run only where it is declared; a
+// plain `Restart` rule needs nothing.
+
+const RESTART_ALL: &str = "RestartAllContainersOnContainerExits";
+
+fn declared_features(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let mut objects = Vec::new();
+    let n = count(rng, 2, 4);
+    for nb in sized_nodes(rng, n) {
+        let mut nb = nb;
+        if chance(rng, 35) {
+            nb = nb.declared_feature(RESTART_ALL);
+        }
+        for other in [
+            "GuaranteedQoSPodCPUResize",
+            "UserNamespacesHostNetworkSupport",
+        ] {
+            if chance(rng, 30) {
+                nb = nb.declared_feature(other);
+            }
+        }
+        objects.push(nb.build());
+    }
+    let rule =
+        |action: &str| json!([{"action": action, "exitCodes": {"operator": "In", "values": [42]}}]);
+    let incoming = (0..count(rng, 1, 2))
+        .map(|p| {
+            let pb = pod(&format!("incoming-{p}")).req(&milli(pick(rng, &[500u64, 1500])), "256Mi");
+            match rng.u32(..5) {
+                0 | 1 => pb
+                    .container("restartPolicy", json!("Never"))
+                    .container("restartPolicyRules", rule("RestartAllContainers")),
+                2 => pb.set(
+                    "initContainers",
+                    json!([{"name": "sidecar", "image": PAUSE_IMAGE, "restartPolicy": "Always",
+                        "restartPolicyRules": rule("RestartAllContainers")}]),
+                ),
+                3 => pb
+                    .container("restartPolicy", json!("Never"))
+                    .container("restartPolicyRules", rule("Restart")),
+                _ => pb,
+            }
+            .build()
+        })
+        .collect();
     (objects, incoming)
 }

@@ -110,6 +110,12 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
         true,
     ),
     ("storage.k8s.io/v1", "CSINode", "csinodes", false),
+    (
+        "storage.k8s.io/v1",
+        "CSIStorageCapacity",
+        "csistoragecapacities",
+        true,
+    ),
     ("v1", "PersistentVolume", "persistentvolumes", false),
     (
         "v1",

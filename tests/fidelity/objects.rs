@@ -28,6 +28,7 @@ pub struct NodeB {
     taints: Vec<Value>,
     images: Vec<Value>,
     unschedulable: bool,
+    declared_features: Vec<String>,
 }
 
 pub fn node(name: &str) -> NodeB {
@@ -45,6 +46,7 @@ pub fn node(name: &str) -> NodeB {
         taints: Vec::new(),
         images: Vec::new(),
         unschedulable: false,
+        declared_features: Vec::new(),
     }
 }
 
@@ -92,6 +94,13 @@ impl NodeB {
         self.unschedulable = true;
         self
     }
+    /// Declares `feature` in `status.declaredFeatures` (which the API server wants sorted).
+    pub fn declared_feature(mut self, feature: &str) -> Self {
+        self.declared_features.push(feature.into());
+        self.declared_features.sort();
+        self.declared_features.dedup();
+        self
+    }
     pub fn build(&self) -> Value {
         let mut spec = json!({});
         if !self.taints.is_empty() {
@@ -109,6 +118,9 @@ impl NodeB {
         });
         if !self.images.is_empty() {
             status["images"] = json!(self.images);
+        }
+        if !self.declared_features.is_empty() {
+            status["declaredFeatures"] = json!(self.declared_features);
         }
         json!({"apiVersion": "v1", "kind": "Node",
             "metadata": meta(&self.name, None, &self.labels),
@@ -303,18 +315,57 @@ pub fn pvc(
 }
 
 pub fn csi_node(node: &str, driver: &str, limit: Option<i32>) -> Value {
-    let mut d = json!({"name": driver, "nodeID": node, "topologyKeys": null});
-    if let Some(l) = limit {
-        d["allocatable"] = json!({"count": l});
-    }
+    csi_node_drivers(node, &[(driver, limit)])
+}
+
+/// The CSINode of `node` listing `drivers` (none: a node without any CSI driver installed), each
+/// with its attach limit if given.
+pub fn csi_node_drivers(node: &str, drivers: &[(&str, Option<i32>)]) -> Value {
+    let drivers: Vec<Value> = drivers
+        .iter()
+        .map(|(driver, limit)| {
+            let mut d = json!({"name": driver, "nodeID": node, "topologyKeys": null});
+            if let Some(l) = limit {
+                d["allocatable"] = json!({"count": l});
+            }
+            d
+        })
+        .collect();
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-        "metadata": meta(node, None, &Map::new()), "spec": {"drivers": [d]}})
+        "metadata": meta(node, None, &Map::new()), "spec": {"drivers": drivers}})
 }
 
 pub fn csi_driver(name: &str) -> Value {
+    csi_driver_with(name, &[])
+}
+
+/// A CSIDriver with `fields` set in its spec besides the attach defaults (`storageCapacity`,
+/// `preventPodSchedulingIfMissing`).
+pub fn csi_driver_with(name: &str, fields: &[(&str, bool)]) -> Value {
+    let mut spec = json!({"attachRequired": true, "podInfoOnMount": false});
+    for (field, value) in fields {
+        spec[*field] = json!(value);
+    }
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
-        "metadata": meta(name, None, &Map::new()),
-        "spec": {"attachRequired": true, "podInfoOnMount": false}})
+        "metadata": meta(name, None, &Map::new()), "spec": spec})
+}
+
+/// A CSIStorageCapacity in `fid-a`: `capacity` of `class` on the nodes labelled `key=value`, and
+/// the largest volume it can make if given (what the filter compares a claim with).
+pub fn storage_capacity(
+    name: &str,
+    class: &str,
+    (key, value): (&str, &str),
+    capacity: &str,
+    maximum_volume_size: Option<&str>,
+) -> Value {
+    let mut c = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+        "metadata": meta(name, Some("fid-a"), &Map::new()), "storageClassName": class,
+        "nodeTopology": {"matchLabels": {key: value}}, "capacity": capacity});
+    if let Some(max) = maximum_volume_size {
+        c["maximumVolumeSize"] = json!(max);
+    }
+    c
 }
 
 /// The DRA driver of the `dra` family's devices.

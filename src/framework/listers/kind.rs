@@ -260,7 +260,7 @@ impl<K: WatchedObject, S: Store<K>> WatchedKind for Kind<K, S> {
 
     fn pod_applied(&'static self, listers: &Listers, pod: &Pod) {
         if let Some(pod) = (pod as &dyn Any).downcast_ref::<K>() {
-            Store::apply(listers.store(self), pod.clone());
+            Store::apply_borrowed(listers.store(self), pod);
         }
     }
 

@@ -110,7 +110,7 @@ impl<G: GroupOf> Members<G> {
         self.by_group
             .entry(group)
             .or_default()
-            .insert(name, Arc::new(member(pod)));
+            .insert(name, Arc::new(member(&pod)));
         joined
     }
 }
@@ -125,35 +125,30 @@ fn member_keys<G: GroupOf>(pod: &Pod) -> (String, Option<String>) {
     (format!("{ns}/{name}"), group)
 }
 
-/// What of a member pod is kept.
-fn member(pod: Pod) -> Pod {
-    let Pod {
-        metadata,
-        spec,
-        status,
-        ..
-    } = pod;
+/// What of a member pod is kept (copied from it: the rest is never cloned).
+fn member(pod: &Pod) -> Pod {
+    let metadata = &pod.metadata;
     Pod {
         metadata: ObjectMeta {
-            name: metadata.name,
-            namespace: metadata.namespace,
-            uid: metadata.uid,
-            labels: metadata.labels,
-            owner_references: metadata.owner_references,
-            deletion_timestamp: metadata.deletion_timestamp,
-            creation_timestamp: metadata.creation_timestamp,
+            name: metadata.name.clone(),
+            namespace: metadata.namespace.clone(),
+            uid: metadata.uid.clone(),
+            labels: metadata.labels.clone(),
+            owner_references: metadata.owner_references.clone(),
+            deletion_timestamp: metadata.deletion_timestamp.clone(),
+            creation_timestamp: metadata.creation_timestamp.clone(),
             ..Default::default()
         },
-        spec: spec.map(|s| PodSpec {
-            node_name: s.node_name,
-            scheduler_name: s.scheduler_name,
-            scheduling_group: s.scheduling_group.map(|g| PodSchedulingGroup {
-                pod_group_name: g.pod_group_name,
+        spec: pod.spec.as_ref().map(|s| PodSpec {
+            node_name: s.node_name.clone(),
+            scheduler_name: s.scheduler_name.clone(),
+            scheduling_group: s.scheduling_group.as_ref().map(|g| PodSchedulingGroup {
+                pod_group_name: g.pod_group_name.clone(),
             }),
             ..Default::default()
         }),
-        status: status.map(|s| PodStatus {
-            phase: s.phase,
+        status: pod.status.as_ref().map(|s| PodStatus {
+            phase: s.phase.clone(),
             ..Default::default()
         }),
     }
@@ -219,6 +214,11 @@ impl<G: GroupOf> Store<Pod> for PodGroupMembers<G> {
         let added = pending.then(|| Arc::new(pod.clone()));
         let joined = PodGroupMembers::apply(self, pod);
         added.filter(|_| joined).map(|pod| (None, Some(pod)))
+    }
+
+    /// Copies only the kept part of the pod (the pod informer hands every pod of the cluster).
+    fn apply_borrowed(&self, pod: &Pod) -> Option<StoreChange<Pod>> {
+        Store::apply(self, member(pod))
     }
 
     fn event_object(&self, pod: Arc<Pod>) -> EventObject {

@@ -41,6 +41,14 @@ impl Changes {
 pub trait Store<K>: Default + Send + Sync + 'static {
     /// Adds or updates `obj`; the change, or `None` when it is no event.
     fn apply(&self, obj: K) -> Option<StoreChange<K>>;
+    /// [`apply`](Store::apply) of a borrowed object: a store that keeps only part of it (or
+    /// only some objects) copies just that part.
+    fn apply_borrowed(&self, obj: &K) -> Option<StoreChange<K>>
+    where
+        K: Clone,
+    {
+        self.apply(obj.clone())
+    }
     /// Removes `obj`; the change, or `None` when it is no event.
     fn delete(&self, obj: K) -> Option<StoreChange<K>>;
     /// Replaces everything (after a re-list); the changes.

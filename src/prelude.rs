@@ -34,12 +34,13 @@ pub use crate::framework::args::{
 pub use crate::framework::background::{BackgroundTask, TaskContext};
 pub use crate::framework::interface::{
     BindPlugin, ClusterEventWithHint, Code, CycleState, EnqueueExtensions, FilterPlugin,
-    FrameworkHandle, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PermitPlugin,
-    PlacementFeasiblePlugin, PlacementProgress, Plugin, PodGroupPlacement,
-    PodGroupPostFilterPlugin, PodGroupPostFilterResult, PostBindPlugin, PostFilterPlugin,
-    PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterExtensions, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ProposedAssignment, QueueSortPlugin, ReservePlugin,
-    ScorePlugin, SignFragment, SignPlugin, Status, signer_names,
+    FrameworkHandle, GroupInCycle, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PermitPlugin,
+    Placement, PlacementAssignments, PlacementFeasiblePlugin, PlacementGeneratePlugin,
+    PlacementProgress, PlacementScorePlugin, Plugin, PodGroupPlacement, PodGroupPostFilterPlugin,
+    PodGroupPostFilterResult, PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin,
+    PreEnqueuePlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    ProposedAssignment, QueueSortPlugin, ReservePlugin, ScorePlugin, SignFragment, SignPlugin,
+    Status, signer_names,
 };
 pub use crate::framework::listers::{Informer, Kind, Listers, ObjectStore, Store, WatchedKind};
 pub use crate::framework::registry::{

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::FieldError;
+use super::types::ApiVersion;
+use crate::emulation::Minor;
 
 /// The framework's extension points, in the order a pod meets them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -23,10 +25,16 @@ pub enum ExtensionPoint {
     PreBind,
     Bind,
     PostBind,
+    /// A pod group's candidate placements (upstream 1.36+, topology-aware workload scheduling).
+    PlacementGenerate,
+    /// Ranks the placements a pod group fits in.
+    PlacementScore,
+    /// A pod group its cycle did not place (upstream 1.37: workload-aware preemption).
+    PodGroupPostFilter,
 }
 
 impl ExtensionPoint {
-    pub const ALL: [ExtensionPoint; 12] = [
+    pub const ALL: [ExtensionPoint; 15] = [
         ExtensionPoint::PreEnqueue,
         ExtensionPoint::QueueSort,
         ExtensionPoint::PreFilter,
@@ -39,7 +47,31 @@ impl ExtensionPoint {
         ExtensionPoint::PreBind,
         ExtensionPoint::Bind,
         ExtensionPoint::PostBind,
+        ExtensionPoint::PlacementGenerate,
+        ExtensionPoint::PlacementScore,
+        ExtensionPoint::PodGroupPostFilter,
     ];
+
+    /// Whether this is a `plugins` field of `version` at `minor`: preEnqueue came with v1beta3,
+    /// the group points with v1 (podGroupPostFilter in 1.37; older kube-scheduler calls it
+    /// unknown).
+    pub fn exists_in(self, version: ApiVersion, minor: Minor) -> bool {
+        match self {
+            ExtensionPoint::PreEnqueue => version >= ApiVersion::V1Beta3,
+            ExtensionPoint::PlacementGenerate | ExtensionPoint::PlacementScore => {
+                version == ApiVersion::V1
+            }
+            ExtensionPoint::PodGroupPostFilter => {
+                version == ApiVersion::V1 && minor >= Minor::V1_37
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether plugins here carry a weight (score and placementScore).
+    pub fn is_weighted(self) -> bool {
+        matches!(self, ExtensionPoint::Score | ExtensionPoint::PlacementScore)
+    }
 
     /// The field name in `profiles[].plugins` (`preFilter`, `score`, ...).
     pub fn field_name(self) -> &'static str {
@@ -56,6 +88,9 @@ impl ExtensionPoint {
             ExtensionPoint::PreBind => "preBind",
             ExtensionPoint::Bind => "bind",
             ExtensionPoint::PostBind => "postBind",
+            ExtensionPoint::PlacementGenerate => "placementGenerate",
+            ExtensionPoint::PlacementScore => "placementScore",
+            ExtensionPoint::PodGroupPostFilter => "podGroupPostFilter",
         }
     }
 }

@@ -9,7 +9,7 @@ use super::types::{
     KubeSchedulerConfiguration, KubeSchedulerProfile, LeaderElection, LeaderElectionConfiguration,
     Plugin, PluginSet, Plugins,
 };
-use crate::emulation::{Emulation, Minor};
+use crate::emulation::{Emulation, GENERIC_WORKLOAD, Minor, TOPOLOGY_AWARE_WORKLOAD_SCHEDULING};
 
 pub(crate) const DEFAULT_PARALLELISM: i32 = 16;
 /// `config.DefaultPercentageOfNodesToScore`: 0 means adaptive.
@@ -61,17 +61,17 @@ const DEFAULT_MULTI_POINT: &[DefaultPlugin] = &[
 enum DefaultsChange {
     /// The first plugin moves to just before the second.
     MoveBefore(&'static str, &'static str),
-    /// The plugin is appended when the gate is on.
-    AppendWhen(&'static str, &'static str),
+    /// The plugin (with its weight) is appended when the gate is on.
+    AppendWhen(&'static str, Option<i32>, &'static str),
 }
 
 /// What changed in the default plugins at which minor. 1.37: NodeName runs before
-/// NodeUnschedulable (a pod bound to a node by name fails on NodeName first), and
-/// `GenericWorkload` (beta, off by default) appends GangScheduling. 1.37's other gated additions
-/// (DeferredPodScheduling: InPlacePodVerticalScalingSchedulerPreemption, alpha;
-/// TopologyPlacementGenerator and PodGroupPodsCount: TopologyAwareWorkloadScheduling, alpha) are
-/// not ksched plugins; neither is 1.36's GangScheduling (gate `GangScheduling`, alpha, reading
-/// the v1alpha2 Workload API).
+/// NodeUnschedulable (a pod bound to a node by name fails on NodeName first), `GenericWorkload`
+/// (beta, off by default) appends GangScheduling, and `TopologyAwareWorkloadScheduling` (alpha)
+/// TopologyPlacementGenerator and PodGroupPodsCount. 1.37's other gated addition
+/// (DeferredPodScheduling: InPlacePodVerticalScalingSchedulerPreemption, alpha) is not a ksched
+/// plugin; neither are 1.36's GangScheduling and placement plugins (alpha, reading the v1alpha2
+/// Workload API).
 const DEFAULTS_CHANGES: &[(Minor, DefaultsChange)] = &[
     (
         Minor::V1_37,
@@ -79,7 +79,23 @@ const DEFAULTS_CHANGES: &[(Minor, DefaultsChange)] = &[
     ),
     (
         Minor::V1_37,
-        DefaultsChange::AppendWhen("GangScheduling", "GenericWorkload"),
+        DefaultsChange::AppendWhen("GangScheduling", None, GENERIC_WORKLOAD),
+    ),
+    (
+        Minor::V1_37,
+        DefaultsChange::AppendWhen(
+            "TopologyPlacementGenerator",
+            None,
+            TOPOLOGY_AWARE_WORKLOAD_SCHEDULING,
+        ),
+    ),
+    (
+        Minor::V1_37,
+        DefaultsChange::AppendWhen(
+            "PodGroupPodsCount",
+            Some(1),
+            TOPOLOGY_AWARE_WORKLOAD_SCHEDULING,
+        ),
     ),
 ];
 
@@ -102,7 +118,9 @@ pub(crate) fn default_multi_point(emulation: &Emulation) -> Vec<(&'static str, O
                     list.insert(to, entry);
                 }
             }
-            DefaultsChange::AppendWhen(name, gate) => list.push((name, None, Some(gate))),
+            DefaultsChange::AppendWhen(name, weight, gate) => {
+                list.push((name, *weight, Some(gate)))
+            }
         }
     }
     list.into_iter()
@@ -116,7 +134,7 @@ pub(crate) fn is_default_plugin(name: &str) -> bool {
     DEFAULT_MULTI_POINT.iter().any(|(n, _, _)| *n == name)
         || DEFAULTS_CHANGES
             .iter()
-            .any(|(_, c)| matches!(c, DefaultsChange::AppendWhen(n, _) if *n == name))
+            .any(|(_, c)| matches!(c, DefaultsChange::AppendWhen(n, _, _) if *n == name))
 }
 
 /// The default `plugins` of a profile (`getDefaultPlugins`) at `emulation`, leaving out plugins this
@@ -194,15 +212,6 @@ pub(crate) fn merge_plugins(defaults: &Plugins, custom: Option<&Plugins>) -> Plu
     };
     let mut merged = Plugins {
         multi_point: merge_plugin_set(&defaults.multi_point, &custom.multi_point),
-        placement_generate: merge_plugin_set(
-            &defaults.placement_generate,
-            &custom.placement_generate,
-        ),
-        placement_score: merge_plugin_set(&defaults.placement_score, &custom.placement_score),
-        pod_group_post_filter: merge_plugin_set(
-            &defaults.pod_group_post_filter,
-            &custom.pod_group_post_filter,
-        ),
         ..Plugins::default()
     };
     for point in ExtensionPoint::ALL {

@@ -9,8 +9,8 @@ use super::decode::did_you_mean;
 use super::defaults::merge_plugins;
 use super::error::FieldError;
 use super::types::{
-    ALL_PLUGINS, EffectivePlugin, EffectiveProfile, KubeSchedulerProfile, Plugin, PluginSet,
-    Plugins,
+    ALL_PLUGINS, ApiVersion, EffectivePlugin, EffectiveProfile, KubeSchedulerProfile, Plugin,
+    PluginSet, Plugins,
 };
 use crate::emulation::Emulation;
 
@@ -95,9 +95,6 @@ fn user_sets(plugins: &Plugins) -> Vec<(&'static str, Option<ExtensionPoint>, &P
         .map(|p| (p.field_name(), Some(p), plugins.get(p)))
         .collect();
     sets.push(("multiPoint", None, &plugins.multi_point));
-    sets.push(("placementGenerate", None, &plugins.placement_generate));
-    sets.push(("placementScore", None, &plugins.placement_score));
-    sets.push(("podGroupPostFilter", None, &plugins.pod_group_post_filter));
     sets
 }
 
@@ -122,24 +119,6 @@ fn check_user_plugins(
                 errors.push(FieldError::new(
                     &entry,
                     "\"*\" can only be used in `disabled` (to disable every default plugin of this extension point)",
-                ));
-                continue;
-            }
-            if field == "podGroupPostFilter" {
-                errors.push(FieldError::new(
-                    &entry,
-                    format!(
-                        "plugin {name} cannot run at podGroupPostFilter: that extension point belongs to group scheduling (Kubernetes 1.37's workload-aware scheduling, the GenericWorkload feature: PodGroups scheduled as one entity), which this ksched does not implement yet; remove this entry (single pods keep using postFilter)"
-                    ),
-                ));
-                continue;
-            }
-            if matches!(field, "placementGenerate" | "placementScore") {
-                errors.push(FieldError::new(
-                    &entry,
-                    format!(
-                        "ksched does not run the {field} extension point (alpha in Kubernetes 1.36, behind the TopologyAwareWorkloadScheduling feature gate): remove this entry"
-                    ),
                 ));
                 continue;
             }
@@ -180,9 +159,9 @@ fn check_user_plugins(
                             "must not be negative (got {weight}): a score weight is 1 or more (0 or unset means 1); to stop a plugin from scoring, disable it at score"
                         ),
                     ));
-                } else if weight != 0 && point.is_some_and(|p| p != ExtensionPoint::Score) {
+                } else if weight != 0 && point.is_some_and(|p| !p.is_weighted()) {
                     warnings.push(format!(
-                        "{entry}.weight: ignored, a weight is only used at score (and multiPoint, for the plugin's score)"
+                        "{entry}.weight: ignored, a weight is only used at score and placementScore (and multiPoint, for the plugin's scores)"
                     ));
                 }
             }
@@ -212,7 +191,13 @@ fn expand(
     avail: &mut Availability<'_>,
 ) -> BTreeMap<ExtensionPoint, Vec<EffectivePlugin>> {
     let mut out = BTreeMap::new();
+    let minor = avail.emulation.minor();
     for point in ExtensionPoint::ALL {
+        if !point.exists_in(ApiVersion::V1, minor) {
+            // Not a point of this minor (podGroupPostFilter before 1.37): nothing runs there,
+            // and the printed configuration leaves it out.
+            continue;
+        }
         let specific = merged.get(point);
         // The plugins enabled at this point itself (duplicates and misfits were reported already).
         let mut enabled: Vec<&Plugin> = Vec::new();
@@ -264,8 +249,8 @@ fn expand(
         let list = order
             .into_iter()
             .map(|name| {
-                let weight = if point == ExtensionPoint::Score {
-                    score_weight(merged, name)
+                let weight = if point.is_weighted() {
+                    score_weight(merged.get(point), &merged.multi_point, name)
                 } else {
                     0
                 };
@@ -277,13 +262,13 @@ fn expand(
     out
 }
 
-/// `getValidScoreWeights`: the score entry's weight wins over multiPoint's; 0 or unset is 1.
-fn score_weight(merged: &Plugins, name: &str) -> i32 {
-    let weight = merged
-        .score
+/// `getValidScoreWeights`: the point's own entry's weight (score or placementScore) wins over
+/// multiPoint's; 0 or unset is 1.
+fn score_weight(point: &PluginSet, multi_point: &PluginSet, name: &str) -> i32 {
+    let weight = point
         .enabled
         .iter()
-        .chain(&merged.multi_point.enabled)
+        .chain(&multi_point.enabled)
         .find(|p| p.name == name)
         .and_then(|p| p.weight)
         .unwrap_or(0);

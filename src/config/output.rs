@@ -68,13 +68,16 @@ struct OutProfile<'a> {
 pub fn profile_plugins(profile: &EffectiveProfile) -> Plugins {
     let mut plugins = Plugins::default();
     for point in ExtensionPoint::ALL {
+        if !profile.plugins.contains_key(&point) {
+            continue;
+        }
         *plugins.get_mut(point) = PluginSet {
             enabled: profile
                 .at(point)
                 .iter()
                 .map(|p| Plugin {
                     name: p.name.clone(),
-                    weight: (point == ExtensionPoint::Score).then_some(p.weight),
+                    weight: point.is_weighted().then_some(p.weight),
                 })
                 .collect(),
             disabled: vec![Plugin::named(ALL_PLUGINS)],

@@ -24,7 +24,10 @@ fn test_plugins() -> BTreeMap<&'static str, Vec<P>> {
         ("TaintToleration", vec![Filter, PreScore, Score]),
         ("NodeAffinity", vec![PreFilter, Filter, PreScore, Score]),
         ("NodePorts", vec![PreFilter, Filter]),
-        ("NodeResourcesFit", vec![PreFilter, Filter, PreScore, Score]),
+        (
+            "NodeResourcesFit",
+            vec![PreFilter, Filter, PreScore, Score, PlacementScore],
+        ),
         ("VolumeRestrictions", vec![PreFilter, Filter]),
         ("NodeVolumeLimits", vec![PreFilter, Filter]),
         (
@@ -43,7 +46,10 @@ fn test_plugins() -> BTreeMap<&'static str, Vec<P>> {
                 PreEnqueue, PreFilter, Filter, PostFilter, Score, Reserve, PreBind,
             ],
         ),
-        ("DefaultPreemption", vec![PreEnqueue, PostFilter]),
+        (
+            "DefaultPreemption",
+            vec![PreEnqueue, PostFilter, PodGroupPostFilter],
+        ),
         ("NodeResourcesBalancedAllocation", vec![PreScore, Score]),
         ("ImageLocality", vec![Score]),
         ("DefaultBinder", vec![Bind]),
@@ -281,8 +287,9 @@ fn empty_profile_gets_upstream_1_36_defaults() {
     assert_eq!(p.plugin_args.len(), 20);
 }
 
-/// 1.37's defaults (default_plugins.go at v1.37.2): NodeName runs before NodeUnschedulable; the
-/// rest as 1.36.
+/// 1.37's defaults (default_plugins.go at v1.37.2): NodeName runs before NodeUnschedulable,
+/// DefaultPreemption also runs at podGroupPostFilter (a point 1.36 does not have); the rest as
+/// 1.36.
 #[test]
 fn empty_profile_gets_upstream_1_37_defaults() {
     let v1_36 = ok_at(Minor::V1_36, &v1(""));
@@ -293,45 +300,55 @@ fn empty_profile_gets_upstream_1_37_defaults() {
         ["NodeName", "NodeUnschedulable", "TaintToleration"]
     );
     assert_eq!(names(old, P::Filter)[2..], names(new, P::Filter)[2..]);
+    assert_eq!(names(new, P::PodGroupPostFilter), ["DefaultPreemption"]);
     for point in P::ALL {
-        if point != P::Filter {
+        if point != P::Filter && point != P::PodGroupPostFilter {
             assert_eq!(names(old, point), names(new, point), "{point:?}");
         }
     }
     assert_eq!(weights(old), weights(new));
 }
 
-/// `podGroupPostFilter` exists from 1.37: accepted there (an empty or disabling set), and a
-/// plugin enabled there is refused naming the group scheduling ksched does not have; 1.36's
-/// kube-scheduler does not know the field.
+/// `podGroupPostFilter` exists from 1.37: DefaultPreemption runs there by default (multiPoint)
+/// and a profile may enable or disable plugins there as at any point; 1.36's kube-scheduler
+/// does not know the field, and its effective profile has no such point.
 #[test]
-fn pod_group_post_filter_is_a_1_37_field() {
+fn pod_group_post_filter_is_a_1_37_point() {
     let disabled = v1(
         "profiles:\n- schedulerName: p\n  plugins:\n    podGroupPostFilter:\n      disabled: [{name: \"*\"}]\n",
     );
-    ok_at(Minor::V1_37, &disabled);
-    let load = |minor, yaml: &str| {
-        load_at(yaml.as_bytes(), &TestCatalog, &Emulation::of(minor))
-            .expect_err("invalid")
-            .errors
-    };
-    let e = load(Minor::V1_36, &disabled);
+    let loaded = ok_at(Minor::V1_37, &disabled);
+    assert!(names(&loaded.config.profiles[0], P::PodGroupPostFilter).is_empty());
+    let defaults = ok_at(Minor::V1_37, &v1("profiles:\n- schedulerName: p\n"));
+    assert_eq!(
+        names(&defaults.config.profiles[0], P::PodGroupPostFilter),
+        ["DefaultPreemption"]
+    );
+    let e = load_at(
+        disabled.as_bytes(),
+        &TestCatalog,
+        &Emulation::of(Minor::V1_36),
+    )
+    .expect_err("1.36 does not know the field")
+    .errors;
     assert_eq!(e[0].path, "profiles[0].plugins.podGroupPostFilter");
     assert!(
         e[0].reason.contains("unknown field") && e[0].reason.contains("from Kubernetes 1.37 on"),
         "{e:?}"
     );
-    let enabled = v1(
-        "profiles:\n- schedulerName: p\n  plugins:\n    podGroupPostFilter:\n      enabled: [{name: DefaultPreemption}]\n",
-    );
-    let e = load(Minor::V1_37, &enabled);
-    assert_eq!(
-        e[0].path,
-        "profiles[0].plugins.podGroupPostFilter.enabled[0]"
-    );
+    let at_1_36 = ok_at(Minor::V1_36, &v1("profiles:\n- schedulerName: p\n"));
     assert!(
-        e[0].reason.contains("group scheduling") && e[0].reason.contains("GenericWorkload"),
-        "{e:?}"
+        !at_1_36.config.profiles[0]
+            .plugins
+            .contains_key(&P::PodGroupPostFilter)
+    );
+    let moved = v1(
+        "profiles:\n- schedulerName: p\n  plugins:\n    podGroupPostFilter:\n      disabled: [{name: \"*\"}]\n      enabled: [{name: DefaultPreemption}]\n",
+    );
+    let loaded = ok_at(Minor::V1_37, &moved);
+    assert_eq!(
+        names(&loaded.config.profiles[0], P::PodGroupPostFilter),
+        ["DefaultPreemption"]
     );
 }
 
@@ -839,14 +856,25 @@ fn rule_bind_addresses_must_be_empty_in_v1() {
     ));
 }
 
+/// The placement points take the plugins that implement them, with weights at placementScore.
 #[test]
-fn rule_placement_points_not_run() {
+fn placement_points_take_the_plugins_that_implement_them() {
+    let loaded = ok(&v1(
+        "profiles:\n- plugins:\n    placementScore:\n      enabled: [{name: NodeResourcesFit, weight: 3}]\n",
+    ));
+    let p = &loaded.config.profiles[0];
+    let weights: Vec<i32> = p.at(P::PlacementScore).iter().map(|e| e.weight).collect();
+    assert_eq!(names(p, P::PlacementScore), ["NodeResourcesFit"]);
+    assert_eq!(weights, [3]);
+    assert!(
+        loaded.warnings.iter().all(|w| !w.contains("weight")),
+        "{:?}",
+        loaded.warnings
+    );
     assert_error(
-        &v1(
-            "profiles:\n- plugins:\n    placementScore:\n      enabled: [{name: NodeResourcesFit}]\n",
-        ),
+        &v1("profiles:\n- plugins:\n    placementScore:\n      enabled: [{name: ImageLocality}]\n"),
         "profiles[0].plugins.placementScore.enabled[0]",
-        "does not run the placementScore extension point",
+        "does not implement the placementScore extension point",
     );
     ok(&v1(
         "profiles:\n- plugins:\n    placementScore:\n      disabled: [{name: \"*\"}]\n",

@@ -214,14 +214,13 @@ pub struct Plugins {
     /// Enables a plugin at every extension point it implements.
     #[serde(default, skip_serializing_if = "PluginSet::is_empty")]
     pub multi_point: PluginSet,
-    /// Upstream 1.36 alpha (TopologyAwareWorkloadScheduling); ksched accepts only `disabled` here.
+    /// A pod group's candidate placements (TopologyAwareWorkloadScheduling, alpha).
     #[serde(default, skip_serializing_if = "PluginSet::is_empty")]
     pub placement_generate: PluginSet,
-    /// Upstream 1.36 alpha (TopologyAwareWorkloadScheduling); ksched accepts only `disabled` here.
+    /// Ranks a pod group's placements (TopologyAwareWorkloadScheduling, alpha).
     #[serde(default, skip_serializing_if = "PluginSet::is_empty")]
     pub placement_score: PluginSet,
-    /// Upstream 1.37 (group scheduling's PostFilter, GenericWorkload): accepted from 1.37 on;
-    /// ksched has no group scheduling yet, so only `disabled` is accepted here.
+    /// A pod group its cycle did not place (1.37 on, GenericWorkload).
     #[serde(default, skip_serializing_if = "PluginSet::is_empty")]
     pub pod_group_post_filter: PluginSet,
 }
@@ -241,6 +240,9 @@ impl Plugins {
             ExtensionPoint::PreBind => &self.pre_bind,
             ExtensionPoint::Bind => &self.bind,
             ExtensionPoint::PostBind => &self.post_bind,
+            ExtensionPoint::PlacementGenerate => &self.placement_generate,
+            ExtensionPoint::PlacementScore => &self.placement_score,
+            ExtensionPoint::PodGroupPostFilter => &self.pod_group_post_filter,
         }
     }
 
@@ -258,6 +260,9 @@ impl Plugins {
             ExtensionPoint::PreBind => &mut self.pre_bind,
             ExtensionPoint::Bind => &mut self.bind,
             ExtensionPoint::PostBind => &mut self.post_bind,
+            ExtensionPoint::PlacementGenerate => &mut self.placement_generate,
+            ExtensionPoint::PlacementScore => &mut self.placement_score,
+            ExtensionPoint::PodGroupPostFilter => &mut self.pod_group_post_filter,
         }
     }
 }
@@ -452,7 +457,8 @@ pub struct EffectiveProfile {
     pub scheduler_name: String,
     /// `None`: use the top-level `percentageOfNodesToScore`.
     pub percentage_of_nodes_to_score: Option<i32>,
-    /// Every extension point is present (possibly with an empty list), plugins in run order.
+    /// Every extension point of the emulated minor is present (possibly with an empty list),
+    /// plugins in run order.
     pub plugins: BTreeMap<ExtensionPoint, Vec<EffectivePlugin>>,
     /// Normalized args (from `PluginCatalog::decode_args`) of every plugin enabled at any extension
     /// point; `Value::Null` for plugins that take no args.

@@ -12,7 +12,7 @@ mod gates;
 
 pub use gates::{
     FeatureGateError, FeatureGates, GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE,
-    OPPORTUNISTIC_BATCHING, Stage,
+    OPPORTUNISTIC_BATCHING, Stage, TOPOLOGY_AWARE_WORKLOAD_SCHEDULING,
 };
 
 use std::fmt;

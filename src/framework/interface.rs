@@ -547,6 +547,14 @@ pub trait Plugin: Send + Sync + 'static {
     fn as_pod_group_post_filter(&self) -> Option<&dyn PodGroupPostFilterPlugin> {
         None
     }
+    /// Where a pod group may be placed whole (upstream's PlacementGenerate: topology domains).
+    fn as_placement_generate(&self) -> Option<&dyn PlacementGeneratePlugin> {
+        None
+    }
+    /// How good a pod group's placement is (upstream's PlacementScore).
+    fn as_placement_score(&self) -> Option<&dyn PlacementScorePlugin> {
+        None
+    }
 }
 
 /// Whether an event may make `pod`, which the plugin rejected, schedulable: upstream's
@@ -908,6 +916,61 @@ pub type PodGroupPlacement<'a> = dyn Fn(&Snapshot) -> (Vec<ProposedAssignment>, 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodGroupPostFilterResult {
     pub nominations: BTreeMap<String, String>,
+}
+
+/// A set of nodes a pod group is tried on as a whole (upstream's `Placement`): one topology
+/// domain, or every node. The nodes are the cycle's snapshot's, before the group was tried.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// The domain (the topology label's value); empty for every node.
+    pub name: String,
+    pub nodes: Vec<Arc<NodeInfo>>,
+}
+
+/// The pod group the placement points look at: the group, and its members scheduled before
+/// this cycle (bound or assumed) as `(namespace/name, node)`.
+pub struct GroupInCycle<'a> {
+    pub group: &'a k8s_openapi::api::scheduling::v1beta1::PodGroup,
+    pub scheduled: &'a [(String, String)],
+}
+
+/// Splits the nodes a pod group may use into placements (upstream's `PlacementGeneratePlugin`);
+/// the group cycle tries the group in each.
+pub trait PlacementGeneratePlugin: Plugin {
+    /// The placements within `parent` (Unschedulable or Error when there is none to try).
+    fn generate_placements(
+        &self,
+        group: &GroupInCycle<'_>,
+        parent: &Placement,
+        snapshot: &Snapshot,
+    ) -> Result<Vec<Placement>, Status>;
+}
+
+/// Where a pod group's members landed in one placement.
+pub struct PlacementAssignments<'a> {
+    pub placement: &'a Placement,
+    /// The members placed, each with its node.
+    pub members: Vec<(&'a PodInfo, &'a str)>,
+}
+
+/// Ranks the placements a pod group fits in (upstream's `PlacementScorePlugin`); the group
+/// goes to the one with the highest weighted sum.
+pub trait PlacementScorePlugin: Plugin {
+    fn score_placement(
+        &self,
+        group: &GroupInCycle<'_>,
+        assignments: &PlacementAssignments<'_>,
+    ) -> Result<i64, Status>;
+
+    /// Upstream's `NormalizePlacementScore`, over every placement's score: must leave them in
+    /// 0..=100. The default leaves them as they are (a plugin without the extension).
+    fn normalize_placement_scores(
+        &self,
+        _group: &GroupInCycle<'_>,
+        _scores: &mut [i64],
+    ) -> Result<(), Status> {
+        Ok(())
+    }
 }
 
 /// Runs once for a pod group whose cycle did not place it (upstream's

@@ -216,6 +216,13 @@ impl Cache {
         self.inner.lock().pods.get(key).is_some_and(|e| e.assumed)
     }
 
+    /// The node an assumed pod is on; `None` when the pod is not assumed.
+    pub(crate) fn assumed_node(&self, key: &str) -> Option<String> {
+        let inner = self.inner.lock();
+        let entry = inner.pods.get(key)?;
+        entry.assumed.then(|| entry.node.clone())
+    }
+
     /// Drops assumed pods whose binding finished more than the TTL ago without confirmation;
     /// returns them.
     pub(crate) fn cleanup_expired_assumed(&self, now: Instant) -> Vec<CachedPod> {

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 
 mod group;
+mod placement;
 
 pub(crate) use group::{GroupDecision, GroupOutcome, condition_patch, pod_group_of};
 

@@ -58,21 +58,8 @@ pub(super) fn point_from_field(name: &str) -> Option<ExtensionPoint> {
 }
 
 fn is_point_like(key: &str) -> bool {
-    point_from_field(key).is_some()
-        || matches!(
-            key,
-            "multiPoint"
-                | "unreserve"
-                | "placementGenerate"
-                | "placementScore"
-                | "podGroupPostFilter"
-                | "normalizeScore"
-        )
+    point_from_field(key).is_some() || matches!(key, "multiPoint" | "unreserve" | "normalizeScore")
 }
-
-/// `plugins` fields of v1 that a Kubernetes minor added: kube-scheduler of an older minor calls
-/// them unknown.
-const PLUGINS_FIELDS_SINCE: &[(&str, Minor)] = &[("podGroupPostFilter", Minor::V1_37)];
 
 pub(super) fn allowed_fields(ctx: Ctx, version: ApiVersion, minor: Minor) -> Vec<&'static str> {
     match ctx {
@@ -113,21 +100,11 @@ pub(super) fn allowed_fields(ctx: Ctx, version: ApiVersion, minor: Minor) -> Vec
         Ctx::Plugins => {
             let mut f: Vec<&'static str> = ExtensionPoint::ALL
                 .into_iter()
-                .filter(|p| *p != ExtensionPoint::PreEnqueue || version >= ApiVersion::V1Beta3)
+                .filter(|p| p.exists_in(version, minor))
                 .map(ExtensionPoint::field_name)
                 .collect();
             if version >= ApiVersion::V1Beta3 {
                 f.push("multiPoint");
-            }
-            if version == ApiVersion::V1 {
-                f.push("placementGenerate");
-                f.push("placementScore");
-                f.extend(
-                    PLUGINS_FIELDS_SINCE
-                        .iter()
-                        .filter(|(_, since)| minor >= *since)
-                        .map(|(field, _)| *field),
-                );
             }
             if version == ApiVersion::V1Beta1 {
                 f.push("unreserve");
@@ -174,9 +151,11 @@ pub(super) fn misplaced_hint(
     parent: &str,
 ) -> Option<String> {
     if ctx == Ctx::Plugins
-        && let Some((_, since)) = PLUGINS_FIELDS_SINCE.iter().find(|(f, _)| *f == key)
-        && minor < *since
+        && key == ExtensionPoint::PodGroupPostFilter.field_name()
+        && version == ApiVersion::V1
+        && !ExtensionPoint::PodGroupPostFilter.exists_in(version, minor)
     {
+        let since = Minor::V1_37;
         return Some(format!(
             "`{key}` exists from Kubernetes {since} on, and this scheduler emulates {minor} (kube-scheduler {minor} does not know it either): remove it, or emulate {since} or later"
         ));

@@ -388,9 +388,6 @@ impl Walker {
             let set = self.plugin_set(m, &p);
             match key.as_str() {
                 "multiPoint" => plugins.multi_point = set,
-                "placementGenerate" => plugins.placement_generate = set,
-                "placementScore" => plugins.placement_score = set,
-                "podGroupPostFilter" => plugins.pod_group_post_filter = set,
                 "unreserve" => unreserve = Some(set),
                 other => {
                     if let Some(point) = point_from_field(other) {

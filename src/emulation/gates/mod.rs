@@ -28,11 +28,17 @@ const HONOURED: &[(&str, Minor)] = &[
     ("NodeDeclaredFeatures", Minor::V1_36),
     (OPPORTUNISTIC_BATCHING, Minor::V1_36),
     (GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE),
+    (TOPOLOGY_AWARE_WORKLOAD_SCHEDULING, GENERIC_WORKLOAD_SINCE),
 ];
 
 /// 1.37's workload-aware scheduling (beta, off by default): on, the default profile gets
 /// GangScheduling.
 pub const GENERIC_WORKLOAD: &str = "GenericWorkload";
+
+/// 1.37's topology-aware workload scheduling (alpha, off by default): on, a PodGroup's
+/// `schedulingConstraints.topology` places it in one domain, and the default profile gets
+/// TopologyPlacementGenerator and PodGroupPodsCount.
+pub const TOPOLOGY_AWARE_WORKLOAD_SCHEDULING: &str = "TopologyAwareWorkloadScheduling";
 
 /// The first minor whose `GenericWorkload` ksched honours: 1.36 has the gate too, but its gang
 /// scheduling reads the v1alpha2 API, which ksched does not.

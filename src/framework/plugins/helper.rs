@@ -68,8 +68,9 @@ macro_rules! impl_plugin {
     (@as Sign) => { $crate::impl_plugin!(@fn as_sign SignPlugin); };
     // Not a configurable extension point: a pod group's constraints in its cycle.
     (@as PlacementFeasible) => { $crate::impl_plugin!(@fn as_placement_feasible PlacementFeasiblePlugin); };
-    // Not a configurable extension point yet: DefaultPreemption's, when it runs at PostFilter.
     (@as PodGroupPostFilter) => { $crate::impl_plugin!(@fn as_pod_group_post_filter PodGroupPostFilterPlugin); };
+    (@as PlacementGenerate) => { $crate::impl_plugin!(@fn as_placement_generate PlacementGeneratePlugin); };
+    (@as PlacementScore) => { $crate::impl_plugin!(@fn as_placement_score PlacementScorePlugin); };
     (@fn $method:ident $trait:ident) => {
         fn $method(&self) -> Option<&dyn $crate::prelude::$trait> {
             Some(self)

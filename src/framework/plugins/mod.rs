@@ -19,10 +19,12 @@ pub(crate) mod node_ports;
 pub(crate) mod node_resources;
 pub(crate) mod node_unschedulable;
 pub(crate) mod node_volume_limits;
+pub(crate) mod pod_group_pods_count;
 pub(crate) mod pod_topology_spread;
 pub(crate) mod priority_sort;
 pub(crate) mod scheduling_gates;
 pub(crate) mod taint_toleration;
+pub(crate) mod topology_placement;
 pub(crate) mod volume_binding;
 pub(crate) mod volume_restrictions;
 pub(crate) mod volume_zone;
@@ -99,6 +101,14 @@ pub fn register_in_tree(r: &mut Registry) {
         ),
         (names::DYNAMIC_RESOURCES, dynamic_resources::registration()),
         (names::GANG_SCHEDULING, gang_scheduling::registration()),
+        (
+            names::TOPOLOGY_PLACEMENT_GENERATOR,
+            topology_placement::registration(),
+        ),
+        (
+            names::POD_GROUP_PODS_COUNT,
+            pod_group_pods_count::registration(),
+        ),
         (
             names::NODE_DECLARED_FEATURES,
             node_declared_features::registration(),

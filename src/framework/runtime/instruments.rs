@@ -83,6 +83,10 @@ impl PluginMetrics {
             ExtensionPoint::PreBind => (&[Point::PreBind, Point::PreBindPreFlight], false),
             ExtensionPoint::Bind => (&[Point::Bind], false),
             ExtensionPoint::PostBind => (&[Point::PostBind], false),
+            // Not timed per plugin: they run once per group cycle.
+            ExtensionPoint::PlacementGenerate
+            | ExtensionPoint::PlacementScore
+            | ExtensionPoint::PodGroupPostFilter => (&[], false),
         };
         let evaluations = evaluated.then(|| {
             m.plugin_evaluation

@@ -18,6 +18,7 @@ mod bind;
 mod filter;
 mod instruments;
 mod permit;
+mod placement;
 mod post_filter;
 mod queue;
 mod score;
@@ -133,6 +134,8 @@ pub struct Framework {
     instances: BTreeMap<String, Arc<dyn Plugin>>,
     points: EntriesByPoint,
     score_weights: Vec<i64>,
+    /// The weights of the PlacementScore plugins, in their order.
+    placement_score_weights: Vec<i64>,
     /// The plugins that sign pods for opportunistic batching; `None`: the profile never batches.
     signers: Option<Vec<Arc<dyn Plugin>>>,
     batch: parking_lot::Mutex<OpportunisticBatch>,
@@ -163,6 +166,9 @@ fn extends(p: &dyn Plugin, ep: ExtensionPoint) -> bool {
         ExtensionPoint::PreBind => p.as_pre_bind().is_some(),
         ExtensionPoint::Bind => p.as_bind().is_some(),
         ExtensionPoint::PostBind => p.as_post_bind().is_some(),
+        ExtensionPoint::PlacementGenerate => p.as_placement_generate().is_some(),
+        ExtensionPoint::PlacementScore => p.as_placement_score().is_some(),
+        ExtensionPoint::PodGroupPostFilter => p.as_pod_group_post_filter().is_some(),
     }
 }
 
@@ -180,6 +186,7 @@ impl Framework {
         let mut instances: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
         let mut points = EntriesByPoint::default();
         let mut score_weights = Vec::new();
+        let mut placement_score_weights = Vec::new();
         for ep in ExtensionPoint::ALL {
             let enabled = spec.plugins.get(&ep).map(Vec::as_slice).unwrap_or(&[]);
             let mut seen = BTreeSet::new();
@@ -211,7 +218,7 @@ impl Framework {
                         extension_point: ep.field_name().to_string(),
                     });
                 }
-                if ep == ExtensionPoint::Score {
+                if ep.is_weighted() {
                     let w = if *weight == 0 { 1 } else { i64::from(*weight) };
                     if w < 0 {
                         return Err(FrameworkError::Invalid {
@@ -219,7 +226,11 @@ impl Framework {
                             message: format!("score plugin {name:?} has a negative weight {w}"),
                         });
                     }
-                    score_weights.push(w);
+                    if ep == ExtensionPoint::Score {
+                        score_weights.push(w);
+                    } else {
+                        placement_score_weights.push(w);
+                    }
                 }
                 let metrics = handle
                     .metrics
@@ -276,6 +287,7 @@ impl Framework {
             instances,
             points,
             score_weights,
+            placement_score_weights,
             signers,
             batch: parking_lot::Mutex::new(OpportunisticBatch::default()),
             queueing_hints,
@@ -328,10 +340,10 @@ impl Framework {
                 .iter()
                 .enumerate()
                 .map(|(i, e)| {
-                    let w = if ep == ExtensionPoint::Score {
-                        self.score_weights[i] as i32
-                    } else {
-                        0
+                    let w = match ep {
+                        ExtensionPoint::Score => self.score_weights[i] as i32,
+                        ExtensionPoint::PlacementScore => self.placement_score_weights[i] as i32,
+                        _ => 0,
                     };
                     (e.name.to_string(), w)
                 })

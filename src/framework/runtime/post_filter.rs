@@ -49,8 +49,8 @@ impl Framework {
     }
 
     /// PodGroupPostFilter for a pod group its cycle did not place (upstream's
-    /// `RunPodGroupPostFilterPlugins` over its default set): DefaultPreemption's, when the
-    /// profile runs it at PostFilter; without one, Unschedulable with no reason, as upstream.
+    /// `RunPodGroupPostFilterPlugins`): the first Success or UnschedulableAndUnresolvable ends
+    /// it; otherwise Unschedulable with every plugin's reasons (none without plugins).
     pub fn run_pod_group_post_filter_plugins(
         &self,
         group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
@@ -58,27 +58,39 @@ impl Framework {
         snapshot: &Snapshot,
         place: &PodGroupPlacement<'_>,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
-        let plugin = self
-            .at(ExtensionPoint::PostFilter)
-            .iter()
-            .find_map(|e| e.plugin.as_pod_group_post_filter());
-        let Some(plugin) = plugin else {
-            return (None, Status::code_only(Code::Unschedulable));
-        };
-        let name = plugin.name().to_string();
-        let (result, status) = plugin.pod_group_post_filter(self, group, members, snapshot, place);
-        match status.code() {
-            Code::Success | Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                (result, status.with_plugin(name))
+        let mut reasons = Vec::new();
+        let mut rejector: Option<Arc<str>> = None;
+        for e in self.at(ExtensionPoint::PodGroupPostFilter) {
+            let Some(plugin) = e.plugin.as_pod_group_post_filter() else {
+                continue;
+            };
+            let (result, status) =
+                plugin.pod_group_post_filter(self, group, members, snapshot, place);
+            match status.code() {
+                Code::Success | Code::UnschedulableAndUnresolvable => {
+                    return (result, status.with_plugin(e.name.clone()));
+                }
+                Code::Unschedulable => {
+                    reasons.extend(status.reasons().iter().cloned());
+                    rejector.get_or_insert_with(|| e.name.clone());
+                }
+                _ => {
+                    return (
+                        None,
+                        Status::error(format!(
+                            "error in {:?} PodGroupPostFilter plugins: {}",
+                            e.name,
+                            status.message()
+                        ))
+                        .with_plugin(e.name.clone()),
+                    );
+                }
             }
-            _ => (
-                None,
-                Status::error(format!(
-                    "error in {name:?} PodGroupPostFilter plugins: {}",
-                    status.message()
-                ))
-                .with_plugin(name),
-            ),
+        }
+        let status = Status::with_reasons(Code::Unschedulable, reasons);
+        match rejector {
+            Some(name) => (None, status.with_plugin(name)),
+            None => (None, status),
         }
     }
 

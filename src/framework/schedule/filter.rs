@@ -22,10 +22,10 @@ impl Algorithm {
         state: &mut CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
+        all_nodes: &[Arc<NodeInfo>],
         mut batch: Option<&mut BatchCycle<'_>>,
     ) -> Result<(FeasibleNodes, Diagnosis), ScheduleError> {
         let mut diagnosis = Diagnosis::default();
-        let all_nodes = snapshot.nodes();
         let (pre_res, s, unscheduled_plugins) = fwk.run_pre_filter_plugins(state, pod, snapshot);
         diagnosis.unschedulable_plugins = unscheduled_plugins.clone();
         if !s.is_success() {
@@ -44,7 +44,7 @@ impl Algorithm {
         // A nominated node (from an earlier preemption) is tried first.
         let nominated = pod.nominated_node_name();
         if !nominated.is_empty()
-            && let Some(node) = snapshot.get(nominated)
+            && let Some(node) = self.candidate(snapshot, nominated)
         {
             let (feasible, _) = self.find_nodes_that_pass_filters(
                 fwk,
@@ -86,7 +86,7 @@ impl Algorithm {
                 }
                 restricted = names
                     .iter()
-                    .filter_map(|n| snapshot.get(n).cloned())
+                    .filter_map(|n| self.candidate(snapshot, n).cloned())
                     .collect();
                 let list: Vec<&str> = unscheduled_plugins.iter().map(String::as_str).collect();
                 diagnosis

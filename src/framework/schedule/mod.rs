@@ -8,6 +8,8 @@ mod filter;
 mod fit_error;
 mod score;
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::batch::{BatchCycle, World};
@@ -51,6 +53,32 @@ pub struct Algorithm {
     opportunistic_batching: bool,
     /// Pods scheduled so far: a batch serves consecutive pods only.
     cycle: u64,
+    /// The pod group placement the search is limited to, while a group cycle tries one.
+    placement: Option<PlacementNodes>,
+}
+
+/// The nodes of a pod group's placement (upstream's `Snapshot.AssumePlacement`): only they are
+/// filtered and scored; plugins still see the whole snapshot.
+#[derive(Debug, Clone)]
+pub struct PlacementNodes {
+    names: Vec<String>,
+    set: HashSet<String>,
+}
+
+impl PlacementNodes {
+    pub fn new(nodes: &[Arc<NodeInfo>]) -> PlacementNodes {
+        let names: Vec<String> = nodes.iter().map(|n| n.name().to_string()).collect();
+        let set = names.iter().cloned().collect();
+        PlacementNodes { names, set }
+    }
+
+    /// The placement's nodes as `snapshot` has them now, in the placement's order.
+    fn nodes_in(&self, snapshot: &Snapshot) -> Vec<Arc<NodeInfo>> {
+        self.names
+            .iter()
+            .filter_map(|n| snapshot.get(n).cloned())
+            .collect()
+    }
 }
 
 impl Default for Algorithm {
@@ -67,7 +95,26 @@ impl Algorithm {
             extenders: Vec::new(),
             opportunistic_batching: true,
             cycle: 0,
+            placement: None,
         }
+    }
+
+    /// Limits the search to a pod group's placement (`None`: every node again).
+    pub fn set_placement(&mut self, placement: Option<PlacementNodes>) {
+        self.placement = placement;
+    }
+
+    /// `name`'s NodeInfo when it is a candidate: in the snapshot, and in the placement if any
+    /// (upstream's `GetNodeInPlacement`).
+    fn candidate<'a>(&self, snapshot: &'a Snapshot, name: &str) -> Option<&'a Arc<NodeInfo>> {
+        if self
+            .placement
+            .as_ref()
+            .is_some_and(|p| !p.set.contains(name))
+        {
+            return None;
+        }
+        snapshot.get(name)
     }
 
     pub fn with_extenders(mut self, extenders: Vec<Arc<dyn Extender>>) -> Algorithm {
@@ -121,7 +168,12 @@ impl Algorithm {
     ) -> Result<ScheduleResult, ScheduleError> {
         self.cycle += 1;
         let signers = fwk.signers();
-        if !self.opportunistic_batching || !self.extenders.is_empty() || signers.is_none() {
+        // A batch records positions in the snapshot's node list, not in a placement's.
+        if !self.opportunistic_batching
+            || !self.extenders.is_empty()
+            || signers.is_none()
+            || self.placement.is_some()
+        {
             return self.schedule(fwk, state, pod, snapshot, None);
         }
         let mut batch = fwk.batch().lock();
@@ -154,16 +206,27 @@ impl Algorithm {
         snapshot: &Snapshot,
         mut batch: Option<&mut BatchCycle<'_>>,
     ) -> Result<ScheduleResult, ScheduleError> {
-        if snapshot.num_nodes() == 0 {
+        let candidates: Cow<'_, [Arc<NodeInfo>]> = match &self.placement {
+            Some(p) => Cow::Owned(p.nodes_in(snapshot)),
+            None => Cow::Borrowed(snapshot.nodes()),
+        };
+        if candidates.is_empty() {
             return Err(ScheduleError::NoNodesAvailable);
         }
+        // Plugins (ImageLocality's spread) count the whole cluster, placement or not.
         state.set_num_all_nodes(snapshot.num_nodes());
-        let ((feasible, positions), diagnosis) =
-            self.find_nodes_that_fit_pod(fwk, state, pod, snapshot, batch.as_deref_mut())?;
+        let ((feasible, positions), diagnosis) = self.find_nodes_that_fit_pod(
+            fwk,
+            state,
+            pod,
+            snapshot,
+            &candidates,
+            batch.as_deref_mut(),
+        )?;
         if feasible.is_empty() {
             return Err(ScheduleError::Fit(Box::new(FitError {
                 pod: pod.key(),
-                num_all_nodes: snapshot.num_nodes(),
+                num_all_nodes: candidates.len(),
                 diagnosis,
             })));
         }

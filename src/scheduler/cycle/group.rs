@@ -14,7 +14,7 @@ use std::time::Instant;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use super::{Cycle, Failure, PodDecision, Reserved};
-use crate::emulation::GENERIC_WORKLOAD;
+use crate::emulation::{GENERIC_WORKLOAD, TOPOLOGY_AWARE_WORKLOAD_SCHEDULING};
 use crate::framework::interface::{
     Code, PLACEMENT_PROGRESS, PlacementProgress, PodGroupPostFilterResult, ProposedAssignment,
     Status,
@@ -30,7 +30,7 @@ use crate::scheduler::informers::pod_key;
 
 /// Upstream's `errPodGroupUnschedulable`: the first reason of a member placed in a group that
 /// was not.
-const POD_GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
+pub(super) const POD_GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 
 /// The condition a group cycle writes on its PodGroup.
 pub(crate) const POD_GROUP_INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
@@ -69,7 +69,28 @@ impl GroupOutcome {
 }
 
 /// One member's try in the group cycle: placed (assumed and reserved), or why not.
-type Tried = Result<Reserved, Box<Failure>>;
+pub(super) type Tried = Result<Reserved, Box<Failure>>;
+
+/// A member of a group that was not placed, its placement undone: whether it had a nomination to
+/// clear, or why it failed on its own.
+pub(super) type Undone = Result<bool, Failure>;
+
+/// What is left of members undone.
+pub(super) fn undone(tried: Vec<Tried>) -> Vec<Undone> {
+    let mut out = Vec::with_capacity(tried.len());
+    for t in tried {
+        out.push(match t {
+            Ok(reserved) => Ok(!reserved.assumed.nominated_node_name().is_empty()),
+            Err(failure) => Err(*failure),
+        });
+    }
+    out
+}
+
+/// The group's attempt (one run over its members, or the best of its placements): the members
+/// tried, still placed, the group's status and progress; or, when no placement took it, the
+/// members undone and the group's status.
+pub(super) type Attempt = Result<(Vec<Tried>, Status, PlacementProgress), (Vec<Undone>, Status)>;
 
 impl Cycle {
     /// The group cycle: every member tried, then all placed members permitted, or all undone.
@@ -82,23 +103,37 @@ impl Cycle {
         if let Err(message) = validate(group) {
             return all_failed(group, &message);
         }
-        let (tried, mut status, progress) =
-            self.run_members(fwk, group, |pod| self.try_member(fwk, pod));
+        let attempt = if fwk
+            .handle()
+            .emulation
+            .enabled(TOPOLOGY_AWARE_WORKLOAD_SCHEDULING)
+        {
+            self.run_in_placements(fwk, group)
+        } else {
+            Ok(self.run_members(fwk, group, |pod| self.try_member(fwk, pod)))
+        };
         if let Some(m) = self.metrics.as_ref().and_then(|m| m.pod_group.as_ref()) {
             m.algorithm_duration
                 .observe(started.elapsed().as_secs_f64());
         }
-        let any_placed = tried.iter().any(Result::is_ok);
-        if status.is_success() && any_placed {
-            let outcome = GroupOutcome::Scheduled(status.message());
-            return self.permit_members(fwk, group, tried, progress, outcome);
-        }
-        if status.is_success() {
-            // The framework needs at least one member placed to call the group scheduled.
-            status = unschedulable(&Status::success());
-        }
         // Not placed: the members placed are undone before the group's PostFilter looks.
-        let tried = self.undo_placed(fwk, tried);
+        let (tried, mut status) = match attempt {
+            Ok((tried, status, progress)) => {
+                let any_placed = tried.iter().any(Result::is_ok);
+                if status.is_success() && any_placed {
+                    let outcome = GroupOutcome::Scheduled(status.message());
+                    return self.permit_members(fwk, group, tried, progress, outcome);
+                }
+                let status = if status.is_success() {
+                    // The framework needs at least one member placed to call the group scheduled.
+                    unschedulable(&Status::success())
+                } else {
+                    status
+                };
+                (self.undo_placed(fwk, tried), status)
+            }
+            Err(not_placed) => not_placed,
+        };
         // Members not tried are told the status as it was before PodGroupPostFilter's word.
         let before_post_filter = status.clone();
         let mut preempting = None;
@@ -123,23 +158,16 @@ impl Cycle {
 
     /// Every placed member undone, last first: what is left of each is whether it failed on
     /// its own and whether it had a nomination to clear.
-    fn undo_placed(&self, fwk: &Framework, tried: Vec<Tried>) -> Vec<Result<bool, Failure>> {
-        let mut out: Vec<Result<bool, Failure>> = Vec::with_capacity(tried.len());
-        let mut placed = Vec::new();
-        for (i, t) in tried.into_iter().enumerate() {
-            match t {
-                Ok(reserved) => {
-                    placed.push((i, reserved));
-                    out.push(Ok(false));
-                }
-                Err(failure) => out.push(Err(*failure)),
-            }
+    fn undo_placed(&self, fwk: &Framework, mut tried: Vec<Tried>) -> Vec<Undone> {
+        self.undo_all(fwk, &mut tried);
+        undone(tried)
+    }
+
+    /// Undoes every placed member, last first, keeping what each was (its node and state).
+    pub(super) fn undo_all(&self, fwk: &Framework, tried: &mut [Tried]) {
+        for reserved in tried.iter_mut().rev().filter_map(|t| t.as_mut().ok()) {
+            self.undo(fwk, reserved);
         }
-        for (i, mut reserved) in placed.into_iter().rev() {
-            self.undo(fwk, &mut reserved);
-            out[i] = Ok(!reserved.assumed.nominated_node_name().is_empty());
-        }
-        out
     }
 
     /// PodGroupPostFilter on the cluster as it was before the group's cycle, with the group's
@@ -183,7 +211,7 @@ impl Cycle {
 
     /// Runs `step` on each member in turn, asking PlacementFeasible before the first and after
     /// each; the members tried (the rest were not) and the group's status.
-    fn run_members<T>(
+    pub(super) fn run_members<T>(
         &self,
         fwk: &Framework,
         group: &QueuedPodGroup,
@@ -233,7 +261,7 @@ impl Cycle {
 
     /// One member: a node on the snapshot as the members before it left the cluster (no
     /// PostFilter: the group's preemption is the group's), then assume and Reserve.
-    fn try_member(&self, fwk: &Framework, pod: &Arc<PodInfo>) -> Tried {
+    pub(super) fn try_member(&self, fwk: &Framework, pod: &Arc<PodInfo>) -> Tried {
         let started = Instant::now();
         let snapshot = self.snapshot();
         let mut state = self.new_state();
@@ -249,6 +277,16 @@ impl Cycle {
     /// The group's members already bound or assumed before this cycle (upstream's
     /// `ScheduledPodsCount`).
     fn scheduled_before(&self, fwk: &Framework, group: &QueuedPodGroup) -> usize {
+        self.scheduled_members(fwk, group).len()
+    }
+
+    /// The group's members already bound or assumed before this cycle, as
+    /// `(namespace/name, node)` (upstream's `PodGroupState.ScheduledPods`).
+    pub(super) fn scheduled_members(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+    ) -> Vec<(String, String)> {
         let namespace = group
             .group
             .metadata
@@ -264,12 +302,16 @@ impl Cycle {
             .members(namespace, name);
         members
             .iter()
-            .filter(|p| {
+            .filter_map(|p| {
                 let key = pod_key(p);
-                let bound = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-                !queued.contains(&key) && (bound || self.cache.is_assumed(&key))
+                if queued.contains(&key) {
+                    return None;
+                }
+                let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                let node = bound.or_else(|| self.cache.assumed_node(&key))?;
+                Some((key, node))
             })
-            .count()
+            .collect()
     }
 
     /// The group fits: Permit for each placed member, in order, as upstream permits them one
@@ -330,7 +372,7 @@ impl Rejected<'_> {
     /// rejected with the group's message, one that failed keeps its own reason, one not tried
     /// gets the group's status as it was when the algorithm stopped; while the group waits on
     /// its preemption, each member carries its nomination.
-    fn members(&self, group: &QueuedPodGroup, tried: Vec<Result<bool, Failure>>) -> GroupDecision {
+    fn members(&self, group: &QueuedPodGroup, tried: Vec<Undone>) -> GroupDecision {
         let error = self.status.code() == Code::Error;
         let mut members: Vec<PodDecision> = Vec::with_capacity(group.members.len());
         for t in tried {
@@ -465,7 +507,7 @@ fn group_failure(error: bool, message: String) -> Failure {
 }
 
 /// Unschedulable with the group's error first (upstream's `.WithError(errPodGroupUnschedulable)`).
-fn unschedulable(status: &Status) -> Status {
+pub(super) fn unschedulable(status: &Status) -> Status {
     let mut reasons = vec![POD_GROUP_UNSCHEDULABLE.to_string()];
     reasons.extend(status.reasons().iter().cloned());
     Status::with_reasons(Code::Unschedulable, reasons)

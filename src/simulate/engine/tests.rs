@@ -383,6 +383,79 @@ fn a_workload_gang_is_placed_whole_or_not_at_all_in_one_group_cycle() {
     assert_eq!(placed, 2, "{:?}", placements(&r));
 }
 
+/// Racks `r1` (nodes a1, a2) and `r2` (b1, b2, b3) of `cpu` each, and a gang of `members`
+/// members of `member_cpu` that must land in one rack.
+fn racks(cpu: &str, members: usize, member_cpu: &str) -> Vec<Value> {
+    let mut items: Vec<Value> = [
+        ("a1", "r1"),
+        ("a2", "r1"),
+        ("b1", "r2"),
+        ("b2", "r2"),
+        ("b3", "r2"),
+    ]
+    .into_iter()
+    .map(|(name, rack)| node(name, cpu, json!({"rack": rack}), json!({})))
+    .collect();
+    let mut gang = workload_gang("g", i32::try_from(members).unwrap_or(i32::MAX));
+    gang["spec"]["schedulingConstraints"] = json!({"topology": [{"key": "rack"}]});
+    items.push(gang);
+    items.extend((0..members).map(|i| workload_member(&format!("m{i}"), "g", member_cpu)));
+    items
+}
+
+#[test]
+fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
+    let profile = profile::load(
+        None,
+        &[],
+        &Registry::in_tree(),
+        &["GenericWorkload=true,TopologyAwareWorkloadScheduling=true".into()],
+    )
+    .expect("profile with TopologyAwareWorkloadScheduling");
+    let nodes_of = |r: &Report| {
+        let mut nodes: Vec<String> = r.pods.iter().filter_map(|p| p.node.clone()).collect();
+        nodes.sort();
+        nodes
+    };
+    // Five 1-CPU members: r1 holds four, so all go to r2.
+    let r = run(
+        racks("2", 5, "1"),
+        &profile,
+        Request::Pending { all: false },
+    );
+    assert_eq!(r.pods.len(), 5);
+    assert!(
+        nodes_of(&r).iter().all(|n| n.starts_with('b')) && nodes_of(&r).len() == 5,
+        "{:?}",
+        placements(&r)
+    );
+    // Four members fit either rack; with 2 CPU already used in r1 it is the fuller one
+    // (NodeResourcesFit's MostAllocated over the placement), and the counts tie.
+    let mut items = racks("4", 4, "1");
+    items.push(pod("busy", "2", json!({"nodeName": "a1"})));
+    let r = run(items, &profile, Request::Pending { all: false });
+    let nodes = nodes_of(&r);
+    assert!(
+        nodes.len() == 4 && nodes.iter().all(|n| n.starts_with('a')),
+        "{:?}",
+        placements(&r)
+    );
+    // Five 2-CPU members fit the cluster (five nodes) but no rack: none is placed.
+    let r = run(
+        racks("2", 5, "2"),
+        &profile,
+        Request::Pending { all: false },
+    );
+    assert!(nodes_of(&r).is_empty(), "{:?}", placements(&r));
+    let messages: Vec<&str> = r.pods.iter().map(|p| p.message.as_str()).collect();
+    assert!(
+        messages.iter().any(|m| m.starts_with(
+            "pod group is unschedulable, 0/2 placements are available, first placement status: minCount (5) cannot be satisfied"
+        )),
+        "{messages:?}"
+    );
+}
+
 #[test]
 fn a_higher_priority_gang_would_preempt_a_whole_lower_gang() {
     let running = |name: &str, node: &str| {

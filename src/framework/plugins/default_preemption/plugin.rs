@@ -193,9 +193,8 @@ pub(super) fn terminating_by_preemption(p: &AssignedPod) -> bool {
 impl_plugin!(
     DefaultPreemption,
     names::DEFAULT_PREEMPTION,
-    [PreEnqueue, PostFilter],
-    EnqueueExtensions,
-    PodGroupPostFilter
+    [PreEnqueue, PostFilter, PodGroupPostFilter],
+    EnqueueExtensions
 );
 
 impl EnqueueExtensions for DefaultPreemption {

@@ -9,11 +9,12 @@
 //!   upstream) is rejected, so a gang that cannot reach `minCount` binds none of its pods.
 //! - A member added, the PodGroup created, or its `minCount` lowered tries the gang's pods again.
 //!
-//! Upstream 1.37 also schedules such a gang in one group cycle (`podGroupCycle`: every member
-//! placed on one snapshot before any waits at Permit, PodGroup conditions, workload-aware
-//! preemption); ksched's cycle takes one pod at a time so far, and this plugin's Permit is the
-//! all-or-nothing guard, as upstream's is in its group cycle. Groups without a `gang` policy
-//! (`basic`) are not held.
+//! - PlacementFeasible tells the group cycle (`scheduler::cycle::group`) whether `minCount` can
+//!   still be met as its members are tried.
+//!
+//! The group cycle places a gang whole or not at all; this plugin's Permit stays the
+//! all-or-nothing guard, as upstream's does. Groups without a `gang` policy (`basic`) are not
+//! held.
 
 mod events;
 #[cfg(test)]

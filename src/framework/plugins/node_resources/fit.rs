@@ -226,6 +226,11 @@ impl Fit {
         .collect()
     }
 
+    /// The resources (and weights) the scoring strategy scores.
+    pub(super) fn scoring_resources(&self) -> &[ResourceSpec] {
+        &self.resources
+    }
+
     /// The strategy's score of `node` for a pod requesting `pod_requests` (per resource).
     fn score_node(&self, node: &NodeInfo, pod_requests: &[i64]) -> i64 {
         let mut node_score = 0i64;
@@ -274,7 +279,7 @@ fn least_requested_score(requested: i64, capacity: i64) -> i64 {
     (capacity - requested) * MAX_NODE_SCORE / capacity
 }
 
-fn most_requested_score(requested: i64, capacity: i64) -> i64 {
+pub(super) fn most_requested_score(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;
     }
@@ -384,7 +389,7 @@ pub(crate) fn is_extended_resource_name(name: &str) -> bool {
 impl_plugin!(
     Fit,
     names::NODE_RESOURCES_FIT,
-    [PreFilter, Filter, PreScore, Score],
+    [PreFilter, Filter, PreScore, Score, PlacementScore],
     EnqueueExtensions,
     Sign,
 );

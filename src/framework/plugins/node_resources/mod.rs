@@ -4,6 +4,7 @@
 pub(crate) mod balanced_allocation;
 pub(crate) mod fit;
 mod fit_events;
+mod placement_score;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,167 @@
+//! A pod group's cycle over placements (upstream 1.37's `podGroupSchedulingPlacementAlgorithm`,
+//! gate `TopologyAwareWorkloadScheduling`): PlacementGenerate splits the nodes into placements
+//! (a group with a topology constraint: one per domain), the group's members are tried in each
+//! with the search limited to its nodes, and PlacementScore picks the best of those the group
+//! fits in.
+//!
+//! Each placement's try assumes and reserves the members as the plain group cycle does, then
+//! undoes them for the next; the winner's members are assumed again on the nodes its try chose,
+//! with the cycle states it left (upstream reverts every try and assumes the winner again too).
+
+use super::Cycle;
+use super::group::{Attempt, POD_GROUP_UNSCHEDULABLE, Tried, undone};
+use crate::framework::interface::{
+    Code, GroupInCycle, Placement, PlacementAssignments, PlacementProgress, Status,
+};
+use crate::framework::runtime::Framework;
+use crate::framework::schedule::PlacementNodes;
+use crate::framework::types::QueuedPodGroup;
+
+/// A placement the group fits in: its members as its try left them (undone), and the group's
+/// status and progress there.
+struct Fitted {
+    placement: usize,
+    tried: Vec<Tried>,
+    status: Status,
+    progress: PlacementProgress,
+}
+
+impl Cycle {
+    /// The group tried in each of its placements; the best one's members placed again.
+    pub(super) fn run_in_placements(&self, fwk: &Framework, group: &QueuedPodGroup) -> Attempt {
+        let snapshot = self.snapshot();
+        let scheduled = self.scheduled_members(fwk, group);
+        let view = GroupInCycle {
+            group: &group.group,
+            scheduled: &scheduled,
+        };
+        let every_node = Placement {
+            name: String::new(),
+            nodes: snapshot.nodes().to_vec(),
+        };
+        let placements = fwk
+            .run_placement_generate_plugins(&view, every_node, &snapshot)
+            .map_err(|status| (Vec::new(), status))?;
+        let all_nodes = snapshot.num_nodes();
+        drop(snapshot);
+
+        let mut fitted: Vec<Fitted> = Vec::new();
+        let mut first_failure: Option<(Vec<Tried>, Status)> = None;
+        for (i, placement) in placements.iter().enumerate() {
+            // A placement of every node limits nothing (and keeps opportunistic batching).
+            let limit =
+                (placement.nodes.len() != all_nodes).then(|| PlacementNodes::new(&placement.nodes));
+            self.algorithm.lock().set_placement(limit);
+            let (mut tried, status, progress) =
+                self.run_members(fwk, group, |pod| self.try_member(fwk, pod));
+            self.algorithm.lock().set_placement(None);
+            self.undo_all(fwk, &mut tried);
+            if status.code() == Code::Error {
+                return Err((undone(tried), status));
+            }
+            if status.is_success() {
+                fitted.push(Fitted {
+                    placement: i,
+                    tried,
+                    status,
+                    progress,
+                });
+            } else if first_failure.is_none() {
+                first_failure = Some((tried, status));
+            }
+        }
+        if fitted.is_empty() {
+            let (tried, first) = first_failure.unwrap_or_default();
+            let status = Status::with_reasons(
+                Code::Unschedulable,
+                vec![
+                    POD_GROUP_UNSCHEDULABLE.to_string(),
+                    format!(
+                        "0/{} placements are available, first placement status: {}",
+                        placements.len(),
+                        as_error(&first)
+                    ),
+                ],
+            );
+            return Err((undone(tried), status));
+        }
+        let best = best_placement(fwk, &view, group, &placements, &fitted)
+            .map_err(|status| (Vec::new(), status))?;
+        let winner = fitted.swap_remove(best);
+        let tried = self.place_again(fwk, group, winner.tried);
+        Ok((tried, winner.status, winner.progress))
+    }
+
+    /// The winning placement's members assumed and reserved again where its try put them; one
+    /// whose Reserve now fails is rejected alone (Permit still holds the gang to `minCount`).
+    fn place_again(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+        tried: Vec<Tried>,
+    ) -> Vec<Tried> {
+        tried
+            .into_iter()
+            .zip(&group.members)
+            .map(|(t, member)| {
+                let reserved = t?;
+                self.assume_and_reserve(fwk, reserved.state, &member.pod_info, reserved.host)
+            })
+            .collect()
+    }
+}
+
+/// The index (in `fitted`) of the placement PlacementScore ranks highest, ties broken at
+/// random as upstream's; the only one without scoring.
+fn best_placement(
+    fwk: &Framework,
+    view: &GroupInCycle<'_>,
+    group: &QueuedPodGroup,
+    placements: &[Placement],
+    fitted: &[Fitted],
+) -> Result<usize, Status> {
+    if fitted.len() == 1 {
+        return Ok(0);
+    }
+    let assignments: Vec<PlacementAssignments<'_>> = fitted
+        .iter()
+        .map(|f| PlacementAssignments {
+            placement: &placements[f.placement],
+            members: f
+                .tried
+                .iter()
+                .zip(&group.members)
+                .filter_map(|(t, m)| {
+                    t.as_ref()
+                        .ok()
+                        .map(|r| (m.pod_info.as_ref(), r.host.as_str()))
+                })
+                .collect(),
+        })
+        .collect();
+    let totals = fwk.run_placement_score_plugins(view, &assignments)?;
+    let mut best = 0;
+    let mut ties = 1u64;
+    for (i, total) in totals.iter().enumerate().skip(1) {
+        if *total > totals[best] {
+            best = i;
+            ties = 1;
+        } else if *total == totals[best] {
+            // Reservoir sampling: each of the tied placements wins with the same chance.
+            ties += 1;
+            if fastrand::u64(..ties) == 0 {
+                best = i;
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// Upstream's `Status.AsError()` text: the group's error when the status carries it (ksched
+/// keeps it as the first reason), else the message.
+fn as_error(status: &Status) -> String {
+    match status.reasons().first() {
+        Some(first) if first == POD_GROUP_UNSCHEDULABLE => first.clone(),
+        _ => status.message(),
+    }
+}

@@ -191,8 +191,31 @@ impl Cycle {
         group: &QueuedPodGroup,
         cluster: &Snapshot,
     ) -> (Vec<ProposedAssignment>, Status) {
+        let (placed, status) = if fwk
+            .handle()
+            .emulation
+            .enabled(TOPOLOGY_AWARE_WORKLOAD_SCHEDULING)
+        {
+            self.place_in_placements_on(fwk, group, cluster)
+        } else {
+            self.place_members_on(fwk, group, cluster)
+        };
+        if status.is_success() && placed.is_empty() {
+            return (placed, unschedulable(&Status::success()));
+        }
+        (placed, status)
+    }
+
+    /// The member loop on a copy of `cluster`: each member placed where the members before it
+    /// left the copy.
+    pub(super) fn place_members_on(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+        cluster: &Snapshot,
+    ) -> (Vec<ProposedAssignment>, Status) {
         let mut cluster = cluster.clone();
-        let (tried, mut status, _) = self.run_members(fwk, group, |pod| {
+        let (tried, status, _) = self.run_members(fwk, group, |pod| {
             let mut state = self.new_state();
             let node = self.select_host(fwk, &mut state, pod, &cluster)?;
             cluster.add_pod(&node, Arc::new(AssignedPod::from_pod_info(pod)));
@@ -202,11 +225,7 @@ impl Cycle {
                 state,
             })
         });
-        let placed: Vec<ProposedAssignment> = tried.into_iter().filter_map(Result::ok).collect();
-        if status.is_success() && placed.is_empty() {
-            status = unschedulable(&Status::success());
-        }
-        (placed, status)
+        (tried.into_iter().filter_map(Result::ok).collect(), status)
     }
 
     /// Runs `step` on each member in turn, asking PlacementFeasible before the first and after

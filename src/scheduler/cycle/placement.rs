@@ -11,11 +11,12 @@
 use super::Cycle;
 use super::group::{Attempt, POD_GROUP_UNSCHEDULABLE, Tried, undone};
 use crate::framework::interface::{
-    Code, GroupInCycle, Placement, PlacementAssignments, PlacementProgress, Status,
+    Code, GroupInCycle, Placement, PlacementAssignments, PlacementProgress, ProposedAssignment,
+    Status,
 };
 use crate::framework::runtime::Framework;
 use crate::framework::schedule::PlacementNodes;
-use crate::framework::types::QueuedPodGroup;
+use crate::framework::types::{QueuedPodGroup, Snapshot};
 
 /// A placement the group fits in: its members as its try left them (undone), and the group's
 /// status and progress there.
@@ -72,24 +73,91 @@ impl Cycle {
         }
         if fitted.is_empty() {
             let (tried, first) = first_failure.unwrap_or_default();
-            let status = Status::with_reasons(
-                Code::Unschedulable,
-                vec![
-                    POD_GROUP_UNSCHEDULABLE.to_string(),
-                    format!(
-                        "0/{} placements are available, first placement status: {}",
-                        placements.len(),
-                        as_error(&first)
-                    ),
-                ],
-            );
-            return Err((undone(tried), status));
+            return Err((undone(tried), none_fits(placements.len(), &first)));
         }
-        let best = best_placement(fwk, &view, group, &placements, &fitted)
-            .map_err(|status| (Vec::new(), status))?;
+        let assignments: Vec<PlacementAssignments<'_>> = fitted
+            .iter()
+            .map(|f| PlacementAssignments {
+                placement: &placements[f.placement],
+                members: f
+                    .tried
+                    .iter()
+                    .zip(&group.members)
+                    .filter_map(|(t, m)| {
+                        t.as_ref()
+                            .ok()
+                            .map(|r| (m.pod_info.as_ref(), r.host.as_str()))
+                    })
+                    .collect(),
+            })
+            .collect();
+        let best =
+            best_placement(fwk, &view, &assignments).map_err(|status| (Vec::new(), status))?;
+        drop(assignments);
         let winner = fitted.swap_remove(best);
         let tried = self.place_again(fwk, group, winner.tried);
         Ok((tried, winner.status, winner.progress))
+    }
+
+    /// The group's placement algorithm on a copy of `cluster` (workload-aware preemption's
+    /// `PodGroupSchedulingFunc` with placements): the member loop in each placement, the best
+    /// by PlacementScore.
+    pub(super) fn place_in_placements_on(
+        &self,
+        fwk: &Framework,
+        group: &QueuedPodGroup,
+        cluster: &Snapshot,
+    ) -> (Vec<ProposedAssignment>, Status) {
+        let scheduled = self.scheduled_members(fwk, group);
+        let view = GroupInCycle {
+            group: &group.group,
+            scheduled: &scheduled,
+        };
+        let every_node = Placement {
+            name: String::new(),
+            nodes: cluster.nodes().to_vec(),
+        };
+        let placements = match fwk.run_placement_generate_plugins(&view, every_node, cluster) {
+            Ok(p) => p,
+            Err(status) => return (Vec::new(), status),
+        };
+        let mut fitted: Vec<(usize, Vec<ProposedAssignment>, Status)> = Vec::new();
+        let mut first_failure: Option<Status> = None;
+        for (i, placement) in placements.iter().enumerate() {
+            let limit = (placement.nodes.len() != cluster.num_nodes())
+                .then(|| PlacementNodes::new(&placement.nodes));
+            self.algorithm.lock().set_placement(limit);
+            let (placed, status) = self.place_members_on(fwk, group, cluster);
+            self.algorithm.lock().set_placement(None);
+            match status.code() {
+                Code::Error => return (placed, status),
+                Code::Success => fitted.push((i, placed, status)),
+                _ => {
+                    first_failure.get_or_insert(status);
+                }
+            }
+        }
+        if fitted.is_empty() {
+            let first = first_failure.unwrap_or_default();
+            return (Vec::new(), none_fits(placements.len(), &first));
+        }
+        let assignments: Vec<PlacementAssignments<'_>> = fitted
+            .iter()
+            .map(|(i, placed, _)| PlacementAssignments {
+                placement: &placements[*i],
+                members: placed
+                    .iter()
+                    .map(|a| (a.pod.as_ref(), a.node.as_str()))
+                    .collect(),
+            })
+            .collect();
+        let best = match best_placement(fwk, &view, &assignments) {
+            Ok(best) => best,
+            Err(status) => return (Vec::new(), status),
+        };
+        drop(assignments);
+        let (_, placed, status) = fitted.swap_remove(best);
+        (placed, status)
     }
 
     /// The winning placement's members assumed and reserved again where its try put them; one
@@ -111,35 +179,31 @@ impl Cycle {
     }
 }
 
-/// The index (in `fitted`) of the placement PlacementScore ranks highest, ties broken at
-/// random as upstream's; the only one without scoring.
+/// The group fits in none of its `n` placements: upstream's status, naming the first's.
+fn none_fits(n: usize, first: &Status) -> Status {
+    Status::with_reasons(
+        Code::Unschedulable,
+        vec![
+            POD_GROUP_UNSCHEDULABLE.to_string(),
+            format!(
+                "0/{n} placements are available, first placement status: {}",
+                as_error(first)
+            ),
+        ],
+    )
+}
+
+/// The index of the placement PlacementScore ranks highest, ties broken at random as
+/// upstream's; the only one without scoring.
 fn best_placement(
     fwk: &Framework,
     view: &GroupInCycle<'_>,
-    group: &QueuedPodGroup,
-    placements: &[Placement],
-    fitted: &[Fitted],
+    assignments: &[PlacementAssignments<'_>],
 ) -> Result<usize, Status> {
-    if fitted.len() == 1 {
+    if assignments.len() == 1 {
         return Ok(0);
     }
-    let assignments: Vec<PlacementAssignments<'_>> = fitted
-        .iter()
-        .map(|f| PlacementAssignments {
-            placement: &placements[f.placement],
-            members: f
-                .tried
-                .iter()
-                .zip(&group.members)
-                .filter_map(|(t, m)| {
-                    t.as_ref()
-                        .ok()
-                        .map(|r| (m.pod_info.as_ref(), r.host.as_str()))
-                })
-                .collect(),
-        })
-        .collect();
-    let totals = fwk.run_placement_score_plugins(view, &assignments)?;
+    let totals = fwk.run_placement_score_plugins(view, assignments)?;
     let mut best = 0;
     let mut ties = 1u64;
     for (i, total) in totals.iter().enumerate().skip(1) {

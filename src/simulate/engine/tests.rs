@@ -456,6 +456,53 @@ fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
     );
 }
 
+/// Workload-aware preemption tries the group in its placements too: a gang bound to one rack
+/// takes its victims in a rack that can hold it all.
+#[test]
+fn a_topology_constrained_gang_preempts_within_one_domain() {
+    let profile = profile::load(
+        None,
+        &[],
+        &Registry::in_tree(),
+        &["GenericWorkload=true,TopologyAwareWorkloadScheduling=true".into()],
+    )
+    .expect("profile with TopologyAwareWorkloadScheduling");
+    // Every node full of a low-priority pod; a gang of three 2-CPU members at priority 1000.
+    let mut items = racks("2", 3, "2");
+    for (i, node_name) in ["a1", "a2", "b1", "b2", "b3"].into_iter().enumerate() {
+        items.push(pod(
+            &format!("busy-{i}-{node_name}"),
+            "2",
+            json!({"nodeName": node_name, "priority": 10}),
+        ));
+    }
+    for item in &mut items {
+        let incoming = item["kind"] == "Pod" && item["spec"].get("nodeName").is_none();
+        if item["kind"] == "PodGroup" || incoming {
+            item["spec"]["priority"] = json!(1000);
+        }
+    }
+    let r = run(items, &profile, Request::Pending { all: false });
+    let mut victims: Vec<String> = r
+        .pods
+        .iter()
+        .filter_map(|p| p.preemption.as_ref())
+        .flat_map(|p| p.victims.clone())
+        .collect();
+    victims.sort();
+    victims.dedup();
+    // r1 has two nodes: the gang can only go to r2, whose three pods go.
+    assert_eq!(
+        victims,
+        ["ns/busy-2-b1", "ns/busy-3-b2", "ns/busy-4-b3"],
+        "{:?}",
+        r.pods
+            .iter()
+            .map(|p| (&p.name, p.result, &p.message))
+            .collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn a_higher_priority_gang_would_preempt_a_whole_lower_gang() {
     let running = |name: &str, node: &str| {

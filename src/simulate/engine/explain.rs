@@ -3,8 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+
 use super::Simulation;
 use crate::config::ExtensionPoint;
+use crate::emulation::TOPOLOGY_AWARE_WORKLOAD_SCHEDULING;
 use crate::framework::interface::{CycleState, Status};
 use crate::framework::listers::{SCHEDULING_GROUP_MEMBERS, WORKLOAD_POD_GROUPS};
 use crate::framework::runtime::Framework;
@@ -50,7 +53,7 @@ impl Simulation {
             .iter()
             .map(|p| pod_key(p))
             .collect();
-        let members = self
+        let members: Vec<MemberExplanation> = self
             .results
             .iter()
             .filter(|r| members.contains(&r.key()))
@@ -60,13 +63,56 @@ impl Simulation {
                 message: r.message.clone(),
             })
             .collect();
+        let placement = self.placement_of(pg.as_deref(), &members);
         GroupExplanation {
             group: key,
             policy,
-            placement: "every node (no topology constraint)".into(),
+            placement,
             result,
             message,
             members,
+        }
+    }
+
+    /// Where the group went: with a topology constraint (TopologyAwareWorkloadScheduling), the
+    /// domain its members landed in, or that none held it.
+    fn placement_of(&self, group: Option<&PodGroup>, members: &[MemberExplanation]) -> String {
+        let key = group
+            .and_then(|g| g.spec.scheduling_constraints.as_ref())
+            .and_then(|c| c.topology.as_ref())
+            .and_then(|t| t.first())
+            .map(|t| t.key.as_str());
+        let Some(key) = key else {
+            return "every node (no topology constraint)".into();
+        };
+        if !self
+            .handle
+            .emulation
+            .enabled(TOPOLOGY_AWARE_WORKLOAD_SCHEDULING)
+        {
+            return format!(
+                "every node: the topology constraint ({key}) needs --feature-gates=TopologyAwareWorkloadScheduling=true"
+            );
+        }
+        let snapshot = self.snapshot();
+        let domain = members
+            .iter()
+            .filter_map(|m| m.node.as_deref())
+            .find_map(|n| {
+                snapshot
+                    .get(n)?
+                    .node()?
+                    .metadata
+                    .labels
+                    .as_ref()?
+                    .get(key)
+                    .cloned()
+            });
+        match domain {
+            Some(value) => {
+                format!("{key}={value} (one domain of {key}, ranked best by PlacementScore)")
+            }
+            None => format!("none: no domain of {key} holds the group"),
         }
     }
 

@@ -417,7 +417,15 @@ fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
         nodes.sort();
         nodes
     };
+    let explain = Request::ExplainGroup {
+        group: "ns/g".into(),
+    };
     // Five 1-CPU members: r1 holds four, so all go to r2.
+    let g = run(racks("2", 5, "1"), &profile, explain.clone()).explain_group;
+    assert_eq!(
+        g.map(|g| g.placement),
+        Some("rack=r2 (one domain of rack, ranked best by PlacementScore)".to_string())
+    );
     let r = run(
         racks("2", 5, "1"),
         &profile,
@@ -441,6 +449,11 @@ fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
         placements(&r)
     );
     // Five 2-CPU members fit the cluster (five nodes) but no rack: none is placed.
+    let g = run(racks("2", 5, "2"), &profile, explain).explain_group;
+    assert_eq!(
+        g.map(|g| g.placement),
+        Some("none: no domain of rack holds the group".to_string())
+    );
     let r = run(
         racks("2", 5, "2"),
         &profile,

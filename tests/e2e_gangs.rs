@@ -5,10 +5,13 @@
 //! profile, a group's members are scheduled in one group cycle) binds a gang of 8 that fits
 //! completely, and a gang of 100; binds none of a gang of 8 of which only 4 fit; binds what fits
 //! of a basic group. For the last two, the PodGroup's condition and the members' messages are
-//! those upstream kube-scheduler 1.37 writes with the same gate, on the same nodes.
+//! those upstream kube-scheduler 1.37 writes with the same gate, on the same nodes. With
+//! `TopologyAwareWorkloadScheduling` too (alpha; the API server keeps `schedulingConstraints`
+//! with it), a gang confined to a rack label binds inside one rack, or not at all, as upstream.
 
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -25,7 +28,7 @@ use support::wait::{node, poll, unschedulable_message};
 use support::{Components, ControlPlane, control_plane_with_apiserver_args};
 
 const APISERVER_ARGS: &[&str] = &[
-    "--feature-gates=GenericWorkload=true",
+    "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
     "--runtime-config=scheduling.k8s.io/v1beta1=true",
 ];
 
@@ -147,6 +150,7 @@ async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them(
         &upstream_logs,
         gang("too-big", 8),
         8,
+        "2",
     )
     .await;
     let theirs_basic = group_outcome(
@@ -156,6 +160,7 @@ async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them(
         &upstream_logs,
         basic("basic"),
         6,
+        "2",
     )
     .await;
     drop(upstream);
@@ -164,12 +169,12 @@ async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them(
     // The nodes free again for ksched.
     let up_pods: Api<Pod> = Api::namespaced(client.clone(), &up_ns);
     delete_members(&up_pods, "basic", 6, &logs).await;
-    let ours_gang = group_outcome(&client, &ns, name, &logs, gang("too-big", 8), 8).await;
+    let ours_gang = group_outcome(&client, &ns, name, &logs, gang("too-big", 8), 8, "2").await;
     assert_eq!(
         ours_gang, theirs_gang,
         "gang: ksched (left) and upstream (right) differ"
     );
-    let ours_basic = group_outcome(&client, &ns, name, &logs, basic("basic"), 6).await;
+    let ours_basic = group_outcome(&client, &ns, name, &logs, basic("basic"), 6, "2").await;
     assert_eq!(
         ours_basic, theirs_basic,
         "basic group: ksched (left) and upstream (right) differ"
@@ -339,7 +344,7 @@ fn basic(name: &str) -> PodGroup {
     .expect("pod group")
 }
 
-/// What a scheduler made of `group` with `size` two-CPU members on the four nodes.
+/// What a scheduler made of `group` with `size` members of `cpu` each.
 #[derive(Debug, PartialEq, Eq)]
 struct GroupOutcome {
     /// The PodGroup's `PodGroupInitiallyScheduled` condition: status, reason, message.
@@ -358,6 +363,7 @@ async fn group_outcome(
     logs: &dyn Fn() -> String,
     group: PodGroup,
     size: usize,
+    cpu: &str,
 ) -> GroupOutcome {
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -367,7 +373,7 @@ async fn group_outcome(
         .await
         .expect("PodGroup");
     for i in 0..size {
-        pods.create(&PostParams::default(), &member(&name, i, scheduler, "2"))
+        pods.create(&PostParams::default(), &member(&name, i, scheduler, cpu))
             .await
             .expect("create pod");
     }
@@ -407,6 +413,147 @@ async fn group_outcome(
         read,
     )
     .await
+}
+
+/// Both schedulers' feature gates for topology-aware workload scheduling.
+const TOPOLOGY_GATES: &[&str] =
+    &["--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"];
+/// The node label the confined gangs' topology names.
+const RACK: &str = "ksched.io/e2e-rack";
+
+/// A gang of `min_count` whose members must all run in one domain of the node label `key`.
+fn confined_gang(name: &str, min_count: i32, key: &str) -> PodGroup {
+    let mut group = gang(name, min_count);
+    group.spec.scheduling_constraints =
+        Some(serde_json::from_value(json!({"topology": [{"key": key}]})).expect("constraints"));
+    group
+}
+
+/// Upstream kube-scheduler first, then ksched (both with TopologyAwareWorkloadScheduling), on the
+/// same nodes of 2 CPUs: rack `a` of two, rack `b` of three, one in no rack. A gang of five 1-CPU
+/// members fits in rack `b` alone: all five bind there, none in `a` or outside the racks. With a
+/// third node in `a` (6 CPUs in each rack, 14 in all), a gang of seven fits in no rack: none binds
+/// and its PodGroup is not scheduled, "0/2 placements are available" (both racks fail alike, so
+/// which one upstream reports first does not change the message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_with_a_topology_constraint_binds_within_one_domain_as_upstream_does() {
+    let _serial = SERIAL.lock().await;
+    let cp = cp();
+    let client = cp.client().await;
+    let nodes = Nodes::new(cp, &format!("gangs-tas-{}", std::process::id())).waiting_on_drop();
+    let mut rack_of = BTreeMap::new();
+    for (suffix, rack) in [
+        ("a0", Some("a")),
+        ("a1", Some("a")),
+        ("b0", Some("b")),
+        ("b1", Some("b")),
+        ("b2", Some("b")),
+        ("x0", None),
+    ] {
+        let labels: Vec<(&str, &str)> = rack.map(|r| (RACK, r)).into_iter().collect();
+        rack_of.insert(nodes.create(suffix, "2", &labels), rack.unwrap_or("none"));
+    }
+    nodes.wait_ready();
+    let upstream_name = "gangs-tas-upstream";
+    let upstream = upstream_scheduler(cp, upstream_name, TOPOLOGY_GATES);
+    let upstream_logs = || support::wait::tail(&upstream.logs(), 80);
+    let up_ns = cp.namespace(&client, upstream_name).await;
+    let name = "gangs-tas";
+    let scheduler =
+        SchedulerProcess::start_with_args(cp, name, &config(name, None), TOPOLOGY_GATES);
+    let logs = || support::wait::tail(&scheduler.logs(), 80);
+    let ns = cp.namespace(&client, name).await;
+
+    let fits = || confined_gang("rack-fit", 5, RACK);
+    let theirs = rack_outcome(
+        &client,
+        &up_ns,
+        upstream_name,
+        &upstream_logs,
+        fits(),
+        5,
+        &rack_of,
+    )
+    .await;
+    let ours = rack_outcome(&client, &ns, name, &logs, fits(), 5, &rack_of).await;
+    eprintln!("upstream: {theirs:?}\nksched:   {ours:?}");
+    assert_eq!(ours.group.bound, 5, "{ours:?}");
+    assert_eq!(ours.racks, ["b"], "{ours:?}");
+    assert_eq!(
+        ours, theirs,
+        "gang fitting rack b: ksched (left) and upstream (right) differ"
+    );
+
+    rack_of.insert(nodes.add("a2", "2", &[(RACK, "a")]), "a");
+    let fits_nowhere = || confined_gang("no-rack", 7, RACK);
+    let theirs = rack_outcome(
+        &client,
+        &up_ns,
+        upstream_name,
+        &upstream_logs,
+        fits_nowhere(),
+        7,
+        &rack_of,
+    )
+    .await;
+    let ours = rack_outcome(&client, &ns, name, &logs, fits_nowhere(), 7, &rack_of).await;
+    eprintln!("upstream: {theirs:?}\nksched:   {ours:?}");
+    assert_eq!(ours.group.bound, 0, "{ours:?}");
+    let condition = &ours.group.condition;
+    assert_eq!(
+        condition.first().map(String::as_str),
+        Some("False"),
+        "{ours:?}"
+    );
+    assert!(
+        condition
+            .last()
+            .is_some_and(|m| m.contains("placements are available")),
+        "{ours:?}"
+    );
+    assert_eq!(
+        ours, theirs,
+        "gang fitting no rack: ksched (left) and upstream (right) differ"
+    );
+}
+
+/// What a scheduler made of a gang confined to a rack.
+#[derive(Debug, PartialEq, Eq)]
+struct RackOutcome {
+    group: GroupOutcome,
+    /// The racks its bound members run in, sorted.
+    racks: Vec<String>,
+}
+
+/// The outcome of `group` with `size` 1-CPU members (see [`group_outcome`]), the racks per
+/// `rack_of` (by node); the members are deleted after.
+async fn rack_outcome(
+    client: &kube::Client,
+    ns: &str,
+    scheduler: &str,
+    logs: &dyn Fn() -> String,
+    group: PodGroup,
+    size: usize,
+    rack_of: &BTreeMap<String, &str>,
+) -> RackOutcome {
+    let name = group.metadata.name.clone().unwrap_or_default();
+    let outcome = group_outcome(client, ns, scheduler, logs, group, size, "1").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let racks: BTreeSet<String> = members(&pods, &name, size)
+        .await
+        .iter()
+        .filter_map(node)
+        .map(|n| {
+            rack_of
+                .get(&n)
+                .map_or(format!("unknown node {n}"), |r| r.to_string())
+        })
+        .collect();
+    delete_members(&pods, &name, size, logs).await;
+    RackOutcome {
+        group: outcome,
+        racks: racks.into_iter().collect(),
+    }
 }
 
 /// A high-priority gang preempts a lower one whose `disruptionMode` is `all`: every pod of the

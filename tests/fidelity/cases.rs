@@ -47,22 +47,31 @@ pub const FAMILIES: &[Family] = &[
     ("fill", fill),
     ("dra", dra),
     ("dra-shared", dra_shared),
-    ("groups", groups),
+    (GROUPS, groups),
     // Appended: the seeds of the families above stay as they were.
     ("volume-capacity", volume_capacity),
     ("volume-drivers", volume_drivers),
     ("declared-features", declared_features),
+    (GROUPS_TOPOLOGY, groups_topology),
 ];
 
-/// The family that needs the API server to serve `scheduling.k8s.io/v1beta1` (Kubernetes 1.37+).
 pub const GROUPS: &str = "groups";
+pub const GROUPS_TOPOLOGY: &str = "groups-topology";
+
+/// The families whose cases create PodGroups: they need the API server to serve
+/// `scheduling.k8s.io/v1beta1` (Kubernetes 1.37+).
+pub fn needs_pod_groups(family: &str) -> bool {
+    matches!(family, GROUPS | GROUPS_TOPOLOGY)
+}
 
 /// Command-line arguments both schedulers get for a case of `family`.
 pub fn scheduler_args(family: &str) -> &'static [&'static str] {
-    if family == GROUPS {
-        &["--feature-gates=GenericWorkload=true"]
-    } else {
-        &[]
+    match family {
+        GROUPS => &["--feature-gates=GenericWorkload=true"],
+        GROUPS_TOPOLOGY => {
+            &["--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"]
+        }
+        _ => &[],
     }
 }
 
@@ -1264,19 +1273,27 @@ fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
                 chance(rng, 30),
                 class,
             );
-            let members = (0..size)
-                .map(|i| {
-                    let p = pod(&format!("{name}-{i}")).req(&cpu, "256Mi").group(&name);
-                    class.map_or(p.clone(), |c| p.priority(c)).build()
-                })
+            let members = group_members(&name, size, &cpu)
+                .map(|p| class.map_or(p.clone(), |c| p.priority(c)).build())
                 .collect();
             (group, members)
         })
         .collect();
-    // Drawn last, so the cases drawn before it stay as they were. Only for a gang of exactly
-    // minCount members: its cycle starts with the last of them, whereas a basic group or a
-    // member beyond minCount joins a cycle or not by milliseconds, in either scheduler.
-    let mut incoming: Vec<Value> = incoming
+    (objects, group_steps(rng, incoming))
+}
+
+/// The `size` identical members `<group>-<i>` of `group`, each requesting `cpu` and 256Mi.
+fn group_members(group: &str, size: usize, cpu: &str) -> impl Iterator<Item = PodB> {
+    (0..size).map(move |i| pod(&format!("{group}-{i}")).req(cpu, "256Mi").group(group))
+}
+
+/// The steps creating `groups` (each a PodGroup and its members), in order. Draws whether each
+/// PodGroup comes before its members: last, so the cases drawn before it stay as they were. Only
+/// for a gang of exactly minCount members: its cycle starts with the last of them, whereas a
+/// basic group or a member beyond minCount joins a cycle or not by milliseconds, in either
+/// scheduler.
+fn group_steps(rng: &mut Rng, groups: Vec<(Value, Vec<Value>)>) -> Vec<Value> {
+    let mut steps: Vec<Value> = groups
         .into_iter()
         .map(|(group, members)| {
             let exact_gang = group["spec"]["schedulingPolicy"]["gang"]["minCount"].as_u64()
@@ -1285,12 +1302,12 @@ fn groups(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
             group_step(group, members, group_first)
         })
         .collect();
-    if incoming[0]["podGroupFirst"] == true {
+    if steps.first().is_some_and(|s| s["podGroupFirst"] == true) {
         // The scheduler starts after the first step is created: a small pod first, so it runs
         // (its informers synced) when the members come.
-        incoming.insert(0, pod("warm-up").req("10m", "16Mi").build());
+        steps.insert(0, pod("warm-up").req("10m", "16Mi").build());
     }
-    (objects, incoming)
+    steps
 }
 
 /// `n` nodes of distinct CPU sizes (fewer ties: LeastAllocated ranks them when nothing else does).
@@ -1517,4 +1534,185 @@ fn declared_features(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
         })
         .collect();
     (objects, incoming)
+}
+
+// ---------------------------------------------------------------------------------------------
+// groups-topology: TopologyAwareWorkloadScheduling (alpha in 1.37, on GenericWorkload) in both
+// schedulers: PodGroups whose `schedulingConstraints.topology` names the rack label are placed
+// whole inside one rack (one placement per rack; a node without the label is in none). Racks of
+// 1-3 nodes of distinct sizes, some partly filled; a group aimed to fit in exactly one rack, in
+// several (the placement scorers decide: members placed, then MostAllocated over the whole rack),
+// or in none. Sometimes a group without constraints (one placement of all nodes) and a plain pod.
+
+/// The node label the constrained groups' topology names.
+pub const RACK_LABEL: &str = "fidelity.ksched.io/rack";
+
+/// How many racks a constrained group is aimed to fit in (whole, as the generator counts room).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RackFit {
+    One,
+    Several,
+    None,
+}
+
+fn groups_topology(rng: &mut Rng) -> (Vec<Value>, Vec<Value>) {
+    let first_aim = pick(rng, &[RackFit::One, RackFit::Several, RackFit::None]);
+    // A group that fits nowhere reports the status of upstream's first placement, in Go's map
+    // order: with one rack that is deterministic.
+    let racks = if first_aim == RackFit::None && chance(rng, 70) {
+        1
+    } else {
+        count(rng, 2, 4)
+    };
+    // Distinct sizes: fewer ties, within a rack and between racks.
+    let mut sizes = vec![1000u64, 1500, 2000, 2500, 3000, 3500, 4000, 5000, 6000];
+    rng.shuffle(&mut sizes);
+    let mut sizes = sizes.into_iter();
+    let mut objects = Vec::new();
+    let mut existing = Vec::new();
+    // The free millicores of each node, per rack.
+    let mut free: Vec<Vec<u64>> = Vec::new();
+    for rack in 0..racks {
+        let nodes = count(rng, 1, if racks == 4 { 2 } else { 3 });
+        // A partly filled rack: MostAllocated prefers it for a group that fits elsewhere too.
+        let loaded = chance(rng, 40);
+        let mut rack_free = Vec::new();
+        for _ in 0..nodes {
+            let name = node_name(objects.len());
+            let size = sizes.next().unwrap_or(2000);
+            objects.push(
+                node(&name)
+                    .cpu(&milli(size))
+                    .memory("8Gi")
+                    .label(RACK_LABEL, &format!("r{rack}"))
+                    .build(),
+            );
+            let used = if loaded {
+                pick(rng, &[500u64, 1000, 1500]).min(size)
+            } else {
+                0
+            };
+            if used > 0 {
+                existing.push(
+                    pod(&format!("e-{name}"))
+                        .on(&name, rng.u32(..60))
+                        .req(&milli(used), "256Mi")
+                        .build(),
+                );
+            }
+            rack_free.push(size - used);
+        }
+        free.push(rack_free);
+    }
+    // A node in no rack, with room the constrained groups cannot use; always when one rack
+    // alone is short of room.
+    if racks == 1 || chance(rng, 25) {
+        objects.push(
+            node(&node_name(objects.len()))
+                .cpu("8000m")
+                .memory("8Gi")
+                .build(),
+        );
+    }
+    objects.extend(existing);
+
+    let mut groups: Vec<(Value, Vec<Value>)> = (0..count(rng, 1, 2))
+        .map(|g| {
+            let name = format!("g{g}");
+            // The second group is aimed at the racks as they were before the first.
+            let aim = if g == 0 {
+                first_aim
+            } else {
+                pick(rng, &[RackFit::One, RackFit::Several, RackFit::None])
+            };
+            let (cpu, min) = aimed_group(rng, &free, aim);
+            let gang = !chance(rng, 20);
+            let size = min + usize::from(chance(rng, 30));
+            let group = topology_constrained(
+                pod_group(
+                    &name,
+                    "fid-a",
+                    gang.then(|| i32::try_from(min).unwrap_or(2)),
+                    false,
+                    None,
+                ),
+                RACK_LABEL,
+            );
+            let members = group_members(&name, size, &milli(cpu))
+                .map(|p| p.build())
+                .collect();
+            (group, members)
+        })
+        .collect();
+    if chance(rng, 20) {
+        // Without constraints: with the gate on, one placement of every node.
+        let name = format!("g{}", groups.len());
+        let min = count(rng, 2, 3);
+        let group = pod_group(
+            &name,
+            "fid-a",
+            Some(i32::try_from(min).unwrap_or(2)),
+            false,
+            None,
+        );
+        let members = group_members(&name, min, "500m")
+            .map(|p| p.build())
+            .collect();
+        groups.push((group, members));
+    }
+    let mut incoming = group_steps(rng, groups);
+    if chance(rng, 25) {
+        incoming.push(pod("incoming-0").req("500m", "256Mi").build());
+    }
+    (objects, incoming)
+}
+
+/// Each member's millicores and the group's minCount (2-5) for a group aimed at `aim`, given the
+/// free millicores of each node per rack: the members of one size a rack holds are the sum over
+/// its nodes. The first size (in random order) that allows the aim; else a random group.
+fn aimed_group(rng: &mut Rng, free: &[Vec<u64>], aim: RackFit) -> (u64, usize) {
+    let mut cpus = vec![500u64, 1000, 1500, 2000];
+    rng.shuffle(&mut cpus);
+    for cpu in cpus {
+        let mut held: Vec<usize> = free
+            .iter()
+            .map(|rack| rack.iter().map(|f| (f / cpu) as usize).sum())
+            .collect();
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        let most = held.first().copied().unwrap_or(0);
+        let second = held.get(1).copied().unwrap_or(0);
+        let (low, high) = match aim {
+            RackFit::One => ((second + 1).max(2), most.min(5)),
+            RackFit::Several => (2, second.min(5)),
+            RackFit::None => ((most + 1).max(2), 5),
+        };
+        if low <= high {
+            return (cpu, rng.usize(low..=high));
+        }
+    }
+    (1000, count(rng, 2, 5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Upstream makes no placement for a constrained group when no node has the rack label (and
+    /// then has no status to report): every case has a rack, and a group confined to it.
+    #[test]
+    fn every_groups_topology_case_has_a_rack_and_a_group_confined_to_it() {
+        for case in corpus(17, crate::FULL_PER_FAMILY)
+            .into_iter()
+            .filter(|c| c.family == GROUPS_TOPOLOGY)
+        {
+            let racked = case
+                .objects
+                .iter()
+                .any(|o| o["kind"] == "Node" && o["metadata"]["labels"][RACK_LABEL].is_string());
+            let confined = case.incoming.iter().any(|s| {
+                s["podGroup"]["spec"]["schedulingConstraints"]["topology"][0]["key"] == RACK_LABEL
+            });
+            assert!(racked && confined, "{}: {:?}", case.name, case.objects);
+        }
+    }
 }

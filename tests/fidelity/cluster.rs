@@ -79,7 +79,7 @@ pub struct Runner {
     /// `--emulated-version` for ksched when it does not emulate the cluster's minor (a release
     /// being bumped to): the newest it does, so the report lists what the new minor changed.
     emulate: Option<String>,
-    /// The API server serves `scheduling.k8s.io/v1beta1` PodGroups (the `groups` family).
+    /// The API server serves `scheduling.k8s.io/v1beta1` PodGroups (see `cases::needs_pod_groups`).
     pub serves_pod_groups: bool,
 }
 
@@ -416,6 +416,14 @@ impl Runner {
         let (api_version, kind, plural, namespaced) = kind_of(obj);
         let ns = namespaced.then(|| obj["metadata"]["namespace"].as_str().unwrap_or("fid-a"));
         let created = apply(&self.client, plural, obj, ns).await;
+        // An API server without TopologyAwareWorkloadScheduling drops the constraint silently:
+        // both schedulers would agree on a case that tests nothing.
+        let constraints = "schedulingConstraints";
+        assert!(
+            obj["spec"][constraints].is_null() || !created.data["spec"][constraints].is_null(),
+            "the API server dropped {kind} {}'s spec.{constraints} (TopologyAwareWorkloadScheduling off in kube-apiserver?)",
+            created.name_any()
+        );
         let status = &obj["status"];
         if kind != "Node" && status.is_object() {
             let ar = api_resource(api_version, kind, plural);

@@ -3,7 +3,8 @@
 //! and by `ksched scheduler` with the default profile (emulating the API server's minor, as it
 //! decides by default), compared on outcome, node, message, nominated node, preemption victims
 //! and PodGroup conditions. The `groups` family (PodGroups, both schedulers with
-//! `--feature-gates=GenericWorkload=true`) runs where the API server serves them (1.37+).
+//! `--feature-gates=GenericWorkload=true`) and `groups-topology` (PodGroups confined to one rack,
+//! `TopologyAwareWorkloadScheduling=true` too) run where the API server serves them (1.37+).
 //!
 //! One control plane; each run wipes the last case, creates the case and starts a fresh scheduler
 //! (see `cluster.rs`). Upstream runs twice, then ksched; while ksched's answer is none of
@@ -46,11 +47,12 @@ const UPSTREAM_RUNS_ON_DIFFERENCE: usize = 10;
 /// five runs one time in three, by 25 runs one time in 250.
 const UPSTREAM_RUNS_ON_TIE: usize = 25;
 
-/// The API server's flags: PodGroups served (GenericWorkload, `scheduling.k8s.io/v1beta1`) on a
-/// testenv of 1.37 or later (1.36's API server knows neither).
+/// The API server's flags: PodGroups served (GenericWorkload, `scheduling.k8s.io/v1beta1`) and
+/// their `schedulingConstraints` kept (TopologyAwareWorkloadScheduling, alpha in 1.37) on a
+/// testenv of 1.37 or later (1.36's API server knows none of them).
 fn apiserver_args() -> &'static [&'static str] {
     const WORKLOADS: &[&str] = &[
-        "--feature-gates=GenericWorkload=true",
+        "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
         "--runtime-config=scheduling.k8s.io/v1beta1=true",
     ];
     let apiserver = support::testenv_bin_dir().join("kube-apiserver");
@@ -96,15 +98,16 @@ async fn differential(per_family: usize, report_name: &str) {
     let corpus: Vec<cases::Case> = if runner.serves_pod_groups {
         corpus
     } else {
-        eprintln!(
-            "fidelity: the API server ({}) serves no scheduling.k8s.io/v1beta1 PodGroups: the {} family is left out",
-            runner.upstream_version,
-            cases::GROUPS
-        );
-        corpus
+        let (kept, left_out): (Vec<_>, Vec<_>) = corpus
             .into_iter()
-            .filter(|c| c.family != cases::GROUPS)
-            .collect()
+            .partition(|c| !cases::needs_pod_groups(c.family));
+        let mut families: Vec<&str> = left_out.iter().map(|c| c.family).collect();
+        families.dedup();
+        eprintln!(
+            "fidelity: the API server ({}) serves no scheduling.k8s.io/v1beta1 PodGroups: left out {families:?}",
+            runner.upstream_version
+        );
+        kept
     };
     let started = Instant::now();
     let mut verdicts = Vec::new();

@@ -234,6 +234,13 @@ pub fn pod_group(
         "metadata": meta(name, Some(ns), &Map::new()), "spec": spec})
 }
 
+/// `group` (a PodGroup) with its members confined to one domain of the node label `key`
+/// (`schedulingConstraints.topology`, TopologyAwareWorkloadScheduling).
+pub fn topology_constrained(mut group: Value, key: &str) -> Value {
+    group["spec"]["schedulingConstraints"] = json!({"topology": [{"key": key}]});
+    group
+}
+
 pub fn priority_class(name: &str, value: i32, never: bool) -> Value {
     json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
         "metadata": meta(name, None, &Map::new()), "value": value,

@@ -56,6 +56,10 @@ impl Cycle {
             let (mut tried, status, progress) =
                 self.run_members(fwk, group, |pod| self.try_member(fwk, pod));
             self.algorithm.lock().set_placement(None);
+            if placements.len() == 1 && status.is_success() {
+                // The only placement: nothing to compare, its members stay placed.
+                return Ok((tried, status, progress));
+            }
             self.undo_all(fwk, &mut tried);
             if status.code() == Code::Error {
                 return Err((undone(tried), status));

@@ -36,13 +36,8 @@ impl Cycle {
             group: &group.group,
             scheduled: &scheduled,
         };
-        let every_node = Placement {
-            name: String::new(),
-            nodes: snapshot.nodes().to_vec(),
-        };
-        let placements = fwk
-            .run_placement_generate_plugins(&view, every_node, &snapshot)
-            .map_err(|status| (Vec::new(), status))?;
+        let placements =
+            generate_placements(fwk, &view, &snapshot).map_err(|status| (Vec::new(), status))?;
         let all_nodes = snapshot.num_nodes();
         drop(snapshot);
 
@@ -117,11 +112,7 @@ impl Cycle {
             group: &group.group,
             scheduled: &scheduled,
         };
-        let every_node = Placement {
-            name: String::new(),
-            nodes: cluster.nodes().to_vec(),
-        };
-        let placements = match fwk.run_placement_generate_plugins(&view, every_node, cluster) {
+        let placements = match generate_placements(fwk, &view, cluster) {
             Ok(p) => p,
             Err(status) => return (Vec::new(), status),
         };
@@ -181,6 +172,19 @@ impl Cycle {
             })
             .collect()
     }
+}
+
+/// PlacementGenerate within every node of `cluster`.
+fn generate_placements(
+    fwk: &Framework,
+    view: &GroupInCycle<'_>,
+    cluster: &Snapshot,
+) -> Result<Vec<Placement>, Status> {
+    let every_node = Placement {
+        name: String::new(),
+        nodes: cluster.nodes().to_vec(),
+    };
+    fwk.run_placement_generate_plugins(view, every_node, cluster)
 }
 
 /// The group fits in none of its `n` placements: upstream's status, naming the first's.

@@ -403,15 +403,20 @@ fn racks(cpu: &str, members: usize, member_cpu: &str) -> Vec<Value> {
     items
 }
 
-#[test]
-fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
-    let profile = profile::load(
+/// The default profile with topology-aware workload scheduling on.
+fn topology_profile() -> SimulatedProfile {
+    profile::load(
         None,
         &[],
         &Registry::in_tree(),
         &["GenericWorkload=true,TopologyAwareWorkloadScheduling=true".into()],
     )
-    .expect("profile with TopologyAwareWorkloadScheduling");
+    .expect("profile with TopologyAwareWorkloadScheduling")
+}
+
+#[test]
+fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
+    let profile = topology_profile();
     let nodes_of = |r: &Report| {
         let mut nodes: Vec<String> = r.pods.iter().filter_map(|p| p.node.clone()).collect();
         nodes.sort();
@@ -473,13 +478,7 @@ fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
 /// takes its victims in a rack that can hold it all.
 #[test]
 fn a_topology_constrained_gang_preempts_within_one_domain() {
-    let profile = profile::load(
-        None,
-        &[],
-        &Registry::in_tree(),
-        &["GenericWorkload=true,TopologyAwareWorkloadScheduling=true".into()],
-    )
-    .expect("profile with TopologyAwareWorkloadScheduling");
+    let profile = topology_profile();
     // Every node full of a low-priority pod; a gang of three 2-CPU members at priority 1000.
     let mut items = racks("2", 3, "2");
     for (i, node_name) in ["a1", "a2", "b1", "b2", "b3"].into_iter().enumerate() {

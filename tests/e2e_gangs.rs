@@ -515,6 +515,27 @@ async fn a_gang_with_a_topology_constraint_binds_within_one_domain_as_upstream_d
         ours, theirs,
         "gang fitting no rack: ksched (left) and upstream (right) differ"
     );
+    // Upstream's placement families, with the gate: the racks each gang was tried in.
+    let (cert, key) = (cp.dir.join("admin.crt"), cp.dir.join("admin.key"));
+    let admin = support::https::As::Cert(&cert, &key);
+    let ca = cp.dir.join("ca.crt");
+    let (status, metrics) = support::https::get_as(&ca, scheduler.secure_port, "/metrics", admin)
+        .await
+        .expect("metrics");
+    assert_eq!(status, 200);
+    // The placements each gang was tried in, as many times as its cycles ran (timing decides).
+    for series in [
+        format!(r#"scheduler_generated_placements_total{{profile="{name}"}} "#),
+        format!(r#"scheduler_placement_evaluations_total{{result="feasible",profile="{name}"}} "#),
+        format!(
+            r#"scheduler_placement_evaluations_total{{result="infeasible",profile="{name}"}} "#
+        ),
+        format!(
+            r#"scheduler_placement_evaluation_duration_seconds_count{{result="feasible",profile="{name}"}} "#
+        ),
+    ] {
+        assert!(metrics.contains(&series), "no {series}:\n{metrics}");
+    }
 }
 
 /// What a scheduler made of a gang confined to a rack.

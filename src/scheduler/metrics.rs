@@ -103,6 +103,68 @@ pub struct Metrics {
     plugins: PluginMetricsSlot,
     /// Group cycles' families: registered, as upstream, only with GenericWorkload on.
     pub pod_group: Option<PodGroupMetrics>,
+    /// The placements group cycles tried: only with TopologyAwareWorkloadScheduling on.
+    pub placements: Option<PlacementMetrics>,
+}
+
+/// `scheduler_generated_placements_total` and `scheduler_placement_evaluation*`: the placements
+/// group cycles generated and tried, by profile and whether the group fit.
+pub struct PlacementMetrics {
+    pub generated: Family<ProfileLabels, Counter>,
+    pub evaluations: Family<AttemptLabels, Counter>,
+    pub evaluation_duration: Histograms<AttemptLabels>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileLabels {
+    pub profile: String,
+}
+
+impl PlacementMetrics {
+    fn registered(r: &mut Registry) -> PlacementMetrics {
+        PlacementMetrics {
+            generated: register(
+                r,
+                "scheduler_generated_placements",
+                "Number of candidate placements generated when scheduling pod groups.",
+                Family::default(),
+            ),
+            evaluations: register(
+                r,
+                "scheduler_placement_evaluations",
+                "Number of candidate placements evaluated when scheduling pod groups, by result. 'feasible' means the pod group fit into the placement, while 'infeasible' means it did not.",
+                Family::default(),
+            ),
+            evaluation_duration: register(
+                r,
+                "scheduler_placement_evaluation_duration_seconds",
+                "Latency in seconds of evaluating a single candidate placement when scheduling pod groups, by result. 'feasible' means the pod group fit into the placement, while 'infeasible' means it did not.",
+                Family::new_with_constructor(|| {
+                    Histogram::new(go_exponential_buckets(0.001, 2.0, 15))
+                }),
+            ),
+        }
+    }
+
+    /// A group cycle of `profile` generated `count` placements.
+    pub fn generated(&self, profile: &str, count: usize) {
+        let labels = ProfileLabels {
+            profile: profile.into(),
+        };
+        self.generated.get_or_create(&labels).inc_by(count as u64);
+    }
+
+    /// One placement tried: the group fit (`feasible`) or not, after `seconds`.
+    pub fn evaluated(&self, profile: &str, feasible: bool, seconds: f64) {
+        let labels = AttemptLabels {
+            result: if feasible { "feasible" } else { "infeasible" }.into(),
+            profile: profile.into(),
+        };
+        self.evaluations.get_or_create(&labels).inc();
+        self.evaluation_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
 }
 
 /// `scheduler_podgroup_*`: each group cycle's result and latency, by profile.
@@ -385,6 +447,9 @@ impl Metrics {
         if emulation.enabled(crate::emulation::GENERIC_WORKLOAD) {
             metrics.pod_group = Some(PodGroupMetrics::registered(&mut metrics.registry));
             register_workload_preemption(&mut metrics.registry, &metrics.framework);
+            if emulation.enabled(crate::emulation::TOPOLOGY_AWARE_WORKLOAD_SCHEDULING) {
+                metrics.placements = Some(PlacementMetrics::registered(&mut metrics.registry));
+            }
         }
         register_process_metrics(&mut metrics.registry);
         register_component_metrics(&mut metrics.registry, emulation);
@@ -463,6 +528,7 @@ impl Metrics {
             },
             framework,
             pod_group: None,
+            placements: None,
             registry,
         }
     }

@@ -8,6 +8,8 @@
 //! undoes them for the next; the winner's members are assumed again on the nodes its try chose,
 //! with the cycle states it left (upstream reverts every try and assumes the winner again too).
 
+use std::time::Instant;
+
 use super::Cycle;
 use super::group::{Attempt, POD_GROUP_UNSCHEDULABLE, Tried, undone};
 use crate::framework::interface::{
@@ -40,6 +42,10 @@ impl Cycle {
             generate_placements(fwk, &view, &snapshot).map_err(|status| (Vec::new(), status))?;
         let all_nodes = snapshot.num_nodes();
         drop(snapshot);
+        let metrics = self.metrics.as_ref().and_then(|m| m.placements.as_ref());
+        if let Some(m) = metrics {
+            m.generated(fwk.profile_name(), placements.len());
+        }
 
         let mut fitted: Vec<Fitted> = Vec::new();
         let mut first_failure: Option<(Vec<Tried>, Status)> = None;
@@ -47,10 +53,17 @@ impl Cycle {
             // A placement of every node limits nothing (and keeps opportunistic batching).
             let limit =
                 (placement.nodes.len() != all_nodes).then(|| PlacementNodes::new(&placement.nodes));
+            let started = Instant::now();
             self.algorithm.lock().set_placement(limit);
             let (mut tried, status, progress) =
                 self.run_members(fwk, group, |pod| self.try_member(fwk, pod));
             self.algorithm.lock().set_placement(None);
+            if let Some(m) = metrics
+                && status.code() != Code::Error
+            {
+                let seconds = started.elapsed().as_secs_f64();
+                m.evaluated(fwk.profile_name(), status.is_success(), seconds);
+            }
             if placements.len() == 1 && status.is_success() {
                 // The only placement: nothing to compare, its members stay placed.
                 return Ok((tried, status, progress));

@@ -6,8 +6,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::FieldError;
-use super::types::ApiVersion;
-use crate::emulation::Minor;
 
 /// The framework's extension points, in the order a pod meets them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,22 +49,6 @@ impl ExtensionPoint {
         ExtensionPoint::PlacementScore,
         ExtensionPoint::PodGroupPostFilter,
     ];
-
-    /// Whether this is a `plugins` field of `version` at `minor`: preEnqueue came with v1beta3,
-    /// the group points with v1 (podGroupPostFilter in 1.37; older kube-scheduler calls it
-    /// unknown).
-    pub fn exists_in(self, version: ApiVersion, minor: Minor) -> bool {
-        match self {
-            ExtensionPoint::PreEnqueue => version >= ApiVersion::V1Beta3,
-            ExtensionPoint::PlacementGenerate | ExtensionPoint::PlacementScore => {
-                version == ApiVersion::V1
-            }
-            ExtensionPoint::PodGroupPostFilter => {
-                version == ApiVersion::V1 && minor >= Minor::V1_37
-            }
-            _ => true,
-        }
-    }
 
     /// Whether plugins here carry a weight (score and placementScore).
     pub fn is_weighted(self) -> bool {

@@ -193,7 +193,7 @@ fn expand(
     let mut out = BTreeMap::new();
     let minor = avail.emulation.minor();
     for point in ExtensionPoint::ALL {
-        if !point.exists_in(ApiVersion::V1, minor) {
+        if !ApiVersion::V1.has_point(point, minor) {
             // Not a point of this minor (podGroupPostFilter before 1.37): nothing runs there,
             // and the printed configuration leaves it out.
             continue;

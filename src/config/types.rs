@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::catalog::ExtensionPoint;
 use super::duration::GoDuration;
+use crate::emulation::Minor;
 
 /// The API group of `KubeSchedulerConfiguration`.
 pub(crate) const GROUP: &str = "kubescheduler.config.k8s.io";
@@ -35,6 +36,20 @@ pub enum ApiVersion {
 }
 
 impl ApiVersion {
+    /// Whether `point` is a `plugins` field of this version at `minor`: preEnqueue came with
+    /// v1beta3, the group points with v1 (podGroupPostFilter in 1.37; older kube-scheduler calls
+    /// it unknown).
+    pub fn has_point(self, point: ExtensionPoint, minor: Minor) -> bool {
+        match point {
+            ExtensionPoint::PreEnqueue => self >= ApiVersion::V1Beta3,
+            ExtensionPoint::PlacementGenerate | ExtensionPoint::PlacementScore => {
+                self == ApiVersion::V1
+            }
+            ExtensionPoint::PodGroupPostFilter => self == ApiVersion::V1 && minor >= Minor::V1_37,
+            _ => true,
+        }
+    }
+
     pub const ALL: [ApiVersion; 4] = [
         ApiVersion::V1,
         ApiVersion::V1Beta3,

@@ -100,7 +100,7 @@ pub(super) fn allowed_fields(ctx: Ctx, version: ApiVersion, minor: Minor) -> Vec
         Ctx::Plugins => {
             let mut f: Vec<&'static str> = ExtensionPoint::ALL
                 .into_iter()
-                .filter(|p| p.exists_in(version, minor))
+                .filter(|p| version.has_point(*p, minor))
                 .map(ExtensionPoint::field_name)
                 .collect();
             if version >= ApiVersion::V1Beta3 {
@@ -153,7 +153,7 @@ pub(super) fn misplaced_hint(
     if ctx == Ctx::Plugins
         && key == ExtensionPoint::PodGroupPostFilter.field_name()
         && version == ApiVersion::V1
-        && !ExtensionPoint::PodGroupPostFilter.exists_in(version, minor)
+        && !version.has_point(ExtensionPoint::PodGroupPostFilter, minor)
     {
         let since = Minor::V1_37;
         return Some(format!(

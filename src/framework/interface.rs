@@ -944,6 +944,12 @@ pub trait PlacementGeneratePlugin: Plugin {
         parent: &Placement,
         snapshot: &Snapshot,
     ) -> Result<Vec<Placement>, Status>;
+
+    /// How many of `placements` (this plugin's) the group cycle finds feasible before it scores
+    /// them and tries no more: all unless the plugin limits it.
+    fn placements_to_score(&self, placements: &[Placement]) -> usize {
+        placements.len()
+    }
 }
 
 /// Where a pod group's members landed in one placement.

@@ -3,16 +3,74 @@
 //! is tried in each domain of that node label, one placement per value, so all its members land
 //! in one domain. Nodes without the label are in none. Once members are scheduled, only their
 //! domain is a placement. A group without the constraint gets every node.
+//!
+//! Beyond 1.37: the group cycle stops trying placements once it found
+//! [`TopologyPlacementArgs::percentage_of_placements_to_score`] of them feasible, as the scheduler
+//! stops looking for feasible nodes (upstream's beta design of KEP-5732; 1.37 tries them all).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::helper::{impl_plugin, registration_without_args};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::helper::impl_plugin;
 use super::names;
+use crate::config::FieldError;
+use crate::framework::args::{PluginArgs, decode, invalid, typed};
 use crate::framework::interface::{GroupInCycle, Placement, PlacementGeneratePlugin, Status};
+use crate::framework::registry::PluginRegistration;
 use crate::framework::types::{NodeInfo, Snapshot};
 
+/// The plugin's args (ksched's own: upstream 1.37's plugin takes none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub(crate) struct TopologyPlacementArgs {
+    /// The share of a group's placements (in percent) the cycle finds feasible before it scores
+    /// them and stops trying others. 0 (the default): adaptive, from 100 % when the placements
+    /// hold at most 100 nodes down to 10 % at 5000 nodes, never below 5 %. 100: every
+    /// placement, as upstream 1.37.
+    pub percentage_of_placements_to_score: i32,
+}
+
+impl PluginArgs for TopologyPlacementArgs {
+    const KIND: &'static str = "TopologyPlacementArgs";
+
+    fn validate(&self) -> Vec<FieldError> {
+        let p = self.percentage_of_placements_to_score;
+        if !(0..=100).contains(&p) {
+            return vec![invalid(
+                "percentageOfPlacementsToScore",
+                p,
+                "not in valid range [0-100]",
+            )];
+        }
+        Vec::new()
+    }
+}
+
+/// Placements summing at most this many nodes are all tried under the adaptive limit.
+const ADAPTIVE_ALL_UP_TO_NODES: usize = 100;
+/// Where the adaptive percentage reaches [`ADAPTIVE_AT_REFERENCE`].
+const ADAPTIVE_REFERENCE_NODES: usize = 5000;
+const ADAPTIVE_AT_REFERENCE: f64 = 10.0;
+const ADAPTIVE_FLOOR: f64 = 5.0;
+
+/// The adaptive percentage of placements to score for placements summing `nodes` nodes: 100
+/// up to [`ADAPTIVE_ALL_UP_TO_NODES`], falling linearly to 10 at 5000, at least 5.
+fn adaptive_percentage(nodes: usize) -> f64 {
+    if nodes <= ADAPTIVE_ALL_UP_TO_NODES {
+        return 100.0;
+    }
+    let span = (ADAPTIVE_REFERENCE_NODES - ADAPTIVE_ALL_UP_TO_NODES) as f64;
+    let beyond = (nodes - ADAPTIVE_ALL_UP_TO_NODES) as f64;
+    (100.0 - (100.0 - ADAPTIVE_AT_REFERENCE) * beyond / span).max(ADAPTIVE_FLOOR)
+}
+
 #[derive(Default)]
-pub(crate) struct TopologyPlacementGenerator;
+pub(crate) struct TopologyPlacementGenerator {
+    args: TopologyPlacementArgs,
+}
 
 impl_plugin!(
     TopologyPlacementGenerator,
@@ -59,6 +117,7 @@ impl PlacementGeneratePlugin for TopologyPlacementGenerator {
         })?;
         // Domains in the order their first node comes (upstream's come from a map, in any order).
         let mut placements: Vec<Placement> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
         for node in &parent.nodes {
             let Some(value) = domain(node, key) else {
                 continue;
@@ -66,15 +125,25 @@ impl PlacementGeneratePlugin for TopologyPlacementGenerator {
             if required.as_deref().is_some_and(|r| r != value) {
                 continue;
             }
-            match placements.iter_mut().find(|p| p.name == value) {
-                Some(p) => p.nodes.push(Arc::clone(node)),
-                None => placements.push(Placement {
+            let i = *index.entry(value).or_insert_with(|| {
+                placements.push(Placement {
                     name: value.to_string(),
-                    nodes: vec![Arc::clone(node)],
-                }),
-            }
+                    nodes: Vec::new(),
+                });
+                placements.len() - 1
+            });
+            placements[i].nodes.push(Arc::clone(node));
         }
         Ok(placements)
+    }
+
+    fn placements_to_score(&self, placements: &[Placement]) -> usize {
+        let percentage = match self.args.percentage_of_placements_to_score {
+            0 => adaptive_percentage(placements.iter().map(|p| p.nodes.len()).sum()),
+            p => f64::from(p),
+        };
+        let n = placements.len();
+        ((n as f64 * percentage / 100.0).ceil() as usize).clamp(1.min(n), n)
     }
 }
 
@@ -104,9 +173,20 @@ fn scheduled_domain(
     Ok(found.map(str::to_string))
 }
 
-pub(crate) fn registration() -> crate::framework::registry::PluginRegistration {
-    registration_without_args::<TopologyPlacementGenerator>(
+/// Args given are decoded strictly; none stay none, so the effective configuration prints no
+/// args for the plugin, as upstream's (which has none).
+fn decode_args(args: Option<&Value>) -> Result<Value, Vec<FieldError>> {
+    match args {
+        None | Some(Value::Null) => Ok(Value::Null),
+        Some(given) => decode::<TopologyPlacementArgs>(Some(given)),
+    }
+}
+
+pub(crate) fn registration() -> PluginRegistration {
+    PluginRegistration::new(
         TopologyPlacementGenerator::EXTENSION_POINTS,
+        decode_args,
+        |args, _| Ok(Arc::new(TopologyPlacementGenerator { args: typed(args)? })),
     )
 }
 
@@ -169,7 +249,7 @@ mod tests {
             group: &g,
             scheduled: &[],
         };
-        let placements = TopologyPlacementGenerator
+        let placements = TopologyPlacementGenerator::default()
             .generate_placements(&view, &all, &snapshot)
             .expect("placements");
         // n2 has no rack: it is in no placement.
@@ -186,11 +266,68 @@ mod tests {
             group: &free,
             scheduled: &[],
         };
-        let placements = TopologyPlacementGenerator
+        let placements = TopologyPlacementGenerator::default()
             .generate_placements(&view, &all, &snapshot)
             .expect("placements");
         assert_eq!(placements.len(), 1);
         assert_eq!(placements[0].nodes.len(), 4);
+    }
+
+    fn generator(percentage: i32) -> TopologyPlacementGenerator {
+        TopologyPlacementGenerator {
+            args: TopologyPlacementArgs {
+                percentage_of_placements_to_score: percentage,
+            },
+        }
+    }
+
+    /// `count` placements of `nodes_each` nodes (the nodes are not looked at).
+    fn placements(count: usize, nodes_each: usize) -> Vec<Placement> {
+        let node = Arc::new(NodeBuilder::new("n").info(vec![]));
+        (0..count)
+            .map(|i| Placement {
+                name: format!("rack-{i}"),
+                nodes: vec![Arc::clone(&node); nodes_each],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_adaptive_limit_scores_every_placement_of_a_small_cluster_and_a_tenth_at_5000_nodes() {
+        let adaptive = generator(0);
+        // Five racks of 20 nodes: 100 nodes, every placement.
+        assert_eq!(adaptive.placements_to_score(&placements(5, 20)), 5);
+        // upstream's TAS bench: 50 racks of 100 nodes, 10 %.
+        assert_eq!(adaptive.placements_to_score(&placements(50, 100)), 5);
+        // 5 racks of 100: 92.7 % of 5, rounded up.
+        assert_eq!(adaptive.placements_to_score(&placements(5, 100)), 5);
+        // 200 racks of 100 (20000 nodes): the 5 % floor.
+        assert_eq!(adaptive.placements_to_score(&placements(200, 100)), 10);
+        // At least one, and none of none.
+        assert_eq!(adaptive.placements_to_score(&placements(3, 10000)), 1);
+        assert_eq!(adaptive.placements_to_score(&[]), 0);
+        // A fixed percentage; 100 is upstream 1.37's every placement.
+        assert_eq!(generator(100).placements_to_score(&placements(50, 100)), 50);
+        assert_eq!(generator(30).placements_to_score(&placements(50, 100)), 15);
+    }
+
+    #[test]
+    fn args_are_checked_and_left_out_when_not_given() {
+        assert_eq!(decode_args(None), Ok(Value::Null));
+        assert_eq!(
+            decode_args(Some(&json!({"percentageOfPlacementsToScore": 40}))),
+            Ok(json!({"percentageOfPlacementsToScore": 40}))
+        );
+        let errors = decode_args(Some(&json!({"percentageOfPlacementsToScore": 101})))
+            .expect_err("out of range");
+        assert_eq!(errors[0].path, "percentageOfPlacementsToScore");
+        assert!(
+            errors[0].reason.contains("not in valid range [0-100]"),
+            "{errors:?}"
+        );
+        let errors =
+            decode_args(Some(&json!({"percentageOfPlacementToScore": 40}))).expect_err("misspelt");
+        assert_eq!(errors[0].path, "percentageOfPlacementToScore");
     }
 
     #[test]
@@ -202,7 +339,7 @@ mod tests {
             group: &g,
             scheduled: &scheduled,
         };
-        let placements = TopologyPlacementGenerator
+        let placements = TopologyPlacementGenerator::default()
             .generate_placements(&view, &all, &snapshot)
             .expect("placements");
         assert_eq!(
@@ -215,7 +352,7 @@ mod tests {
             group: &g,
             scheduled: &scheduled,
         };
-        let err = TopologyPlacementGenerator
+        let err = TopologyPlacementGenerator::default()
             .generate_placements(&view, &all, &snapshot)
             .expect_err("no domain");
         assert_eq!(

@@ -37,6 +37,7 @@ use crate::config::{ExtensionPoint, PluginCatalog};
 use instruments::{Instruments, PluginMetrics};
 use queue::queueing_hint_map;
 
+pub use placement::GeneratedPlacements;
 pub use score::{NodeScores, RawScores};
 
 /// One profile as the framework needs it: enabled plugins per extension point (name, weight) and

@@ -7,6 +7,13 @@ use crate::framework::interface::{
 };
 use crate::framework::types::Snapshot;
 
+/// What PlacementGenerate gave a group: its placements, in the order they are tried, and how
+/// many of them the cycle finds feasible before it scores them and tries no more.
+pub struct GeneratedPlacements {
+    pub placements: Vec<Placement>,
+    pub to_score: usize,
+}
+
 impl Framework {
     /// Upstream's `RunPlacementGeneratePlugins`: the first PlacementGenerate plugin's placements
     /// within `parent`; `parent` itself when the profile has none.
@@ -15,13 +22,16 @@ impl Framework {
         group: &GroupInCycle<'_>,
         parent: Placement,
         snapshot: &Snapshot,
-    ) -> Result<Vec<Placement>, Status> {
+    ) -> Result<GeneratedPlacements, Status> {
         let Some((name, plugin)) = self
             .at(ExtensionPoint::PlacementGenerate)
             .iter()
             .find_map(|e| e.plugin.as_placement_generate().map(|p| (&e.name, p)))
         else {
-            return Ok(vec![parent]);
+            return Ok(GeneratedPlacements {
+                placements: vec![parent],
+                to_score: 1,
+            });
         };
         let placements = plugin
             .generate_placements(group, &parent, snapshot)
@@ -31,7 +41,11 @@ impl Framework {
                 Status::unschedulable("no feasible placements found").with_plugin(name.clone())
             );
         }
-        Ok(placements)
+        let to_score = plugin.placements_to_score(&placements).max(1);
+        Ok(GeneratedPlacements {
+            placements,
+            to_score,
+        })
     }
 
     /// Upstream's `RunPlacementScorePlugins`: each placement's weighted total over the

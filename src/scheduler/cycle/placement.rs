@@ -16,7 +16,7 @@ use crate::framework::interface::{
     Code, GroupInCycle, Placement, PlacementAssignments, PlacementProgress, ProposedAssignment,
     Status,
 };
-use crate::framework::runtime::Framework;
+use crate::framework::runtime::{Framework, GeneratedPlacements};
 use crate::framework::schedule::PlacementNodes;
 use crate::framework::types::{QueuedPodGroup, Snapshot};
 
@@ -38,8 +38,10 @@ impl Cycle {
             group: &group.group,
             scheduled: &scheduled,
         };
-        let placements =
-            generate_placements(fwk, &view, &snapshot).map_err(|status| (Vec::new(), status))?;
+        let GeneratedPlacements {
+            placements,
+            to_score,
+        } = generate_placements(fwk, &view, &snapshot).map_err(|status| (Vec::new(), status))?;
         let all_nodes = snapshot.num_nodes();
         drop(snapshot);
         let metrics = self.metrics.as_ref().and_then(|m| m.placements.as_ref());
@@ -64,8 +66,8 @@ impl Cycle {
                 let seconds = started.elapsed().as_secs_f64();
                 m.evaluated(fwk.profile_name(), status.is_success(), seconds);
             }
-            if placements.len() == 1 && status.is_success() {
-                // The only placement: nothing to compare, its members stay placed.
+            if to_score == 1 && status.is_success() {
+                // The only placement to score: nothing to compare, its members stay placed.
                 return Ok((tried, status, progress));
             }
             self.undo_all(fwk, &mut tried);
@@ -79,6 +81,9 @@ impl Cycle {
                     status,
                     progress,
                 });
+                if fitted.len() == to_score {
+                    break;
+                }
             } else if first_failure.is_none() {
                 first_failure = Some((tried, status));
             }
@@ -125,8 +130,11 @@ impl Cycle {
             group: &group.group,
             scheduled: &scheduled,
         };
-        let placements = match generate_placements(fwk, &view, cluster) {
-            Ok(p) => p,
+        let GeneratedPlacements {
+            placements,
+            to_score,
+        } = match generate_placements(fwk, &view, cluster) {
+            Ok(generated) => generated,
             Err(status) => return (Vec::new(), status),
         };
         let mut fitted: Vec<(usize, Vec<ProposedAssignment>, Status)> = Vec::new();
@@ -139,7 +147,12 @@ impl Cycle {
             self.algorithm.lock().set_placement(None);
             match status.code() {
                 Code::Error => return (placed, status),
-                Code::Success => fitted.push((i, placed, status)),
+                Code::Success => {
+                    fitted.push((i, placed, status));
+                    if fitted.len() == to_score {
+                        break;
+                    }
+                }
                 _ => {
                     first_failure.get_or_insert(status);
                 }
@@ -192,7 +205,7 @@ fn generate_placements(
     fwk: &Framework,
     view: &GroupInCycle<'_>,
     cluster: &Snapshot,
-) -> Result<Vec<Placement>, Status> {
+) -> Result<GeneratedPlacements, Status> {
     let every_node = Placement {
         name: String::new(),
         nodes: cluster.nodes().to_vec(),

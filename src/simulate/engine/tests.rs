@@ -474,6 +474,50 @@ fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
     );
 }
 
+/// TopologyPlacementGenerator's `percentageOfPlacementsToScore`: the cycle scores only the first
+/// placements it finds feasible. Four 1-CPU members fit either rack and r2 is the fuller: scoring
+/// both picks r2; scoring one (1 % of two placements, rounded up) keeps r1, tried first.
+#[test]
+fn the_placement_limit_scores_only_the_first_feasible_placements() {
+    let limited = |percentage: i32| {
+        let ksc = format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n  pluginConfig:\n  - name: TopologyPlacementGenerator\n    args: {{percentageOfPlacementsToScore: {percentage}}}\n"
+        );
+        let input = Input {
+            name: "limited.yaml".into(),
+            text: ksc,
+        };
+        profile::load(
+            Some(&input),
+            &[],
+            &Registry::in_tree(),
+            &["GenericWorkload=true,TopologyAwareWorkloadScheduling=true".into()],
+        )
+        .expect("profile with a placement limit")
+    };
+    let racks_used = |profile: &SimulatedProfile| {
+        let mut items = racks("4", 4, "1");
+        items.push(pod("busy", "2", json!({"nodeName": "b1"})));
+        let r = run(items, profile, Request::Pending { all: false });
+        let mut prefixes: Vec<char> = r
+            .pods
+            .iter()
+            .filter(|p| p.name != "busy")
+            .map(|p| {
+                p.node
+                    .as_deref()
+                    .and_then(|n| n.chars().next())
+                    .unwrap_or('-')
+            })
+            .collect();
+        prefixes.dedup();
+        prefixes
+    };
+    assert_eq!(racks_used(&topology_profile()), ['b']);
+    assert_eq!(racks_used(&limited(100)), ['b']);
+    assert_eq!(racks_used(&limited(1)), ['a']);
+}
+
 /// Workload-aware preemption tries the group in its placements too: a gang bound to one rack
 /// takes its victims in a rack that can hold it all.
 #[test]

@@ -372,6 +372,7 @@ async fn measure(
         .max(1e-6);
 
     let mut go_heap_mb = None;
+    let mut domains = None;
     if contender.schedules() {
         let state = checks::RunState {
             w,
@@ -380,6 +381,7 @@ async fn measure(
             tracker: &tracker,
         };
         checks::check(admin, &state).await?;
+        domains = checks::domains_used(&state).map(|n| n as f64);
         phases.mark("checks");
         tokio::time::sleep(footprint::IDLE.saturating_sub(churn_stopped.elapsed())).await;
         let metrics = wait_scheduled(cp, &running, checks::expected_scheduled(w)).await?;
@@ -398,6 +400,7 @@ async fn measure(
         steady_rss_mb: steady.rss_mb,
         steady_anon_mb: steady.anon_mb,
         go_heap_mb,
+        domains,
     })
 }
 
@@ -654,7 +657,7 @@ fn main() {
             let line = report::bench_line(w, &results);
             println!("{line}");
             lines.push(line);
-            let v = Verdicts::of(&results);
+            let v = Verdicts::of(&results).with_pps_target(w.kind.pps_target());
             verdicts_table.push_str(&report::verdict_row(w, &v));
             verdicts.push(v);
             plotted.push(plot::Workload::of(w.name(), &results));

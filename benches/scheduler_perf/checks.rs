@@ -154,16 +154,10 @@ pub async fn check(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
         }
         Kind::CsiPvs => check_volumes(admin, s).await?,
         Kind::ResourceClaimTemplate => check_claims(admin, s).await?,
-        Kind::Gangs(size) => {
-            let mut per_gang: HashMap<&str, usize> = HashMap::new();
-            for p in s.with_role(Role::Measured).filter(|p| node_of(p).is_some()) {
-                *per_gang
-                    .entry(label(p, workloads::POD_GROUP_LABEL).unwrap_or_default())
-                    .or_default() += 1;
-            }
-            if let Some((g, n)) = per_gang.iter().find(|(_, n)| **n != size) {
-                return Err(format!("gang {g} has {n} of {size} pods bound"));
-            }
+        Kind::Gangs(size) => whole_gangs(s, size)?,
+        Kind::TopologyGangs(size) => {
+            whole_gangs(s, size)?;
+            gangs_in_one_rack(s)?;
         }
         Kind::SchedulingBasic
         | Kind::PreferredPodAffinity
@@ -171,6 +165,58 @@ pub async fn check(admin: &Client, s: &RunState<'_>) -> Result<(), String> {
         | Kind::PreferredTopologySpreading => {}
     }
     Ok(())
+}
+
+/// Every gang of the run has all `size` pods bound.
+fn whole_gangs(s: &RunState<'_>, size: usize) -> Result<(), String> {
+    let mut per_gang: HashMap<&str, usize> = HashMap::new();
+    for p in s.with_role(Role::Measured).filter(|p| node_of(p).is_some()) {
+        *per_gang.entry(gang_of(p)).or_default() += 1;
+    }
+    match per_gang.iter().find(|(_, n)| **n != size) {
+        Some((g, n)) => Err(format!("gang {g} has {n} of {size} pods bound")),
+        None => Ok(()),
+    }
+}
+
+fn gang_of(p: &Pod) -> &str {
+    label(p, workloads::POD_GROUP_LABEL).unwrap_or_default()
+}
+
+/// The rack of a bench node (`bench-node-<i>` is in `rack-<i / 100>`, see `workloads::node`).
+fn rack_of(node: &str) -> Option<usize> {
+    let index: usize = node.strip_prefix("bench-node-")?.parse().ok()?;
+    Some(index / workloads::NODES_PER_RACK)
+}
+
+/// The topology-aware gangs: each gang's pods are in one rack.
+fn gangs_in_one_rack(s: &RunState<'_>) -> Result<(), String> {
+    let mut rack_of_gang: HashMap<&str, Option<usize>> = HashMap::new();
+    for p in s.with_role(Role::Measured) {
+        let Some(node) = node_of(p) else { continue };
+        let rack = rack_of(node);
+        let first = *rack_of_gang.entry(gang_of(p)).or_insert(rack);
+        if first != rack {
+            return Err(format!(
+                "gang {} spans racks {first:?} and {rack:?} ({} on {node})",
+                gang_of(p),
+                name(p)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How many topology domains (racks) hold the run's measured pods: the placement quality of
+/// the topology-aware gangs. Packing fewer racks leaves more whole racks for the next gangs;
+/// none for other workloads.
+pub fn domains_used(s: &RunState<'_>) -> Option<usize> {
+    s.w.kind.topology_key()?;
+    let racks: std::collections::HashSet<usize> = s
+        .with_role(Role::Measured)
+        .filter_map(|p| rack_of(node_of(p)?))
+        .collect();
+    Some(racks.len())
 }
 
 fn is_churn(pod: &str) -> bool {

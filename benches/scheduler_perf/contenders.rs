@@ -158,6 +158,21 @@ pub struct GangApi {
     /// Whether ksched schedules these gangs itself (GangScheduling with GenericWorkload, from
     /// 1.37); else it runs Coscheduling over scheduling.x-k8s.io PodGroups.
     pub ksched_has_it: bool,
+    /// The gate of topology-aware placement both schedulers get for the topology-aware gangs
+    /// (the API server has it too, or it drops `schedulingConstraints`); none: that minor has
+    /// no such workloads.
+    pub topology_gate: Option<&'static str>,
+}
+
+impl GangApi {
+    /// The `--feature-gates` of a scheduler running workload `kind`, if any.
+    pub fn scheduler_gates_for(&self, kind: Kind) -> Option<String> {
+        kind.gang_size()?;
+        match (kind.topology_key(), self.topology_gate) {
+            (Some(_), Some(gate)) => Some(format!("{},{gate}=true", self.scheduler_gates)),
+            _ => Some(self.scheduler_gates.to_string()),
+        }
+    }
 }
 
 /// 1.37: `scheduling.k8s.io/v1beta1`, gate GenericWorkload (beta); 1.36: `v1alpha2`, gates
@@ -174,17 +189,19 @@ pub fn gang_api() -> GangApi {
             ],
             scheduler_gates: "GenericWorkload=true,GangScheduling=true",
             ksched_has_it: false,
+            topology_gate: None,
         }
     } else {
         GangApi {
             version: "v1beta1",
             apiserver_args: &[
-                "--feature-gates=GenericWorkload=true",
+                "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
                 "--runtime-config=scheduling.k8s.io/v1beta1=true",
                 "--delete-collection-workers=16",
             ],
             scheduler_gates: "GenericWorkload=true",
             ksched_has_it: true,
+            topology_gate: Some("TopologyAwareWorkloadScheduling"),
         }
     }
 }
@@ -227,8 +244,10 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
                 .args(["--kubeconfig", &kubeconfig])
                 .args(&auth)
                 .args(&tls);
-            if kind.gang_size().is_some() && gang_api().ksched_has_it {
-                c.arg(format!("--feature-gates={}", gang_api().scheduler_gates));
+            if let Some(gates) = gang_api().scheduler_gates_for(kind)
+                && gang_api().ksched_has_it
+            {
+                c.arg(format!("--feature-gates={gates}"));
             }
             // One binary, both allocators (src/allocator.rs).
             match contender.allocator() {
@@ -242,8 +261,8 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
             c.arg(format!("--config={}", config_path.display()))
                 .args(&auth)
                 .args(&tls);
-            if kind.gang_size().is_some() {
-                c.arg(format!("--feature-gates={}", gang_api().scheduler_gates));
+            if let Some(gates) = gang_api().scheduler_gates_for(kind) {
+                c.arg(format!("--feature-gates={gates}"));
             }
             c
         }

@@ -28,6 +28,9 @@ pub struct Figures {
     pub steady_anon_mb: f64,
     /// Upstream's `go_memstats_heap_inuse_bytes` at the same moment.
     pub go_heap_mb: Option<f64>,
+    /// Topology-aware gangs: how many domains (racks) hold the measured pods (fewer: less
+    /// fragmented).
+    pub domains: Option<f64>,
 }
 
 /// What a round gave: figures, or why the contender failed the workload.
@@ -94,6 +97,7 @@ impl Summary {
         let spread = |f: fn(&Figures) -> f64| Spread::of(rounds.iter().map(f).collect());
         let med = |f: fn(&Figures) -> f64| spread(f).median;
         let heaps: Vec<f64> = rounds.iter().filter_map(|f| f.go_heap_mb).collect();
+        let domains: Vec<f64> = rounds.iter().filter_map(|f| f.domains).collect();
         Summary {
             median: Figures {
                 pods_per_second: med(|f| f.pods_per_second),
@@ -104,6 +108,7 @@ impl Summary {
                 steady_rss_mb: med(|f| f.steady_rss_mb),
                 steady_anon_mb: med(|f| f.steady_anon_mb),
                 go_heap_mb: (!heaps.is_empty()).then(|| median_of(heaps)),
+                domains: (!domains.is_empty()).then(|| median_of(domains)),
             },
             pods_per_second: spread(|f| f.pods_per_second),
             cpu_seconds: spread(|f| f.cpu_seconds),
@@ -231,6 +236,9 @@ pub struct Verdicts {
     pub pps_vs_ceiling: Option<Ratio>,
     pub cpu_vs_upstream: Option<Ratio>,
     pub rss_vs_upstream: Option<Ratio>,
+    /// The throughput ratio to upstream the workload is held to ([`TARGET_PPS_VS_UPSTREAM`]
+    /// unless the workload sets its own).
+    pub pps_target: f64,
 }
 
 impl Verdicts {
@@ -254,15 +262,22 @@ impl Verdicts {
             pps_vs_ceiling: ratio(k, c, |s| s.pods_per_second),
             cpu_vs_upstream: ratio(k, u, |s| s.cpu_seconds),
             rss_vs_upstream: ratio(k, u, |s| s.peak_rss_mb),
+            pps_target: TARGET_PPS_VS_UPSTREAM,
+        }
+    }
+
+    /// The same verdicts held to `target` times upstream's throughput.
+    pub fn with_pps_target(self, target: f64) -> Verdicts {
+        Verdicts {
+            pps_target: target,
+            ..self
         }
     }
 
     /// The throughput target: met when either bound is met surely, missed when both are missed
     /// surely (or ksched is surely below upstream).
     pub fn throughput(&self) -> Option<Side> {
-        let up = self
-            .pps_vs_upstream
-            .map(|r| r.at_least(TARGET_PPS_VS_UPSTREAM));
+        let up = self.pps_vs_upstream.map(|r| r.at_least(self.pps_target));
         let ceil = self
             .pps_vs_ceiling
             .map(|r| r.at_least(TARGET_PPS_VS_CEILING));
@@ -415,7 +430,7 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
         Some(Err(_)) => "FAILED".into(),
         None => "-".into(),
     };
-    let v = Verdicts::of(results);
+    let v = Verdicts::of(results).with_pps_target(w.kind.pps_target());
     let median = |r: Option<Ratio>| r.map_or("-".into(), |r| format!("{:.2}", r.median));
     let range = |r: Option<Ratio>| r.map_or("-".into(), |r| r.range());
     let side = |s: Option<Side>| s.map_or("-", Side::name);
@@ -472,6 +487,15 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
                 value(contender, f, precision)
             );
         }
+    }
+    if let Some(key) = w.kind.topology_key() {
+        let domains = |c: Contender| value(c, |s| s.median.domains, 0);
+        let _ = write!(
+            line,
+            " domain_key={key} ksched_domains={} upstream_domains={}",
+            domains(k),
+            domains(u)
+        );
     }
     let _ = write!(
         line,

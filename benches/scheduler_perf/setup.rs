@@ -331,10 +331,11 @@ pub async fn pod_groups(
     let Some(size) = w.kind.gang_size() else {
         return Ok(());
     };
-    let workload = (
-        workload_groups(),
-        json!({"schedulingPolicy": {"gang": {"minCount": size}}}),
-    );
+    let mut upstream_spec = json!({"schedulingPolicy": {"gang": {"minCount": size}}});
+    if let Some(key) = w.kind.topology_key() {
+        upstream_spec["schedulingConstraints"] = json!({"topology": [{"key": key}]});
+    }
+    let workload = (workload_groups(), upstream_spec);
     let (resource, spec) = match contender {
         Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc
             if super::contenders::gang_api().ksched_has_it =>

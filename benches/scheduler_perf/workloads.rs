@@ -18,6 +18,11 @@ pub const NAMED_NODE: &str = "scheduler-perf-node";
 pub const NODE_LABEL: &str = "ksched.io/bench";
 /// Coscheduling's pod label naming the pod's PodGroup (scheduler-plugins' `scheduling.x-k8s.io/pod-group`).
 pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+/// The node label whose values are the domains of the topology-aware gangs (upstream's
+/// `podgroup/tas` suite: `rack-<index / 100>`).
+pub const RACK_LABEL: &str = "topology.kubernetes.io/rack";
+/// Nodes per rack (and per zone) in the topology-aware gang workloads.
+pub const NODES_PER_RACK: usize = 100;
 /// The CSI driver of SchedulingCSIPVs and its attach limit per node (upstream's
 /// `nodeAllocatableStrategy`: `attachable-volumes-csi-ebs.csi.aws.com: 39`, CSINode count 39).
 pub const CSI_DRIVER: &str = "ebs.csi.aws.com";
@@ -85,10 +90,13 @@ pub enum Kind {
     PreemptionAsync,
     /// Coscheduling gangs of this many pods (minMember = size).
     Gangs(usize),
+    /// Upstream's `podgroup/tas` TopologyAwareScheduling: gangs of this many pods, each confined
+    /// to one rack (`schedulingConstraints.topology`), on racks of 100 nodes. From 1.37.
+    TopologyGangs(usize),
 }
 
 impl Kind {
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 20] = [
         Kind::SchedulingBasic,
         Kind::SchedulingPodAntiAffinity,
         Kind::TopologySpreading,
@@ -107,6 +115,8 @@ impl Kind {
         Kind::PreemptionAsync,
         Kind::Gangs(3),
         Kind::Gangs(100),
+        Kind::TopologyGangs(4),
+        Kind::TopologyGangs(1000),
     ];
 
     /// Upstream's test case name (ours for the gangs, which upstream's suite does not have).
@@ -131,14 +141,31 @@ impl Kind {
             Kind::Gangs(3) => "SchedulingGangsOf3",
             Kind::Gangs(100) => "SchedulingGangsOf100",
             Kind::Gangs(_) => "SchedulingGangs",
+            Kind::TopologyGangs(4) => "TopologyAwareSchedulingGangsOf4",
+            Kind::TopologyGangs(1000) => "TopologyAwareSchedulingGangsOf1000",
+            Kind::TopologyGangs(_) => "TopologyAwareScheduling",
         }
     }
 
     /// The gang size of a gang workload.
     pub fn gang_size(self) -> Option<usize> {
         match self {
-            Kind::Gangs(n) => Some(n),
+            Kind::Gangs(n) | Kind::TopologyGangs(n) => Some(n),
             _ => None,
+        }
+    }
+
+    /// The node label a gang of the workload must stay within (one value for all its pods).
+    pub fn topology_key(self) -> Option<&'static str> {
+        matches!(self, Kind::TopologyGangs(_)).then_some(RACK_LABEL)
+    }
+
+    /// The throughput ksched is held to against upstream: 1.5x, and 3x for topology-aware
+    /// placement (issue 34).
+    pub fn pps_target(self) -> f64 {
+        match self {
+            Kind::TopologyGangs(_) => 3.0,
+            _ => 1.5,
         }
     }
 
@@ -195,6 +222,10 @@ impl Workload {
 pub fn workloads(preset: Preset) -> Vec<Workload> {
     Kind::ALL
         .iter()
+        // Topology-aware placement exists from 1.37 (see `GangApi::topology_gate`).
+        .filter(|kind| {
+            kind.topology_key().is_none() || super::contenders::gang_api().topology_gate.is_some()
+        })
         .filter_map(|&kind| {
             let (nodes, init_pods, measure_pods) = counts(kind, preset)?;
             Some(Workload {
@@ -239,13 +270,16 @@ fn counts(kind: Kind, preset: Preset) -> Option<(usize, usize, usize)> {
         Kind::Daemonset => (500, 0, 1000),
         Kind::PreemptionAsync => (500, 2000, 500),
         Kind::Gangs(n) => (500, 0, 1000 / n * n),
+        // Five racks of 100 nodes: 250 gangs of 4, or three gangs of 1000 (upstream's
+        // smallest 1000PerGroup case, on a tenth of its nodes).
+        Kind::TopologyGangs(n) => (500, 0, 1000.max(3 * n) / n * n),
     };
     match preset {
         Preset::Default => Some(default),
         Preset::Small => {
             let (nodes, init, measure) = default;
             let measure = match kind {
-                Kind::Gangs(n) => (measure / 10 / n).max(1) * n,
+                Kind::Gangs(n) | Kind::TopologyGangs(n) => (measure / 10 / n).max(1) * n,
                 _ => measure / 10,
             };
             Some((nodes / 10, init / 10, measure))
@@ -269,6 +303,8 @@ fn counts(kind: Kind, preset: Preset) -> Option<(usize, usize, usize)> {
             Kind::Daemonset => (5000, 0, 10000),
             Kind::PreemptionAsync => (5000, 20000, 5000),
             Kind::Gangs(n) => (5000, 0, 10000 / n * n),
+            // Upstream's 5000Nodes_1500Gangs_6000Pods and 5000Nodes_6Gangs_6000Pods_1000PerGroup.
+            Kind::TopologyGangs(n) => (5000, 0, 6000 / n * n),
         }),
         Preset::XLarge => match kind {
             Kind::SchedulingBasic => Some((15000, 3000, 30000)),
@@ -285,6 +321,12 @@ pub fn node(kind: Kind, name: &str, index: usize) -> Value {
     let zones = kind.zones();
     if !zones.is_empty() {
         labels["topology.kubernetes.io/zone"] = json!(zones[index % zones.len()]);
+    }
+    // Upstream's `podgroup/tas/templates/node.yaml`: zone and rack both `<index / 100>`.
+    if let Some(key) = kind.topology_key() {
+        let rack = index / NODES_PER_RACK;
+        labels["topology.kubernetes.io/zone"] = json!(format!("zone-{rack}"));
+        labels[key] = json!(format!("rack-{rack}"));
     }
     let mut resources = json!({"pods": "110", "cpu": "4", "memory": "32Gi"});
     if kind == Kind::CsiPvs {
@@ -447,6 +489,14 @@ pub fn pod(kind: Kind, role: Role, run: &str, ns: &str, index: usize) -> Value {
             // alpha: GenericWorkload, GangScheduling) reads the pod's scheduling group.
             labels[POD_GROUP_LABEL] = json!(gang);
             spec["schedulingGroup"] = json!({"podGroupName": gang});
+        }
+        // `podgroup/tas/templates/gang-pod.yaml`: 100m and 100Mi, no limits, no ports.
+        (Kind::TopologyGangs(size), Role::Measured) => {
+            let gang = gang_name(index / size);
+            labels[POD_GROUP_LABEL] = json!(gang);
+            spec["schedulingGroup"] = json!({"podGroupName": gang});
+            spec["containers"] = json!([{"name": "pause", "image": "registry.k8s.io/pause:3.10.1",
+                "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]);
         }
         _ => {}
     }

@@ -96,6 +96,24 @@ mod report_tests {
     }
 
     #[test]
+    fn a_workload_may_hold_ksched_to_more_than_the_usual_ratio() {
+        // 2.5x upstream: met at the usual 1.5x, missed at topology-aware placement's 3x.
+        let results = [
+            (Contender::Ksched, summary_of(&[250.0, 250.0], &[1.0, 1.0])),
+            (
+                Contender::Upstream,
+                summary_of(&[100.0, 100.0], &[2.0, 2.0]),
+            ),
+        ];
+        assert_eq!(Verdicts::of(&results).throughput(), Some(Side::Met));
+        let tas = super::super::workloads::Kind::TopologyGangs(4).pps_target();
+        assert_eq!(
+            Verdicts::of(&results).with_pps_target(tas).throughput(),
+            Some(Side::Missed)
+        );
+    }
+
+    #[test]
     fn a_failed_round_fails_the_summary() {
         let rounds: Vec<Round> = vec![Ok(Figures::default()), Err("stalled".into())];
         assert_eq!(summary(&rounds).err().as_deref(), Some("stalled"));
@@ -150,5 +168,39 @@ mod plot_tests {
         assert_eq!(fills(Contender::Upstream), 1 + 1, "{svg}");
         // A whisker per bar.
         assert_eq!(svg.matches("stroke-width=\"2\"").count(), 3, "{svg}");
+    }
+}
+
+mod workload_tests {
+    use super::workloads::*;
+
+    /// Upstream's `podgroup/tas` templates: nodes in racks (and zones) of 100, each gang's pods
+    /// naming their PodGroup, 100m and 100Mi.
+    #[test]
+    fn topology_aware_gangs_follow_upstreams_templates() {
+        let kind = Kind::TopologyGangs(4);
+        let n = node(kind, "bench-node-250", 250);
+        assert_eq!(n["metadata"]["labels"][RACK_LABEL], "rack-2");
+        assert_eq!(
+            n["metadata"]["labels"]["topology.kubernetes.io/zone"],
+            "zone-2"
+        );
+        let p = pod(kind, Role::Measured, "run", "ns", 9);
+        assert_eq!(p["spec"]["schedulingGroup"]["podGroupName"], "gang-2");
+        assert_eq!(
+            p["spec"]["containers"][0]["resources"]["requests"],
+            serde_json::json!({"cpu": "100m", "memory": "100Mi"})
+        );
+        assert_eq!(kind.topology_key(), Some(RACK_LABEL));
+        assert_eq!(Kind::Gangs(3).topology_key(), None);
+        // Whole gangs in every preset.
+        for preset in [Preset::Small, Preset::Default, Preset::Large] {
+            for w in workloads(preset) {
+                if let Some(size) = w.kind.gang_size() {
+                    assert_eq!(w.measure_pods % size, 0, "{} {preset:?}", w.name());
+                    assert!(w.measure_pods > 0, "{} {preset:?}", w.name());
+                }
+            }
+        }
     }
 }

@@ -29,10 +29,11 @@
 //!   [`schedule::FitError`] with upstream's message.
 //! - [`plugins`]: the in-tree plugins, one module each, and `Registry::in_tree`.
 //!
-//! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types` at the
-//! bottom, then `interface`, then `listers`/`waiting_pods`/`extender`/`metrics`, `api_calls`, `background`,
-//! `registry`, `batch`, `runtime`, `schedule`, `plugins`. Plugins never name the runtime: preemption runs
-//! its profile's plugins through `FrameworkHandle`.
+//! The modules form a DAG (a unit test reads their `use`s and fails on a cycle): `types`,
+//! `status` and `cycle_state` at the bottom, then `interface` (which re-exports the latter two's
+//! `Status`, `Code` and `CycleState`), then `listers`/`waiting_pods`/`extender`/`metrics`,
+//! `api_calls`, `background`, `registry`, `batch`, `runtime`, `schedule`, `plugins`. Plugins never
+//! name the runtime: preemption runs its profile's plugins through `FrameworkHandle`.
 //!
 //! A typical scheduling cycle, as `scheduler/` drives it:
 //!
@@ -55,6 +56,7 @@ pub mod background;
 pub mod batch;
 #[cfg(test)]
 mod cycle_io;
+mod cycle_state;
 pub(crate) mod events;
 pub(crate) mod extender;
 #[cfg(test)]
@@ -68,6 +70,7 @@ pub mod plugins;
 pub mod registry;
 pub mod runtime;
 pub mod schedule;
+mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;

@@ -14,8 +14,14 @@
 //! one second are ordered as the active queue orders them), PreEnqueue runs when a pod enters
 //! backoff, and when the active queue is empty the next pod backing off after a rejection (not
 //! after an error) is scheduled at once instead of the scheduler idling.
+//!
+//! Here: the queue, a pod's way in, out for an attempt and back. Beside it: [`backoff`] (how long
+//! a pod backs off, the backoff queue), [`hints`] (which events move which pods out of the pool),
+//! [`heap`] (the active queue), [`in_flight`] (the events seen during attempts), [`nominator`].
 
+mod backoff;
 mod heap;
+mod hints;
 mod in_flight;
 mod nominator;
 #[cfg(test)]
@@ -36,17 +42,15 @@ use self::heap::ActiveHeap;
 use self::in_flight::{InFlight, InFlightEvent};
 pub(crate) use self::nominator::Nominator;
 use super::metrics::{
-    ENTITY_POD, EntityLabels, EventLabels, HintLabels, IncomingEntityLabels, IncomingLabels,
-    QueueLabels, QueueMetrics, UnschedulableLabels,
+    ENTITY_POD, EntityLabels, EventLabels, IncomingEntityLabels, IncomingLabels, QueueLabels,
+    QueueMetrics, UnschedulableLabels,
 };
 use crate::framework::events::{
-    BACKOFF_COMPLETE, EVENT_FORCE_ACTIVATE, EVENT_UNSCHEDULABLE_TIMEOUT, EVENT_UNSCHEDULED_POD_ADD,
+    EVENT_FORCE_ACTIVATE, EVENT_UNSCHEDULABLE_TIMEOUT, EVENT_UNSCHEDULED_POD_ADD,
     EVENT_UNSCHEDULED_POD_UPDATE, POP_FROM_BACKOFF_Q, QueueingHintMap, SCHEDULE_ATTEMPT_FAILURE,
     pod_scheduling_properties_change,
 };
-use crate::framework::types::{
-    ClusterEvent, EventObject, PodInfo, PodObject, PodView, QueuedPodInfo, QueueingHint,
-};
+use crate::framework::types::{ClusterEvent, EventObject, PodInfo, PodObject, QueuedPodInfo};
 
 /// How long a pod may stay in the unschedulable pool before it is retried anyway (upstream's
 /// `--pod-max-in-unschedulable-pods-duration` default).
@@ -452,30 +456,6 @@ impl SchedulingQueue {
         self.count_rejectors(qpi, -1);
     }
 
-    /// With the active queue empty, the pod backing off after a rejection whose backoff ends
-    /// first (within one second: in queue-sort order), taken out of backoff.
-    fn pop_backoff(&self, inner: &mut Inner) -> Option<(String, QueuedPodInfo)> {
-        let mut best: Option<(&String, &QueuedPodInfo)> = None;
-        for (key, q) in &inner.backoff {
-            if q.has_no_rejector() {
-                continue; // failed with an error: it waits out its backoff
-            }
-            let better = match best {
-                None => true,
-                Some((_, b)) => {
-                    let (wq, wb) = (self.backoff_window(q), self.backoff_window(b));
-                    wq < wb || (wq == wb && (inner.active.less)(q, b))
-                }
-            };
-            if better {
-                best = Some((key, q));
-            }
-        }
-        let key = best?.0.clone();
-        let qpi = inner.backoff.remove(&key)?;
-        Some((key, qpi))
-    }
-
     /// The pod's attempt is over without coming back to the queue (bound, or dropped).
     pub fn done(&self, key: &str) {
         let mut inner = self.inner.lock();
@@ -534,200 +514,12 @@ impl SchedulingQueue {
         self.release(inner, Wake::one_if(to.wakes_pop()));
     }
 
-    /// What the events that arrived during the pod's attempt say (upstream's
-    /// `determineSchedulingHintForInFlightPod`): a pod no plugin rejected is retried after its
-    /// backoff; otherwise the strongest answer of its rejecting plugins' hints.
-    fn strategy_for_in_flight_pod(
-        &self,
-        inner: &Inner,
-        key: &str,
-        qpi: &QueuedPodInfo,
-    ) -> Strategy {
-        if qpi.has_no_rejector() {
-            return Strategy::AfterBackoff;
-        }
-        let mut strategy = Strategy::Skip;
-        for e in inner.in_flight.events_for(key) {
-            match self.is_pod_worth_requeuing(qpi, &e.event, e.old.as_ref(), e.new.as_ref()) {
-                Strategy::Skip => {}
-                Strategy::Immediately => return Strategy::Immediately,
-                Strategy::AfterBackoff => {
-                    strategy = Strategy::AfterBackoff;
-                    if qpi.pending_plugins.is_empty() {
-                        return strategy;
-                    }
-                }
-            }
-        }
-        strategy
-    }
-
-    /// A cluster event (`old` -> `new`): the pods in the pool it may make schedulable move to
-    /// active or backoff (upstream's `MoveAllToActiveOrBackoffQueue`).
-    pub fn move_all_to_active_or_backoff(
-        &self,
-        event: &ClusterEvent,
-        old: Option<EventObject>,
-        new: Option<EventObject>,
-    ) {
-        self.move_matching_to_active_or_backoff(event, old, new, |_| true);
-    }
-
-    /// As [`SchedulingQueue::move_all_to_active_or_backoff`], for the pods `pre_check` selects
-    /// (a deleted nominated pod frees room only for pods of lower or equal priority).
-    pub fn move_matching_to_active_or_backoff(
-        &self,
-        event: &ClusterEvent,
-        old: Option<EventObject>,
-        new: Option<EventObject>,
-        pre_check: impl Fn(&PodInfo) -> bool,
-    ) {
-        if !self.is_event_of_interest(event) {
-            return;
-        }
-        let mut inner = self.inner.lock();
-        let moving: Vec<(String, Strategy)> = inner
-            .pool
-            .pods
-            .iter()
-            .filter(|(_, q)| pre_check(&q.pod_info))
-            .filter(|(_, q)| self.gate_may_lift(q, event))
-            .filter_map(|(k, q)| {
-                match self.is_pod_worth_requeuing(q, event, old.as_ref(), new.as_ref()) {
-                    Strategy::Skip => None,
-                    s => Some((k.clone(), s)),
-                }
-            })
-            .collect();
-        let label = event.label();
-        let mut woke = false;
-        for (key, strategy) in moving {
-            if let Some(qpi) = inner.pool.remove(&key) {
-                woke |= self
-                    .requeue(&mut inner, key, qpi, strategy, &label)
-                    .wakes_pop();
-            }
-        }
-        self.record_in_flight(&mut inner, *event, old, new);
-        self.release(inner, if woke { Wake::All } else { Wake::None });
-    }
-
-    /// Whether a plugin of any profile registered an event covering `event`.
-    fn is_event_of_interest(&self, event: &ClusterEvent) -> bool {
-        event.is_wildcard()
-            || self.hints.is_empty()
-            || self.hints.values().any(|m| m.is_event_of_interest(event))
-    }
-
-    /// A gated pod moves only on the events its gating plugin registered.
-    fn gate_may_lift(&self, qpi: &QueuedPodInfo, event: &ClusterEvent) -> bool {
-        let Some(plugin) = &qpi.gating_plugin else {
-            return true;
-        };
-        match self.hints.get(qpi.pod_info.scheduler_name()) {
-            Some(m) => m.plugin_registered(plugin, event),
-            None => true,
-        }
-    }
-
-    /// Upstream's `isPodWorthRequeuing`: runs the hints of the pod's rejecting plugins for the
-    /// events covering `event`. Queue from a Pending plugin means at once, from another plugin
-    /// after the backoff; all QueueSkip (or no such plugin) means stay.
-    fn is_pod_worth_requeuing(
-        &self,
-        qpi: &QueuedPodInfo,
-        event: &ClusterEvent,
-        old: Option<&EventObject>,
-        new: Option<&EventObject>,
-    ) -> Strategy {
-        if qpi.has_no_rejector() {
-            return Strategy::AfterBackoff;
-        }
-        if event.is_wildcard() {
-            // A wildcard event about one pod (an activation) moves only that pod.
-            if let Some(p) = new.and_then(|n| n.get::<PodObject>())
-                && p.uid() != qpi.pod_info.uid()
-            {
-                return Strategy::Skip;
-            }
-            return Strategy::AfterBackoff;
-        }
-        let Some(map) = self.hints.get(qpi.pod_info.scheduler_name()) else {
-            return Strategy::AfterBackoff;
-        };
-        let mut strategy = Strategy::Skip;
-        let mut label: Option<Cow<'static, str>> = None;
-        for f in map.hints_for(event) {
-            let plugin = f.plugin.as_ref();
-            let pending = qpi.pending_plugins.contains(plugin);
-            if !pending && !qpi.unschedulable_plugins.contains(plugin) {
-                continue;
-            }
-            let start = Instant::now();
-            let (hint, result) = match &f.hint {
-                None => (QueueingHint::Queue, QueueingHint::Queue.as_str()),
-                Some(hint) => match hint(&qpi.pod_info, old, new) {
-                    Ok(h) => (h, h.as_str()),
-                    Err(err) => {
-                        warn!(%err, plugin, event = %event, pod = %qpi.pod_info.key(),
-                            "queueing hint failed; the pod is requeued");
-                        (QueueingHint::Queue, "Error")
-                    }
-                },
-            };
-            let event_label = label.get_or_insert_with(|| {
-                let target = new
-                    .or(old)
-                    .and_then(|o| o.get::<PodObject>())
-                    .is_some_and(|p| p.uid() == qpi.pod_info.uid());
-                self.event_label(&event.label(), target).into_owned().into()
-            });
-            self.metrics
-                .queueing_hint_duration
-                .get_or_create(&HintLabels {
-                    plugin: plugin.to_string(),
-                    event: event_label.to_string(),
-                    hint: result.to_string(),
-                })
-                .observe(start.elapsed().as_secs_f64());
-            if hint == QueueingHint::QueueSkip {
-                continue;
-            }
-            if pending {
-                return Strategy::Immediately;
-            }
-            if qpi.pending_plugins.is_empty() {
-                return Strategy::AfterBackoff;
-            }
-            strategy = Strategy::AfterBackoff;
-        }
-        strategy
-    }
-
     /// Moves pods whose backoff has expired to active, and pods that sat in the pool longer than
     /// the maximum back (a wildcard event: every pod but the gated ones). Called every second.
     pub fn flush(&self) {
         let now = Instant::now();
-        let mut woke = false;
         let mut inner = self.inner.lock();
-        while let Some(Reverse((at, _, _))) = inner.backoff_heap.peek() {
-            if self.window(*at) >= self.window(now) {
-                break;
-            }
-            let Some(Reverse((at, _, key))) = inner.backoff_heap.pop() else {
-                break;
-            };
-            // Stale entries (the pod moved, or backs off anew) are dropped.
-            let expired = inner
-                .backoff
-                .get(&key)
-                .is_some_and(|q| self.backoff_expiry(q) == at);
-            if expired && let Some(qpi) = inner.backoff.remove(&key) {
-                // PreEnqueue ran when it entered backoff.
-                let to = self.move_to_active(&mut inner, key, qpi, BACKOFF_COMPLETE, true);
-                woke |= to.wakes_pop();
-            }
-        }
+        let mut woke = self.flush_backoff_completed(&mut inner, now);
         let stale: Vec<String> = inner
             .pool
             .pods
@@ -822,28 +614,6 @@ impl SchedulingQueue {
         SubQueue::Active
     }
 
-    /// Into backoff, after PreEnqueue (a gated pod waits in the pool instead).
-    fn move_to_backoff(
-        &self,
-        inner: &mut Inner,
-        key: String,
-        mut qpi: QueuedPodInfo,
-        event: &str,
-    ) -> SubQueue {
-        self.gate(&mut qpi);
-        if qpi.gated() {
-            self.to_pool(inner, key, qpi, event);
-            return SubQueue::Unschedulable;
-        }
-        let expiry = self.backoff_expiry(&qpi);
-        inner.seq += 1;
-        let seq = inner.seq;
-        inner.backoff_heap.push(Reverse((expiry, seq, key.clone())));
-        inner.backoff.insert(key, qpi);
-        self.count_incoming("backoff", event);
-        SubQueue::Backoff
-    }
-
     fn to_pool(&self, inner: &mut Inner, key: String, qpi: QueuedPodInfo, event: &str) {
         if inner.pool.insert(key, qpi) {
             self.count_incoming("unschedulable", event);
@@ -865,44 +635,6 @@ impl SchedulingQueue {
             }
             None => qpi.gating_plugin = None,
         }
-    }
-
-    fn is_backing_off(&self, qpi: &QueuedPodInfo) -> bool {
-        let count = qpi.group_backoff.map_or(qpi.attempts, |g| g.failed_cycles);
-        count > 0 && self.backoff_window(qpi) >= self.window(Instant::now())
-    }
-
-    /// When the pod's backoff ends: its last timestamp + initial * 2^(attempts-1), at most max.
-    /// A member its group's cycle sent back counts the group's failed cycles instead, and its
-    /// maximum is max * sqrt(members) (upstream's `calculateBackoffDuration` of an entity), so
-    /// the members of a group back off together. It counts as backing off until the
-    /// wall-clock second this falls in is over.
-    pub fn backoff_expiry(&self, qpi: &QueuedPodInfo) -> Instant {
-        let duration = match qpi.group_backoff {
-            None => backoff_duration(qpi.attempts, self.initial_backoff, self.max_backoff),
-            Some(g) => backoff_duration(
-                g.failed_cycles,
-                self.initial_backoff,
-                group_max_backoff(self.max_backoff, g.size),
-            ),
-        };
-        qpi.timestamp + duration
-    }
-
-    fn backoff_window(&self, qpi: &QueuedPodInfo) -> u64 {
-        self.window(self.backoff_expiry(qpi))
-    }
-
-    /// The wall-clock second (since the epoch) `t` falls in: upstream orders and ends backoffs
-    /// in one-second windows.
-    fn window(&self, t: Instant) -> u64 {
-        let (anchor, epoch) = self.clock_anchor;
-        let wall = if t >= anchor {
-            epoch + (t - anchor)
-        } else {
-            epoch.saturating_sub(anchor - t)
-        };
-        wall.as_secs()
     }
 
     /// Keeps `event` for the pods being scheduled.
@@ -1006,29 +738,4 @@ fn pending_gauges(metrics: &QueueMetrics) -> [Gauge; 4] {
             })
             .clone()
     })
-}
-
-/// The maximum backoff of a group of `size` members: `max` * sqrt(size) (longer than a pod's,
-/// still bounded).
-fn group_max_backoff(max: Duration, size: usize) -> Duration {
-    if size > 1 {
-        max.mul_f64((size as f64).sqrt())
-    } else {
-        max
-    }
-}
-
-/// initial * 2^(attempts-1), capped at `max` (upstream's calculateBackoffDuration).
-pub(crate) fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
-    if attempts == 0 {
-        return Duration::ZERO;
-    }
-    let mut d = initial;
-    for _ in 1..attempts {
-        d = d.saturating_mul(2);
-        if d >= max {
-            return max;
-        }
-    }
-    d.min(max)
 }

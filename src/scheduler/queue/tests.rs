@@ -9,7 +9,7 @@ use crate::framework::events::{EVENT_NODE_ADD, QueueingHintMap};
 use crate::framework::interface::ClusterEventWithHint;
 use crate::framework::testing::hints::node_obj;
 use crate::framework::testing::{NodeBuilder, PodBuilder};
-use crate::framework::types::{ActionType, EventResource, GroupBackoff, objects};
+use crate::framework::types::{ActionType, EventResource, GroupBackoff, QueueingHint, objects};
 
 const PROFILE: &str = "default-scheduler";
 
@@ -130,15 +130,6 @@ async fn active_queue_pops_in_queue_sort_order() {
         order.push(pop_name(&q).await.0);
     }
     assert_eq!(order, ["high", "mid", "mid2", "low"]);
-}
-
-#[test]
-fn backoff_doubles_from_initial_up_to_max() {
-    let (i, m) = (Duration::from_secs(1), Duration::from_secs(10));
-    let got: Vec<u64> = (1..=6)
-        .map(|a| backoff_duration(a, i, m).as_secs())
-        .collect();
-    assert_eq!(got, [1, 2, 4, 8, 10, 10]);
 }
 
 /// A member its group's cycle sent back backs off by the group's failed cycles, not its own

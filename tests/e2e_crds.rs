@@ -5,13 +5,14 @@ mod support;
 
 use support::{Components, control_plane_with_apiserver_args, repo_root};
 
-/// The API server serves 1.37's `scheduling.k8s.io/v1beta1`, so the gang sample
-/// (`manifests/samples/gang.yaml`: a PodGroup and pods naming it) is accepted too.
+/// The API server serves 1.37's `scheduling.k8s.io/v1beta1` and keeps a PodGroup's
+/// `schedulingConstraints`, so the gang samples (`manifests/samples/gang.yaml`, `topology.yaml`: a
+/// PodGroup and pods naming it) are accepted too.
 fn cp() -> &'static support::ControlPlane {
     control_plane_with_apiserver_args(
         Components::API_ONLY,
         &[
-            "--feature-gates=GenericWorkload=true",
+            "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
             "--runtime-config=scheduling.k8s.io/v1beta1=true",
         ],
     )
@@ -236,6 +237,16 @@ const INVALID: &[(&str, &str, &str)] = &[
         "workload-aware scheduling on a minor without it",
         "kind: SchedulerProfile\nmetadata: {name: bad-gangs}\nspec: {workloadAwareScheduling: true, kubernetesVersion: '1.36'}",
         "spec.workloadAwareScheduling needs Kubernetes 1.37 or later (the GenericWorkload feature gate): set spec.kubernetesVersion to 1.37",
+    ),
+    (
+        "topology-aware scheduling without workload-aware scheduling",
+        "kind: SchedulerProfile\nmetadata: {name: bad-topology}\nspec: {topologyAwareScheduling: true}",
+        "spec.topologyAwareScheduling needs spec.workloadAwareScheduling (TopologyAwareWorkloadScheduling places the pod groups that GenericWorkload schedules): set spec.workloadAwareScheduling: true as well, or remove topologyAwareScheduling",
+    ),
+    (
+        "topology-aware scheduling on a minor without it",
+        "kind: SchedulerProfile\nmetadata: {name: bad-topology-minor}\nspec: {workloadAwareScheduling: true, topologyAwareScheduling: true, kubernetesVersion: '1.36'}",
+        "spec.topologyAwareScheduling needs Kubernetes 1.37 or later (the TopologyAwareWorkloadScheduling feature gate): set spec.kubernetesVersion to 1.37",
     ),
     (
         "unknown placement mode",

@@ -10,7 +10,9 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::schema;
-use crate::emulation::{GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE, SUPPORTED};
+use crate::emulation::{
+    GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE, SUPPORTED, TOPOLOGY_AWARE_WORKLOAD_SCHEDULING,
+};
 
 /// Spec of a `SchedulerProfile`. `plugins`, `pluginConfig` and `percentageOfNodesToScore` have exactly
 /// the shape of one profile of an upstream `KubeSchedulerConfiguration`; the profile's scheduler name
@@ -64,7 +66,9 @@ use crate::emulation::{GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE, SUPPORTED};
 )]
 #[x_kube(validation = Rule::new("self.podMaxBackoffSeconds >= self.podInitialBackoffSeconds").message("podMaxBackoffSeconds must be greater than or equal to podInitialBackoffSeconds: raise podMaxBackoffSeconds or lower podInitialBackoffSeconds"))]
 #[x_kube(validation = Rule::new("self.mode != 'Embedded' || self.replicas <= 1").message("mode Embedded runs one scheduler inside the operator: set replicas to 1, or use mode Deployment for more replicas"))]
-#[x_kube(validation = Rule::new(workload_aware_cel()).message(workload_aware_message().as_str()))]
+#[x_kube(validation = Rule::new(needs_minor_cel(WORKLOAD_AWARE)).message(needs_minor_message(WORKLOAD_AWARE, GENERIC_WORKLOAD).as_str()))]
+#[x_kube(validation = Rule::new(needs_minor_cel(TOPOLOGY_AWARE)).message(needs_minor_message(TOPOLOGY_AWARE, TOPOLOGY_AWARE_WORKLOAD_SCHEDULING).as_str()))]
+#[x_kube(validation = Rule::new("!self.topologyAwareScheduling || self.workloadAwareScheduling").message(format!("spec.{TOPOLOGY_AWARE} {}", topology_aware_needs_workload_aware()).as_str()))]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulerProfileSpec {
     /// Plugins enabled and disabled per extension point, exactly as `profiles[].plugins` of a
@@ -157,6 +161,19 @@ pub struct SchedulerProfileSpec {
     #[serde(default)]
     pub workload_aware_scheduling: bool,
 
+    /// Topology-aware workload scheduling of Kubernetes 1.37 for this profile (default false).
+    /// True: the scheduler also runs with the feature gate `TopologyAwareWorkloadScheduling=true`
+    /// (`--feature-gates`; alpha and off by default upstream), so TopologyPlacementGenerator and
+    /// PodGroupPodsCount join its default plugins and a PodGroup with
+    /// `spec.schedulingConstraints.topology: [{key: <node label>}]` is placed with all its members
+    /// in one domain of that node label (one value of it). Needs `workloadAwareScheduling: true`
+    /// and Kubernetes 1.37 or later: refused without it, with `kubernetesVersion` 1.36, or on a
+    /// 1.36 cluster when `kubernetesVersion` is unset. The API server must keep the constraint
+    /// (kube-apiserver `--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true`);
+    /// without that gate it drops `schedulingConstraints` from the PodGroups it stores.
+    #[serde(default)]
+    pub topology_aware_scheduling: bool,
+
     /// Log verbosity of the scheduler, as kube-scheduler's `-v` (0-10; default 2). 4 logs every
     /// scheduling decision, 5 and more the plugins' details.
     #[serde(default = "default_log_level")]
@@ -195,24 +212,60 @@ pub struct SchedulerProfileSpec {
 /// and an optional digest. An empty string has its own rule.
 const IMAGE_RULE: &str = "self == '' || self.matches('^(([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])([.]([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9]))*(:[0-9]+)?/)?[a-z0-9]+(([.]|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([.]|_|__|-+)[a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$')";
 
-/// The CEL rule refusing `workloadAwareScheduling` with a `kubernetesVersion` older than the first
-/// minor whose `GenericWorkload` gate ksched honours.
-fn workload_aware_cel() -> String {
+/// `workloadAwareScheduling` (gate `GenericWorkload`).
+pub(crate) const WORKLOAD_AWARE: &str = "workloadAwareScheduling";
+/// `topologyAwareScheduling` (gate `TopologyAwareWorkloadScheduling`).
+pub(crate) const TOPOLOGY_AWARE: &str = "topologyAwareScheduling";
+
+impl SchedulerProfileSpec {
+    /// The spec's fields that turn on a feature gate of its scheduler, with the gate: the fields
+    /// set true, in the order of the spec. Each gate is honoured from [`GENERIC_WORKLOAD_SINCE`].
+    pub(crate) fn gate_fields(&self) -> Vec<(&'static str, &'static str)> {
+        [
+            (
+                WORKLOAD_AWARE,
+                self.workload_aware_scheduling,
+                GENERIC_WORKLOAD,
+            ),
+            (
+                TOPOLOGY_AWARE,
+                self.topology_aware_scheduling,
+                TOPOLOGY_AWARE_WORKLOAD_SCHEDULING,
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, on, _)| *on)
+        .map(|(field, _, gate)| (field, gate))
+        .collect()
+    }
+}
+
+/// Why `topologyAwareScheduling` is refused without `workloadAwareScheduling`, and the fix (the
+/// CRD's message after the field, and the operator's reason).
+pub(crate) fn topology_aware_needs_workload_aware() -> String {
+    format!(
+        "needs spec.{WORKLOAD_AWARE} ({TOPOLOGY_AWARE_WORKLOAD_SCHEDULING} places the pod groups that {GENERIC_WORKLOAD} schedules): set spec.{WORKLOAD_AWARE}: true as well, or remove {TOPOLOGY_AWARE}"
+    )
+}
+
+/// The CEL rule refusing the boolean `field` with a `kubernetesVersion` older than the first
+/// minor whose workload gates ksched honours.
+fn needs_minor_cel(field: &str) -> String {
     let older: Vec<String> = SUPPORTED
         .iter()
         .filter(|m| **m < GENERIC_WORKLOAD_SINCE)
         .map(|m| format!("'{m}'"))
         .collect();
     format!(
-        "!self.workloadAwareScheduling || !has(self.kubernetesVersion) || !(self.kubernetesVersion in [{}])",
+        "!self.{field} || !has(self.kubernetesVersion) || !(self.kubernetesVersion in [{}])",
         older.join(", ")
     )
 }
 
-/// The message of [`workload_aware_cel`].
-fn workload_aware_message() -> String {
+/// The message of [`needs_minor_cel`] for `field`, which turns on `gate`.
+fn needs_minor_message(field: &str, gate: &str) -> String {
     format!(
-        "spec.workloadAwareScheduling needs Kubernetes {GENERIC_WORKLOAD_SINCE} or later (the {GENERIC_WORKLOAD} feature gate): set spec.kubernetesVersion to {GENERIC_WORKLOAD_SINCE} (or leave it out on a {GENERIC_WORKLOAD_SINCE} cluster), or remove workloadAwareScheduling"
+        "spec.{field} needs Kubernetes {GENERIC_WORKLOAD_SINCE} or later (the {gate} feature gate): set spec.kubernetesVersion to {GENERIC_WORKLOAD_SINCE} (or leave it out on a {GENERIC_WORKLOAD_SINCE} cluster), or remove {field}"
     )
 }
 

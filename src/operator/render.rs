@@ -50,13 +50,15 @@ use sha2::{Digest, Sha256};
 
 use super::leaf_render::IgnoredPolicy;
 use super::leaf_render::{LeafPluginConfig, render_leaf_policies};
-use crate::api::scheduler_profile::ProfileMode;
+use crate::api::scheduler_profile::{
+    ProfileMode, TOPOLOGY_AWARE, WORKLOAD_AWARE, topology_aware_needs_workload_aware,
+};
 use crate::api::{LeafClusterPolicy, SchedulerProfile};
 use crate::config::types::{ClientConnectionConfiguration, LeaderElectionConfiguration};
 use crate::config::{
     self, FieldError, GoDuration, KubeSchedulerConfiguration, KubeSchedulerProfile, PluginCatalog,
 };
-use crate::emulation::{Emulation, GENERIC_WORKLOAD, GENERIC_WORKLOAD_SINCE, Minor};
+use crate::emulation::{Emulation, GENERIC_WORKLOAD_SINCE, Minor};
 use crate::framework::registry::policy_rule;
 
 /// Field manager of every server-side apply the operator makes.
@@ -135,7 +137,7 @@ pub struct Rendered {
     /// Plugins enabled at some extension point of the effective profile, sorted.
     pub enabled_plugins: Vec<String>,
     /// What the scheduler emulates: its minor (`status.kubernetesVersion`) and the feature gates
-    /// the profile turns on (`workloadAwareScheduling`).
+    /// the profile turns on (`workloadAwareScheduling`, `topologyAwareScheduling`).
     pub emulation: Emulation,
     pub config_map: ConfigMap,
     pub service_account: ServiceAccount,
@@ -375,39 +377,64 @@ fn emulated_minor(profile: &SchedulerProfile, opts: &RenderOptions) -> Result<Mi
 }
 
 /// The `--feature-gates` values the profile sets: `GenericWorkload=true` with
-/// `workloadAwareScheduling`.
+/// `workloadAwareScheduling`, `TopologyAwareWorkloadScheduling=true` with `topologyAwareScheduling`.
 pub(crate) fn feature_gates(profile: &SchedulerProfile) -> Vec<String> {
     profile
         .spec
-        .workload_aware_scheduling
-        .then(|| format!("{GENERIC_WORKLOAD}=true"))
+        .gate_fields()
         .into_iter()
+        .map(|(_, gate)| format!("{gate}=true"))
         .collect()
 }
 
-/// `minor` with the profile's feature gates. `workloadAwareScheduling` needs a minor whose
-/// `GenericWorkload` ksched honours; the fix depends on where the minor came from.
+/// `minor` with the profile's feature gates. `workloadAwareScheduling` and
+/// `topologyAwareScheduling` need a minor whose gates ksched honours (the fix depends on where
+/// the minor came from), and `topologyAwareScheduling` needs `workloadAwareScheduling`. Every
+/// refusal is reported, each on its field (the CRD's rules refuse the same on `kubectl apply`;
+/// this catches objects that predate them and an unpinned profile on a 1.36 cluster).
 fn profile_emulation(profile: &SchedulerProfile, minor: Minor) -> Result<Emulation, InvalidSpec> {
-    const FIELD: &str = "spec.workloadAwareScheduling";
-    let invalid = |reason: String| InvalidSpec {
-        errors: vec![FieldError::new(FIELD, reason)],
+    let invalid = |errors: Vec<FieldError>| InvalidSpec {
+        errors,
         warnings: Vec::new(),
     };
     let since = GENERIC_WORKLOAD_SINCE;
-    if profile.spec.workload_aware_scheduling && minor < since {
-        let fix = match profile.spec.kubernetes_version {
-            Some(_) => format!(
-                "spec.kubernetesVersion is {minor}: set it to {since} (or leave it out on a {since} cluster)"
-            ),
-            None => format!(
-                "the API server runs Kubernetes {minor} (spec.kubernetesVersion is not set): upgrade the cluster to {since}"
-            ),
-        };
-        return Err(invalid(format!(
-            "needs Kubernetes {since} or later (the {GENERIC_WORKLOAD} feature gate), and {fix}, or remove workloadAwareScheduling"
-        )));
+    let fix = match profile.spec.kubernetes_version {
+        Some(_) => format!(
+            "spec.kubernetesVersion is {minor}: set it to {since} (or leave it out on a {since} cluster)"
+        ),
+        None => format!(
+            "the API server runs Kubernetes {minor} (spec.kubernetesVersion is not set): upgrade the cluster to {since}"
+        ),
+    };
+    let mut errors: Vec<FieldError> = profile
+        .spec
+        .gate_fields()
+        .into_iter()
+        .filter(|_| minor < since)
+        .map(|(field, gate)| {
+            FieldError::new(
+                format!("spec.{field}"),
+                format!(
+                    "needs Kubernetes {since} or later (the {gate} feature gate), and {fix}, or remove {field}"
+                ),
+            )
+        })
+        .collect();
+    if profile.spec.topology_aware_scheduling && !profile.spec.workload_aware_scheduling {
+        errors.push(FieldError::new(
+            format!("spec.{TOPOLOGY_AWARE}"),
+            topology_aware_needs_workload_aware(),
+        ));
     }
-    Emulation::with_gates(minor, &feature_gates(profile)).map_err(|e| invalid(e.to_string()))
+    if !errors.is_empty() {
+        return Err(invalid(errors));
+    }
+    Emulation::with_gates(minor, &feature_gates(profile)).map_err(|e| {
+        invalid(vec![FieldError::new(
+            format!("spec.{WORKLOAD_AWARE}"),
+            e.to_string(),
+        )])
+    })
 }
 
 /// The profile name must make valid object names and label values.

@@ -18,6 +18,14 @@ fn opts() -> RenderOptions {
     }
 }
 
+/// [`opts`] on a cluster whose API server runs `minor`.
+fn on_cluster(minor: Minor) -> RenderOptions {
+    RenderOptions {
+        cluster_minor: Some(minor),
+        ..opts()
+    }
+}
+
 fn profile(name: &str, spec: serde_json::Value) -> SchedulerProfile {
     let spec: SchedulerProfileSpec = match serde_json::from_value(spec) {
         Ok(s) => s,
@@ -52,10 +60,31 @@ fn invalid(p: &SchedulerProfile) -> Vec<FieldError> {
     }
 }
 
+/// The errors rendering `p` with `opts` ends in, as `path: reason` lines.
+fn refusals(p: &SchedulerProfile, opts: &RenderOptions) -> Vec<String> {
+    match render(p, &[], opts, &Registry::in_tree()) {
+        Ok(_) => panic!(
+            "expected {} to be invalid at {:?}",
+            p.name_any(),
+            opts.cluster_minor
+        ),
+        Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
 fn loaded(r: &Rendered) -> config::Config {
     match config::load(r.config_yaml.as_bytes(), &Registry::in_tree()) {
         Ok(l) => l.config,
         Err(e) => panic!("rendered config does not load:\n{e}\n{}", r.config_yaml),
+    }
+}
+
+/// Whether `plugin` is enabled in the rendered configuration loaded as the scheduler loads it:
+/// with the rendered emulation (the profile's minor and gates).
+fn enabled_at_its_emulation(r: &Rendered, plugin: &str) -> bool {
+    match config::load_at(r.config_yaml.as_bytes(), &Registry::in_tree(), &r.emulation) {
+        Ok(l) => l.config.profiles[0].enabled_plugins().contains(&plugin),
+        Err(e) => panic!("rendered config does not load at {:?}:\n{e}", r.emulation),
     }
 }
 
@@ -724,42 +753,26 @@ fn an_embedded_profile_gets_the_gate_through_its_emulation() {
     let rules = r.cluster_role.rules.clone().unwrap_or_default();
     assert!(has_gang_rules(&rules), "{rules:#?}");
     // The configuration it renders loads with that emulation and has GangScheduling.
-    let loaded = match config::load_at(r.config_yaml.as_bytes(), &Registry::in_tree(), &r.emulation)
-    {
-        Ok(l) => l.config,
-        Err(e) => panic!("{e}"),
-    };
-    assert!(
-        loaded.profiles[0]
-            .enabled_plugins()
-            .contains(&"GangScheduling")
-    );
+    assert!(enabled_at_its_emulation(&r, "GangScheduling"));
 }
 
 #[test]
 fn workload_aware_scheduling_needs_1_37() {
-    let errs = invalid(&profile(
+    let p = profile(
         "old",
         json!({"workloadAwareScheduling": true, "kubernetesVersion": "1.36"}),
-    ));
+    );
     assert_eq!(
-        errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        refusals(&p, &opts()),
         vec![
             "spec.workloadAwareScheduling: needs Kubernetes 1.37 or later (the GenericWorkload feature gate), and spec.kubernetesVersion is 1.36: set it to 1.37 (or leave it out on a 1.37 cluster), or remove workloadAwareScheduling"
         ]
     );
     // Unset, the API server's minor decides: on a 1.36 cluster the fix is the cluster's.
-    let on_1_36 = RenderOptions {
-        cluster_minor: Some(Minor::V1_36),
-        ..opts()
-    };
+    let on_1_36 = on_cluster(Minor::V1_36);
     let p = profile("old", json!({"workloadAwareScheduling": true}));
-    let errs = match render(&p, &[], &on_1_36, &Registry::in_tree()) {
-        Ok(_) => panic!("workloadAwareScheduling accepted on a 1.36 cluster"),
-        Err(e) => e.errors,
-    };
     assert_eq!(
-        errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        refusals(&p, &on_1_36),
         vec![
             "spec.workloadAwareScheduling: needs Kubernetes 1.37 or later (the GenericWorkload feature gate), and the API server runs Kubernetes 1.36 (spec.kubernetesVersion is not set): upgrade the cluster to 1.37, or remove workloadAwareScheduling"
         ]
@@ -775,6 +788,107 @@ fn workload_aware_scheduling_needs_1_37() {
         Err(e) => panic!("{e}"),
     };
     assert_eq!(r.emulation.minor(), Minor::V1_36);
+}
+
+/// `topologyAwareScheduling` adds its gate beside `GenericWorkload`: in the Deployment's flag, in
+/// the emulation an Embedded scheduler runs with (and `ksched simulate` applies), and in the
+/// default plugins (TopologyPlacementGenerator, PodGroupPodsCount).
+#[test]
+fn topology_aware_scheduling_renders_its_gate_beside_generic_workload() {
+    let both = json!({"workloadAwareScheduling": true, "topologyAwareScheduling": true});
+    let r = ok(&profile("racks", both.clone()));
+    let args = container_args(&r);
+    assert!(
+        args.ends_with(&[
+            "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true".to_string()
+        ]),
+        "{args:?}"
+    );
+    assert_eq!(
+        args.iter()
+            .filter(|a| a.starts_with("--feature-gates"))
+            .count(),
+        1,
+        "{args:?}"
+    );
+    assert!(r.emulation.enabled("GenericWorkload"));
+    assert!(r.emulation.enabled("TopologyAwareWorkloadScheduling"));
+    for plugin in [
+        "GangScheduling",
+        "TopologyPlacementGenerator",
+        "PodGroupPodsCount",
+    ] {
+        assert!(
+            r.enabled_plugins.iter().any(|p| p == plugin),
+            "{plugin}: {:?}",
+            r.enabled_plugins
+        );
+    }
+    let rules = r.cluster_role.rules.clone().unwrap_or_default();
+    assert!(has_gang_rules(&rules), "{rules:#?}");
+
+    // workloadAwareScheduling alone: its gate only, no placement plugins.
+    let r = ok(&profile("gangs", json!({"workloadAwareScheduling": true})));
+    assert!(!r.emulation.enabled("TopologyAwareWorkloadScheduling"));
+    assert!(
+        !r.enabled_plugins
+            .iter()
+            .any(|p| p == "TopologyPlacementGenerator"),
+        "{:?}",
+        r.enabled_plugins
+    );
+
+    // Embedded: no Deployment, the gate is in the emulation, and the rendered configuration
+    // loads with it.
+    let mut embedded = both;
+    embedded["mode"] = json!("Embedded");
+    let r = ok(&profile("embedded-racks", embedded));
+    assert!(r.deployment.is_none());
+    assert!(r.emulation.enabled("TopologyAwareWorkloadScheduling"));
+    assert!(enabled_at_its_emulation(&r, "TopologyPlacementGenerator"));
+}
+
+/// The gate places the groups GenericWorkload's group cycle schedules: alone it is refused on
+/// its field (a profile stored before the CRD's rule; `kubectl apply` refuses it now).
+#[test]
+fn topology_aware_scheduling_needs_workload_aware_scheduling() {
+    assert_eq!(
+        refusals(
+            &profile("racks", json!({"topologyAwareScheduling": true})),
+            &opts()
+        ),
+        vec![
+            "spec.topologyAwareScheduling: needs spec.workloadAwareScheduling (TopologyAwareWorkloadScheduling places the pod groups that GenericWorkload schedules): set spec.workloadAwareScheduling: true as well, or remove topologyAwareScheduling"
+        ]
+    );
+    let errs = invalid(&profile(
+        "racks",
+        json!({"workloadAwareScheduling": false, "topologyAwareScheduling": true}),
+    ));
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].path, "spec.topologyAwareScheduling");
+}
+
+#[test]
+fn topology_aware_scheduling_needs_1_37() {
+    let both = json!({"workloadAwareScheduling": true, "topologyAwareScheduling": true, "kubernetesVersion": "1.36"});
+    assert_eq!(
+        refusals(&profile("old", both), &opts()),
+        vec![
+            "spec.workloadAwareScheduling: needs Kubernetes 1.37 or later (the GenericWorkload feature gate), and spec.kubernetesVersion is 1.36: set it to 1.37 (or leave it out on a 1.37 cluster), or remove workloadAwareScheduling",
+            "spec.topologyAwareScheduling: needs Kubernetes 1.37 or later (the TopologyAwareWorkloadScheduling feature gate), and spec.kubernetesVersion is 1.36: set it to 1.37 (or leave it out on a 1.37 cluster), or remove topologyAwareScheduling",
+        ]
+    );
+    // Unset on a 1.36 cluster, without workloadAwareScheduling: both refusals, each on its field.
+    let on_1_36 = on_cluster(Minor::V1_36);
+    let p = profile("old", json!({"topologyAwareScheduling": true}));
+    assert_eq!(
+        refusals(&p, &on_1_36),
+        vec![
+            "spec.topologyAwareScheduling: needs Kubernetes 1.37 or later (the TopologyAwareWorkloadScheduling feature gate), and the API server runs Kubernetes 1.36 (spec.kubernetesVersion is not set): upgrade the cluster to 1.37, or remove topologyAwareScheduling",
+            "spec.topologyAwareScheduling: needs spec.workloadAwareScheduling (TopologyAwareWorkloadScheduling places the pod groups that GenericWorkload schedules): set spec.workloadAwareScheduling: true as well, or remove topologyAwareScheduling",
+        ]
+    );
 }
 
 #[test]

@@ -71,7 +71,10 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub fail_on_pending: bool,
     /// Feature gates of the simulated scheduler, as kube-scheduler's flag
-    /// (`GenericWorkload=true`: PodGroup members placed all or nothing in one group cycle).
+    /// (`GenericWorkload=true`: PodGroup members placed all or nothing in one group cycle;
+    /// `TopologyAwareWorkloadScheduling=true` as well: a PodGroup's topology constraint keeps
+    /// them in one domain). Unset: a SchedulerProfile's own (`workloadAwareScheduling`,
+    /// `topologyAwareScheduling`), else the minor's defaults.
     #[arg(long, value_name = "GATE=BOOL,...")]
     pub feature_gates: Vec<String>,
     /// The Kubernetes minor whose kube-scheduler to emulate (`1.36`, or `kube=1.36`, as

@@ -159,7 +159,7 @@ fn render_profile(
                 .collect(),
         ));
     }
-    // The profile's own gates (workloadAwareScheduling) unless --feature-gates says otherwise,
+    // The profile's own gates (workloadAwareScheduling, topologyAwareScheduling) unless --feature-gates says otherwise,
     // at the minor the profile runs (its own pin, else the cluster's).
     let emulation = if feature_gates.is_empty() {
         rendered.emulation.clone()
@@ -275,6 +275,45 @@ mod tests {
         .expect("pinned, with gates");
         assert_eq!(minor(gated.clone()), Minor::V1_37);
         assert!(gated.config.emulation.enabled("GenericWorkload"));
+    }
+
+    /// A profile's gate fields are its simulated scheduler's gates, as the operator renders them;
+    /// `--feature-gates` replaces them.
+    #[test]
+    fn a_profiles_gate_fields_are_simulated() {
+        let reg = Registry::in_tree();
+        let racks = "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {name: racks}\nspec: {workloadAwareScheduling: true, topologyAwareScheduling: true}\n";
+        let p = load(Some(&input("p.yaml", racks)), &[], &reg, &[]).expect("racks");
+        assert!(p.config.emulation.enabled("GenericWorkload"));
+        assert!(
+            p.config
+                .emulation
+                .enabled("TopologyAwareWorkloadScheduling")
+        );
+        assert!(
+            p.config.profiles[0]
+                .enabled_plugins()
+                .contains(&"TopologyPlacementGenerator")
+        );
+        let p = load(
+            Some(&input("p.yaml", racks)),
+            &[],
+            &reg,
+            &["GenericWorkload=true".into()],
+        )
+        .expect("racks, gates given");
+        assert!(
+            !p.config
+                .emulation
+                .enabled("TopologyAwareWorkloadScheduling")
+        );
+        let alone = racks.replace("workloadAwareScheduling: true, ", "");
+        let e = load(Some(&input("p.yaml", &alone)), &[], &reg, &[]).expect_err("alone");
+        assert!(
+            e.to_string()
+                .contains("spec.topologyAwareScheduling needs spec.workloadAwareScheduling"),
+            "{e}"
+        );
     }
 
     #[test]

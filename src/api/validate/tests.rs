@@ -31,6 +31,23 @@ fn refused(spec: Value, path: &str, says: &str) {
     );
 }
 
+/// `spec` is valid.
+#[track_caller]
+fn accepted(spec: Value) {
+    assert_eq!(
+        errors("SchedulerProfile", profile(spec.clone())),
+        Vec::<String>::new(),
+        "{spec}"
+    );
+}
+
+/// The schema's default of `spec.<field>` (what an empty spec gets).
+fn defaulted(field: &str) -> Value {
+    let mut object = profile(json!({}));
+    assert_eq!(validate("SchedulerProfile", &mut object), Ok(()));
+    object["spec"][field].clone()
+}
+
 #[test]
 fn a_minimal_profile_is_valid_and_gets_the_schema_defaults() {
     let mut object = profile(json!({}));
@@ -157,11 +174,7 @@ fn nonsense_the_cluster_used_to_accept_is_refused() {
         "registry.example.com:5000/team/ksched:v1.2-rc.1",
         "localhost/ksched@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
     ] {
-        assert_eq!(
-            errors("SchedulerProfile", profile(json!({"image": image}))),
-            Vec::<String>::new(),
-            "{image}"
-        );
+        accepted(json!({"image": image}));
     }
 }
 
@@ -179,15 +192,53 @@ fn workload_aware_scheduling_is_refused_with_kubernetes_1_36() {
         json!({"workloadAwareScheduling": true}),
         json!({"workloadAwareScheduling": false, "kubernetesVersion": "1.36"}),
     ] {
+        accepted(ok);
+    }
+    assert_eq!(defaulted("workloadAwareScheduling"), false);
+}
+
+/// `topologyAwareScheduling` turns on a gate that places the groups of `workloadAwareScheduling`'s:
+/// alone it is refused, naming both fields and the fix; pinned to 1.36 it is refused as
+/// `workloadAwareScheduling` is.
+#[test]
+fn topology_aware_scheduling_needs_workload_aware_scheduling_and_1_37() {
+    const ALONE: &str = "spec.topologyAwareScheduling needs spec.workloadAwareScheduling (TopologyAwareWorkloadScheduling places the pod groups that GenericWorkload schedules): set spec.workloadAwareScheduling: true as well, or remove topologyAwareScheduling";
+    const OLD: &str = "spec.topologyAwareScheduling needs Kubernetes 1.37 or later (the TopologyAwareWorkloadScheduling feature gate): set spec.kubernetesVersion to 1.37 (or leave it out on a 1.37 cluster), or remove topologyAwareScheduling";
+    for alone in [
+        json!({"topologyAwareScheduling": true}),
+        json!({"topologyAwareScheduling": true, "workloadAwareScheduling": false}),
+        json!({"topologyAwareScheduling": true, "kubernetesVersion": "1.37"}),
+    ] {
         assert_eq!(
-            errors("SchedulerProfile", profile(ok.clone())),
-            Vec::<String>::new(),
-            "{ok}"
+            errors("SchedulerProfile", profile(alone.clone())),
+            vec![format!("spec: Invalid value: \"object\": {ALONE}")],
+            "{alone}"
         );
     }
-    let mut object = profile(json!({}));
-    assert_eq!(validate("SchedulerProfile", &mut object), Ok(()));
-    assert_eq!(object["spec"]["workloadAwareScheduling"], false);
+    refused(
+        json!({"topologyAwareScheduling": true, "workloadAwareScheduling": true, "kubernetesVersion": "1.36"}),
+        "spec",
+        OLD,
+    );
+    refused(
+        json!({"topologyAwareScheduling": true, "workloadAwareScheduling": true, "kubernetesVersion": "1.36"}),
+        "spec",
+        "spec.workloadAwareScheduling needs Kubernetes 1.37 or later",
+    );
+    refused(
+        json!({"topologyAwareScheduling": true, "kubernetesVersion": "1.36"}),
+        "spec",
+        ALONE,
+    );
+    for ok in [
+        json!({"topologyAwareScheduling": true, "workloadAwareScheduling": true}),
+        json!({"topologyAwareScheduling": true, "workloadAwareScheduling": true, "kubernetesVersion": "1.37"}),
+        json!({"topologyAwareScheduling": false, "kubernetesVersion": "1.36"}),
+        json!({"workloadAwareScheduling": true}),
+    ] {
+        accepted(ok);
+    }
+    assert_eq!(defaulted("topologyAwareScheduling"), false);
 }
 
 #[test]

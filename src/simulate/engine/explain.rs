@@ -91,7 +91,7 @@ impl Simulation {
             .enabled(TOPOLOGY_AWARE_WORKLOAD_SCHEDULING)
         {
             return format!(
-                "every node: the topology constraint ({key}) needs --feature-gates=TopologyAwareWorkloadScheduling=true"
+                "every node: the topology constraint ({key}) needs --feature-gates=TopologyAwareWorkloadScheduling=true (or a SchedulerProfile's topologyAwareScheduling)"
             );
         }
         let snapshot = self.snapshot();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
-use tracing::{debug, error, warn};
+use tracing::{debug, error};
 
 use super::cycle::{
     Cycle, Failure, GroupOutcome, PodDecision, Reserved, condition_patch, pod_group_of,
@@ -201,13 +201,15 @@ impl Scheduler {
                 };
                 m.record(fwk.profile_name(), result, started.elapsed().as_secs_f64());
             }
-            self.update_pod_group_condition(&group, &outcome).await;
+            self.update_pod_group_condition(&group, &outcome);
         }
     }
 
-    /// Writes the group's `PodGroupInitiallyScheduled` condition (upstream's
-    /// `updatePodGroupCondition`); a failed write is logged, never retried by the cycle.
-    async fn update_pod_group_condition(&self, group: &PodGroup, outcome: &GroupOutcome) {
+    /// Hands the group's `PodGroupInitiallyScheduled` condition (upstream's
+    /// `updatePodGroupCondition`) to the API dispatcher: the next entity's cycle does not wait
+    /// for the write (a request each group cycle). A failed write is logged, never retried by the
+    /// cycle.
+    fn update_pod_group_condition(&self, group: &PodGroup, outcome: &GroupOutcome) {
         let Some(patch) = condition_patch(group, outcome, Timestamp::now()) else {
             return;
         };
@@ -215,9 +217,9 @@ impl Scheduler {
         let name = group.metadata.name.as_deref().unwrap_or_default();
         let call =
             PatchStatus::<PodGroup>::new(namespace, name, serde_json::json!({ "status": patch }));
-        if let Err(err) = self.handle.api.call(call).await {
-            warn!(group = %format!("{namespace}/{name}"), %err, "updating the PodGroup's condition failed");
-        }
+        self.handle
+            .dispatcher
+            .dispatch_call(call, "updating the PodGroup's condition");
     }
 
     /// Permit wait, PreBind, Bind, PostBind (upstream's `bindingCycle`); on failure the

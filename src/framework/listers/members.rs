@@ -189,6 +189,16 @@ impl<G: GroupOf> PodGroupMembers<G> {
             .unwrap_or_default()
     }
 
+    /// How many pods of group `group` in `namespace` `counts` holds for, without copying the
+    /// group (PreEnqueue asks for every waiting member each time another arrives).
+    pub fn count(&self, namespace: &str, group: &str, counts: impl Fn(&Pod) -> bool) -> usize {
+        self.inner
+            .read()
+            .by_group
+            .get(&format!("{namespace}/{group}"))
+            .map_or(0, |pods| pods.values().filter(|p| counts(p)).count())
+    }
+
     /// Changes with every write to the store.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()

@@ -138,12 +138,7 @@ impl PreEnqueuePlugin for GangScheduling {
         let Some(min) = min_count(&pg) else {
             return Status::success();
         };
-        let known = self
-            .members()
-            .members(pod.namespace(), group)
-            .iter()
-            .filter(|p| counts(p))
-            .count();
+        let known = self.members().count(pod.namespace(), group, counts);
         if known < min {
             debug!(pod = %pod.key(), group, known, min, "gang members not all seen yet");
             return Status::unresolvable(

@@ -21,7 +21,7 @@ use ksched::operator::{OperatorOptions, run as run_operator};
 use support::podman_node::{self, PodmanNode};
 use support::process::LoggedChild;
 use support::scheduler::kube_scheduler_command;
-use support::{Components, ControlPlane, control_plane, fixtures::kwok_node};
+use support::{Components, ControlPlane, control_plane_with_apiserver_args, fixtures::kwok_node};
 
 const NAMESPACE: &str = "ksched-system";
 /// The image the operator renders into the Deployments, as `make demo` builds it.
@@ -91,7 +91,9 @@ fn main() {
         eprintln!("KSCHED_DEMO_IMAGE is not set: run `make demo`, which builds the image first");
         std::process::exit(2);
     };
-    let cp = control_plane(Components::FULL);
+    // The samples include a PodGroup (gang.yaml, topology.yaml): the API server serves 1.37's
+    // workload API, as the README asks of a cluster for them.
+    let cp = control_plane_with_apiserver_args(Components::FULL, support::WORKLOAD_API_ARGS);
     let mut scheduler = default_scheduler(cp);
     println!("control plane up; KUBECONFIG={}", cp.kubeconfig.display());
     let runtime = tokio::runtime::Builder::new_multi_thread()

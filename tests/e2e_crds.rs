@@ -9,13 +9,7 @@ use support::{Components, control_plane_with_apiserver_args, repo_root};
 /// `schedulingConstraints`, so the gang samples (`manifests/samples/gang.yaml`, `topology.yaml`: a
 /// PodGroup and pods naming it) are accepted too.
 fn cp() -> &'static support::ControlPlane {
-    control_plane_with_apiserver_args(
-        Components::API_ONLY,
-        &[
-            "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
-            "--runtime-config=scheduling.k8s.io/v1beta1=true",
-        ],
-    )
+    control_plane_with_apiserver_args(Components::API_ONLY, support::WORKLOAD_API_ARGS)
 }
 
 #[test]

@@ -27,10 +27,7 @@ use support::scheduler::{
 use support::wait::{node, poll, unschedulable_message};
 use support::{Components, ControlPlane, control_plane_with_apiserver_args};
 
-const APISERVER_ARGS: &[&str] = &[
-    "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
-    "--runtime-config=scheduling.k8s.io/v1beta1=true",
-];
+const APISERVER_ARGS: &[&str] = support::WORKLOAD_API_ARGS;
 
 /// The tests count nodes in their messages: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

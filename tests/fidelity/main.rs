@@ -51,10 +51,7 @@ const UPSTREAM_RUNS_ON_TIE: usize = 25;
 /// their `schedulingConstraints` kept (TopologyAwareWorkloadScheduling, alpha in 1.37) on a
 /// testenv of 1.37 or later (1.36's API server knows none of them).
 fn apiserver_args() -> &'static [&'static str] {
-    const WORKLOADS: &[&str] = &[
-        "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
-        "--runtime-config=scheduling.k8s.io/v1beta1=true",
-    ];
+    const WORKLOADS: &[&str] = support::WORKLOAD_API_ARGS;
     let apiserver = support::testenv_bin_dir().join("kube-apiserver");
     let version = std::process::Command::new(&apiserver)
         .arg("--version")

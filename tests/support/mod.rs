@@ -86,6 +86,14 @@ pub enum Release {
     Previous,
 }
 
+/// kube-apiserver's flags that serve Kubernetes 1.37's workload API: PodGroups
+/// (`scheduling.k8s.io/v1beta1`, gate GenericWorkload) with their `schedulingConstraints` kept
+/// (TopologyAwareWorkloadScheduling, alpha). A 1.36 API server knows none of them.
+pub const WORKLOAD_API_ARGS: &[&str] = &[
+    "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+    "--runtime-config=scheduling.k8s.io/v1beta1=true",
+];
+
 /// The test binary's control plane, started on first use with `components`.
 pub fn control_plane(components: Components) -> &'static ControlPlane {
     control_plane_with_apiserver_args(components, &[])

@@ -106,7 +106,7 @@ mod report_tests {
             ),
         ];
         assert_eq!(Verdicts::of(&results).throughput(), Some(Side::Met));
-        let tas = super::super::workloads::Kind::TopologyGangs(4).pps_target();
+        let tas = super::workloads::Kind::TopologyGangs(4).pps_target();
         assert_eq!(
             Verdicts::of(&results).with_pps_target(tas).throughput(),
             Some(Side::Missed)

@@ -406,11 +406,13 @@ fn profile_emulation(profile: &SchedulerProfile, minor: Minor) -> Result<Emulati
             "the API server runs Kubernetes {minor} (spec.kubernetesVersion is not set): upgrade the cluster to {since}"
         ),
     };
-    let mut errors: Vec<FieldError> = profile
-        .spec
-        .gate_fields()
+    let too_old = if minor < since {
+        profile.spec.gate_fields()
+    } else {
+        Vec::new()
+    };
+    let mut errors: Vec<FieldError> = too_old
         .into_iter()
-        .filter(|_| minor < since)
         .map(|(field, gate)| {
             FieldError::new(
                 format!("spec.{field}"),

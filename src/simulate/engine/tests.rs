@@ -475,7 +475,8 @@ fn a_gang_with_a_topology_constraint_is_placed_in_one_domain() {
 }
 
 /// TopologyPlacementGenerator's `percentageOfPlacementsToScore`: the cycle scores only the first
-/// placements it finds feasible. Four 1-CPU members fit either rack and r2 is the fuller: scoring
+/// placements it finds feasible. Four 1-CPU members fit either rack and r2 is the fuller (7 of
+/// its 12 CPUs against 4 of r1's 8, no tie for NodeResourcesFit's placement score): scoring
 /// both picks r2; scoring one (1 % of two placements, rounded up) keeps r1, tried first.
 #[test]
 fn the_placement_limit_scores_only_the_first_feasible_placements() {
@@ -497,7 +498,7 @@ fn the_placement_limit_scores_only_the_first_feasible_placements() {
     };
     let racks_used = |profile: &SimulatedProfile| {
         let mut items = racks("4", 4, "1");
-        items.push(pod("busy", "2", json!({"nodeName": "b1"})));
+        items.push(pod("busy", "3", json!({"nodeName": "b1"})));
         let r = run(items, profile, Request::Pending { all: false });
         let mut prefixes: Vec<char> = r
             .pods

@@ -344,11 +344,13 @@ async fn measure(
     setup::before_pods(admin, w, ns, Role::Measured, w.measure_pods).await;
     let churn = Task(tokio::spawn(churn::run(admin.clone(), *w, ns.to_string())));
     let before = contenders::usage(running.pid());
+    let writes_before = contenders::api_writes(admin).await;
     let first_created = Instant::now();
     let created = create_pods(&pods, measured).await;
     let all_bound =
         wait_bound_until(&tracker, &names, Some(measure_deadline(w, first_created))).await;
     let after = contenders::usage(running.pid());
+    let writes_after = contenders::api_writes(admin).await;
     drop(churn);
     let churn_stopped = Instant::now();
     all_bound.map_err(|e| format!("measured pods: {e}; {}", log()))?;
@@ -401,6 +403,9 @@ async fn measure(
         steady_anon_mb: steady.anon_mb,
         go_heap_mb,
         domains,
+        api_writes_per_pod: writes_before
+            .zip(writes_after)
+            .map(|(b, a)| (a - b) / w.measure_pods.max(1) as f64),
     })
 }
 

@@ -114,6 +114,35 @@ mod report_tests {
     }
 
     #[test]
+    fn the_bench_line_gives_each_contenders_api_writes_per_pod() {
+        let with_writes = |writes: f64| {
+            summary(&[Ok(Figures {
+                pods_per_second: 100.0,
+                api_writes_per_pod: Some(writes),
+                ..Figures::default()
+            })])
+        };
+        let w = super::workloads::workloads(super::workloads::Preset::Default)
+            .into_iter()
+            .next()
+            .expect("a workload");
+        let line = bench_line(
+            &w,
+            &[
+                (Contender::Ksched, with_writes(2.25)),
+                (Contender::Upstream, with_writes(3.0)),
+                (Contender::Ceiling, with_writes(2.0)),
+            ],
+        );
+        assert!(
+            line.contains(
+                " ksched_api_writes_per_pod=2.25 upstream_api_writes_per_pod=3.00 ceiling_api_writes_per_pod=2.00"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
     fn a_failed_round_fails_the_summary() {
         let rounds: Vec<Round> = vec![Ok(Figures::default()), Err("stalled".into())];
         assert_eq!(summary(&rounds).err().as_deref(), Some("stalled"));

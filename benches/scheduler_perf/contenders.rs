@@ -367,6 +367,25 @@ pub fn scheduled(text: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// The API server's write requests so far (`apiserver_request_total` of every verb that
+/// changes an object), from its /metrics; `None` when it could not be read.
+pub async fn api_writes(admin: &kube::Client) -> Option<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).ok()?;
+    let text = admin.request_text(request).await.ok()?;
+    let writes = [
+        "POST",
+        "PUT",
+        "PATCH",
+        "APPLY",
+        "DELETE",
+        "DELETECOLLECTION",
+    ]
+    .iter()
+    .filter_map(|verb| sample(&text, "apiserver_request_total", &[("verb", verb)]))
+    .sum();
+    Some(writes)
+}
+
 /// Upstream's Go heap in use (`go_memstats_heap_inuse_bytes`), in MB.
 pub fn go_heap_mb(text: &str) -> Option<f64> {
     sample(text, "go_memstats_heap_inuse_bytes", &[]).map(|b| b / 1_048_576.0)

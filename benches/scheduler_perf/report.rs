@@ -31,6 +31,11 @@ pub struct Figures {
     /// Topology-aware gangs: how many domains (racks) hold the measured pods (fewer: less
     /// fragmented).
     pub domains: Option<f64>,
+    /// The API server's write requests while the measured pods were created and bound, per
+    /// measured pod: the bench's own creates count too, so the ceiling's figure (a create and a
+    /// binding) is the floor; what a scheduler writes above it (nominations, status, events)
+    /// is what it costs a shared API server.
+    pub api_writes_per_pod: Option<f64>,
 }
 
 /// What a round gave: figures, or why the contender failed the workload.
@@ -98,6 +103,7 @@ impl Summary {
         let med = |f: fn(&Figures) -> f64| spread(f).median;
         let heaps: Vec<f64> = rounds.iter().filter_map(|f| f.go_heap_mb).collect();
         let domains: Vec<f64> = rounds.iter().filter_map(|f| f.domains).collect();
+        let writes: Vec<f64> = rounds.iter().filter_map(|f| f.api_writes_per_pod).collect();
         Summary {
             median: Figures {
                 pods_per_second: med(|f| f.pods_per_second),
@@ -109,6 +115,7 @@ impl Summary {
                 steady_anon_mb: med(|f| f.steady_anon_mb),
                 go_heap_mb: (!heaps.is_empty()).then(|| median_of(heaps)),
                 domains: (!domains.is_empty()).then(|| median_of(domains)),
+                api_writes_per_pod: (!writes.is_empty()).then(|| median_of(writes)),
             },
             pods_per_second: spread(|f| f.pods_per_second),
             cpu_seconds: spread(|f| f.cpu_seconds),
@@ -488,6 +495,14 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
             );
         }
     }
+    let writes = |c: Contender| value(c, |s| s.median.api_writes_per_pod, 2);
+    let _ = write!(
+        line,
+        " ksched_api_writes_per_pod={} upstream_api_writes_per_pod={} ceiling_api_writes_per_pod={}",
+        writes(k),
+        writes(u),
+        writes(c)
+    );
     if let Some(key) = w.kind.topology_key() {
         let domains = |c: Contender| value(c, |s| s.median.domains, 0);
         let _ = write!(

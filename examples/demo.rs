@@ -112,7 +112,17 @@ fn main() {
     };
 
     for i in 1..=2 {
-        apply(cp, &kwok_node(&format!("host-{i}"), "4", "16Gi", &[]));
+        // A zone each, so the topology-aware sample gang (topology.yaml) has domains to land in.
+        let zone = format!("demo-zone-{i}");
+        apply(
+            cp,
+            &kwok_node(
+                &format!("host-{i}"),
+                "4",
+                "16Gi",
+                &[("topology.kubernetes.io/zone", &zone)],
+            ),
+        );
         apply(
             cp,
             &kwok_node(

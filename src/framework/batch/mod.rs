@@ -27,6 +27,10 @@
 //!   changed, pods with affinity terms changed anywhere, a volume, storage, namespace or DRA object
 //!   changed, or some pod is nominated to a node.
 //!
+//! - A pod group's members tried in one placement (topology-aware scheduling) batch among
+//!   themselves, as upstream's do: the placement is part of the [`World`], so its positions
+//!   never serve another placement's list.
+//!
 //! Where upstream drops its batch because the node just used still fits the next pod
 //! (`node_not_full`), ksched rescores that node and goes on: pods that share nodes batch too.
 //! Metrics use upstream's names and labels; of the flush reasons, upstream's `node_missing`,
@@ -166,6 +170,9 @@ pub struct World {
     listers: u64,
     nominations: u64,
     num_nodes: usize,
+    /// The pod group placement the search is limited to (0: none): a batch's positions are in
+    /// the list it searched, so one placement's results never serve another's.
+    placement: u64,
 }
 
 impl World {
@@ -182,7 +189,16 @@ impl World {
             listers: handle.listers.generation(),
             nominations,
             num_nodes: snapshot.num_nodes(),
+            placement: 0,
         })
+    }
+
+    /// The same world, searched within the placement `id` (its `placement`).
+    pub fn in_placement(self, id: u64) -> World {
+        World {
+            placement: id,
+            ..self
+        }
     }
 }
 

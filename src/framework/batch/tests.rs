@@ -19,7 +19,7 @@ use crate::framework::listers::{
 };
 use crate::framework::registry::Registry;
 use crate::framework::runtime::{Framework, ProfileSpec};
-use crate::framework::schedule::{Algorithm, ScheduleError};
+use crate::framework::schedule::{Algorithm, PlacementNodes, ScheduleError};
 use crate::framework::testing::{
     Fake, NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, handle, pod_term, profile, registry_with,
     spread_constraint, storage_class, term,
@@ -433,6 +433,39 @@ fn pods_sharing_nodes_batch_too() {
     });
     let (_, batched) = same_decisions(DEFAULT, &cluster, &pods);
     assert_eq!(batched, 59);
+}
+
+#[test]
+fn a_groups_members_batch_within_a_placement_and_never_across() {
+    // Two racks of six nodes: ten members tried in the first, ten in the second, as a group
+    // cycle tries its placements; the same decisions with batching off, and only nodes of the
+    // placement chosen.
+    let cluster = Cluster::of(uniform_nodes(12, "4"));
+    let pods = copies(20, |n| {
+        PodBuilder::new(n).container(&[("cpu", "1"), ("memory", "1Gi")])
+    });
+    let mut off = Sim::new(DEFAULT, &cluster, false);
+    let mut on = Sim::new(DEFAULT, &cluster, true);
+    for (rack, members) in pods.chunks(10).enumerate() {
+        let nodes = &on.snapshot.nodes()[rack * 6..rack * 6 + 6];
+        let names: Vec<String> = nodes.iter().map(|n| n.name().to_string()).collect();
+        let placement = PlacementNodes::new(nodes);
+        off.alg.set_placement(Some(placement.clone()));
+        on.alg.set_placement(Some(placement));
+        for pod in members {
+            let got = on.schedule(pod);
+            assert_eq!(got, off.schedule(pod));
+            assert!(
+                names.contains(&got),
+                "{got} is outside rack {rack}: {names:?}"
+            );
+        }
+        if rack == 1 {
+            // The first member in the second placement could not reuse the first's results.
+            assert_eq!(on.batched(), 18);
+        }
+    }
+    assert_eq!(off.batched(), 0);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The pure "find nodes that fit, prioritize, select host" pipeline of upstream's
-//! `schedule_one.go`, and [`FitError`] with upstream's exact message.//!
+//! `schedule_one.go`, and [`FitError`] with upstream's exact message.
+//!
 //! `fit_error` holds why a pod fits nowhere ([`FitError`], [`ScheduleError`]), `filter` the
 //! search for feasible nodes (PreFilter, Filter, the extenders' filters), `score` the
 //! prioritizing and the selection of the host; here is the [`Algorithm`] that runs them.
@@ -11,6 +12,7 @@ mod score;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::batch::{BatchCycle, World};
 use super::extender::Extender;
@@ -61,15 +63,24 @@ pub struct Algorithm {
 /// filtered and scored; plugins still see the whole snapshot.
 #[derive(Debug, Clone)]
 pub struct PlacementNodes {
+    /// Unique to this placement's try: the batch of its members' results is keyed by it.
+    id: u64,
     names: Vec<String>,
     set: HashSet<String>,
 }
+
+/// The ids of placements (0 is "no placement").
+static PLACEMENT_IDS: AtomicU64 = AtomicU64::new(1);
 
 impl PlacementNodes {
     pub fn new(nodes: &[Arc<NodeInfo>]) -> PlacementNodes {
         let names: Vec<String> = nodes.iter().map(|n| n.name().to_string()).collect();
         let set = names.iter().cloned().collect();
-        PlacementNodes { names, set }
+        PlacementNodes {
+            id: PLACEMENT_IDS.fetch_add(1, Ordering::Relaxed),
+            names,
+            set,
+        }
     }
 
     /// The placement's nodes as `snapshot` has them now, in the placement's order.
@@ -168,26 +179,24 @@ impl Algorithm {
     ) -> Result<ScheduleResult, ScheduleError> {
         self.cycle += 1;
         let signers = fwk.signers();
-        // A batch records positions in the snapshot's node list, not in a placement's.
-        if !self.opportunistic_batching
-            || !self.extenders.is_empty()
-            || signers.is_none()
-            || self.placement.is_some()
-        {
+        if !self.opportunistic_batching || !self.extenders.is_empty() || signers.is_none() {
             return self.schedule(fwk, state, pod, snapshot, None);
         }
+        // Within a group's placement the members batch too, positions in the placement's list.
+        let placement = self.placement.as_ref().map_or(0, |p| p.id);
+        let world = || World::now(snapshot, fwk.handle()).map(|w| w.in_placement(placement));
         let mut batch = fwk.batch().lock();
         let mut cycle = batch.begin(
             pod,
             signers,
             self.cycle,
-            World::now(snapshot, fwk.handle()),
+            world(),
             fwk.num_score_plugins(),
             snapshot.num_nodes(),
         );
         let result = self.schedule(fwk, state, pod, snapshot, Some(&mut cycle));
         let errored = matches!(result, Err(ScheduleError::Internal(_)));
-        cycle.finish(errored, World::now(snapshot, fwk.handle()));
+        cycle.finish(errored, world());
         if let Some(metrics) = fwk.metrics() {
             let report = batch.take_report();
             if let Some((took, code)) = report.sign {

@@ -9,7 +9,7 @@
 //! (`Handle::tasks`, `Handle::dispatcher`), which the scheduler runs. The one exception is listed
 //! in [`ALLOWED`] with its reason.
 
-use super::module_graph::{framework_sources, referenced_paths};
+use crate::module_graph::{framework_sources, referenced_paths};
 
 /// Paths (and the functions that block or spawn) plugin code must not name, and why.
 const FORBIDDEN: &[(&str, &str)] = &[
@@ -111,7 +111,7 @@ fn the_guard_sees_spawning_blocking_and_io() {
                 fn pre_filter() { tokio::task::block_in_place(|| ()); }\n\
                 // std::fs::read in a comment does not count\n\
                 fn hyperplane() {}\n";
-    let text = super::module_graph::production_text(code).0;
+    let text = crate::module_graph::production_text(code).0;
     let found: Vec<&str> = violations("some_plugin", &text)
         .into_iter()
         .map(|(t, _)| t)

@@ -10,12 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-pub(super) type ModPath = Vec<String>;
+pub(crate) type ModPath = Vec<String>;
 
 /// One source file: its module path and its production text.
-pub(super) struct Source {
-    pub(super) module: ModPath,
-    pub(super) text: String,
+pub(crate) struct Source {
+    pub(crate) module: ModPath,
+    pub(crate) text: String,
 }
 
 /// The module path of `file` (relative to `src/`): `framework/types/mod.rs` is
@@ -48,7 +48,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The production lines of a file, and the names of its test-only child modules. Comments are
 /// dropped; a `#[cfg(test)]` item is skipped up to its `;` or to its closing `}` in column 0.
-pub(super) fn production_text(source: &str) -> (String, BTreeSet<String>) {
+pub(crate) fn production_text(source: &str) -> (String, BTreeSet<String>) {
     let mut text = String::new();
     let mut test_children = BTreeSet::new();
     let mut lines = source.lines();
@@ -86,7 +86,7 @@ fn is_ident(c: char) -> bool {
 }
 
 /// Expands a `use` tree (`crate::a::{b::C, d}`) into full paths (`crate::a::b::C`, `crate::a::d`).
-pub(super) fn expand_use_tree(tree: &str) -> Vec<String> {
+pub(crate) fn expand_use_tree(tree: &str) -> Vec<String> {
     // Drop renames (`X as Y`), then the whitespace.
     let mut words: Vec<&str> = Vec::new();
     let mut tokens = tree.split_whitespace();
@@ -134,7 +134,7 @@ fn expand_into(prefix: &str, tree: &str, out: &mut Vec<String>) {
 
 /// Every path in `text` that starts with `crate::`, `super::` or `self::`: the expanded `use`
 /// trees and the inline paths of the code.
-pub(super) fn referenced_paths(text: &str) -> Vec<String> {
+pub(crate) fn referenced_paths(text: &str) -> Vec<String> {
     let mut paths = Vec::new();
     let mut rest = text;
     // `use` trees (they may span lines and hold braces).
@@ -252,7 +252,7 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 }
 
 /// The production code of every file under `src/framework/` (test-only modules left out).
-pub(super) fn framework_sources() -> Vec<Source> {
+pub(crate) fn framework_sources() -> Vec<Source> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src.join("framework"), &mut files);

@@ -9,7 +9,7 @@
 //! (`Handle::tasks`, `Handle::dispatcher`), which the scheduler runs. The one exception is listed
 //! in [`ALLOWED`] with its reason.
 
-use crate::module_graph::{framework_sources, referenced_paths};
+use crate::module_graph::{crate_sources, referenced_paths};
 
 /// Paths (and the functions that block or spawn) plugin code must not name, and why.
 const FORBIDDEN: &[(&str, &str)] = &[
@@ -81,7 +81,7 @@ fn violations(module: &str, text: &str) -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn plugins_do_no_io_and_run_no_futures_of_their_own() {
-    let sources = framework_sources();
+    let sources = crate_sources();
     let plugins: Vec<_> = sources
         .iter()
         .filter(|s| s.module.len() > 2 && s.module[..2] == ["framework", "plugins"])

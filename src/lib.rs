@@ -15,6 +15,8 @@ pub mod config;
 pub mod emulation;
 pub mod framework;
 pub mod infra;
+#[cfg(test)]
+mod module_graph;
 pub mod operator;
 pub mod prelude;
 pub mod quantity;

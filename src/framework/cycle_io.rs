@@ -9,7 +9,7 @@
 //! (`Handle::tasks`, `Handle::dispatcher`), which the scheduler runs. The one exception is listed
 //! in [`ALLOWED`] with its reason.
 
-use super::module_graph::{framework_sources, referenced_paths};
+use crate::module_graph::{crate_sources, referenced_paths};
 
 /// Paths (and the functions that block or spawn) plugin code must not name, and why.
 const FORBIDDEN: &[(&str, &str)] = &[
@@ -81,7 +81,7 @@ fn violations(module: &str, text: &str) -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn plugins_do_no_io_and_run_no_futures_of_their_own() {
-    let sources = framework_sources();
+    let sources = crate_sources();
     let plugins: Vec<_> = sources
         .iter()
         .filter(|s| s.module.len() > 2 && s.module[..2] == ["framework", "plugins"])
@@ -111,7 +111,7 @@ fn the_guard_sees_spawning_blocking_and_io() {
                 fn pre_filter() { tokio::task::block_in_place(|| ()); }\n\
                 // std::fs::read in a comment does not count\n\
                 fn hyperplane() {}\n";
-    let text = super::module_graph::production_text(code).0;
+    let text = crate::module_graph::production_text(code).0;
     let found: Vec<&str> = violations("some_plugin", &text)
         .into_iter()
         .map(|(t, _)| t)

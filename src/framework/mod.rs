@@ -64,8 +64,6 @@ mod integration_tests;
 pub mod interface;
 pub mod listers;
 pub mod metrics;
-#[cfg(test)]
-mod module_graph;
 pub mod plugins;
 pub mod registry;
 pub mod runtime;

@@ -2,8 +2,8 @@
 //! limits ([`client`]), watching and listing a kind ([`informer`]), leader election
 //! ([`leader_election`]), the metrics registry ([`metrics`]), the HTTP(S) endpoints with TLS,
 //! delegated authentication and authorization ([`serving`]), logging ([`logging`]) and Go-style
-//! durations ([`duration`]). Nothing here names a module above it (`framework::module_graph`
-//! checks).
+//! durations ([`duration`]). Nothing here names a module above it, directly or through what it
+//! names (the unit test `module_graph::infra_names_no_layer_above_it` checks).
 
 pub mod client;
 pub mod duration;

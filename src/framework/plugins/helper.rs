@@ -35,7 +35,7 @@ use crate::framework::types::{
 #[macro_export]
 macro_rules! impl_plugin {
     ($ty:ty, $name:expr, [$($point:ident),+ $(,)?] $(, $extra:ident)* $(,)?) => {
-        impl $crate::prelude::Plugin for $ty {
+        impl $crate::framework::interface::Plugin for $ty {
             fn name(&self) -> &str {
                 $name
             }
@@ -46,8 +46,8 @@ macro_rules! impl_plugin {
         impl $ty {
             /// The extension points this plugin implements, as it is registered.
             #[allow(unreachable_pub)]
-            pub const EXTENSION_POINTS: &'static [$crate::prelude::ExtensionPoint] =
-                &[$($crate::prelude::ExtensionPoint::$point),+];
+            pub const EXTENSION_POINTS: &'static [$crate::config::ExtensionPoint] =
+                &[$($crate::config::ExtensionPoint::$point),+];
         }
     };
     (@as PreEnqueue) => { $crate::impl_plugin!(@fn as_pre_enqueue PreEnqueuePlugin); };
@@ -72,7 +72,7 @@ macro_rules! impl_plugin {
     (@as PlacementGenerate) => { $crate::impl_plugin!(@fn as_placement_generate PlacementGeneratePlugin); };
     (@as PlacementScore) => { $crate::impl_plugin!(@fn as_placement_score PlacementScorePlugin); };
     (@fn $method:ident $trait:ident) => {
-        fn $method(&self) -> Option<&dyn $crate::prelude::$trait> {
+        fn $method(&self) -> Option<&dyn $crate::framework::interface::$trait> {
             Some(self)
         }
     };

@@ -24,7 +24,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use tracing::debug;
 
@@ -68,16 +67,6 @@ fn min_count(group: &PodGroup) -> Option<usize> {
         .gang
         .as_ref()
         .map(|g| usize::try_from(g.min_count).unwrap_or(0))
-}
-
-/// Whether the scheduler still counts `pod` as one of its group's: not finished, not deleted.
-fn counts(pod: &Pod) -> bool {
-    let finished = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    !finished && pod.metadata.deletion_timestamp.is_none()
 }
 
 impl GangScheduling {
@@ -138,7 +127,7 @@ impl PreEnqueuePlugin for GangScheduling {
         let Some(min) = min_count(&pg) else {
             return Status::success();
         };
-        let known = self.members().count(pod.namespace(), group, counts);
+        let known = self.members().live_count(pod.namespace(), group);
         if known < min {
             debug!(pod = %pod.key(), group, known, min, "gang members not all seen yet");
             return Status::unresolvable(

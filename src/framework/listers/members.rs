@@ -224,6 +224,16 @@ impl<G: GroupOf> PodGroupMembers<G> {
             .unwrap_or(0)
     }
 
+    /// Whether the pod `name` of `namespace` is a member of group `group`, without copying the
+    /// group (a queueing hint asks for every gated pod each time a pod is bound).
+    pub fn is_member(&self, namespace: &str, group: &str, name: &str) -> bool {
+        self.inner
+            .read()
+            .by_group
+            .get(&format!("{namespace}/{group}"))
+            .is_some_and(|pods| pods.contains_key(name))
+    }
+
     /// Changes with every write to the store.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
@@ -339,6 +349,9 @@ mod tests {
         ]);
         assert_eq!(members.live_count("ns", "g"), 2);
         assert_eq!(members.live_count("elsewhere", "g"), 0);
+        assert!(members.is_member("ns", "g", "e"));
+        assert!(!members.is_member("ns", "g", "d"));
+        assert!(!members.is_member("elsewhere", "g", "e"));
     }
 
     #[test]

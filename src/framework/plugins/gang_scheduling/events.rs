@@ -61,9 +61,7 @@ fn is_schedulable_after_pod_added(
         PodObject::Unscheduled(info) => BySchedulingGroup::group(&info.pod) == Some(group),
         PodObject::Assigned { pod: bound, .. } => listers
             .store(&SCHEDULING_GROUP_MEMBERS)
-            .members(pod.namespace(), group)
-            .iter()
-            .any(|m| m.metadata.name.as_deref() == Some(bound.name())),
+            .is_member(pod.namespace(), group, bound.name()),
     };
     Ok(queue_if(same_gang))
 }

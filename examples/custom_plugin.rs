@@ -11,7 +11,9 @@
 //! `watch` on ConfigMaps to a profile that enables it, and `ksched simulate` reads such ConfigMaps
 //! from a snapshot (`kubectl get configmaps -l example.com/node-weights`).
 //!
-//! The binary is the full ksched scheduler with these plugins added:
+//! The binary is the whole `ksched` command line with these plugins added ([`ksched_main`]): its
+//! `scheduler` runs them, its `operator` accepts SchedulerProfiles that enable them (and grants
+//! the kinds they watch), `render`, `simulate` and `config validate` know them:
 //!
 //! ```text
 //! cargo run --example custom_plugin -- scheduler --config sched.yaml --kubeconfig ~/.kube/config
@@ -46,7 +48,6 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
 use k8s_openapi::api::core::v1::ConfigMap;
 use ksched::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -169,26 +170,7 @@ fn registration() -> PluginRegistration {
     )
 }
 
-#[derive(Parser)]
-#[command(
-    name = "custom_plugin",
-    about = "ksched's scheduler with the PreferLabeled plugin"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the scheduler (same flags as `ksched scheduler`).
-    Scheduler(SchedulerArgs),
-}
-
 fn main() -> ExitCode {
-    // Logging (`--logging-format`, `-v`) is set up by `main_with_registry`.
-    let Command::Scheduler(args) = Cli::parse().command;
-
     let mut registry = Registry::in_tree();
     for (name, registration) in [
         (NAME, registration()),
@@ -199,5 +181,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    main_with_registry(args, registry)
+    // The whole ksched command line with these plugins: `scheduler` runs them, `operator` and
+    // `render` accept SchedulerProfiles that enable them (and grant the kinds they watch),
+    // `simulate` and `config validate` know them. Logging is set up by each command.
+    ksched_main(registry)
 }

@@ -11,6 +11,7 @@
 
 pub mod allocator;
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod emulation;
 pub mod framework;

@@ -17,14 +17,16 @@
 //!    back ([`typed`]) and builds it; `?` turns an args or `String` error into a [`PluginError`];
 //! 4. a [`PluginRegistration`] (extension points, args decoder, factory; the informers, RBAC
 //!    rules and metrics it declares) registered under the plugin's name into
-//!    [`Registry::in_tree`], which a binary hands to [`main_with_registry`] — the Rust form of
-//!    kube-scheduler's `app.WithPlugin`.
+//!    [`Registry::in_tree`], which a binary hands to [`ksched_main`] (the whole `ksched` command
+//!    line with its plugins: a SchedulerProfile may then name them) or [`main_with_registry`] (the
+//!    scheduler alone) — the Rust form of kube-scheduler's `app.WithPlugin`.
 //!
 //! With the crate's `testing` feature (`ksched = { version = "…", features = ["testing"] }` in
 //! `[dev-dependencies]`), [`testing`] has the builders the in-tree plugins' tests use:
 //! `PodBuilder`, `NodeBuilder`, snapshots (`snapshot_of`, `snapshot_with`), a recording
 //! [`Handle`] (`handle()`), score helpers (`score_nodes`) and queueing-hint helpers.
 
+pub use crate::cli::main as ksched_main;
 pub use crate::config::{ExtensionPoint, FieldError};
 pub use crate::emulation::{Emulation, Minor};
 pub use crate::framework::args::{

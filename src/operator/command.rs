@@ -121,13 +121,13 @@ pub struct RenderArgs {
 }
 
 /// Runs `ksched render`.
-pub fn render_main(args: RenderArgs) -> ExitCode {
+pub fn render_main(args: RenderArgs, registry: &Registry) -> ExitCode {
     let opts = RenderOptions {
         namespace: args.namespace,
         image: args.image,
         cluster_minor: None,
     };
-    let out = render_cli::render_paths(&args.files, &opts, &Registry::in_tree());
+    let out = render_cli::render_paths(&args.files, &opts, registry);
     print!("{}", out.stdout);
     eprint!("{}", out.stderr);
     if out.code == 0 {
@@ -138,7 +138,7 @@ pub fn render_main(args: RenderArgs) -> ExitCode {
 }
 
 /// Runs `ksched operator` until SIGINT or SIGTERM.
-pub fn operator_main(args: OperatorArgs) -> ExitCode {
+pub fn operator_main(args: OperatorArgs, registry: Registry) -> ExitCode {
     crate::infra::logging::init(&crate::infra::logging::LogOptions {
         format: args.logging_format,
         default_filter: "info,kube_runtime=warn".into(),
@@ -162,7 +162,7 @@ pub fn operator_main(args: OperatorArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let registry = Arc::new(Registry::in_tree());
+        let registry = Arc::new(registry);
         let mut opts = OperatorOptions::new(args.namespace, args.image, registry.clone());
         opts.known_schedulers = args.known_schedulers;
         opts.leader_election = leader_election;

@@ -338,17 +338,9 @@ impl SchedulerArgs {
     }
 }
 
-/// `ksched scheduler`: runs the scheduler with the in-tree plugins.
-pub fn main(args: SchedulerArgs) -> ExitCode {
-    main_with_registry(args, Registry::in_tree())
-}
-
-/// Runs the scheduler with `registry`'s plugins: the Rust form of kube-scheduler's
-/// `app.NewSchedulerCommand(app.WithPlugin(name, factory))`. An out-of-tree binary starts from
-/// [`Registry::in_tree`], adds its own plugins with [`Registry::register`], parses
-/// [`SchedulerArgs`] (a `clap::Args`) and calls this; configurations may then name its plugins
-/// like any in-tree one (`ksched config validate` does not know them; the binary validates at
-/// start-up). See `examples/custom_plugin.rs`.
+/// `ksched scheduler`: runs the scheduler with `registry`'s plugins. A binary with out-of-tree
+/// plugins usually runs the whole command line with them ([`crate::cli::main`]); this is the
+/// scheduler alone, for a binary that parses [`SchedulerArgs`] (a `clap::Args`) itself.
 pub fn main_with_registry(args: SchedulerArgs, registry: Registry) -> ExitCode {
     if let Some(v) = &args.version {
         if v == "raw" {

@@ -155,8 +155,8 @@ pub fn render(report: &Report, format: OutputFormat) -> Result<String, String> {
     }
 }
 
-pub fn main(args: SimulateArgs) -> ExitCode {
-    match run(&args) {
+pub fn main(args: SimulateArgs, registry: Registry) -> ExitCode {
+    match run(&args, registry) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
@@ -165,8 +165,8 @@ pub fn main(args: SimulateArgs) -> ExitCode {
     }
 }
 
-fn run(args: &SimulateArgs) -> Result<ExitCode, CommandError> {
-    let registry = engine::offline_registry(Registry::in_tree());
+fn run(args: &SimulateArgs, registry: Registry) -> Result<ExitCode, CommandError> {
+    let registry = engine::offline_registry(registry);
     let request = request(args)?;
     let profile_input = args.profile.as_deref().map(read).transpose()?;
     let policies = args

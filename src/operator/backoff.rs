@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::status::ApplyFix;
+
 /// How the API server starts a 500 for an applied object that does not fit the type's schema.
 const TYPED_PATCH_FAILED: &str = "failed to create typed patch object";
 
@@ -30,6 +32,23 @@ impl ApplyFailure {
             // Server-side apply cannot even type the object against its schema.
             Some(500) => self.message.starts_with(TYPED_PATCH_FAILED),
             _ => false,
+        }
+    }
+}
+
+/// The API server's words when a role grants what its creator does not hold.
+const NOT_HELD: &str = "attempting to grant RBAC permissions not currently held";
+
+impl ApplyFailure {
+    /// What can end it: a rule the operator lacks (a 403 on granting it) is the operator's to
+    /// change, another refusal the spec's, anything else passes with a retry.
+    pub(crate) fn fix(&self) -> ApplyFix {
+        if self.code == Some(403) && self.message.contains(NOT_HELD) {
+            ApplyFix::OperatorRules
+        } else if self.permanent() {
+            ApplyFix::Spec
+        } else {
+            ApplyFix::Retry
         }
     }
 }
@@ -190,6 +209,21 @@ mod tests {
         assert!(b.waiting("q", "b", t0).is_none(), "per profile");
         b.succeeded("p");
         assert_eq!(b.waiting("p", "b", t0), None);
+    }
+
+    /// The API server's 403 for a ClusterRole granting configmaps, which the operator lacks.
+    #[test]
+    fn a_rule_the_operator_does_not_hold_is_the_operators_to_fix() {
+        let not_held = ApplyFailure {
+            object: "ClusterRole ksched:profile:p".into(),
+            code: Some(403),
+            message: "clusterroles.rbac.authorization.k8s.io \"ksched:profile:p\" is forbidden: user \"system:serviceaccount:ksched-system:ksched-operator\" (groups=[\"system:serviceaccounts\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"list\" \"watch\"]}".into(),
+        };
+        assert_eq!(not_held.fix(), ApplyFix::OperatorRules);
+        assert_eq!(failure(Some(403)).fix(), ApplyFix::Spec);
+        assert_eq!(failure(Some(422)).fix(), ApplyFix::Spec);
+        assert_eq!(failure(Some(409)).fix(), ApplyFix::Retry);
+        assert_eq!(failure(None).fix(), ApplyFix::Retry);
     }
 
     #[test]

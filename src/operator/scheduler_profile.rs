@@ -39,7 +39,8 @@ use super::render::{
     self, FIELD_MANAGER, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Rendered, RenderedObject,
 };
 use super::status::{
-    self, ApplyError, ConfigOutcome, DeploymentState, LeaseState, ProfileObservation,
+    self, ApplyError, ApplyFix, ConfigOutcome, DeploymentState, LeaseState, OPERATOR_RULES_FIX,
+    ProfileObservation,
 };
 use super::{
     Context, Error, LEGACY_FINALIZER, Shutdown, announce, forget_announced, is_not_found, publish,
@@ -671,10 +672,14 @@ async fn apply_with_backoff(
             }
             Err(failure) => {
                 tracing::warn!(profile = %name, error = %failure, "applying rendered objects failed");
-                let fix = if failure.permanent() {
-                    "the API server refuses an object rendered from this SchedulerProfile: change the field behind it (spec.resources, spec.image, spec.nodeSelector, spec.tolerations, spec.affinity, spec.priorityClassName), or what refuses it (an admission webhook, a policy, a quota)"
-                } else {
-                    "the API server or the network failed, not the spec: retried with backoff"
+                let fix = match failure.fix() {
+                    ApplyFix::Spec => {
+                        "the API server refuses an object rendered from this SchedulerProfile: change the field behind it (spec.resources, spec.image, spec.nodeSelector, spec.tolerations, spec.affinity, spec.priorityClassName), or what refuses it (an admission webhook, a policy, a quota)"
+                    }
+                    ApplyFix::OperatorRules => OPERATOR_RULES_FIX,
+                    ApplyFix::Retry => {
+                        "the API server or the network failed, not the spec: retried with backoff"
+                    }
                 };
                 publish(
                     ctx,
@@ -690,7 +695,7 @@ async fn apply_with_backoff(
     };
     let error = ApplyError {
         message: pending.failure.to_string(),
-        permanent: pending.failure.permanent(),
+        fix: pending.failure.fix(),
         attempts: pending.attempts,
         retry_after_seconds: pending.delay.as_secs_f64().ceil() as u64,
     };

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::status::{
-    ApplyError, BlockedNode, ConfigOutcome, DeploymentState, LeaseState, PolicyConflict,
+    ApplyError, ApplyFix, BlockedNode, ConfigOutcome, DeploymentState, LeaseState, PolicyConflict,
     PolicyObservation, ProfileObservation, operator_stopped, policy_status, profile_status,
 };
 use crate::api::scheduler_profile::ProfileMode;
@@ -226,7 +226,7 @@ fn profile_samples() -> Vec<StatusSample> {
         message:
             "applying Deployment ksched-system/ksched-profile-sample: etcdserver: request timed out"
                 .into(),
-        permanent: false,
+        fix: ApplyFix::Retry,
         attempts: 2,
         retry_after_seconds: 10,
     };
@@ -242,7 +242,7 @@ fn profile_samples() -> Vec<StatusSample> {
         computed(ProfileObservation {
             apply_error: Some(ApplyError {
                 message: "applying Deployment ksched-system/ksched-profile-sample: Deployment.apps \"ksched-profile-sample\" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1".into(),
-                permanent: true,
+                fix: ApplyFix::Spec,
                 ..apply_error
             }),
             ..running()

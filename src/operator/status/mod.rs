@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 pub(crate) use observation::{
-    ApplyError, ConfigOutcome, DeploymentState, LeaseState, ProfileObservation,
+    ApplyError, ApplyFix, ConfigOutcome, DeploymentState, LeaseState, OPERATOR_RULES_FIX,
+    ProfileObservation,
 };
 pub(crate) use policy::{BlockedNode, PolicyConflict, PolicyObservation, policy_status};
 pub(crate) use profile::{

@@ -114,14 +114,29 @@ impl LeaseState {
     }
 }
 
+/// The fix of [`ApplyFix::OperatorRules`], in the event and the status.
+pub(crate) const OPERATOR_RULES_FIX: &str = "the operator may grant a scheduler only rules it holds itself (RBAC escalation prevention), and a plugin this profile enables needs the rules above (a plugin built into the operator's image, watching a kind of its own): add them to the operator's ClusterRole (the chart's value extraSchedulerRules), or disable the plugin";
+
+/// What can end a failed apply ([`crate::operator::backoff::ApplyFailure::fix`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ApplyFix {
+    /// The API server or the network failed: retried with backoff.
+    Retry,
+    /// The API server refused the object itself (a 4xx other than conflict, timeout or
+    /// throttling): retrying the same objects cannot help, the spec must change.
+    Spec,
+    /// The profile's ClusterRole grants a rule the operator does not hold itself (RBAC
+    /// escalation prevention): a plugin it enables watches a kind the operator may not grant.
+    OperatorRules,
+}
+
 /// Applying the rendered objects failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApplyError {
     /// Which object and the API server's own words (`applying Deployment ns/name: ...`).
     pub message: String,
-    /// The API server refused the object itself (a 4xx other than conflict, timeout or
-    /// throttling): retrying the same objects cannot help, the spec must change.
-    pub permanent: bool,
+    /// What ends it: a retry, a change of the spec, or a change of the operator's own rules.
+    pub fix: ApplyFix,
     /// Failed attempts with these very objects.
     pub attempts: u32,
     /// The wait before the next attempt, as chosen after the last one (unless the spec changes

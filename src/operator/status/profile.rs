@@ -3,7 +3,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::observation::{ConfigOutcome, ProfileObservation};
+use super::observation::{ApplyFix, ConfigOutcome, OPERATOR_RULES_FIX, ProfileObservation};
 use super::{
     CONFIG_VALID, Cond, LEADER_ELECTED, LEAF_POLICIES_VALID, READY, RECONCILING, STALLED,
     set_conditions, some_names,
@@ -198,7 +198,14 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
             "{}; attempt {}, retried after {}s",
             err.message, err.attempts, err.retry_after_seconds
         );
-        if err.permanent {
+        if err.fix == ApplyFix::OperatorRules {
+            let message = format!("{message} or as soon as the spec changes: {OPERATOR_RULES_FIX}");
+            return (
+                Cond::new(READY, false, "ApplyFailed", message.clone()),
+                Some(Cond::new(STALLED, true, "ApplyFailed", message)),
+            );
+        }
+        if err.fix == ApplyFix::Spec {
             let message = format!(
                 "{message} or as soon as the spec changes: the API server refuses these objects, so the spec must change"
             );
@@ -778,7 +785,7 @@ mod tests {
         let mut o = obs();
         let error = ApplyError {
             message: "applying Deployment ns/ksched-p: etcdserver: request timed out".into(),
-            permanent: false,
+            fix: ApplyFix::Retry,
             attempts: 2,
             retry_after_seconds: 10,
         };
@@ -793,13 +800,37 @@ mod tests {
             get(&s, READY)
         );
         o.apply_error = Some(ApplyError {
-            permanent: true,
+            fix: ApplyFix::Spec,
             ..error
         });
         let s = profile_status(&SchedulerProfileStatus::default(), &o);
         assert_eq!(reason(&s, STALLED).as_deref(), Some("ApplyFailed"));
         assert_eq!(status_of(&s, READY).as_deref(), Some("False"));
         assert!(get(&s, RECONCILING).is_none());
+        assert!(
+            get(&s, READY).is_some_and(|c| c.message.contains("the spec must change")),
+            "{:?}",
+            get(&s, READY)
+        );
+    }
+
+    /// A rule the operator lacks is stalled too, and the message says whose rules to change.
+    #[test]
+    fn a_rule_the_operator_lacks_names_its_cluster_role_not_the_spec() {
+        let mut o = obs();
+        o.apply_error = Some(ApplyError {
+            message: "applying ClusterRole ksched:profile:p: ... is attempting to grant RBAC permissions not currently held: {APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"list\" \"watch\"]} (HTTP 403)".into(),
+            fix: ApplyFix::OperatorRules,
+            attempts: 1,
+            retry_after_seconds: 1,
+        });
+        let s = profile_status(&SchedulerProfileStatus::default(), &o);
+        assert_eq!(reason(&s, STALLED).as_deref(), Some("ApplyFailed"));
+        let ready = get(&s, READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(ready.contains("extraSchedulerRules"), "{ready}");
+        assert!(!ready.contains("the spec must change"), "{ready}");
     }
 
     #[test]

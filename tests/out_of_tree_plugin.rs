@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
@@ -17,11 +17,13 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::fixtures::pause_pod;
+use support::helm;
 use support::nodes::Nodes;
+use support::operator::{OPERATOR_SA, kubeconfig_as, wait_profile_condition, wait_profile_ready};
 use support::process::LoggedChild;
-use support::scheduler::scheduler_command;
+use support::scheduler::{ksched_bin, scheduler_command};
 use support::wait::{create_bound, wait_log};
-use support::{Components, control_plane, repo_root};
+use support::{Components, ControlPlane, control_plane, repo_root};
 
 /// Builds the example and returns its path.
 fn build_example() -> PathBuf {
@@ -175,6 +177,185 @@ async fn an_out_of_tree_plugin_scores_from_the_kind_it_watches() {
         }
     }
     assert_eq!(placed.last(), Some(&medium), "placed on {placed:?}");
+    drop(nodes);
+}
+
+/// A SchedulerProfile enabling the example's `NodeWeights`, which watches ConfigMaps.
+fn weighted_profile(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: ksched.io/v1alpha1\nkind: SchedulerProfile\nmetadata:\n  name: {name}\nspec:\n{spec}  plugins:\n    multiPoint:\n      enabled:\n      - name: NodeWeights\n        weight: 10\n"
+    )
+}
+
+/// `render -f profile.yaml` of `bin`: (success, stdout, stderr).
+fn render(bin: &Path, profile: &str) -> (bool, String, String) {
+    let path = std::env::temp_dir().join(format!("oot-profile-{}.yaml", std::process::id()));
+    std::fs::write(&path, profile).expect("write profile");
+    let out = Command::new(bin)
+        .args(["render", "--namespace", OPERATOR_NAMESPACE, "-f"])
+        .arg(&path)
+        .output()
+        .expect("render");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `ksched render` knows the in-tree plugins only and names the one it does not know; the same
+/// command of a binary built with `ksched_main` and its own plugins renders the profile: the image
+/// the profile names, and a ClusterRole granting the kind its plugin watches.
+#[test]
+fn a_binary_with_its_own_plugins_renders_profiles_that_name_them() {
+    let profile = weighted_profile(
+        "weighted",
+        "  mode: Deployment\n  image: registry.example/ksched-weights:1\n",
+    );
+    let (ok, _, err) = render(&ksched_bin(), &profile);
+    assert!(
+        !ok && err.contains("unknown plugin \"NodeWeights\""),
+        "{err}"
+    );
+
+    let (ok, out, err) = render(&build_example(), &profile);
+    assert!(ok, "{err}");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out).expect("rendered YAML");
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k} in {out}"))
+    };
+    assert_eq!(
+        kind("Deployment")["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/ksched-weights:1"
+    );
+    let grants_configmaps = kind("ClusterRole")["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .any(|r| {
+            r["apiGroups"] == json!([""])
+                && r["resources"] == json!(["configmaps"])
+                && r["verbs"] == json!(["list", "watch"])
+        });
+    assert!(grants_configmaps, "{out}");
+    assert!(
+        kind("ConfigMap")["data"]["config.yaml"]
+            .as_str()
+            .is_some_and(|c| c.contains("NodeWeights")),
+        "{out}"
+    );
+}
+
+const OPERATOR_NAMESPACE: &str = "ksched-system";
+
+/// The chart's objects that give the operator its identity and permissions (ServiceAccount,
+/// roles, bindings, admission policy), rendered with `set_json` values and applied.
+fn apply_operator_rbac(cp: &ControlPlane, set_json: &[&str]) {
+    let chart = helm::chart();
+    let mut args = vec![
+        "template",
+        "ksched",
+        &chart,
+        "--namespace",
+        OPERATOR_NAMESPACE,
+    ];
+    for value in set_json {
+        args.extend(["--set-json", value]);
+    }
+    let out = helm::helm_ok(None, &args);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out).expect("chart YAML");
+    let identity = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": docs
+        .into_iter()
+        .filter(|d| d["kind"].as_str().is_some_and(|k| identity.contains(&k)))
+        .collect::<Vec<_>>()});
+    let (ok, _, err) = cp.kubectl_stdin(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &list.to_string(),
+    );
+    assert!(ok, "applying the chart's RBAC: {err}");
+}
+
+/// The example binary run as the operator, with the chart's RBAC: a SchedulerProfile enabling its
+/// `NodeWeights` (which watches ConfigMaps) stalls while the operator may not grant ConfigMaps,
+/// with a message that names the rules and the chart value; once `extraSchedulerRules` grants
+/// them, the profile becomes Ready and its scheduler (Embedded, inside that operator) places a pod
+/// by the weights.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_profile_names_a_plugin_the_operators_binary_was_built_with() {
+    let bin = build_example();
+    let cp = control_plane(Components::WITH_KWOK);
+    let client = cp.client().await;
+    let _ = cp.kubectl_run(&["create", "namespace", OPERATOR_NAMESPACE]);
+    apply_operator_rbac(cp, &[]);
+    let ns = cp.namespace(&client, "oot-profile").await;
+    let nodes = Nodes::new(cp, "oot-profile");
+    let here = [("oot-profile", "yes")];
+    nodes.add("big", "64", &here);
+    let small = nodes.add("small", "4", &here);
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &weights("profile-weights", &ns, &[(&small, "100")]),
+        )
+        .await
+        .expect("weights");
+
+    let mut cmd = Command::new(&bin);
+    cmd.arg("operator")
+        .arg("--kubeconfig")
+        .arg(kubeconfig_as(cp, OPERATOR_SA))
+        .args([
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--http-port=0",
+            "--leader-elect=false",
+            "--image=ksched-weights:e2e",
+        ]);
+    let operator = LoggedChild::spawn(cmd, cp.dir.join("oot-operator.log"));
+    let name = "oot-weighted";
+    cp.apply(&weighted_profile(name, "  mode: Embedded\n"));
+    wait_profile_condition(
+        &client,
+        name,
+        "Stalled for the operator's rules",
+        || operator.logs(),
+        |c| {
+            c.type_ == "Stalled"
+                && c.reason == "ApplyFailed"
+                && c.message.contains("configmaps")
+                && c.message.contains("extraSchedulerRules")
+        },
+    )
+    .await;
+
+    apply_operator_rbac(
+        cp,
+        &[
+            r#"extraSchedulerRules=[{"apiGroups":[""],"resources":["configmaps"],"verbs":["list","watch"]}]"#,
+        ],
+    );
+    wait_profile_ready(&client, name, || operator.logs()).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = pause_pod(
+        "weighed",
+        name,
+        "100m",
+        &[],
+        json!({"nodeSelector": {"oot-profile": "yes"}}),
+    );
+    let node = create_bound(&pods, &pod, || operator.logs()).await;
+    assert_eq!(node, small, "{}", operator.logs());
     drop(nodes);
 }
 

@@ -33,6 +33,22 @@ pub async fn config_as(cp: &ControlPlane, user: &str) -> kube::Config {
     config
 }
 
+/// A kubeconfig file with `user`'s permissions (admin credentials, impersonating it), for an
+/// operator run as a process.
+pub fn kubeconfig_as(cp: &ControlPlane, user: &str) -> PathBuf {
+    let admin = std::fs::read_to_string(&cp.kubeconfig).expect("kubeconfig");
+    assert!(admin.contains("\n  user:\n"), "{admin}");
+    let path = cp
+        .dir
+        .join(format!("kubeconfig-as-{}", user.replace(':', "-")));
+    std::fs::write(
+        &path,
+        admin.replacen("\n  user:\n", &format!("\n  user:\n    as: {user}\n"), 1),
+    )
+    .expect("write kubeconfig");
+    path
+}
+
 /// A client with `user`'s permissions (admin credentials, impersonating it).
 pub async fn client_as(cp: &ControlPlane, user: &str) -> Client {
     Client::try_from(config_as(cp, user).await).expect("client")

@@ -6,7 +6,8 @@
 //! Options (after `--`): `--preset small|default|large|xlarge`, `--workloads A,B` (workload
 //! names, `MemoryFootprint` for the bytes per node and per pod), `--contenders
 //! ksched,upstream,ceiling` (the default; `ksched-jemalloc` and `ksched-glibc` are the same
-//! binary with `KSCHED_ALLOCATOR` set, so both allocators run side by side in one bench),
+//! binary with `KSCHED_ALLOCATOR` set, so both allocators run side by side in one bench;
+//! `ksched-base` is the ksched binary `KSCHED_BASE_BIN` names, for before and after a change),
 //! `--rounds N` (default 3); also BENCH_PRESET, BENCH_WORKLOADS, BENCH_CONTENDERS, BENCH_ROUNDS.
 //! Each round runs the contenders one after another (interleaved, so a slow phase of the machine
 //! hits all of them; the order rotates from round to round); a figure is the median over the

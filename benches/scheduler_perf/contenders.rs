@@ -23,6 +23,9 @@ pub enum Contender {
     KschedJemalloc,
     /// The same binary with `KSCHED_ALLOCATOR=glibc`.
     KschedGlibc,
+    /// Another ksched build, at `KSCHED_BASE_BIN` (e.g. of the commit before a change): before and
+    /// after in one run.
+    KschedBase,
     Upstream,
     /// The null binder: binds every pending pod round robin, no scheduling logic: what the API
     /// server allows.
@@ -33,10 +36,11 @@ impl Contender {
     /// The contenders of a run that names none.
     pub const ALL: [Contender; 3] = [Contender::Ksched, Contender::Upstream, Contender::Ceiling];
     /// Every contender `--contenders` can name.
-    const NAMED: [Contender; 5] = [
+    const NAMED: [Contender; 6] = [
         Contender::Ksched,
         Contender::KschedJemalloc,
         Contender::KschedGlibc,
+        Contender::KschedBase,
         Contender::Upstream,
         Contender::Ceiling,
     ];
@@ -46,6 +50,7 @@ impl Contender {
             Contender::Ksched => "ksched",
             Contender::KschedJemalloc => "ksched-jemalloc",
             Contender::KschedGlibc => "ksched-glibc",
+            Contender::KschedBase => "ksched-base",
             Contender::Upstream => "upstream",
             Contender::Ceiling => "ceiling",
         }
@@ -67,7 +72,10 @@ impl Contender {
     pub fn is_ksched(self) -> bool {
         matches!(
             self,
-            Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc
+            Contender::Ksched
+                | Contender::KschedJemalloc
+                | Contender::KschedGlibc
+                | Contender::KschedBase
         )
     }
 
@@ -238,8 +246,20 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
         "--v=1".into(),
     ];
     let mut cmd = match contender {
-        Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc => {
-            let mut c = Command::new(support::scheduler::ksched_bin());
+        Contender::Ksched
+        | Contender::KschedJemalloc
+        | Contender::KschedGlibc
+        | Contender::KschedBase => {
+            let bin = match contender {
+                Contender::KschedBase => match std::env::var_os("KSCHED_BASE_BIN") {
+                    Some(bin) => PathBuf::from(bin),
+                    None => {
+                        panic!("ksched-base runs the ksched binary KSCHED_BASE_BIN names: set it")
+                    }
+                },
+                _ => support::scheduler::ksched_bin(),
+            };
+            let mut c = Command::new(bin);
             c.args(["scheduler", "--config", support::path_str(&config_path)])
                 .args(["--kubeconfig", &kubeconfig])
                 .args(&auth)

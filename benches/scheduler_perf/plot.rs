@@ -32,6 +32,7 @@ pub fn colour(c: Contender) -> RGBColor {
         Contender::Ksched => RGBColor(0xd9, 0x5f, 0x02),
         Contender::KschedJemalloc => RGBColor(0xe6, 0xab, 0x02),
         Contender::KschedGlibc => RGBColor(0x75, 0x70, 0xb3),
+        Contender::KschedBase => RGBColor(0xe7, 0x29, 0x8a),
         Contender::Upstream => RGBColor(0x1b, 0x9e, 0x77),
         Contender::Ceiling => RGBColor(0x99, 0x99, 0x99),
     }

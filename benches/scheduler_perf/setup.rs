@@ -337,16 +337,11 @@ pub async fn pod_groups(
     }
     let workload = (workload_groups(), upstream_spec);
     let (resource, spec) = match contender {
-        Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc
-            if super::contenders::gang_api().ksched_has_it =>
-        {
-            workload
-        }
-        Contender::Ksched | Contender::KschedJemalloc | Contender::KschedGlibc => {
+        Contender::Ceiling => return Ok(()),
+        c if c.is_ksched() && !super::contenders::gang_api().ksched_has_it => {
             (coscheduling_groups(), json!({"minMember": size}))
         }
-        Contender::Upstream => workload,
-        Contender::Ceiling => return Ok(()),
+        _ => workload,
     };
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &resource);
     let errors = futures::stream::iter(0..w.measure_pods / size)

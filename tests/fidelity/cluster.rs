@@ -378,6 +378,44 @@ impl Runner {
         }
     }
 
+    /// Waits (a little) until every PodGroup with a bound member says it was scheduled: a group
+    /// bound by a retry after its own step's wait writes that condition after the binding, and
+    /// would otherwise be read with the Unschedulable of its first attempt. A scheduler that never
+    /// writes it still disagrees, once the wait is up.
+    async fn wait_for_bound_groups_to_say_so(&self, groups: &Api<DynamicObject>, lp: &ListParams) {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let deadline = Instant::now() + GROUP_CONDITION_WAIT;
+        while Instant::now() < deadline {
+            let (Ok(groups), Ok(pods)) = (groups.list(lp).await, pods.list(lp).await) else {
+                return;
+            };
+            let bound_groups: BTreeSet<(String, String)> = pods
+                .items
+                .iter()
+                .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                .filter_map(|p| {
+                    let group =
+                        serde_json::to_value(p).ok()?["spec"]["schedulingGroup"]["podGroupName"]
+                            .as_str()?
+                            .to_string();
+                    Some((p.namespace().unwrap_or_default(), group))
+                })
+                .collect();
+            let lagging = groups.items.iter().any(|g| {
+                let says_scheduled = g.data["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "PodGroupInitiallyScheduled" && c["status"] == "True")
+                });
+                !says_scheduled
+                    && bound_groups.contains(&(g.namespace().unwrap_or_default(), g.name_any()))
+            });
+            if !lagging {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The conditions of the case's PodGroups (none when the API server serves no PodGroups).
     async fn group_conditions(&self) -> Vec<String> {
         if !self.serves_pod_groups {
@@ -386,6 +424,7 @@ impl Runner {
         let ar = api_resource("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups");
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
         let lp = ListParams::default().labels(&format!("{FIDELITY_LABEL}=case"));
+        self.wait_for_bound_groups_to_say_so(&api, &lp).await;
         let mut out = Vec::new();
         for g in api.list(&lp).await.expect("list pod groups").items {
             let conditions = g.data["status"]["conditions"]

@@ -142,6 +142,48 @@ mod report_tests {
         );
     }
 
+    /// Two ksched builds in one run: the line gives the base build's figures and, per figure,
+    /// ksched's ratio to it with its range and a neutral verdict.
+    #[test]
+    fn the_bench_line_compares_ksched_with_the_base_build() {
+        let run = |pps: &[f64], cpu: f64| {
+            summary(
+                &pps.iter()
+                    .map(|p| {
+                        Ok(Figures {
+                            pods_per_second: *p,
+                            cpu_seconds: cpu,
+                            peak_rss_mb: 50.0,
+                            ..Figures::default()
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let w = super::workloads::workloads(super::workloads::Preset::Default)
+            .into_iter()
+            .next()
+            .expect("a workload");
+        let line = bench_line(
+            &w,
+            &[
+                (Contender::Ksched, run(&[200.0, 210.0, 220.0], 1.0)),
+                (Contender::KschedBase, run(&[100.0, 105.0, 110.0], 2.0)),
+            ],
+        );
+        for part in [
+            " ksched-base_pps=105.0 ",
+            " ksched_vs_base_pps=2.00 ",
+            " ksched_vs_base_pps_verdict=higher ",
+            " ksched_vs_base_cpu=0.50 ",
+            " ksched_vs_base_cpu_verdict=lower ",
+            " ksched_vs_base_peak_rss=1.00 ",
+            " ksched_vs_base_peak_rss_verdict=overlap ",
+        ] {
+            assert!(line.contains(part), "{part:?} not in {line}");
+        }
+    }
+
     #[test]
     fn a_failed_round_fails_the_summary() {
         let rounds: Vec<Round> = vec![Ok(Figures::default()), Err("stalled".into())];

@@ -442,11 +442,16 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
     let range = |r: Option<Ratio>| r.map_or("-".into(), |r| r.range());
     let side = |s: Option<Side>| s.map_or("-", Side::name);
     let (k, u, c) = (Contender::Ksched, Contender::Upstream, Contender::Ceiling);
-    // ksched on a chosen allocator, when the run has it: the same figures beside the default's.
-    let allocators: Vec<Contender> = [Contender::KschedJemalloc, Contender::KschedGlibc]
-        .into_iter()
-        .filter(|a| get(*a).is_some())
-        .collect();
+    // ksched on a chosen allocator, or another ksched build, when the run has it: the same
+    // figures beside the default's.
+    let allocators: Vec<Contender> = [
+        Contender::KschedJemalloc,
+        Contender::KschedGlibc,
+        Contender::KschedBase,
+    ]
+    .into_iter()
+    .filter(|a| get(*a).is_some())
+    .collect();
     let mut line = format!(
         "BENCH workload={} nodes={} pods={} ksched_pps={} upstream_pps={} ceiling_pps={} ratio_upstream={} ratio_upstream_range={} vs_upstream={} ratio_ceiling={} target_pps={}",
         w.name(),
@@ -474,6 +479,34 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
             median(vs_upstream),
             range(vs_upstream),
         );
+    }
+    // Before and after: ksched against the other build, a win or loss only outside the noise.
+    if let (Some(Ok(after)), Some(Ok(before))) = (get(k), get(Contender::KschedBase)) {
+        for (key, f) in [
+            (
+                "pps",
+                (|s: &Summary| s.pods_per_second) as fn(&Summary) -> Spread,
+            ),
+            ("cpu", |s| s.cpu_seconds),
+            ("peak_rss", |s| s.peak_rss_mb),
+        ] {
+            if let Some(r) = Ratio::of(&f(after), &f(before)) {
+                // Neutral words: higher pods/s is better, higher CPU and RSS worse.
+                let verdict = if r.low > 1.0 {
+                    "higher"
+                } else if r.high < 1.0 {
+                    "lower"
+                } else {
+                    "overlap"
+                };
+                let _ = write!(
+                    line,
+                    " ksched_vs_base_{key}={:.2} ksched_vs_base_{key}_range={} ksched_vs_base_{key}_verdict={verdict}",
+                    r.median,
+                    r.range(),
+                );
+            }
+        }
     }
     for (key, f, precision) in [
         (

@@ -115,7 +115,7 @@ impl LeaseState {
 }
 
 /// The fix of [`ApplyFix::OperatorRules`], in the event and the status.
-pub(crate) const OPERATOR_RULES_FIX: &str = "the operator may grant a scheduler only rules it holds itself (RBAC escalation prevention), and a plugin this profile enables needs the rules above (a plugin built into the operator's image, watching a kind of its own): add them to the operator's ClusterRole (the chart's value extraSchedulerRules), or disable the plugin";
+pub(crate) const OPERATOR_RULES_FIX: &str = "the operator may grant a scheduler only rules it holds itself (RBAC escalation prevention), and a plugin this profile enables needs the rules above (a plugin built into the operator's image, watching a kind of its own): add them to the operator's ClusterRole (the chart's value extraSchedulerRules), or disable the plugin in spec.plugins";
 
 /// What can end a failed apply ([`crate::operator::backoff::ApplyFailure::fix`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

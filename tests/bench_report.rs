@@ -122,12 +122,8 @@ mod report_tests {
                 ..Figures::default()
             })])
         };
-        let w = super::workloads::workloads(super::workloads::Preset::Default)
-            .into_iter()
-            .next()
-            .expect("a workload");
         let line = bench_line(
-            &w,
+            &first_workload(),
             &[
                 (Contender::Ksched, with_writes(2.25)),
                 (Contender::Upstream, with_writes(3.0)),
@@ -160,12 +156,8 @@ mod report_tests {
                     .collect::<Vec<_>>(),
             )
         };
-        let w = super::workloads::workloads(super::workloads::Preset::Default)
-            .into_iter()
-            .next()
-            .expect("a workload");
         let line = bench_line(
-            &w,
+            &first_workload(),
             &[
                 (Contender::Ksched, run(&[200.0, 210.0, 220.0], 1.0)),
                 (Contender::KschedBase, run(&[100.0, 105.0, 110.0], 2.0)),
@@ -182,6 +174,14 @@ mod report_tests {
         ] {
             assert!(line.contains(part), "{part:?} not in {line}");
         }
+    }
+
+    /// The default preset's first workload (the BENCH line's name and sizes).
+    fn first_workload() -> super::workloads::Workload {
+        super::workloads::workloads(super::workloads::Preset::Default)
+            .into_iter()
+            .next()
+            .expect("a workload")
     }
 
     #[test]

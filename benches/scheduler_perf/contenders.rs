@@ -250,14 +250,12 @@ pub fn start(cp: &ControlPlane, contender: Contender, kind: Kind, log: &Path) ->
         | Contender::KschedJemalloc
         | Contender::KschedGlibc
         | Contender::KschedBase => {
-            let bin = match contender {
-                Contender::KschedBase => match std::env::var_os("KSCHED_BASE_BIN") {
-                    Some(bin) => PathBuf::from(bin),
-                    None => {
-                        panic!("ksched-base runs the ksched binary KSCHED_BASE_BIN names: set it")
-                    }
-                },
-                _ => support::scheduler::ksched_bin(),
+            let bin = if contender == Contender::KschedBase {
+                std::env::var_os("KSCHED_BASE_BIN")
+                    .map(PathBuf::from)
+                    .expect("ksched-base runs the ksched binary KSCHED_BASE_BIN names: set it")
+            } else {
+                support::scheduler::ksched_bin()
             };
             let mut c = Command::new(bin);
             c.args(["scheduler", "--config", support::path_str(&config_path)])

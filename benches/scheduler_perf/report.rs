@@ -200,6 +200,18 @@ impl Ratio {
         }
     }
 
+    /// Against 1 in neutral words (for figures where higher is not always better): `higher` or
+    /// `lower` only when the spreads do not overlap.
+    pub fn direction(&self) -> &'static str {
+        if self.low > 1.0 {
+            "higher"
+        } else if self.high < 1.0 {
+            "lower"
+        } else {
+            "overlap"
+        }
+    }
+
     /// Against 1 (higher is better): a win or a loss only when the spreads do not overlap.
     pub fn versus(&self) -> &'static str {
         match self.at_least(1.0) {
@@ -444,7 +456,7 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
     let (k, u, c) = (Contender::Ksched, Contender::Upstream, Contender::Ceiling);
     // ksched on a chosen allocator, or another ksched build, when the run has it: the same
     // figures beside the default's.
-    let allocators: Vec<Contender> = [
+    let other_builds: Vec<Contender> = [
         Contender::KschedJemalloc,
         Contender::KschedGlibc,
         Contender::KschedBase,
@@ -466,7 +478,7 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
         median(v.pps_vs_ceiling),
         side(v.throughput()),
     );
-    for a in &allocators {
+    for a in &other_builds {
         let vs_upstream = match (get(*a), get(u)) {
             (Some(Ok(x)), Some(Ok(y))) => Ratio::of(&x.pods_per_second, &y.pods_per_second),
             _ => None,
@@ -491,19 +503,12 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
             ("peak_rss", |s| s.peak_rss_mb),
         ] {
             if let Some(r) = Ratio::of(&f(after), &f(before)) {
-                // Neutral words: higher pods/s is better, higher CPU and RSS worse.
-                let verdict = if r.low > 1.0 {
-                    "higher"
-                } else if r.high < 1.0 {
-                    "lower"
-                } else {
-                    "overlap"
-                };
                 let _ = write!(
                     line,
-                    " ksched_vs_base_{key}={:.2} ksched_vs_base_{key}_range={} ksched_vs_base_{key}_verdict={verdict}",
+                    " ksched_vs_base_{key}={:.2} ksched_vs_base_{key}_range={} ksched_vs_base_{key}_verdict={}",
                     r.median,
                     r.range(),
+                    r.direction(),
                 );
             }
         }
@@ -519,7 +524,11 @@ pub fn bench_line(w: &Workload, results: &[(Contender, Result<Summary, String>)]
         ("steady_rss_mb", |s| Some(s.median.steady_rss_mb), 1),
         ("steady_anon_mb", |s| Some(s.median.steady_anon_mb), 1),
     ] {
-        for contender in [k].into_iter().chain(allocators.iter().copied()).chain([u]) {
+        for contender in [k]
+            .into_iter()
+            .chain(other_builds.iter().copied())
+            .chain([u])
+        {
             let _ = write!(
                 line,
                 " {}_{key}={}",

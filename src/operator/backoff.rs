@@ -11,6 +11,8 @@ use super::status::ApplyFix;
 
 /// How the API server starts a 500 for an applied object that does not fit the type's schema.
 const TYPED_PATCH_FAILED: &str = "failed to create typed patch object";
+/// The API server's words when a role grants what its creator does not hold.
+const NOT_HELD: &str = "attempting to grant RBAC permissions not currently held";
 
 /// Applying one object failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,12 +36,7 @@ impl ApplyFailure {
             _ => false,
         }
     }
-}
 
-/// The API server's words when a role grants what its creator does not hold.
-const NOT_HELD: &str = "attempting to grant RBAC permissions not currently held";
-
-impl ApplyFailure {
     /// What can end it: a rule the operator lacks (a 403 on granting it) is the operator's to
     /// change, another refusal the spec's, anything else passes with a retry.
     pub(crate) fn fix(&self) -> ApplyFix {

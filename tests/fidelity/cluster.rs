@@ -392,12 +392,9 @@ impl Runner {
             let bound_groups: BTreeSet<(String, String)> = pods
                 .items
                 .iter()
-                .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
                 .filter_map(|p| {
-                    let group =
-                        serde_json::to_value(p).ok()?["spec"]["schedulingGroup"]["podGroupName"]
-                            .as_str()?
-                            .to_string();
+                    let spec = p.spec.as_ref().filter(|s| s.node_name.is_some())?;
+                    let group = spec.scheduling_group.as_ref()?.pod_group_name.clone()?;
                     Some((p.namespace().unwrap_or_default(), group))
                 })
                 .collect();

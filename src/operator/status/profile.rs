@@ -198,23 +198,16 @@ fn readiness(obs: &ProfileObservation, desired: i32, leader: Option<&str>) -> (C
             "{}; attempt {}, retried after {}s",
             err.message, err.attempts, err.retry_after_seconds
         );
-        if err.fix == ApplyFix::OperatorRules {
-            let message = format!("{message} or as soon as the spec changes: {OPERATOR_RULES_FIX}");
-            return (
-                Cond::new(READY, false, "ApplyFailed", message.clone()),
-                Some(Cond::new(STALLED, true, "ApplyFailed", message)),
-            );
-        }
-        if err.fix == ApplyFix::Spec {
-            let message = format!(
-                "{message} or as soon as the spec changes: the API server refuses these objects, so the spec must change"
-            );
-            return (
-                Cond::new(READY, false, "ApplyFailed", message.clone()),
-                Some(Cond::new(STALLED, true, "ApplyFailed", message)),
-            );
-        }
-        return progressing("ApplyFailed", message);
+        let fix = match err.fix {
+            ApplyFix::Retry => return progressing("ApplyFailed", message),
+            ApplyFix::Spec => "the API server refuses these objects, so the spec must change",
+            ApplyFix::OperatorRules => OPERATOR_RULES_FIX,
+        };
+        let message = format!("{message} or as soon as the spec changes: {fix}");
+        return (
+            Cond::new(READY, false, "ApplyFailed", message.clone()),
+            Some(Cond::new(STALLED, true, "ApplyFailed", message)),
+        );
     }
     let lease = &obs.lease_name;
     let not_leading = |what: &str| {

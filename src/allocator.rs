@@ -37,7 +37,7 @@ pub const DEFAULT: Kind = Kind::Jemalloc;
 ///   than ten seconds later and only when the process allocates again (an idle scheduler kept them).
 ///
 /// On `make bench` (500 nodes) these cut the anonymous memory a pod costs from ~10.4-11.0 KB to
-/// ~8.7-9.1 KB and the peak RSS by 3-5 MB, with CPU seconds within the rounds' spread (README,
+/// ~7.8-9.1 KB and the peak RSS by 3-5 MB, with CPU seconds within the rounds' spread (README,
 /// Profiling).
 pub const JEMALLOC_CONF: &CStr = c"prof:true,prof_active:true,lg_prof_sample:19,narenas:2,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
 

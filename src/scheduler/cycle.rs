@@ -157,10 +157,14 @@ impl Cycle {
         &self.cache
     }
 
-    /// The snapshot brought up to date with the cache (assumed pods included).
+    /// The snapshot brought up to date with the cache (assumed pods included). Other schedulers'
+    /// pods it holds bound stop counting as nominated.
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.update(|s| self.cache.update_snapshot(s));
-        self.snapshot.load()
+        let snapshot = self.snapshot.load();
+        self.nominator
+            .retire_bound(|node, uid| snapshot.get(node).is_some_and(|n| n.holds(uid)));
+        snapshot
     }
 
     /// Schedules `entity` with `fwk`, its profile's framework; `started` is when the attempt

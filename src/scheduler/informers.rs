@@ -139,13 +139,17 @@ impl PodHandler {
         let key = pod_key(&pod);
         let node = node_name(&pod).to_string();
         if !node.is_empty() {
-            if let Some(KnownPod::Foreign(Some(_))) = self.known.get(&key) {
-                // Bound where it was nominated (or elsewhere): the cache holds it from now on.
-                self.queue.nominator().delete(&key);
-            }
+            let was_nominated = matches!(self.known.get(&key), Some(KnownPod::Foreign(Some(_))));
             self.known.insert(key.clone(), KnownPod::Assigned);
-            self.queue.delete(&key);
+            if !was_nominated {
+                self.queue.delete(&key);
+            }
             self.assigned_pod_applied(&node, pod);
+            if was_nominated {
+                // Another scheduler's pod, never in our queue, bound where it was nominated (or
+                // elsewhere): its nomination goes once the scheduling cycle's snapshot holds it.
+                self.queue.nominator().foreign_bound(&key, &node);
+            }
             return;
         }
         trim_pod(&mut pod);
@@ -298,6 +302,8 @@ impl PodHandler {
                     .observe_event_handling(&EVENT_UNSCHEDULED_POD_DELETE, start);
             }
             Some(KnownPod::Assigned) => {
+                // A foreign pod's nomination kept after its binding goes with it.
+                self.queue.nominator().delete(key);
                 // Resources were freed: pending pods may fit now.
                 if let Some(old) = self.cache.remove_pod(key) {
                     let old = PodObject::assigned(old.pod, &old.node).into_event_object();
@@ -485,7 +491,8 @@ mod tests {
 
     use super::*;
     use crate::framework::listers::SCHEDULING_GROUP_MEMBERS;
-    use crate::framework::testing::PodBuilder;
+    use crate::framework::registry::PodNominator;
+    use crate::framework::testing::{NodeBuilder, PodBuilder};
     use crate::scheduler::queue::{LessFn, PreEnqueueFn};
 
     const PROFILE: &str = "default-scheduler";
@@ -537,6 +544,59 @@ mod tests {
         let left = listers.store(&SCHEDULING_GROUP_MEMBERS).members("ns", "g");
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].metadata.name.as_deref(), Some("b"));
+    }
+
+    /// Another scheduler's preemptor, seen nominated and then bound, keeps its room until a
+    /// snapshot holds it on its node: a cycle whose snapshot predates the binding sees it there
+    /// as nominated, a later one as bound, and none in neither place.
+    #[test]
+    fn another_schedulers_bound_preemptor_keeps_its_room_until_a_snapshot_holds_it() {
+        let less: LessFn = Arc::new(|a, b| a.timestamp < b.timestamp);
+        let queue = Arc::new(SchedulingQueue::new(
+            less,
+            Arc::new(|_: &PodInfo| None),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        ));
+        let cache = Arc::new(Cache::default());
+        cache.add_node(Arc::new(NodeBuilder::new("n1").build()));
+        let mut handler = PodHandler::new(
+            cache.clone(),
+            queue.clone(),
+            HashSet::from([PROFILE.to_string()]),
+        );
+        let preemptor = || {
+            PodBuilder::new("preemptor")
+                .namespace("ns")
+                .scheduler_name("other-scheduler")
+                .priority(1000)
+        };
+        let key = "ns/preemptor";
+        let nominated = |q: &SchedulingQueue| {
+            q.nominator()
+                .nominated_pods_for_node("n1")
+                .iter()
+                .any(|p| p.key() == key)
+        };
+        handler.apply(preemptor().nominated_node("n1").build());
+        assert!(nominated(&queue));
+        let mut before = crate::framework::types::Snapshot::default();
+        cache.update_snapshot(&mut before);
+
+        handler.apply(preemptor().nominated_node("n1").node("n1").build());
+        assert!(nominated(&queue), "dropped before a snapshot holds it");
+        queue
+            .nominator()
+            .retire_bound(|node, uid| before.get(node).is_some_and(|n| n.holds(uid)));
+        assert!(nominated(&queue), "retired by a snapshot without it");
+
+        let mut after = crate::framework::types::Snapshot::default();
+        cache.update_snapshot(&mut after);
+        assert!(after.get("n1").is_some_and(|n| n.holds("preemptor")));
+        queue
+            .nominator()
+            .retire_bound(|node, uid| after.get(node).is_some_and(|n| n.holds(uid)));
+        assert!(!nominated(&queue));
     }
 
     /// The informers started for a profile leave out the kinds the pod informer fills: a second

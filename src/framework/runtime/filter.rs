@@ -217,7 +217,8 @@ impl FrameworkHandle for Framework {
 
     /// Filter with the pods nominated to this node at equal or higher priority counted as running
     /// (first pass), and, if that passes, without them (second pass) — upstream's
-    /// `RunFilterPluginsWithNominatedPods`. Without a nominator this is `run_filter_plugins`.
+    /// `RunFilterPluginsWithNominatedPods`. Without a nominator this is `run_filter_plugins`. A
+    /// nominated pod the node already holds (another scheduler's, bound) counts once.
     fn run_filter_plugins_with_nominated_pods(
         &self,
         state: &CycleState,
@@ -230,7 +231,9 @@ impl FrameworkHandle for Framework {
         };
         let to_add: Vec<&Arc<PodInfo>> = nominated
             .iter()
-            .filter(|p| p.priority() >= pod.priority() && p.uid() != pod.uid())
+            .filter(|p| {
+                p.priority() >= pod.priority() && p.uid() != pod.uid() && !node.holds(p.uid())
+            })
             .collect();
         if to_add.is_empty() {
             return self.run_filter_plugins(state, pod, node);
@@ -446,6 +449,35 @@ mod tests {
             .info();
         assert!(
             fwk.run_filter_plugins_with_nominated_pods(&state, &high, &node)
+                .is_success()
+        );
+    }
+
+    /// Another scheduler's pod seen bound while its nomination is still kept is on the node
+    /// once, not twice.
+    #[test]
+    fn a_nominated_pod_the_node_holds_counts_once() {
+        let (reg, _) = registry_with(vec![]);
+        let (h, _) = handle();
+        let preemptor = || {
+            PodBuilder::new("preemptor")
+                .priority(100)
+                .container(&[("cpu", "3")])
+        };
+        let nominated = preemptor().nominated_node("n1").arc_info();
+        let h = h.with_nominator(Arc::new(Nominated(vec![nominated])));
+        let fwk = Framework::new(&profile(&[(Filter, &["NodeResourcesFit"])]), &reg, h)
+            .expect("framework");
+        let node = NodeBuilder::new("n1")
+            .allocatable(&[("cpu", "4"), ("memory", "1Gi"), ("pods", "10")])
+            .info(vec![preemptor().node("n1").build()]);
+        let low = PodBuilder::new("low")
+            .priority(10)
+            .container(&[("cpu", "1")])
+            .info();
+        let state = CycleState::new();
+        assert!(
+            fwk.run_filter_plugins_with_nominated_pods(&state, &low, &node)
                 .is_success()
         );
     }

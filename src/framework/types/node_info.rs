@@ -220,6 +220,11 @@ impl NodeInfo {
         self.pods.push(pod);
     }
 
+    /// Whether the pod with `uid` is on the node.
+    pub fn holds(&self, uid: &str) -> bool {
+        self.pods.iter().any(|p| p.uid() == uid)
+    }
+
     /// Removes the pod with `pod`'s UID.
     pub fn remove_pod(&mut self, pod: &AssignedPod) -> Result<Arc<AssignedPod>, PodNotFound> {
         let uid = pod.uid();

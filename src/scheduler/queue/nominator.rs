@@ -25,11 +25,15 @@ struct NominatorInner {
     changes: u64,
     /// Pods of other schedulers (their keys) whose nomination is respected.
     foreign: std::collections::HashSet<String>,
+    /// Foreign pods seen bound (key -> node), whose nomination still counts until a snapshot
+    /// holds them: a cycle's snapshot predates the binding, its Filter reads nominations live.
+    bound: HashMap<String, String>,
 }
 
 impl NominatorInner {
     fn delete(&mut self, key: &str) {
         self.foreign.remove(key);
+        self.bound.remove(key);
         let Some((node, _)) = self.node_of.remove(key) else {
             return;
         };
@@ -95,6 +99,40 @@ impl Nominator {
         }
     }
 
+    /// Another scheduler's nominated pod `key` was seen bound to `node`, so the cache holds it
+    /// now. Its nomination is kept until [`Self::retire_bound`] finds it in a snapshot: a cycle
+    /// whose snapshot was taken before the binding would otherwise see neither, and fill the
+    /// room it took.
+    pub fn foreign_bound(&self, key: &str, node: &str) {
+        let mut inner = self.inner.write();
+        if inner.foreign.contains(key) {
+            inner.bound.insert(key.to_string(), node.to_string());
+        }
+    }
+
+    /// Drops the nominations of bound foreign pods that `holds(node, uid)` says the newest
+    /// snapshot has on their node (every later snapshot has them too).
+    pub fn retire_bound(&self, holds: impl Fn(&str, &str) -> bool) {
+        if self.inner.read().bound.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.write();
+        let retired: Vec<String> = inner
+            .bound
+            .iter()
+            .filter(|(key, node)| {
+                inner
+                    .node_of
+                    .get(*key)
+                    .is_some_and(|(_, pod)| holds(node, pod.uid()))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in retired {
+            inner.delete(&key);
+        }
+    }
+
     /// The pod was bound, assumed or deleted.
     pub fn delete(&self, key: &str) {
         self.inner.write().delete(key);
@@ -153,5 +191,26 @@ mod tests {
         // Ours are not foreign.
         nominator.add_nominated_pod(Arc::new(PodBuilder::new("ours").info()), "n2");
         assert!(!nominator.is_foreign(&PodBuilder::new("ours").info().key()));
+    }
+
+    /// Another scheduler's nominated pod seen bound keeps its nomination until a snapshot holds
+    /// it on the node it was bound to; ours are not kept that way.
+    #[test]
+    fn a_bound_foreign_pods_nomination_lasts_until_a_snapshot_holds_it() {
+        let nominator = Nominator::new();
+        let theirs = Arc::new(PodBuilder::new("theirs").nominated_node("n1").info());
+        nominator.update_foreign(theirs.clone());
+        nominator.foreign_bound(&theirs.key(), "n1");
+        nominator.retire_bound(|_, _| false);
+        assert_eq!(nominator.nominated_pods_for_node("n1").len(), 1);
+        nominator.retire_bound(|node, uid| node == "n1" && uid == theirs.uid());
+        assert!(nominator.nominated_pods_for_node("n1").is_empty());
+        assert!(nominator.batching_generation().is_some());
+
+        let ours = Arc::new(PodBuilder::new("ours").info());
+        nominator.add_nominated_pod(ours.clone(), "n2");
+        nominator.foreign_bound(&ours.key(), "n2");
+        nominator.retire_bound(|_, _| true);
+        assert_eq!(nominator.nominated_pods_for_node("n2").len(), 1);
     }
 }

@@ -213,6 +213,14 @@ async fn gangs_bind_whole_or_not_at_all_and_groups_read_as_upstream_writes_them(
         assert!(metrics.contains(&series), "no {series}");
     }
     assert!(metrics.contains("scheduler_podgroup_scheduling_algorithm_duration_seconds_count"));
+    // The group's points are timed as upstream's: PlacementFeasible ran in every group cycle,
+    // PodGroupPostFilter for the gang that did not fit.
+    for point in ["PlacementFeasible", "PodGroupPostFilter"] {
+        let series = format!(
+            r#"scheduler_framework_extension_point_duration_seconds_count{{extension_point="{point}","#
+        );
+        assert!(metrics.contains(&series), "no {series}:\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -529,6 +537,9 @@ async fn a_gang_with_a_topology_constraint_binds_within_one_domain_as_upstream_d
         ),
         format!(
             r#"scheduler_placement_evaluation_duration_seconds_count{{result="feasible",profile="{name}"}} "#
+        ),
+        format!(
+            r#"scheduler_framework_extension_point_duration_seconds_count{{extension_point="PlacementGenerate",status="Success",profile="{name}"}} "#
         ),
     ] {
         assert!(metrics.contains(&series), "no {series}:\n{metrics}");

@@ -644,6 +644,12 @@ pub trait PlacementScorePlugin: Plugin {
         assignments: &PlacementAssignments<'_>,
     ) -> Result<i64, Status>;
 
+    /// Whether [`PlacementScorePlugin::normalize_placement_scores`] does anything (upstream's
+    /// `PlacementScoreExtensions() != nil`).
+    fn has_normalize_placement_scores(&self) -> bool {
+        false
+    }
+
     /// Upstream's `NormalizePlacementScore`, over every placement's score: must leave them in
     /// 0..=100. The default leaves them as they are (a plugin without the extension).
     fn normalize_placement_scores(

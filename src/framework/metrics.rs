@@ -155,10 +155,16 @@ pub enum Point {
     PreBind,
     Bind,
     PostBind,
+    /// A pod group's points (upstream 1.37).
+    PlacementGenerate,
+    PlacementFeasible,
+    PlacementScore,
+    PlacementScoreExtensionNormalize,
+    PodGroupPostFilter,
 }
 
 impl Point {
-    pub const ALL: [Point; 17] = [
+    pub const ALL: [Point; 22] = [
         Point::PreEnqueue,
         Point::Sign,
         Point::PreFilter,
@@ -176,6 +182,11 @@ impl Point {
         Point::PreBind,
         Point::Bind,
         Point::PostBind,
+        Point::PlacementGenerate,
+        Point::PlacementFeasible,
+        Point::PlacementScore,
+        Point::PlacementScoreExtensionNormalize,
+        Point::PodGroupPostFilter,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -197,6 +208,11 @@ impl Point {
             Point::PreBind => "PreBind",
             Point::Bind => "Bind",
             Point::PostBind => "PostBind",
+            Point::PlacementGenerate => "PlacementGenerate",
+            Point::PlacementFeasible => "PlacementFeasible",
+            Point::PlacementScore => "PlacementScore",
+            Point::PlacementScoreExtensionNormalize => "PlacementScoreExtensionNormalize",
+            Point::PodGroupPostFilter => "PodGroupPostFilter",
         }
     }
 }

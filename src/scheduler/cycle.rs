@@ -212,10 +212,16 @@ impl Cycle {
     /// upstream.
     fn new_state(&self) -> CycleState {
         let mut state = CycleState::new();
-        if let Some(m) = &self.metrics {
-            state.set_record_plugin_metrics(m.framework.sampler.sample());
-        }
+        state.set_record_plugin_metrics(self.sample_plugins());
         state
+    }
+
+    /// Whether this run of a point times its plugins: in a share of them, as upstream (a pod
+    /// group's points draw each on their own, a share all the same).
+    fn sample_plugins(&self) -> bool {
+        self.metrics
+            .as_ref()
+            .is_some_and(|m| m.framework.sampler.sample())
     }
 
     /// Filter and Score over the snapshot, and PostFilter when no node fits (upstream's

@@ -28,6 +28,10 @@ impl PlacementScorePlugin for PodGroupPodsCount {
         Ok((group.scheduled.len() + assignments.members.len()) as i64)
     }
 
+    fn has_normalize_placement_scores(&self) -> bool {
+        true
+    }
+
     fn normalize_placement_scores(
         &self,
         _group: &GroupInCycle<'_>,

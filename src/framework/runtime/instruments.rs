@@ -83,10 +83,15 @@ impl PluginMetrics {
             ExtensionPoint::PreBind => (&[Point::PreBind, Point::PreBindPreFlight], false),
             ExtensionPoint::Bind => (&[Point::Bind], false),
             ExtensionPoint::PostBind => (&[Point::PostBind], false),
-            // Not timed per plugin: they run once per group cycle.
-            ExtensionPoint::PlacementGenerate
-            | ExtensionPoint::PlacementScore
-            | ExtensionPoint::PodGroupPostFilter => (&[], false),
+            ExtensionPoint::PlacementGenerate => (&[Point::PlacementGenerate], false),
+            ExtensionPoint::PlacementScore => (
+                &[
+                    Point::PlacementScore,
+                    Point::PlacementScoreExtensionNormalize,
+                ],
+                false,
+            ),
+            ExtensionPoint::PodGroupPostFilter => (&[Point::PodGroupPostFilter], false),
         };
         let evaluations = evaluated.then(|| {
             m.plugin_evaluation
@@ -140,10 +145,18 @@ pub(super) struct Instruments {
     points: Vec<ByStatus<ExtensionPointLabels>>,
     /// Which PreEnqueue runs time their plugins (upstream samples them apart from cycles).
     pub(super) pre_enqueue: Sampler,
+    /// The PlacementFeasible plugin's durations: the point is not configured, so the plugin
+    /// has no entry of its own there.
+    placement_feasible: Option<ByStatus<PluginLabels>>,
 }
 
 impl Instruments {
-    pub(super) fn new(shared: &Arc<FrameworkMetrics>, profile: &str) -> Self {
+    /// `placement_feasible`: the name of the plugin that is the profile's PlacementFeasible.
+    pub(super) fn new(
+        shared: &Arc<FrameworkMetrics>,
+        profile: &str,
+        placement_feasible: Option<&str>,
+    ) -> Self {
         let points = Point::ALL
             .iter()
             .map(|p| {
@@ -155,10 +168,19 @@ impl Instruments {
                 ByStatus::new(&shared.extension_point_duration, labels)
             })
             .collect();
+        let placement_feasible = placement_feasible.map(|plugin| {
+            let labels = PluginLabels {
+                plugin: plugin.into(),
+                extension_point: Point::PlacementFeasible.as_str().into(),
+                status: String::new(),
+            };
+            ByStatus::new(&shared.plugin_execution_duration, labels)
+        });
         Instruments {
             shared: shared.clone(),
             points,
             pre_enqueue: Sampler::default(),
+            placement_feasible,
         }
     }
 }
@@ -208,6 +230,16 @@ impl Framework {
         (state.record_plugin_metrics() && self.instruments.is_some()).then(Instant::now)
     }
 
+    /// Times the PlacementFeasible plugin's call when `sampled` (and metrics are recorded).
+    pub(super) fn placement_feasible_timer(&self, sampled: bool) -> Timer<'_> {
+        Timer(
+            sampled
+                .then(|| self.instruments.as_ref()?.placement_feasible.as_ref())
+                .flatten()
+                .map(|d| (d, Instant::now())),
+        )
+    }
+
     /// `scheduler_goroutines{operation}` counts `workers` until the guard drops.
     pub fn running(&self, operation: &str, workers: usize) -> Option<Running> {
         self.metrics().map(|m| m.running(operation, workers))
@@ -220,7 +252,9 @@ mod tests {
 
     use super::super::tests::log;
     use super::*;
-    use crate::framework::interface::CycleState;
+    use crate::framework::interface::{
+        CycleState, GroupInCycle, Placement, PlacementAssignments, PlacementProgress,
+    };
     use crate::framework::testing::{
         Fake, PodBuilder, handle, profile, registry_with, snapshot_of,
     };
@@ -261,6 +295,104 @@ mod tests {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry).expect("encode");
         out
+    }
+
+    /// A pod group's points are timed on every run, as upstream's; their plugins in sampled
+    /// runs only, PlacementScore per placement and its normalization once.
+    #[test]
+    fn a_groups_points_are_timed_every_run_and_their_plugins_in_sampled_ones() {
+        let metrics = Arc::new(FrameworkMetrics::default());
+        let (reg, _) = registry_with(vec![]);
+        let (mut h, _) = handle();
+        h.metrics = Some(metrics.clone());
+        let spec = profile(&[
+            (PreEnqueue, &["GangScheduling"]),
+            (PlacementScore, &["PodGroupPodsCount"]),
+        ]);
+        let fwk = Framework::new(&spec, &reg, h).expect("framework");
+        let group: k8s_openapi::api::scheduling::v1beta1::PodGroup =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "g"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}
+            }))
+            .expect("pod group");
+        let view = GroupInCycle {
+            group: &group,
+            scheduled: &[],
+        };
+        let pod = PodBuilder::new("m").info();
+        let (a, b) = (
+            Placement {
+                name: "a".into(),
+                nodes: Vec::new(),
+            },
+            Placement {
+                name: "b".into(),
+                nodes: Vec::new(),
+            },
+        );
+        let assignments = [
+            PlacementAssignments {
+                placement: &a,
+                members: vec![(&pod, "n1")],
+            },
+            PlacementAssignments {
+                placement: &b,
+                members: Vec::new(),
+            },
+        ];
+        let snap = snapshot_of(&["n1"]);
+        let progress = PlacementProgress {
+            remaining: 1,
+            scheduled: 0,
+        };
+        let run = |sampled: bool| {
+            let every = Placement {
+                name: String::new(),
+                nodes: Vec::new(),
+            };
+            fwk.run_placement_generate_plugins(&view, every, &snap, sampled)
+                .expect("the placement of every node");
+            assert_eq!(
+                fwk.run_placement_feasible_plugins(&group, progress, sampled)
+                    .code(),
+                Code::Unschedulable
+            );
+            let totals = fwk
+                .run_placement_score_plugins(&view, &assignments, sampled)
+                .expect("scores");
+            assert_eq!(totals, [100, 0]);
+        };
+        run(false);
+        let text = exposition(&metrics);
+        for (point, status) in [
+            ("PlacementGenerate", "Success"),
+            ("PlacementFeasible", "Unschedulable"),
+            ("PlacementScore", "Success"),
+        ] {
+            let line = format!(
+                r#"ep_count{{extension_point="{point}",status="{status}",profile="test"}}"#
+            );
+            assert_eq!(sample(&text, &line), Some(1.0), "{line}\n{text}");
+        }
+        assert!(!text.contains("plugin_count"), "{text}");
+        run(true);
+        let text = exposition(&metrics);
+        for (plugin, point, status, count) in [
+            ("GangScheduling", "PlacementFeasible", "Unschedulable", 1.0),
+            ("PodGroupPodsCount", "PlacementScore", "Success", 2.0),
+            (
+                "PodGroupPodsCount",
+                "PlacementScoreExtensionNormalize",
+                "Success",
+                1.0,
+            ),
+        ] {
+            let line = format!(
+                r#"plugin_count{{plugin="{plugin}",extension_point="{point}",status="{status}"}}"#
+            );
+            assert_eq!(sample(&text, &line), Some(count), "{line}\n{text}");
+        }
     }
 
     #[test]

@@ -277,10 +277,14 @@ impl Framework {
         }
         let signers = signers(&profile, &points, &handle);
         let queueing_hints = Arc::new(queueing_hint_map(&instances, &points, &handle));
+        let placement_feasible = instances
+            .iter()
+            .find(|(_, p)| p.as_placement_feasible().is_some())
+            .map(|(name, _)| name.as_str());
         let instruments = handle
             .metrics
             .as_ref()
-            .map(|m| Instruments::new(m, &profile));
+            .map(|m| Instruments::new(m, &profile, placement_feasible));
         Ok(Framework {
             profile_name: profile,
             handle,

@@ -18,11 +18,25 @@ impl Framework {
 
     /// PlacementFeasible for a pod group's cycle (upstream's `RunPlacementFeasiblePlugins`): only
     /// GangScheduling implements it (upstream takes no other), when the profile has the plugin;
-    /// without it every placement is feasible.
+    /// without it every placement is feasible. The plugin is timed when `sampled`.
     pub fn run_placement_feasible_plugins(
         &self,
         group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
         progress: crate::framework::interface::PlacementProgress,
+        sampled: bool,
+    ) -> Status {
+        self.at_point(
+            Point::PlacementFeasible,
+            || self.placement_feasible(group, progress, sampled),
+            Status::code,
+        )
+    }
+
+    fn placement_feasible(
+        &self,
+        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+        progress: crate::framework::interface::PlacementProgress,
+        sampled: bool,
     ) -> Status {
         let plugin = self
             .instances
@@ -31,7 +45,9 @@ impl Framework {
         let Some(plugin) = plugin else {
             return Status::success();
         };
+        let timer = self.placement_feasible_timer(sampled);
         let status = plugin.placement_feasible(group, progress);
+        timer.stop(status.code());
         let name = plugin.name().to_string();
         match status.code() {
             Code::Success => status,
@@ -50,13 +66,30 @@ impl Framework {
 
     /// PodGroupPostFilter for a pod group its cycle did not place (upstream's
     /// `RunPodGroupPostFilterPlugins`): the first Success or UnschedulableAndUnresolvable ends
-    /// it; otherwise Unschedulable with every plugin's reasons (none without plugins).
+    /// it; otherwise Unschedulable with every plugin's reasons (none without plugins). The
+    /// plugins are timed when `sampled`.
     pub fn run_pod_group_post_filter_plugins(
         &self,
         group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
         members: &[Arc<PodInfo>],
         snapshot: &Snapshot,
         place: &PodGroupPlacement<'_>,
+        sampled: bool,
+    ) -> (Option<PodGroupPostFilterResult>, Status) {
+        self.at_point(
+            Point::PodGroupPostFilter,
+            || self.pod_group_post_filter_each(group, members, snapshot, place, sampled),
+            |r| r.1.code(),
+        )
+    }
+
+    fn pod_group_post_filter_each(
+        &self,
+        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+        members: &[Arc<PodInfo>],
+        snapshot: &Snapshot,
+        place: &PodGroupPlacement<'_>,
+        sampled: bool,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
         let mut reasons = Vec::new();
         let mut rejector: Option<Arc<str>> = None;
@@ -64,8 +97,10 @@ impl Framework {
             let Some(plugin) = e.plugin.as_pod_group_post_filter() else {
                 continue;
             };
+            let timer = e.timer(Point::PodGroupPostFilter, sampled);
             let (result, status) =
                 plugin.pod_group_post_filter(self, group, members, snapshot, place);
+            timer.stop(status.code());
             match status.code() {
                 Code::Success | Code::UnschedulableAndUnresolvable => {
                     return (result, status.with_plugin(e.name.clone()));

@@ -180,7 +180,13 @@ impl Cycle {
         let snapshot = self.snapshot();
         let members: Vec<Arc<PodInfo>> = group.members.iter().map(|m| m.pod_info.clone()).collect();
         let place = |cluster: &Snapshot| self.place_on(fwk, group, cluster);
-        fwk.run_pod_group_post_filter_plugins(&group.group, &members, &snapshot, &place)
+        fwk.run_pod_group_post_filter_plugins(
+            &group.group,
+            &members,
+            &snapshot,
+            &place,
+            self.sample_plugins(),
+        )
     }
 
     /// The group's algorithm on `cluster` alone (upstream's `PodGroupSchedulingFunc`): each
@@ -241,7 +247,8 @@ impl Cycle {
             scheduled: self.scheduled_before(fwk, group),
         };
         let mut tried = Vec::with_capacity(group.members.len());
-        let mut status = fwk.run_placement_feasible_plugins(&group.group, progress);
+        let sampled = self.sample_plugins();
+        let mut status = fwk.run_placement_feasible_plugins(&group.group, progress, sampled);
         if status.code() == Code::Error {
             return (tried, feasibility_error(&status), progress);
         }
@@ -265,7 +272,7 @@ impl Cycle {
                 progress.scheduled += 1;
             }
             tried.push(result);
-            status = fwk.run_placement_feasible_plugins(&group.group, progress);
+            status = fwk.run_placement_feasible_plugins(&group.group, progress, sampled);
             match status.code() {
                 Code::Error => return (tried, feasibility_error(&status), progress),
                 Code::Unschedulable => break,

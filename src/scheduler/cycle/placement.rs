@@ -41,7 +41,8 @@ impl Cycle {
         let GeneratedPlacements {
             placements,
             to_score,
-        } = generate_placements(fwk, &view, &snapshot).map_err(|status| (Vec::new(), status))?;
+        } = generate_placements(fwk, &view, &snapshot, self.sample_plugins())
+            .map_err(|status| (Vec::new(), status))?;
         let all_nodes = snapshot.num_nodes();
         drop(snapshot);
         let metrics = self.metrics.as_ref().and_then(|m| m.placements.as_ref());
@@ -108,8 +109,8 @@ impl Cycle {
                     .collect(),
             })
             .collect();
-        let best =
-            best_placement(fwk, &view, &assignments).map_err(|status| (Vec::new(), status))?;
+        let best = best_placement(fwk, &view, &assignments, self.sample_plugins())
+            .map_err(|status| (Vec::new(), status))?;
         drop(assignments);
         let winner = fitted.swap_remove(best);
         let tried = self.place_again(fwk, group, winner.tried);
@@ -133,7 +134,7 @@ impl Cycle {
         let GeneratedPlacements {
             placements,
             to_score,
-        } = match generate_placements(fwk, &view, cluster) {
+        } = match generate_placements(fwk, &view, cluster, self.sample_plugins()) {
             Ok(generated) => generated,
             Err(status) => return (Vec::new(), status),
         };
@@ -172,7 +173,7 @@ impl Cycle {
                     .collect(),
             })
             .collect();
-        let best = match best_placement(fwk, &view, &assignments) {
+        let best = match best_placement(fwk, &view, &assignments, self.sample_plugins()) {
             Ok(best) => best,
             Err(status) => return (Vec::new(), status),
         };
@@ -205,12 +206,13 @@ fn generate_placements(
     fwk: &Framework,
     view: &GroupInCycle<'_>,
     cluster: &Snapshot,
+    sampled: bool,
 ) -> Result<GeneratedPlacements, Status> {
     let every_node = Placement {
         name: String::new(),
         nodes: cluster.nodes().to_vec(),
     };
-    fwk.run_placement_generate_plugins(view, every_node, cluster)
+    fwk.run_placement_generate_plugins(view, every_node, cluster, sampled)
 }
 
 /// The group fits in none of its `n` placements: upstream's status, naming the first's.
@@ -233,11 +235,12 @@ fn best_placement(
     fwk: &Framework,
     view: &GroupInCycle<'_>,
     assignments: &[PlacementAssignments<'_>],
+    sampled: bool,
 ) -> Result<usize, Status> {
     if assignments.len() == 1 {
         return Ok(0);
     }
-    let totals = fwk.run_placement_score_plugins(view, assignments)?;
+    let totals = fwk.run_placement_score_plugins(view, assignments, sampled)?;
     let mut best = 0;
     let mut ties = 1u64;
     for (i, total) in totals.iter().enumerate().skip(1) {

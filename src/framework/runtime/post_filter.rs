@@ -76,57 +76,45 @@ impl Framework {
         place: &PodGroupPlacement<'_>,
         sampled: bool,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
-        self.at_point(
-            Point::PodGroupPostFilter,
-            || self.pod_group_post_filter_each(group, members, snapshot, place, sampled),
-            |r| r.1.code(),
-        )
-    }
-
-    fn pod_group_post_filter_each(
-        &self,
-        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
-        members: &[Arc<PodInfo>],
-        snapshot: &Snapshot,
-        place: &PodGroupPlacement<'_>,
-        sampled: bool,
-    ) -> (Option<PodGroupPostFilterResult>, Status) {
-        let mut reasons = Vec::new();
-        let mut rejector: Option<Arc<str>> = None;
-        for e in self.at(ExtensionPoint::PodGroupPostFilter) {
-            let Some(plugin) = e.plugin.as_pod_group_post_filter() else {
-                continue;
-            };
-            let timer = e.timer(Point::PodGroupPostFilter, sampled);
-            let (result, status) =
-                plugin.pod_group_post_filter(self, group, members, snapshot, place);
-            timer.stop(status.code());
-            match status.code() {
-                Code::Success | Code::UnschedulableAndUnresolvable => {
-                    return (result, status.with_plugin(e.name.clone()));
-                }
-                Code::Unschedulable => {
-                    reasons.extend(status.reasons().iter().cloned());
-                    rejector.get_or_insert_with(|| e.name.clone());
-                }
-                _ => {
-                    return (
-                        None,
-                        Status::error(format!(
-                            "error in {:?} PodGroupPostFilter plugins: {}",
-                            e.name,
-                            status.message()
-                        ))
-                        .with_plugin(e.name.clone()),
-                    );
+        let each = || {
+            let mut reasons = Vec::new();
+            let mut rejector: Option<Arc<str>> = None;
+            for e in self.at(ExtensionPoint::PodGroupPostFilter) {
+                let Some(plugin) = e.plugin.as_pod_group_post_filter() else {
+                    continue;
+                };
+                let timer = e.timer(Point::PodGroupPostFilter, sampled);
+                let (result, status) =
+                    plugin.pod_group_post_filter(self, group, members, snapshot, place);
+                timer.stop(status.code());
+                match status.code() {
+                    Code::Success | Code::UnschedulableAndUnresolvable => {
+                        return (result, status.with_plugin(e.name.clone()));
+                    }
+                    Code::Unschedulable => {
+                        reasons.extend(status.reasons().iter().cloned());
+                        rejector.get_or_insert_with(|| e.name.clone());
+                    }
+                    _ => {
+                        return (
+                            None,
+                            Status::error(format!(
+                                "error in {:?} PodGroupPostFilter plugins: {}",
+                                e.name,
+                                status.message()
+                            ))
+                            .with_plugin(e.name.clone()),
+                        );
+                    }
                 }
             }
-        }
-        let status = Status::with_reasons(Code::Unschedulable, reasons);
-        match rejector {
-            Some(name) => (None, status.with_plugin(name)),
-            None => (None, status),
-        }
+            let status = Status::with_reasons(Code::Unschedulable, reasons);
+            match rejector {
+                Some(name) => (None, status.with_plugin(name)),
+                None => (None, status),
+            }
+        };
+        self.at_point(Point::PodGroupPostFilter, each, |r| r.1.code())
     }
 
     /// PostFilter: stops at the first Success, UnschedulableAndUnresolvable or Error; otherwise

@@ -139,15 +139,17 @@ impl PodHandler {
         let key = pod_key(&pod);
         let node = node_name(&pod).to_string();
         if !node.is_empty() {
-            let was_nominated = matches!(self.known.get(&key), Some(KnownPod::Foreign(Some(_))));
-            self.known.insert(key.clone(), KnownPod::Assigned);
-            if !was_nominated {
+            let previous = self.known.insert(key.clone(), KnownPod::Assigned);
+            let was_nominated = matches!(previous, Some(KnownPod::Foreign(Some(_))));
+            // A pod seen bound before left the queue then; another scheduler's was never in it
+            // (and a bound one's nomination must outlive this event, see below).
+            if !was_nominated && !matches!(previous, Some(KnownPod::Assigned)) {
                 self.queue.delete(&key);
             }
             self.assigned_pod_applied(&node, pod);
             if was_nominated {
-                // Another scheduler's pod, never in our queue, bound where it was nominated (or
-                // elsewhere): its nomination goes once the scheduling cycle's snapshot holds it.
+                // Another scheduler's pod bound where it was nominated (or elsewhere): its
+                // nomination goes once the scheduling cycle's snapshot holds it.
                 self.queue.nominator().foreign_bound(&key, &node);
             }
             return;
@@ -583,6 +585,8 @@ mod tests {
         let mut before = crate::framework::types::Snapshot::default();
         cache.update_snapshot(&mut before);
 
+        handler.apply(preemptor().nominated_node("n1").node("n1").build());
+        // Its next update (the kubelet's status) comes as fast.
         handler.apply(preemptor().nominated_node("n1").node("n1").build());
         assert!(nominated(&queue), "dropped before a snapshot holds it");
         queue

@@ -25,43 +25,33 @@ impl Framework {
         progress: crate::framework::interface::PlacementProgress,
         sampled: bool,
     ) -> Status {
-        self.at_point(
-            Point::PlacementFeasible,
-            || self.placement_feasible(group, progress, sampled),
-            Status::code,
-        )
-    }
-
-    fn placement_feasible(
-        &self,
-        group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
-        progress: crate::framework::interface::PlacementProgress,
-        sampled: bool,
-    ) -> Status {
-        let plugin = self
-            .instances
-            .values()
-            .find_map(|p| p.as_placement_feasible());
-        let Some(plugin) = plugin else {
-            return Status::success();
+        let each = || {
+            let plugin = self
+                .instances
+                .values()
+                .find_map(|p| p.as_placement_feasible());
+            let Some(plugin) = plugin else {
+                return Status::success();
+            };
+            let timer = self.placement_feasible_timer(sampled);
+            let status = plugin.placement_feasible(group, progress);
+            timer.stop(status.code());
+            let name = plugin.name().to_string();
+            match status.code() {
+                Code::Success => status,
+                Code::Wait | Code::Unschedulable => status.with_plugin(name),
+                Code::Error => Status::error(format!(
+                    "running PlacementFeasible plugin: {}",
+                    status.message()
+                ))
+                .with_plugin(name),
+                other => Status::error(format!(
+                    "unexpected status from PlacementFeasible plugin: {other}"
+                ))
+                .with_plugin(name),
+            }
         };
-        let timer = self.placement_feasible_timer(sampled);
-        let status = plugin.placement_feasible(group, progress);
-        timer.stop(status.code());
-        let name = plugin.name().to_string();
-        match status.code() {
-            Code::Success => status,
-            Code::Wait | Code::Unschedulable => status.with_plugin(name),
-            Code::Error => Status::error(format!(
-                "running PlacementFeasible plugin: {}",
-                status.message()
-            ))
-            .with_plugin(name),
-            other => Status::error(format!(
-                "unexpected status from PlacementFeasible plugin: {other}"
-            ))
-            .with_plugin(name),
-        }
+        self.at_point(Point::PlacementFeasible, each, Status::code)
     }
 
     /// PodGroupPostFilter for a pod group its cycle did not place (upstream's

@@ -3,7 +3,8 @@
 //! kube-scheduler's metrics as `ksched scheduler` does (each plugin timed in one cycle of ten),
 //! and with every cycle's plugins timed, shows what the metrics cost. These schedule the same pod
 //! over the same snapshot each time, so they run with opportunistic batching off (it would reuse
-//! every result): they measure a full cycle.
+//! every result): they measure a full cycle. One more cycle has every pod prefer its peers (the
+//! large preset's SchedulingPreferredPodAffinity): InterPodAffinity's PreScore over 5000 pods.
 //!
 //! Then opportunistic batching: a stream of identical pods, each assumed on its node before the
 //! next as the scheduler's cache does, with batching off and on (the ratio is what batching saves
@@ -43,6 +44,22 @@ fn pod(name: &str, node: Option<&str>) -> Arc<Pod> {
         }))
         .expect("pod"),
     )
+}
+
+/// `pod` as scheduler_perf's SchedulingPreferredPodAffinity makes it: labelled `color: red` and
+/// preferring nodes that run `color: red` pods.
+fn red_pod(name: &str, node: Option<&str>) -> Arc<Pod> {
+    let mut p = Pod::clone(&pod(name, node));
+    p.metadata.labels = Some([("color".to_string(), "red".to_string())].into());
+    p.spec.get_or_insert_with(Default::default).affinity = Some(
+        serde_json::from_value(
+            json!({"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"color": "red"}},
+             "topologyKey": "kubernetes.io/hostname", "namespaces": ["default"]}}]}}),
+        )
+        .expect("affinity"),
+    );
+    Arc::new(p)
 }
 
 fn bench_cycle(c: &mut Criterion) {
@@ -95,6 +112,24 @@ fn bench_cycle(c: &mut Criterion) {
             })
         });
     }
+
+    // SchedulingPreferredPodAffinity at the large preset's size: every pod scores every other.
+    let red_pods: Vec<Arc<Pod>> = (0..NODES)
+        .map(|i| red_pod(&format!("red-{i}"), Some(&format!("node-{i}"))))
+        .collect();
+    let red_snapshot = Snapshot::from_objects(&nodes, &red_pods);
+    let red_incoming = PodInfo::new(red_pod("red-incoming", None));
+    let fwk = framework(None);
+    c.bench_function(
+        "schedule_pod default profile 5000 nodes, 5000 pods with preferred pod affinity",
+        |b| {
+            b.iter(|| {
+                algorithm
+                    .schedule_pod(&fwk, &mut CycleState::new(), &red_incoming, &red_snapshot)
+                    .expect("fits")
+            })
+        },
+    );
 
     let template = pod("stream", None);
     for (name, batching) in [

@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::core::{Expression, Selector, SelectorExt};
 
 use crate::config::ExtensionPoint;
 use crate::framework::args::{PluginArgs, UtilizationShapePoint, decode, no_args, typed};
@@ -335,47 +333,6 @@ fn field_requirement_matches(r: &NodeSelectorRequirement, node_name: &str) -> bo
         "In" => values.len() == 1 && values[0] == node_name,
         "NotIn" => values.len() == 1 && values[0] != node_name,
         _ => false,
-    }
-}
-
-/// A label selector as upstream's `metav1.LabelSelectorAsSelector` builds it: a missing selector
-/// matches nothing, an empty one everything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LabelMatcher {
-    Nothing,
-    Selector(Selector),
-}
-
-impl LabelMatcher {
-    /// Converts an API label selector; an invalid operator is an error (the API server rejects
-    /// such objects, so it only happens with hand-made data).
-    pub(crate) fn from_label_selector(sel: Option<&LabelSelector>) -> Result<LabelMatcher, String> {
-        match sel {
-            None => Ok(LabelMatcher::Nothing),
-            Some(s) => Selector::try_from(s.clone())
-                .map(LabelMatcher::Selector)
-                .map_err(|e| e.to_string()),
-        }
-    }
-
-    pub(crate) fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        match self {
-            LabelMatcher::Nothing => false,
-            LabelMatcher::Selector(s) => s.matches(labels.unwrap_or(&EMPTY)),
-        }
-    }
-
-    /// Upstream's `Selector.Empty()`: a selector with no requirements (not `Nothing`).
-    pub(crate) fn is_empty(&self) -> bool {
-        matches!(self, LabelMatcher::Selector(s) if s.selects_all())
-    }
-
-    /// Adds requirements (a no-op on `Nothing`, as upstream's `nothingSelector.Add`).
-    pub(crate) fn extend(&mut self, exprs: impl IntoIterator<Item = Expression>) {
-        if let LabelMatcher::Selector(s) = self {
-            s.extend(exprs);
-        }
     }
 }
 

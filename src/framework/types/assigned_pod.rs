@@ -7,10 +7,12 @@
 //! an `AssignedPod` a few hundred bytes.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::{Affinity, Pod, PodCondition, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::affinity_terms::PodTerms;
 use super::host_ports::{HostPort, pod_host_ports};
 use super::pod_info::{PodInfo, has_pod_affinity, has_required_anti_affinity};
 use super::pod_view::PodView;
@@ -30,7 +32,7 @@ pub struct AssignedPod {
     disruption_target: Option<Box<PodCondition>>,
     /// Pod affinity and anti-affinity only (node affinity matters only while a pod looks for a
     /// node); `None` when the pod has neither.
-    affinity: Option<Box<Affinity>>,
+    affinity: Option<Box<DeclaredAffinity>>,
     volumes: Box<[Volume]>,
     /// Requests as [`PodInfo::requests`].
     pub requests: Resource,
@@ -127,7 +129,24 @@ impl AssignedPod {
 
     /// The pod's pod affinity and anti-affinity.
     pub fn affinity(&self) -> Option<&Affinity> {
-        self.affinity.as_deref()
+        self.affinity.as_deref().map(|a| &a.declared)
+    }
+
+    /// The pod's affinity terms, parsed the first time a cycle asks; `None` for a pod without
+    /// pod affinity. A pod the API server accepted always parses, so a failure (hand-made data)
+    /// is logged and the pod counts as having no terms.
+    pub fn affinity_terms(&self) -> Option<&PodTerms> {
+        let a = self.affinity.as_deref()?;
+        Some(a.terms.get_or_init(|| {
+            PodTerms::declared(self, Some(&a.declared)).unwrap_or_else(|e| {
+                tracing::warn!(
+                    pod = self.name(),
+                    error = %e,
+                    "ignoring unparseable pod affinity terms"
+                );
+                PodTerms::default()
+            })
+        }))
     }
 
     /// Whether the pod has pod affinity or anti-affinity.
@@ -162,12 +181,31 @@ impl PodView for AssignedPod {
     }
 }
 
+/// A pod's pod affinity and anti-affinity, and their terms once parsed (upstream parses them
+/// into its `PodInfo` when the pod is added; here the first cycle that reads them does, so pods
+/// no profile looks at cost nothing more).
+#[derive(Debug, Clone)]
+struct DeclaredAffinity {
+    declared: Affinity,
+    terms: OnceLock<PodTerms>,
+}
+
+/// Equal when declared the same: whether the terms were parsed yet is no difference.
+impl PartialEq for DeclaredAffinity {
+    fn eq(&self, other: &DeclaredAffinity) -> bool {
+        self.declared == other.declared
+    }
+}
+
 /// `affinity` without its node affinity; `None` when nothing is left.
-fn pod_affinity_only(affinity: Affinity) -> Option<Box<Affinity>> {
+fn pod_affinity_only(affinity: Affinity) -> Option<Box<DeclaredAffinity>> {
     has_pod_affinity(Some(&affinity)).then(|| {
-        Box::new(Affinity {
-            node_affinity: None,
-            ..affinity
+        Box::new(DeclaredAffinity {
+            declared: Affinity {
+                node_affinity: None,
+                ..affinity
+            },
+            terms: OnceLock::new(),
         })
     })
 }
@@ -200,6 +238,45 @@ mod tests {
         assert!(anti.has_affinity() && anti.has_required_anti_affinity());
         let affinity = anti.affinity().expect("pod anti-affinity kept");
         assert!(affinity.node_affinity.is_none() && affinity.pod_affinity.is_none());
+    }
+
+    #[test]
+    fn a_pods_affinity_terms_are_parsed_once_and_compare_as_declared() {
+        let declared = json!({"metadata": {"name": "w", "namespace": "ns", "labels": {"tier": "a"}},
+            "spec": {"containers": [], "affinity": {"podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 3, "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["tier"],
+                    "topologyKey": "zone"}}]}}}});
+        let parsed = AssignedPod::new(pod(declared.clone()));
+        let terms = parsed.affinity_terms().expect("pod affinity");
+        assert!(std::ptr::eq(terms, parsed.affinity_terms().expect("kept")));
+        let [preferred] = terms.preferred_affinity.as_slice() else {
+            panic!("one preferred term: {terms:?}");
+        };
+        assert_eq!(preferred.weight, 3);
+        // The owner's namespace by default, and its `tier` value merged into the selector.
+        assert!(preferred.term.namespaces.contains("ns"));
+        let web = |tier: &str| {
+            AssignedPod::new(pod(json!({"metadata": {"name": "x", "namespace": "ns",
+                "labels": {"app": "web", "tier": tier}}, "spec": {"containers": []}})))
+        };
+        assert!(preferred.term.matches(&web("a"), None));
+        assert!(!preferred.term.matches(&web("b"), None));
+        // Parsed or not, the same declaration.
+        assert_eq!(parsed, AssignedPod::new(pod(declared)));
+
+        let none = AssignedPod::new(pod(
+            json!({"metadata": {"name": "n"}, "spec": {"containers": []}}),
+        ));
+        assert!(none.affinity_terms().is_none());
+        let bad = AssignedPod::new(pod(
+            json!({"metadata": {"name": "b"}, "spec": {"containers": [],
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "Near"}]},
+                 "topologyKey": "zone"}]}}}}),
+        ));
+        let ignored = bad.affinity_terms().expect("declared");
+        assert!(ignored.required_anti_affinity.is_empty(), "{ignored:?}");
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! One module per type, as upstream's `k8s.io/kube-scheduler/framework` has them; this module
 //! re-exports them so `framework::types::X` names any of them.
 
+pub mod affinity_terms;
 pub mod assigned_pod;
 pub mod cluster_event;
 pub mod host_ports;
+pub mod label_matcher;
 pub mod node_info;
 pub mod pod_info;
 pub mod pod_view;
@@ -26,6 +28,7 @@ pub use cluster_event::{
     objects,
 };
 pub use host_ports::{DEFAULT_BIND_ALL_HOST_IP, HostPort, HostPortInfo, pod_host_ports};
+pub use label_matcher::LabelMatcher;
 pub use node_info::{ImageStateSummary, ImageStates, NodeInfo, PodNotFound, next_generation};
 pub use pod_info::PodInfo;
 pub use pod_view::PodView;

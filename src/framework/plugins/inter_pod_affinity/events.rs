@@ -4,9 +4,10 @@
 use k8s_openapi::api::core::v1::Node;
 
 use super::InterPodAffinity;
-use super::terms::{PodTerms, pod_matches_all_affinity_terms};
+use super::terms::pod_matches_all_affinity_terms;
 use crate::framework::interface::{ClusterEventWithHint, EnqueueExtensions};
 use crate::framework::plugins::helper::queue_if;
+use crate::framework::types::affinity_terms::PodTerms;
 use crate::framework::types::{
     ActionType, ClusterEvent, EventObject, EventResource, HintError, PodInfo, PodObject, PodView,
     QueueingHint, objects,

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::InterPodAffinity;
-use super::terms::{
-    Labels, PodTerms, TopologyCounts, namespace_labels, pod_matches_all_affinity_terms,
-};
+use super::terms::{Labels, TopologyCounts, namespace_labels, pod_matches_all_affinity_terms};
 use crate::framework::interface::{
     CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::framework::plugins::helper::update_pre_filter_state;
+use crate::framework::types::affinity_terms::PodTerms;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, Snapshot};
 
 pub(crate) const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
@@ -42,8 +41,9 @@ pub(super) struct PreFilterState {
 impl PreFilterState {
     fn update_with_pod(&mut self, other: &AssignedPod, node: &NodeInfo, multiplier: i64) {
         let Some(node) = node.node() else { return };
-        if other.has_required_anti_affinity() {
-            let other_terms = PodTerms::of_existing(other);
+        if other.has_required_anti_affinity()
+            && let Some(other_terms) = other.affinity_terms()
+        {
             self.existing_anti_affinity_counts
                 .update_with_anti_affinity_terms(
                     &other_terms.required_anti_affinity,
@@ -131,7 +131,9 @@ impl InterPodAffinity {
                 continue;
             };
             for p in &node_info.pods_with_required_anti_affinity {
-                let t = PodTerms::of_existing(p);
+                let Some(t) = p.affinity_terms() else {
+                    continue;
+                };
                 existing.update_with_anti_affinity_terms(
                     &t.required_anti_affinity,
                     &pod.pod,

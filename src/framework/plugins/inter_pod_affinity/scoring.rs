@@ -1,20 +1,24 @@
 //! PreScore, Score and NormalizeScore.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use rayon::prelude::*;
 
 use super::InterPodAffinity;
-use super::terms::{AffinityTerm, Labels, PodTerms, WeightedAffinityTerm, namespace_labels};
+use super::terms::{Labels, namespace_labels};
 use crate::framework::interface::{
     CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
+use crate::framework::runtime::PARALLEL_THRESHOLD;
+use crate::framework::types::affinity_terms::{AffinityTerm, PodTerms, WeightedAffinityTerm};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 
 pub(super) const PRE_SCORE_STATE_KEY: &str = "PreScoreInterPodAffinity";
 
-/// Topology key -> value -> score.
+/// Topology key -> value -> score (foldhash: a cycle hashes a node's label value per matching
+/// existing pod and term).
 #[derive(Debug, Clone, Default)]
 pub(super) struct ScoreMap(HashMap<String, HashMap<String, i64>>);
 
@@ -36,12 +40,26 @@ impl ScoreMap {
             .as_ref()
             .and_then(|l| l.get(&term.topology_key))
         {
-            *self
-                .0
-                .entry(term.topology_key.clone())
-                .or_default()
-                .entry(v.clone())
-                .or_insert(0) += weight;
+            self.add(&term.topology_key, v, weight);
+        }
+    }
+
+    /// Adds `weight` to the pair's score, allocating its strings only for a new pair (a cycle
+    /// adds to the same few pairs once per matching existing pod).
+    fn add(&mut self, key: &str, value: &str, weight: i64) {
+        match self.0.get_mut(key) {
+            Some(values) => match values.get_mut(value) {
+                Some(score) => *score += weight,
+                None => {
+                    values.insert(value.to_string(), weight);
+                }
+            },
+            None => {
+                self.0.insert(
+                    key.to_string(),
+                    [(value.to_string(), weight)].into_iter().collect(),
+                );
+            }
         }
     }
 
@@ -64,6 +82,23 @@ impl ScoreMap {
         }
     }
 
+    /// The sum of both maps' scores (moves `other`'s strings: nothing is allocated again).
+    fn merge(mut self, other: ScoreMap) -> ScoreMap {
+        for (key, values) in other.0 {
+            match self.0.get_mut(&key) {
+                Some(mine) => {
+                    for (value, score) in values {
+                        *mine.entry(value).or_insert(0) += score;
+                    }
+                }
+                None => {
+                    self.0.insert(key, values);
+                }
+            }
+        }
+        self
+    }
+
     fn score(&self, labels: Option<&Labels>) -> i64 {
         let Some(labels) = labels else { return 0 };
         self.0
@@ -71,6 +106,30 @@ impl ScoreMap {
             .filter_map(|(k, values)| labels.get(k).and_then(|v| values.get(v)))
             .sum()
     }
+}
+
+/// The scores of `process` over `nodes`, the nodes split among the worker threads when there are
+/// many (as upstream's PreScore runs over nodes in parallel): each part adds to its own map and
+/// the maps are merged.
+fn fold_nodes(
+    nodes: Vec<&Arc<NodeInfo>>,
+    process: impl Fn(&NodeInfo, &mut ScoreMap) + Sync,
+) -> ScoreMap {
+    let part = |nodes: &[&Arc<NodeInfo>]| {
+        let mut scores = ScoreMap::default();
+        for n in nodes {
+            process(n, &mut scores);
+        }
+        scores
+    };
+    if nodes.len() < PARALLEL_THRESHOLD {
+        return part(&nodes);
+    }
+    let part_len = nodes.len().div_ceil(rayon::current_num_threads());
+    nodes
+        .par_chunks(part_len)
+        .map(part)
+        .reduce(ScoreMap::default, ScoreMap::merge)
 }
 
 /// What PreScore computes for Score.
@@ -102,10 +161,9 @@ impl InterPodAffinity {
             node,
             -1,
         );
-        if !existing.has_affinity() {
+        let Some(existing_terms) = existing.affinity_terms() else {
             return;
-        }
-        let existing_terms = PodTerms::of_existing(existing);
+        };
         let hard = i64::from(self.args.hard_pod_affinity_weight);
         if hard > 0 {
             for t in &existing_terms.required_affinity {
@@ -149,23 +207,22 @@ impl PreScorePlugin for InterPodAffinity {
         terms.merge_namespace_selectors(&self.listers);
         let ns_labels = namespace_labels(&self.listers, pod.namespace());
 
-        let mut scores = ScoreMap::default();
-        let mut process = |node_info: &NodeInfo, pods: &[Arc<AssignedPod>]| {
+        let process = |node_info: &NodeInfo, pods: &[Arc<AssignedPod>], scores: &mut ScoreMap| {
             let Some(node) = node_info.node() else { return };
             for p in pods {
-                self.process_existing_pod(&pod.pod, &terms, &ns_labels, p, node, &mut scores);
+                self.process_existing_pod(&pod.pod, &terms, &ns_labels, p, node, scores);
             }
         };
         // Unless the incoming pod has preferred terms, only pods with affinity matter.
-        if has_constraints {
-            for n in snapshot.nodes() {
-                process(n, &n.pods);
-            }
+        let scores = if has_constraints {
+            fold_nodes(snapshot.nodes().iter().collect(), |n, scores| {
+                process(n, &n.pods, scores)
+            })
         } else {
-            for n in snapshot.have_pods_with_affinity() {
-                process(n, &n.pods_with_affinity);
-            }
-        }
+            fold_nodes(snapshot.have_pods_with_affinity().collect(), |n, scores| {
+                process(n, &n.pods_with_affinity, scores)
+            })
+        };
         if scores.0.is_empty() {
             return Status::skip();
         }

@@ -1,76 +1,18 @@
-//! Processed pod affinity terms (upstream's `fwk.AffinityTerm`) and topology-pair counts.
+//! The incoming pod's terms with namespace selectors resolved, and topology-pair counts.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
-use kube::core::Expression;
+use foldhash::HashMap;
+use k8s_openapi::api::core::v1::Node;
 
 use crate::framework::listers::Listers;
 use crate::framework::listers::NAMESPACES;
-use crate::framework::plugins::helper::LabelMatcher;
-use crate::framework::types::{AssignedPod, PodView};
+use crate::framework::types::affinity_terms::{AffinityTerm, PodTerms};
+use crate::framework::types::{LabelMatcher, PodView};
 
 pub(super) type Labels = BTreeMap<String, String>;
 
-/// A pod affinity term with its namespaces resolved and its selectors parsed.
-#[derive(Debug, Clone)]
-pub(super) struct AffinityTerm {
-    pub namespaces: BTreeSet<String>,
-    pub selector: LabelMatcher,
-    pub topology_key: String,
-    pub namespace_selector: LabelMatcher,
-}
-
 impl AffinityTerm {
-    /// Builds the term `owner` declares: namespaces default to the owner's own when neither
-    /// `namespaces` nor `namespaceSelector` is set; `matchLabelKeys`/`mismatchLabelKeys` add
-    /// `key in (v)`/`key notin (v)` for the owner's label values (as the API server merges them at
-    /// admission; merging again is idempotent).
-    pub(super) fn new(
-        owner: &impl PodView,
-        term: &PodAffinityTerm,
-    ) -> Result<AffinityTerm, String> {
-        let mut selector = LabelMatcher::from_label_selector(term.label_selector.as_ref())?;
-        let owner_labels = owner.labels();
-        let value_of = |k: &String| owner_labels.and_then(|l| l.get(k)).cloned();
-        if term.label_selector.is_some() {
-            for k in term.match_label_keys.iter().flatten() {
-                if let Some(v) = value_of(k) {
-                    selector.extend([Expression::In(k.clone(), [v].into())]);
-                }
-            }
-            for k in term.mismatch_label_keys.iter().flatten() {
-                if let Some(v) = value_of(k) {
-                    selector.extend([Expression::NotIn(k.clone(), [v].into())]);
-                }
-            }
-        }
-        let namespace_selector =
-            LabelMatcher::from_label_selector(term.namespace_selector.as_ref())?;
-        let listed = term.namespaces.as_deref().unwrap_or(&[]);
-        let namespaces = if listed.is_empty() && term.namespace_selector.is_none() {
-            [owner.namespace().to_string()].into()
-        } else {
-            listed.iter().cloned().collect()
-        };
-        Ok(AffinityTerm {
-            namespaces,
-            selector,
-            topology_key: term.topology_key.clone(),
-            namespace_selector,
-        })
-    }
-
-    /// Whether `pod` is in the term's namespaces (or its namespace's labels `ns_labels` match the
-    /// namespace selector) and matches the label selector.
-    pub(super) fn matches(&self, pod: &impl PodView, ns_labels: Option<&Labels>) -> bool {
-        let ns = pod.namespace();
-        if self.namespaces.contains(ns) || self.namespace_selector.matches(ns_labels) {
-            return self.selector.matches(pod.labels());
-        }
-        false
-    }
-
     /// Upstream's `mergeAffinityTermNamespacesIfNotEmpty`: the incoming pod's namespace selector
     /// is resolved into names once, so matching other pods needs no namespace lookups.
     pub(super) fn merge_namespace_selector(&mut self, listers: &Listers) {
@@ -88,107 +30,7 @@ impl AffinityTerm {
     }
 }
 
-/// A processed preferred term.
-#[derive(Debug, Clone)]
-pub(super) struct WeightedAffinityTerm {
-    pub term: AffinityTerm,
-    pub weight: i32,
-}
-
-/// The four kinds of terms a pod declares.
-#[derive(Debug, Clone, Default)]
-pub(super) struct PodTerms {
-    pub required_affinity: Vec<AffinityTerm>,
-    pub required_anti_affinity: Vec<AffinityTerm>,
-    pub preferred_affinity: Vec<WeightedAffinityTerm>,
-    pub preferred_anti_affinity: Vec<WeightedAffinityTerm>,
-}
-
-fn required(
-    pod: &impl PodView,
-    terms: Option<&Vec<PodAffinityTerm>>,
-) -> Result<Vec<AffinityTerm>, String> {
-    terms
-        .into_iter()
-        .flatten()
-        .map(|t| AffinityTerm::new(pod, t))
-        .collect()
-}
-
-fn preferred(
-    pod: &impl PodView,
-    terms: Option<&Vec<WeightedPodAffinityTerm>>,
-) -> Result<Vec<WeightedAffinityTerm>, String> {
-    terms
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            Ok(WeightedAffinityTerm {
-                term: AffinityTerm::new(pod, &t.pod_affinity_term)?,
-                weight: t.weight,
-            })
-        })
-        .collect()
-}
-
 impl PodTerms {
-    /// All of the pod's terms; an unparseable selector is an error (upstream's `NewPodInfo`).
-    pub(super) fn of(pod: &Pod) -> Result<PodTerms, String> {
-        PodTerms::declared(pod, pod.spec.as_ref().and_then(|s| s.affinity.as_ref()))
-    }
-
-    /// The terms of `affinity`, declared by `pod`.
-    pub(super) fn declared(
-        pod: &impl PodView,
-        affinity: Option<&Affinity>,
-    ) -> Result<PodTerms, String> {
-        let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
-        let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
-        Ok(PodTerms {
-            required_affinity: required(
-                pod,
-                pa.and_then(|a| {
-                    a.required_during_scheduling_ignored_during_execution
-                        .as_ref()
-                }),
-            )?,
-            required_anti_affinity: required(
-                pod,
-                paa.and_then(|a| {
-                    a.required_during_scheduling_ignored_during_execution
-                        .as_ref()
-                }),
-            )?,
-            preferred_affinity: preferred(
-                pod,
-                pa.and_then(|a| {
-                    a.preferred_during_scheduling_ignored_during_execution
-                        .as_ref()
-                }),
-            )?,
-            preferred_anti_affinity: preferred(
-                pod,
-                paa.and_then(|a| {
-                    a.preferred_during_scheduling_ignored_during_execution
-                        .as_ref()
-                }),
-            )?,
-        })
-    }
-
-    /// An existing pod's terms; a pod the API server accepted always parses, so a failure (hand-made
-    /// data) is logged and the pod counts as having no terms.
-    pub(super) fn of_existing(pod: &AssignedPod) -> PodTerms {
-        PodTerms::declared(pod, pod.affinity()).unwrap_or_else(|e| {
-            tracing::warn!(
-                pod = pod.name(),
-                error = %e,
-                "ignoring unparseable pod affinity terms"
-            );
-            PodTerms::default()
-        })
-    }
-
     pub(super) fn merge_namespace_selectors(&mut self, listers: &Listers) {
         for t in self
             .required_affinity
@@ -234,14 +76,29 @@ impl TopologyCounts {
         let Some(v) = node.metadata.labels.as_ref().and_then(|l| l.get(key)) else {
             return;
         };
-        let values = self.0.entry(key.to_string()).or_default();
-        let e = values.entry(v.clone()).or_insert(0);
-        *e += value;
-        if *e == 0 {
-            values.remove(v);
-            if values.is_empty() {
-                self.0.remove(key);
+        // Strings are allocated only for a new pair: PreFilter updates the same few pairs once
+        // per matching existing pod.
+        let Some(values) = self.0.get_mut(key) else {
+            if value != 0 {
+                self.0
+                    .insert(key.to_string(), [(v.clone(), value)].into_iter().collect());
             }
+            return;
+        };
+        match values.get_mut(v) {
+            Some(count) => {
+                *count += value;
+                if *count == 0 {
+                    values.remove(v);
+                    if values.is_empty() {
+                        self.0.remove(key);
+                    }
+                }
+            }
+            None if value != 0 => {
+                values.insert(v.clone(), value);
+            }
+            None => {}
         }
     }
 

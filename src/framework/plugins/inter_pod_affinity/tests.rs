@@ -628,6 +628,39 @@ fn score_table() {
     }
 }
 
+/// Past the parallel threshold PreScore splits the nodes among the workers and adds up their
+/// maps: a zone's pods on nodes of every part still count together.
+#[test]
+fn scores_over_many_nodes_add_up_each_domain_across_the_parts() {
+    use crate::framework::testing::NodeBuilder;
+    const NODES: usize = 150;
+    let zone = |i: usize| ["z0", "z1", "z2"][i % 3];
+    let nodes = (0..NODES).map(|i| {
+        NodeBuilder::new(&format!("n{i:03}"))
+            .label(ZONE, zone(i))
+            .build()
+    });
+    // z0: a web pod on each of its 50 nodes (in every part); z1: on its first 10; z2: none.
+    let existing = (0..NODES)
+        .filter(|i| i % 3 == 0 || (i % 3 == 1 && *i < 30))
+        .map(|i| web_on(&format!("w{i}"), &format!("n{i:03}")));
+    let snap = snapshot(nodes, existing);
+    let pod = PodBuilder::new("p")
+        .preferred_pod_affinity(1, web_term(ZONE))
+        .build();
+    let got = run_score(
+        &plugin(InterPodAffinityArgs::default()),
+        &PodInfo::from_pod(pod),
+        &snap,
+    )
+    .expect("scored");
+    // Raw 50, 10 and 0, normalized to the highest.
+    let want: Vec<(String, i64)> = (0..NODES)
+        .map(|i| (format!("n{i:03}"), [100, 20, 0][i % 3]))
+        .collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn registered_as_built_with_the_namespace_informer() {
     let r = crate::framework::registry::Registry::in_tree();

@@ -10,8 +10,9 @@ use super::PodTopologySpread;
 use crate::framework::listers::{
     Listers, REPLICA_SETS, REPLICATION_CONTROLLERS, SERVICES, STATEFUL_SETS,
 };
-use crate::framework::plugins::helper::{LabelMatcher, find_matching_untolerated_taint};
+use crate::framework::plugins::helper::find_matching_untolerated_taint;
 use crate::framework::plugins::node_affinity::pod_matches_node_selector_and_affinity;
+use crate::framework::types::LabelMatcher;
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView};
 
 pub(super) const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";

@@ -29,6 +29,9 @@ use super::types::{
 pub const MAX_NODE_SCORE: i64 = 100;
 /// The lowest score a Score plugin may return after NormalizeScore.
 pub const MIN_NODE_SCORE: i64 = 0;
+/// Below this many nodes, Filter/Score (and plugins' own loops over nodes) run on the calling
+/// thread: parallelism costs more.
+pub const PARALLEL_THRESHOLD: usize = 64;
 /// The longest a Permit plugin may make a pod wait (upstream's `maxTimeout`).
 pub const MAX_PERMIT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 

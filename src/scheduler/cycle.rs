@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 mod group;
 mod placement;
 
-pub(crate) use group::{GroupDecision, GroupOutcome, condition_patch, pod_group_of};
+pub(crate) use group::{GroupDecision, GroupOutcome, ScheduledGroups, pod_group_of};
 
 use super::cache::Cache;
 use super::metrics::Metrics;

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, error};
 
 use super::cycle::{
-    Cycle, Failure, GroupOutcome, PodDecision, Reserved, condition_patch, pod_group_of,
+    Cycle, Failure, GroupOutcome, PodDecision, Reserved, ScheduledGroups, pod_group_of,
 };
 use super::events::{REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Reporter};
 use super::leader_election::Leadership;
@@ -40,6 +40,8 @@ pub(crate) struct Scheduler {
     pub(crate) handle: Handle,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) leadership: Leadership,
+    /// Groups marked scheduled whose condition the informer does not show yet.
+    pub(crate) scheduled_groups: ScheduledGroups,
 }
 
 /// How a pod that was not scheduled goes back to the queue.
@@ -210,7 +212,10 @@ impl Scheduler {
     /// for the write (a request each group cycle). A failed write is logged, never retried by the
     /// cycle.
     fn update_pod_group_condition(&self, group: &PodGroup, outcome: &GroupOutcome) {
-        let Some(patch) = condition_patch(group, outcome, Timestamp::now()) else {
+        let Some(patch) = self
+            .scheduled_groups
+            .condition_patch(group, outcome, Timestamp::now())
+        else {
             return;
         };
         let namespace = group.metadata.namespace.as_deref().unwrap_or_default();

@@ -396,9 +396,6 @@ fn signers(
     }
 }
 
-/// Below this many nodes, Filter/Score run on the calling thread (parallelism costs more).
-pub(crate) const PARALLEL_THRESHOLD: usize = 64;
-
 /// A non-success status from plugin `name` at `point`: a rejection as it is, tagged with the
 /// plugin; anything else the error "running {point} plugin {name:?}: {message}".
 fn rejection_or_error(point: &str, name: &Arc<str>, s: Status) -> Status {

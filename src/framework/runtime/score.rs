@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::{Entry, Framework, PARALLEL_THRESHOLD};
+use super::{Entry, Framework};
 use crate::config::ExtensionPoint;
 use crate::framework::interface::{
-    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, Status,
+    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PARALLEL_THRESHOLD, Status,
 };
 use crate::framework::metrics::Point;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};

@@ -8,9 +8,9 @@ use rayon::prelude::*;
 use super::{Algorithm, Diagnosis, FeasibleNodes, ScheduleError};
 use crate::framework::batch::BatchCycle;
 use crate::framework::extender::{EXTENDER_NAME, find_nodes_that_pass_extenders};
-use crate::framework::interface::{Code, CycleState, FrameworkHandle, Status};
+use crate::framework::interface::{Code, CycleState, FrameworkHandle, PARALLEL_THRESHOLD, Status};
 use crate::framework::metrics::Point;
-use crate::framework::runtime::{Framework, PARALLEL_THRESHOLD};
+use crate::framework::runtime::Framework;
 use crate::framework::types::{NodeInfo, PodInfo, Snapshot};
 
 impl Algorithm {

@@ -7,11 +7,12 @@
 //! cache for binding; ksched assumes them in the cache once (the next member's snapshot update
 //! sees them) and undoes them only when the group does not fit.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use parking_lot::Mutex;
 
 use super::{Cycle, Failure, PodDecision, Reserved};
 use crate::emulation::{GENERIC_WORKLOAD, TOPOLOGY_AWARE_WORKLOAD_SCHEDULING};
@@ -546,11 +547,53 @@ fn feasibility_error(status: &Status) -> Status {
     ))
 }
 
+/// The groups this scheduler marked `PodGroupInitiallyScheduled=True` while its informer still
+/// shows them without it. The write goes through the API dispatcher, so a cycle for the group's
+/// later members may read the group before the write lands; it must not take the True back
+/// (a patch of False would replace it) nor write it twice. Upstream writes in the cycle and
+/// leaves the same window, narrower.
+#[derive(Debug, Default)]
+pub(crate) struct ScheduledGroups(Mutex<HashSet<String>>);
+
+impl ScheduledGroups {
+    /// [`condition_patch`], counting the group as scheduled when this scheduler marked it so.
+    pub(crate) fn condition_patch(
+        &self,
+        group: &PodGroup,
+        outcome: &GroupOutcome,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Option<serde_json::Value> {
+        let uid = group.metadata.uid.as_deref().unwrap_or_default();
+        let mut marked = self.0.lock();
+        if is_initially_scheduled(group) {
+            // The informer caught up: its copy says so from now on.
+            marked.remove(uid);
+        } else if marked.contains(uid) {
+            return None;
+        }
+        let patch = condition_patch(group, outcome, now);
+        if patch.is_some() && matches!(outcome, GroupOutcome::Scheduled(_)) {
+            marked.insert(uid.to_string());
+        }
+        patch
+    }
+}
+
+fn is_initially_scheduled(group: &PodGroup) -> bool {
+    group
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == POD_GROUP_INITIALLY_SCHEDULED && c.status == "True")
+}
+
 /// The strategic-merge patch of `group`'s status setting its `PodGroupInitiallyScheduled`
 /// condition as `outcome` says; `None` when nothing changes or the group was scheduled before
 /// (a later cycle for extra members does not take that back), as upstream's
 /// `updatePodGroupCondition`.
-pub(crate) fn condition_patch(
+fn condition_patch(
     group: &PodGroup,
     outcome: &GroupOutcome,
     now: k8s_openapi::jiff::Timestamp,
@@ -652,6 +695,42 @@ mod tests {
             patch["conditions"][0]["lastTransitionTime"],
             "2026-01-01T00:00:00Z"
         );
+    }
+
+    /// groups-topology-018 of `make fidelity`: a basic group's first cycle placed three members,
+    /// the cycle for its fourth read the group before the True landed and wrote False over it.
+    #[test]
+    fn a_group_marked_scheduled_stays_so_until_the_informer_shows_it() {
+        let now = Timestamp::now();
+        let marked = ScheduledGroups::default();
+        let with_uid = |uid: &str, conditions: serde_json::Value| {
+            let mut g = group(conditions);
+            g.metadata.uid = Some(uid.into());
+            g
+        };
+        let unschedulable = GroupOutcome::Unschedulable("no room for the last member".into());
+        let scheduled = GroupOutcome::Scheduled(String::new());
+        let stale = with_uid("u1", json!([]));
+        let patch = marked
+            .condition_patch(&stale, &scheduled, now)
+            .expect("True");
+        assert_eq!(patch["conditions"][0]["status"], "True");
+        // The informer's copy is still without the condition: neither False nor True again.
+        assert_eq!(marked.condition_patch(&stale, &unschedulable, now), None);
+        assert_eq!(marked.condition_patch(&stale, &scheduled, now), None);
+        // Another group is not affected.
+        let other = with_uid("u2", json!([]));
+        let patch = marked
+            .condition_patch(&other, &unschedulable, now)
+            .expect("False");
+        assert_eq!(patch["conditions"][0]["status"], "False");
+        // Once the informer shows True, its copy keeps the True as before.
+        let caught_up = with_uid("u1", json!([condition("True", "Scheduled", "")]));
+        assert_eq!(
+            marked.condition_patch(&caught_up, &unschedulable, now),
+            None
+        );
+        assert!(!marked.0.lock().contains("u1"));
     }
 
     fn member(name: &str, scheduler: &str, priority: i32) -> QueuedPodInfo {

@@ -9,9 +9,8 @@ use rayon::prelude::*;
 use super::InterPodAffinity;
 use super::terms::{Labels, namespace_labels};
 use crate::framework::interface::{
-    CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
+    CycleState, MAX_NODE_SCORE, NodeScore, PARALLEL_THRESHOLD, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::framework::runtime::PARALLEL_THRESHOLD;
 use crate::framework::types::affinity_terms::{AffinityTerm, PodTerms, WeightedAffinityTerm};
 use crate::framework::types::{AssignedPod, NodeInfo, PodInfo, PodView, Snapshot};
 

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use super::cache::Cache;
-use super::cycle::{Cycle, ScheduledGroups};
+use super::cycle::Cycle;
 use super::events::{EventQueue, PodReporter, Reporter};
 use super::http::{self, HttpState};
 use super::informers::{PodHandler, PodKinds, start_informers, watch_nodes, watch_pods};
@@ -241,7 +241,7 @@ pub async fn run(
         handle,
         metrics: metrics.clone(),
         leadership: leadership.clone(),
-        scheduled_groups: ScheduledGroups::default(),
+        scheduled_groups: Arc::default(),
     });
 
     let http_state = Arc::new(HttpState::new(

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, error};
 
@@ -18,7 +17,6 @@ use super::events::{REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Reporter};
 use super::leader_election::Leadership;
 use super::metrics::{AttemptLabels, CacheLabels, Metrics, SliLabels};
 use super::queue::SchedulingQueue;
-use crate::framework::api_calls::PatchStatus;
 use crate::framework::events::EVENT_ASSIGNED_POD_DELETE;
 use crate::framework::extender::Extender;
 use crate::framework::interface::Status;
@@ -41,7 +39,7 @@ pub(crate) struct Scheduler {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) leadership: Leadership,
     /// Groups marked scheduled whose condition the informer does not show yet.
-    pub(crate) scheduled_groups: ScheduledGroups,
+    pub(crate) scheduled_groups: Arc<ScheduledGroups>,
 }
 
 /// How a pod that was not scheduled goes back to the queue.
@@ -203,28 +201,13 @@ impl Scheduler {
                 };
                 m.record(fwk.profile_name(), result, started.elapsed().as_secs_f64());
             }
-            self.update_pod_group_condition(&group, &outcome);
+            self.scheduled_groups.dispatch(
+                &self.handle.dispatcher,
+                &group,
+                &outcome,
+                Timestamp::now(),
+            );
         }
-    }
-
-    /// Hands the group's `PodGroupInitiallyScheduled` condition (upstream's
-    /// `updatePodGroupCondition`) to the API dispatcher: the next entity's cycle does not wait
-    /// for the write (a request each group cycle). A failed write is logged, never retried by the
-    /// cycle.
-    fn update_pod_group_condition(&self, group: &PodGroup, outcome: &GroupOutcome) {
-        let Some(patch) = self
-            .scheduled_groups
-            .condition_patch(group, outcome, Timestamp::now())
-        else {
-            return;
-        };
-        let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
-        let name = group.metadata.name.as_deref().unwrap_or_default();
-        let call =
-            PatchStatus::<PodGroup>::new(namespace, name, serde_json::json!({ "status": patch }));
-        self.handle
-            .dispatcher
-            .dispatch_call(call, "updating the PodGroup's condition");
     }
 
     /// Permit wait, PreBind, Bind, PostBind (upstream's `bindingCycle`); on failure the

@@ -20,7 +20,7 @@ use crate::framework::schedule::Algorithm;
 use crate::framework::testing::{NodeBuilder, PodBuilder, pod_term, spread_constraint};
 use crate::framework::types::QueuedEntity;
 use crate::scheduler::cache::Cache;
-use crate::scheduler::cycle::{Cycle, ScheduledGroups};
+use crate::scheduler::cycle::Cycle;
 use crate::scheduler::events::{REASON_UNSCHEDULABLE, Reporter};
 use crate::scheduler::leader_election::Leadership;
 use crate::scheduler::metrics::Metrics;
@@ -228,7 +228,7 @@ async fn scheduled(nodes: &[Node], running: &[Pod], pending: &[Pod]) -> HashMap<
         handle,
         metrics: Arc::new(Metrics::new()),
         leadership: Leadership::always(),
-        scheduled_groups: ScheduledGroups::default(),
+        scheduled_groups: Arc::default(),
     });
     let mut sorted: Vec<Pod> = pending.to_vec();
     sorted.sort_by_key(key);

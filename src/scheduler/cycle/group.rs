@@ -13,9 +13,12 @@ use std::time::Instant;
 
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use parking_lot::Mutex;
+use tracing::warn;
 
 use super::{Cycle, Failure, PodDecision, Reserved};
 use crate::emulation::{GENERIC_WORKLOAD, TOPOLOGY_AWARE_WORKLOAD_SCHEDULING};
+use crate::framework::api_calls::{ApiCall, PatchStatus};
+use crate::framework::background::ApiDispatcher;
 use crate::framework::interface::{
     Code, PLACEMENT_PROGRESS, PlacementProgress, PodGroupPostFilterResult, ProposedAssignment,
     Status,
@@ -551,11 +554,40 @@ fn feasibility_error(status: &Status) -> Status {
 /// shows them without it. The write goes through the API dispatcher, so a cycle for the group's
 /// later members may read the group before the write lands; it must not take the True back
 /// (a patch of False would replace it) nor write it twice. Upstream writes in the cycle and
-/// leaves the same window, narrower.
+/// leaves the same window, narrower. A write that fails is forgotten, so the next cycle for the
+/// group writes it again.
 #[derive(Debug, Default)]
 pub(crate) struct ScheduledGroups(Mutex<HashSet<String>>);
 
 impl ScheduledGroups {
+    /// Hands the group's condition, as `outcome` sets it, to `dispatcher` (upstream's
+    /// `updatePodGroupCondition`); the cycle does not wait for the write.
+    pub(crate) fn dispatch(
+        self: &Arc<Self>,
+        dispatcher: &ApiDispatcher,
+        group: &PodGroup,
+        outcome: &GroupOutcome,
+        now: k8s_openapi::jiff::Timestamp,
+    ) {
+        let Some(patch) = self.condition_patch(group, outcome, now) else {
+            return;
+        };
+        let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
+        let name = group.metadata.name.as_deref().unwrap_or_default();
+        let request =
+            PatchStatus::<PodGroup>::new(namespace, name, serde_json::json!({ "status": patch }))
+                .into_request();
+        let uid = group.metadata.uid.clone().unwrap_or_default();
+        let marked = Arc::clone(self);
+        dispatcher.dispatch(move |api| async move {
+            let object = request.key();
+            if let Err(error) = api.send(request).await {
+                warn!(%object, %error, "updating the PodGroup's condition failed");
+                marked.0.lock().remove(&uid);
+            }
+        });
+    }
+
     /// [`condition_patch`], counting the group as scheduled when this scheduler marked it so.
     pub(crate) fn condition_patch(
         &self,
@@ -645,6 +677,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::framework::api_calls::{ApiClient, ApiError, RecordingApi, Verb};
     use crate::framework::types::QueuedPodInfo;
 
     fn group(conditions: serde_json::Value) -> PodGroup {
@@ -731,6 +764,38 @@ mod tests {
             None
         );
         assert!(!marked.0.lock().contains("u1"));
+    }
+
+    /// A True whose write fails is not remembered: the group's next cycle writes it again
+    /// (before, the group stayed without its condition until the scheduler restarted).
+    #[test]
+    fn a_failed_write_of_the_scheduled_condition_is_written_again() {
+        let now = Timestamp::now();
+        let marked = Arc::new(ScheduledGroups::default());
+        let dispatcher = ApiDispatcher::default();
+        let recording = Arc::new(RecordingApi::default());
+        let api: Arc<dyn ApiClient> = recording.clone();
+        let mut g = group(json!([]));
+        g.metadata.uid = Some("u1".into());
+        let scheduled = GroupOutcome::Scheduled(String::new());
+        recording.fail_once::<PodGroup>(Verb::Patch, ApiError::Other("etcd timeout".into()));
+        marked.dispatch(&dispatcher, &g, &scheduled, now);
+        dispatcher.run_queued(&api);
+        marked.dispatch(&dispatcher, &g, &scheduled, now);
+        dispatcher.run_queued(&api);
+        let sent: Vec<serde_json::Value> =
+            recording.bodies::<PodGroup, _>(Verb::Patch, Some("status"));
+        assert_eq!(sent.len(), 2, "written again after the failure: {sent:?}");
+        assert_eq!(sent[1]["status"]["conditions"][0]["status"], "True");
+        // The second write succeeded: remembered until the informer shows it.
+        marked.dispatch(&dispatcher, &g, &scheduled, now);
+        dispatcher.run_queued(&api);
+        assert_eq!(
+            recording
+                .bodies::<PodGroup, serde_json::Value>(Verb::Patch, Some("status"))
+                .len(),
+            2
+        );
     }
 
     fn member(name: &str, scheduler: &str, priority: i32) -> QueuedPodInfo {

@@ -97,7 +97,6 @@ impl ScoreMap {
 
     /// The sum of both maps' scores (moves `other`'s strings: nothing is allocated again).
     fn merge(mut self, other: ScoreMap) -> ScoreMap {
-        self.values_hint += other.values_hint;
         for (key, values) in other.scores {
             match self.scores.get_mut(&key) {
                 Some(mine) => {
